@@ -1,0 +1,287 @@
+"""The graphsvc command line: parse arguments, call the graphsvc API, print text or ``--json``.
+
+No graph logic lives here. Library code raises :class:`graphsvc.errors.GraphsvcError`; this module
+turns it into one line ``Error: ...`` on stderr and the error's exit code:
+
+    0 success · 1 anything else · 2 usage error · 3 a missing, unreadable or invalid graph file
+    4 an op or plugin problem
+
+numpy, msgpack and the plugins are imported inside the commands that need them, so ``--help`` is
+fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+from graphsvc.errors import GraphsvcError, UsageError
+
+if TYPE_CHECKING:
+    from graphsvc.graph import Graph
+
+app = typer.Typer(
+    name="graphsvc",
+    help="Save, reload, inspect and replay computation graphs.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _State:
+    debug = False
+
+
+STATE = _State()
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    typer.echo(f"Error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def handles_errors(command: F) -> F:
+    """Turn a GraphsvcError into ``Error: ...`` and its exit code; never print a traceback
+    unless ``--debug`` was given."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except GraphsvcError as exc:
+            if STATE.debug:
+                raise
+            raise _fail(str(exc), exc.exit_code) from None
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except BrokenPipeError:
+            sys.stderr.close()
+            raise typer.Exit(1) from None
+        except Exception as exc:
+            if STATE.debug:
+                raise
+            raise _fail(
+                f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback and report it)", 1
+            ) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@app.callback()
+def main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show a traceback on errors (for bug reports).")] = False,
+) -> None:
+    """Save, reload, inspect and replay computation graphs.
+
+    Exit codes: 0 success, 1 other failure, 2 usage error, 3 missing, unreadable or invalid graph
+    file, 4 op or plugin problem.
+    """
+    STATE.debug = debug
+
+
+# -- helpers -----------------------------------------------------------------------------------
+FileArg = Annotated[Path, typer.Argument(help="A graphsvc graph file (.msgpack).", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
+
+
+def _load(path: Path) -> Graph:
+    from graphsvc.format import load
+
+    return load(path)
+
+
+def _print_json(document: Any) -> None:
+    typer.echo(json.dumps(document, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
+
+
+def _node_items(graph: Graph, order: Iterable[int]) -> list[dict[str, Any]]:
+    offsets = graph.parent_offsets
+    parents = graph.parent_indices
+    items = []
+    for node in order:
+        node = int(node)
+        items.append(
+            {
+                "id": node,
+                "name": graph.names.get(node),
+                "op": graph.op(node),
+                "parents": parents[offsets[node] : offsets[node + 1]].tolist(),
+            }
+        )
+    return items
+
+
+def _node_line(item: dict[str, Any]) -> str:
+    parents = ",".join(str(p) for p in item["parents"]) or "-"
+    return f"{item['id']}\t{item['name'] or '-'}\t{item['op']}\t{parents}"
+
+
+# -- inspection commands -------------------------------------------------------------------------
+@app.command()
+@handles_errors
+def order(
+    file: FileArg,
+    output: Annotated[
+        str | None,
+        typer.Option("--output", help="Order only this node's ancestors (an id or a name). Default: the whole graph."),
+    ] = None,
+    algorithm: Annotated[
+        str, typer.Option("--algorithm", help="dfs (micrograd's build_topo) or kahn (autograd's child counts).")
+    ] = "dfs",
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the reverse topological order, one node a line: id, name, op, parents.
+
+    Example: graphsvc order examples/seed000.msgpack --algorithm kahn
+    """
+    from graphsvc.topo import ALGORITHMS, reverse_topological_order
+
+    if algorithm not in ALGORITHMS:
+        raise UsageError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
+    graph = _load(file)
+    start = None if output is None else graph.node_id(output)
+    items = _node_items(graph, reverse_topological_order(graph, start, algorithm))
+    if as_json:
+        _print_json({"algorithm": algorithm, "output": start, "nodes": items})
+    else:
+        typer.echo("\n".join(_node_line(item) for item in items))
+
+
+@app.command()
+@handles_errors
+def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
+    """Summarize a graph file: version, sizes, leaves, outputs, depth, ops, plugins needed.
+
+    Example: graphsvc inspect examples/seed004.msgpack --json
+    """
+    from graphsvc.format import load_versioned
+    from graphsvc.topo import depth
+
+    graph, version = load_versioned(file)
+    leaves = [int(i) for i in graph.leaves()]
+    plugins: dict[str, list[str]] = {}
+    for tag in graph.op_table:
+        source = graph.op_sources.get(tag)
+        key = "unknown" if source is None or source.plugin is None else f"{source.plugin} {source.version or '?'}"
+        plugins.setdefault(key, []).append(tag)
+    ops = graph.op_histogram()
+    plugin_list = {key: sorted(tags) for key, tags in sorted(plugins.items())}
+    info: dict[str, Any] = {
+        "file": str(file),
+        "file_size": file.stat().st_size,
+        "format_version": list(version),
+        "nodes": graph.num_nodes,
+        "edges": graph.num_edges,
+        "leaves": len(leaves),
+        "outputs": [{"id": o, "name": graph.names.get(o)} for o in graph.outputs],
+        "depth": depth(graph),
+        "has_grads": graph.grads is not None,
+        "ops": ops,
+        "plugins": plugin_list,
+        "metadata": graph.metadata,
+    }
+    if as_json:
+        _print_json(info)
+        return
+    shown = ", ".join(graph.label(i) for i in leaves[:10]) + (", ..." if len(leaves) > 10 else "")
+    lines = [
+        f"file: {file} ({info['file_size']} bytes)",
+        f"format version: {version[0]}.{version[1]}",
+        f"nodes: {graph.num_nodes}",
+        f"edges: {graph.num_edges}",
+        f"leaves: {len(leaves)} ({shown})",
+        f"outputs: {', '.join(graph.label(o) for o in graph.outputs) or '-'}",
+        f"depth: {info['depth']}",
+        f"gradients stored: {'yes' if graph.grads is not None else 'no'}",
+        "ops: " + ", ".join(f"{tag} {count}" for tag, count in sorted(ops.items())),
+        "plugins: " + "; ".join(f"{key} ({', '.join(tags)})" for key, tags in plugin_list.items()),
+    ]
+    typer.echo("\n".join(lines))
+
+
+@app.command()
+@handles_errors
+def validate(file: FileArg) -> None:
+    """Check every structural rule; exit 0 with a summary, or print the error and exit 3.
+
+    Example: graphsvc validate examples/seed002.msgpack
+    """
+    graph = _load(file)
+    typer.echo(f"{file}: valid graphsvc graph, {graph.num_nodes} nodes, {graph.num_edges} edges")
+
+
+@app.command()
+@handles_errors
+def convert(
+    file: Annotated[Path, typer.Argument(help="A graph file (.msgpack) or its JSON form (.json).")],
+    to: Annotated[str, typer.Option("--to", help="json or msgpack.")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Where to write (default: stdout for json, FILE with .msgpack for msgpack)."),
+    ] = None,
+) -> None:
+    """Convert between the msgpack format and a readable JSON dump.
+
+    Example: graphsvc convert examples/seed004.msgpack --to json -o seed004.json
+    """
+    from graphsvc import format as fmt
+    from graphsvc import jsonio
+
+    if to not in ("json", "msgpack"):
+        raise UsageError(f"--to must be json or msgpack, not {to!r}")
+    if to == "json":
+        text = jsonio.dumps(_load(file))
+        if out is None:
+            typer.echo(text, nl=False)
+        else:
+            _write_text_atomically(out, text)
+        return
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _file_error(f"{file}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _file_error(f"{file}: cannot read: {exc}") from None
+    try:
+        graph = jsonio.loads(text)
+    except GraphsvcError as exc:
+        raise type(exc)(f"{file}: {exc}") from None
+    target = out if out is not None else file.with_suffix(".msgpack")
+    if target.resolve() == file.resolve():
+        raise UsageError(f"refusing to overwrite the input {file}; give --out")
+    fmt.save(graph, target)
+    typer.echo(f"wrote {target} ({graph.num_nodes} nodes)", err=True)
+
+
+def _file_error(message: str) -> GraphsvcError:
+    from graphsvc.errors import GraphFileError
+
+    return GraphFileError(message)
+
+
+def _write_text_atomically(path: Path, text: str) -> None:
+    from graphsvc.atomic import atomic_writer
+
+    with atomic_writer(path, "w") as stream:
+        stream.write(text)
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app(prog_name="graphsvc")
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,60 @@
+"""graphsvc: save, reload, inspect and replay computation graphs.
+
+Attributes are imported lazily (PEP 562), so ``import graphsvc`` and the CLI's start-up do not pay
+for numpy or msgpack until they are used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CONST",
+    "LEAF",
+    "FormatError",
+    "Graph",
+    "GraphBuilder",
+    "GraphsvcError",
+    "Limits",
+    "OpSource",
+    "__version__",
+    "dumps",
+    "load",
+    "loads",
+    "reverse_topological_order",
+    "save",
+]
+
+_HOME = {
+    "CONST": "graphsvc.graph",
+    "LEAF": "graphsvc.graph",
+    "FormatError": "graphsvc.errors",
+    "Graph": "graphsvc.graph",
+    "GraphBuilder": "graphsvc.graph",
+    "GraphsvcError": "graphsvc.errors",
+    "Limits": "graphsvc.format",
+    "OpSource": "graphsvc.graph",
+    "dumps": "graphsvc.format",
+    "load": "graphsvc.format",
+    "loads": "graphsvc.format",
+    "reverse_topological_order": "graphsvc.topo",
+    "save": "graphsvc.format",
+}
+
+if TYPE_CHECKING:
+    from graphsvc.errors import FormatError, GraphsvcError
+    from graphsvc.format import Limits, dumps, load, loads, save
+    from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder, OpSource
+    from graphsvc.topo import reverse_topological_order
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'graphsvc' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,52 @@
+"""One exception hierarchy, rooted at :class:`GraphsvcError`.
+
+Library code raises these; only the CLI turns them into ``Error: ...`` and an exit code.
+Each class carries the exit code the CLI uses for it (see the README's table).
+"""
+
+from __future__ import annotations
+
+
+class GraphsvcError(Exception):
+    """Root of every error graphsvc raises on purpose. Exit code 1."""
+
+    exit_code = 1
+
+
+class UsageError(GraphsvcError):
+    """A request that cannot be honoured as asked (an unknown node name, a bad ``--set``). Exit 2."""
+
+    exit_code = 2
+
+
+class GraphFileError(GraphsvcError):
+    """A graph file that is missing or cannot be read or written. Exit 3."""
+
+    exit_code = 3
+
+
+class FormatError(GraphFileError):
+    """Bytes that are not a valid graphsvc document: the only error a decoder raises. Exit 3."""
+
+
+class GraphStructureError(GraphsvcError):
+    """A graph that breaks a structural rule (a cycle, a bad parent, a duplicate name). Exit 3.
+
+    Raised where graphs enter graphsvc: the builder and the JSON converter.
+    """
+
+    exit_code = 3
+
+
+class OpError(GraphsvcError):
+    """An op problem: missing from the registry, registered twice, malformed. Exit 4."""
+
+    exit_code = 4
+
+
+class PluginError(OpError):
+    """A plugin failed to import or raised in its hook. Exit 4."""
+
+
+class ReplayError(GraphsvcError):
+    """Replay failed (an op raised or returned the wrong shape). Exit 1."""

@@ -1,0 +1,418 @@
+"""The graphsvc msgpack wire format, version 1: the only module that imports msgpack.
+
+``dumps``/``dump``/``save`` write, ``loads``/``load`` read. The byte-level spec is
+``schemas/FORMAT.md``; the JSON Schema of the decoded document is ``schemas/graphsvc-v1.schema.json``.
+
+A file is data, never code: no msgpack ext types, no pickle, nothing is imported or evaluated.
+Every size the file declares is checked against the bytes actually present before anything is
+allocated, and every structural rule is checked before the graph is returned.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+
+from graphsvc.atomic import atomic_writer
+from graphsvc.errors import FormatError, GraphFileError, GraphStructureError
+from graphsvc.graph import (
+    FLOAT_DTYPE,
+    INDEX_DTYPE,
+    MAX_NODES,
+    OFFSET_DTYPE,
+    OP_CODE_DTYPE,
+    Graph,
+    OpSource,
+)
+
+FORMAT_NAME = "graphsvc"
+#: The version this module writes. A reader refuses a newer major and reads a newer minor.
+VERSION = (1, 0)
+
+#: Column name -> the dtype version 1 requires (little-endian, numpy notation).
+COLUMN_DTYPES: dict[str, np.dtype[Any]] = {
+    "op_codes": OP_CODE_DTYPE,
+    "parent_offsets": OFFSET_DTYPE,
+    "parent_indices": INDEX_DTYPE,
+    "values": FLOAT_DTYPE,
+    "grads": FLOAT_DTYPE,
+}
+_REQUIRED_KEYS = ("format", "version", "ops", "nodes", "names", "attrs", "outputs", "metadata")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits applied while reading a file. Each is checked before allocating."""
+
+    max_nodes: int = MAX_NODES
+    max_edges: int = MAX_NODES
+    max_string_length: int = 1 << 20
+    max_attr_depth: int = 32
+
+
+DEFAULT_LIMITS = Limits()
+
+
+# -- writing ------------------------------------------------------------------------------------
+def _column(array: npt.NDArray[Any], dtype: np.dtype[Any]) -> tuple[dict[str, Any], memoryview]:
+    data = np.ascontiguousarray(array, dtype=dtype)
+    return {"dtype": dtype.str, "length": len(data)}, data.view(np.uint8).data
+
+
+def _op_entry(tag: str, source: OpSource | None) -> dict[str, Any]:
+    source = source or OpSource()
+    return {"tag": tag, "plugin": source.plugin, "version": source.version}
+
+
+def _encode(graph: Graph) -> Iterator[bytes | memoryview]:
+    """Yield the document's bytes in order; column payloads are yielded as views, not copies.
+
+    The output is exactly ``msgpack.packb(document)`` of the document described in the spec,
+    written piece by piece so a large graph is never copied into one buffer.
+    """
+    packer = msgpack.Packer(use_bin_type=True, use_single_float=False, strict_types=False, autoreset=True)
+    pack = packer.pack
+    yield packer.pack_map_header(len(_REQUIRED_KEYS))
+    yield pack("format") + pack(FORMAT_NAME)
+    yield pack("version") + pack(list(VERSION))
+    yield pack("ops") + pack([_op_entry(tag, graph.op_sources.get(tag)) for tag in graph.op_table])
+    columns: list[tuple[str, npt.NDArray[Any]]] = [
+        ("op_codes", graph.op_codes),
+        ("parent_offsets", graph.parent_offsets),
+        ("parent_indices", graph.parent_indices),
+        ("values", graph.values),
+    ]
+    if graph.grads is not None:
+        columns.append(("grads", graph.grads))
+    yield pack("nodes") + packer.pack_map_header(len(columns) + 1) + pack("count") + pack(graph.num_nodes)
+    for key, array in columns:
+        header, payload = _column(array, COLUMN_DTYPES[key])
+        yield pack(key) + packer.pack_map_header(3)
+        yield pack("dtype") + pack(header["dtype"]) + pack("length") + pack(header["length"])
+        yield pack("data") + _bin_header(len(payload))
+        yield payload
+    yield pack("names") + pack([[node, graph.names[node]] for node in sorted(graph.names)])
+    yield pack("attrs") + pack([[node, _sorted_map(graph.attrs[node])] for node in sorted(graph.attrs)])
+    yield pack("outputs") + pack([int(o) for o in graph.outputs])
+    yield pack("metadata") + pack(graph.metadata)
+
+
+def _bin_header(length: int) -> bytes:
+    """The msgpack bin header for ``length`` bytes (what ``packb(bytes)`` writes before them)."""
+    if length < 1 << 8:
+        return struct.pack(">BB", 0xC4, length)
+    if length < 1 << 16:
+        return struct.pack(">BH", 0xC5, length)
+    if length < 1 << 32:
+        return struct.pack(">BI", 0xC6, length)
+    raise FormatError(f"a column of {length} bytes is larger than msgpack allows (4 GiB)")
+
+
+def _sorted_map(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {key: attrs[key] for key in sorted(attrs)}
+
+
+def dumps(graph: Graph) -> bytes:
+    """Encode a graph. The same graph always gives the same bytes."""
+    graph.check()
+    try:
+        return b"".join(_encode(graph))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FormatError(f"cannot encode the graph: {exc}") from exc
+
+
+def dump(graph: Graph, stream: IO[bytes]) -> None:
+    """Write a graph to an open binary stream."""
+    graph.check()
+    try:
+        for chunk in _encode(graph):
+            stream.write(chunk)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FormatError(f"cannot encode the graph: {exc}") from exc
+
+
+def save(graph: Graph, path: str | os.PathLike[str]) -> None:
+    """Write a graph to ``path`` atomically (see :mod:`graphsvc.atomic`): a reader sees the old
+    file or the new one, never a part."""
+    graph.check()
+    with atomic_writer(path) as stream:
+        dump(graph, stream)
+
+
+# -- reading ------------------------------------------------------------------------------------
+class _DuplicateKey(Exception):
+    pass
+
+
+def _pairs_to_dict(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return result
+
+
+def _decode(data: bytes, limits: Limits) -> Any:
+    size = len(data)
+    if not size:
+        raise FormatError("the file is truncated: it is empty")
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            object_pairs_hook=_pairs_to_dict,
+            # Each array item or map entry takes at least one byte (two for a map entry), so a
+            # count larger than the file cannot be honest: refusing it avoids a huge allocation.
+            max_array_len=size,
+            max_map_len=size // 2,
+            max_bin_len=size,
+            max_str_len=min(size, limits.max_string_length),
+            max_ext_len=0,
+        )
+    except msgpack.ExtraData as exc:
+        raise FormatError(
+            f"trailing bytes after the document: {len(exc.extra)} bytes follow the first {size - len(exc.extra)}"
+        ) from None
+    except _DuplicateKey as exc:
+        raise FormatError(f"a map repeats the key {exc.args[0]!r}") from None
+    except UnicodeDecodeError:
+        raise FormatError("a string is not valid UTF-8") from None
+    except ValueError as exc:
+        text = str(exc)
+        if "incomplete" in text:
+            raise FormatError(f"the file is truncated: {size} bytes end in the middle of the document") from None
+        too_long = re.match(r"(\d+) exceeds max_(\w+)_len\((\d+)\)", text)
+        if too_long:
+            declared, kind, allowed = too_long.groups()
+            if kind == "str" and int(allowed) == limits.max_string_length < size:
+                raise FormatError(f"a string of {declared} bytes is longer than the limit of {allowed} bytes") from None
+            noun = {"str": "a string", "bin": "bin data", "array": "an array", "map": "a map"}.get(kind, kind)
+            raise FormatError(
+                f"the file is truncated: {noun} declares {declared} "
+                f"{'entries' if kind in ('array', 'map') else 'bytes'}, more than the file's {size} bytes can hold"
+            ) from None
+        if "not allowed for map key" in text:
+            raise FormatError("a map has a key that is not a string") from None
+        raise FormatError(f"not a valid msgpack document: {text}") from None
+    except Exception as exc:  # msgpack's own errors: FormatError, StackError, ...
+        raise FormatError(f"not a valid msgpack document: {type(exc).__name__}: {exc}") from None
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise FormatError(f"{where} must be {_article(names)}, not {_describe(value)}")
+    return value
+
+
+def _article(names: str) -> str:
+    plain = {"int": "an integer", "str": "a string", "list": "an array", "dict": "a map", "bytes": "bin data"}
+    return " or ".join(plain.get(n, n) for n in names.split(" or "))
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nil"
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a float",
+        str: "a string",
+        bytes: "bin data",
+        list: "an array",
+        dict: "a map",
+    }.get(type(value), type(value).__name__)
+
+
+def _read_column(nodes: dict[str, Any], key: str, expected_length: int | None, limits: Limits) -> npt.NDArray[Any]:
+    where = f"nodes.{key}"
+    column = _expect(nodes.get(key), dict, where)
+    dtype_name = _expect(column.get("dtype"), str, f"{where}.dtype")
+    expected_dtype = COLUMN_DTYPES[key]
+    if dtype_name != expected_dtype.str:
+        raise FormatError(f"{where}.dtype is {dtype_name!r}, but version 1 requires {expected_dtype.str!r}")
+    length = _expect(column.get("length"), int, f"{where}.length")
+    if length < 0:
+        raise FormatError(f"{where}.length is negative ({length})")
+    if expected_length is not None and length != expected_length:
+        raise FormatError(f"{where}.length is {length}, expected {expected_length}")
+    data = _expect(column.get("data"), bytes, f"{where}.data")
+    if len(data) != length * expected_dtype.itemsize:
+        raise FormatError(
+            f"{where}.data holds {len(data)} bytes, but {length} x {expected_dtype.str} needs "
+            f"{length * expected_dtype.itemsize}"
+        )
+    return np.frombuffer(data, dtype=expected_dtype)
+
+
+def _read_version(doc: dict[str, Any]) -> tuple[int, int]:
+    version = doc.get("version")
+    if (
+        not isinstance(version, list)
+        or len(version) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in version)
+    ):
+        raise FormatError(f"version must be an array of two non-negative integers [major, minor], not {version!r}")
+    major, minor = version
+    if major > VERSION[0]:
+        raise FormatError(
+            f"the file uses format version {major}.{minor}, newer than this graphsvc reads "
+            f"(major version {VERSION[0]}); upgrade graphsvc"
+        )
+    if major < 1:
+        raise FormatError(f"unknown format version {major}.{minor}")
+    return major, minor
+
+
+def _read_ops(doc: dict[str, Any], limits: Limits) -> tuple[list[str], dict[str, OpSource]]:
+    ops = _expect(doc["ops"], list, "ops")
+    table: list[str] = []
+    sources: dict[str, OpSource] = {}
+    for i, entry in enumerate(ops):
+        entry = _expect(entry, dict, f"ops[{i}]")
+        tag = _expect(entry.get("tag"), str, f"ops[{i}].tag")
+        plugin = entry.get("plugin")
+        version = entry.get("version")
+        if plugin is not None:
+            _expect(plugin, str, f"ops[{i}].plugin")
+        if version is not None:
+            _expect(version, str, f"ops[{i}].version")
+        if tag in sources:
+            raise FormatError(f"ops lists the tag {tag!r} twice")
+        table.append(tag)
+        sources[tag] = OpSource(plugin, version)
+    return table, sources
+
+
+def _read_sparse(doc: dict[str, Any], key: str, kind: type, n: int) -> dict[int, Any]:
+    entries = _expect(doc[key], list, key)
+    result: dict[int, Any] = {}
+    previous = -1
+    for i, entry in enumerate(entries):
+        where = f"{key}[{i}]"
+        if not isinstance(entry, list) or len(entry) != 2:
+            raise FormatError(f"{where} must be an array [node id, {'name' if kind is str else 'map'}]")
+        node = _expect(entry[0], int, f"{where}[0]")
+        if not 0 <= node < n:
+            raise FormatError(f"{where} refers to node {node}, which does not exist (the graph has {n} nodes)")
+        if node <= previous:
+            what = "twice" if node == previous else "out of order (ids must increase)"
+            raise FormatError(f"{where}: node {node} is listed {what}")
+        previous = node
+        result[node] = _expect(entry[1], kind, f"{where}[1]")
+    return result
+
+
+def _check_depth(value: Any, limit: int, where: str) -> None:
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if level > limit:
+            raise FormatError(f"{where} nests deeper than {limit} levels")
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+
+
+def loads(data: bytes, limits: Limits = DEFAULT_LIMITS) -> Graph:
+    """Decode and validate a graph. Any problem raises :class:`FormatError`, never another error."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError("loads() takes bytes")
+    return _validate(_decode(bytes(data), limits), limits)
+
+
+def _validate(doc: Any, limits: Limits) -> Graph:
+    return _validate_versioned(doc, limits)[0]
+
+
+def _validate_versioned(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
+    try:
+        return _from_document(doc, limits)
+    except GraphStructureError as exc:
+        raise FormatError(str(exc)) from None
+    except FormatError:
+        raise
+    except (ValueError, TypeError, OverflowError, MemoryError, RecursionError) as exc:  # pragma: no cover
+        raise FormatError(f"invalid document: {type(exc).__name__}: {exc}") from None
+
+
+def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
+    doc = _expect(doc, dict, "the document")
+    if doc.get("format") != FORMAT_NAME:
+        raise FormatError(f"not a graphsvc file (format is {doc.get('format')!r}, expected {FORMAT_NAME!r})")
+    version = _read_version(doc)
+    missing = [key for key in _REQUIRED_KEYS if key not in doc]
+    if missing:
+        raise FormatError(f"the document lacks the key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    op_table, op_sources = _read_ops(doc, limits)
+    nodes = _expect(doc["nodes"], dict, "nodes")
+    count = _expect(nodes.get("count"), int, "nodes.count")
+    if not 0 <= count <= limits.max_nodes:
+        raise FormatError(f"nodes.count is {count}, outside the limit 0..{limits.max_nodes}")
+    op_codes = _read_column(nodes, "op_codes", count, limits)
+    offsets = _read_column(nodes, "parent_offsets", count + 1, limits)
+    parents = _read_column(nodes, "parent_indices", None, limits)
+    if len(parents) > limits.max_edges:
+        raise FormatError(f"nodes.parent_indices has {len(parents)} entries, over the limit {limits.max_edges}")
+    values = _read_column(nodes, "values", count, limits)
+    grads = _read_column(nodes, "grads", count, limits) if nodes.get("grads") is not None else None
+    names = _read_sparse(doc, "names", str, count)
+    attrs = _read_sparse(doc, "attrs", dict, count)
+    for node, node_attrs in attrs.items():
+        _check_depth(node_attrs, limits.max_attr_depth, f"attributes of node {node}")
+    outputs = [_expect(o, int, f"outputs[{i}]") for i, o in enumerate(_expect(doc["outputs"], list, "outputs"))]
+    metadata = _expect(doc["metadata"], dict, "metadata")
+    _check_depth(metadata, limits.max_attr_depth, "metadata")
+    graph = Graph(
+        op_table=op_table,
+        op_codes=op_codes,
+        parent_offsets=offsets,
+        parent_indices=parents,
+        values=values,
+        grads=grads,
+        names=names,
+        attrs=attrs,
+        outputs=outputs,
+        metadata=metadata,
+        op_sources=op_sources,
+    )
+    graph.check()
+    return graph, version
+
+
+def load(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) -> Graph:
+    """Read and validate the graph file at ``path``."""
+    return load_versioned(path, limits)[0]
+
+
+def load_versioned(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) -> tuple[Graph, tuple[int, int]]:
+    """Like :func:`load`, and also return the file's format version ``(major, minor)``."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise GraphFileError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise GraphFileError(f"{path}: is a folder, not a graph file") from None
+    except OSError as exc:
+        raise GraphFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        doc = _decode(data, limits)
+        del data  # the decoded columns hold their own copy; free the file's bytes before validating
+        return _validate_versioned(doc, limits)
+    except FormatError as exc:
+        raise FormatError(f"{path}: {exc}") from None

@@ -1,0 +1,357 @@
+"""The graph model: a computation graph stored as columns, and a small builder.
+
+A graph has nodes ``0..N-1``. Node ``i`` has an op tag (``op_table[op_codes[i]]``), an ordered
+list of parents (``parent_indices[parent_offsets[i]:parent_offsets[i + 1]]``, repeats allowed),
+a float64 value, an optional float64 gradient, an optional name and optional attributes.
+
+Node ids are in topological order: every parent id is smaller than its child's id (the rule ONNX
+uses). A cycle therefore cannot be stored; the builder and the JSON converter are where graphs
+enter graphsvc, and they enforce the rule.
+
+This module holds no I/O, no msgpack and no pluggy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from graphsvc.errors import GraphStructureError, UsageError
+
+#: Tag of an input node (a value a user may set: a weight, an ``x``).
+LEAF = "leaf"
+#: Tag of a constant (a number that appeared in an expression, such as the ``2`` in ``2 * a``).
+CONST = "const"
+#: The tags of nodes without parents.
+LEAF_TAGS = frozenset({LEAF, CONST})
+
+OP_CODE_DTYPE = np.dtype("<u2")
+OFFSET_DTYPE = np.dtype("<i8")
+INDEX_DTYPE = np.dtype("<i4")
+FLOAT_DTYPE = np.dtype("<f8")
+#: The most distinct op tags one graph can use (op codes are uint16).
+MAX_OPS = 1 << 16
+#: The most nodes one graph can hold (parent indices are int32).
+MAX_NODES = (1 << 31) - 1
+
+NodeRef = int | str
+
+
+@dataclass(frozen=True)
+class OpSource:
+    """Where an op tag comes from: the plugin distribution and its version, when known."""
+
+    plugin: str | None = None
+    version: str | None = None
+
+
+@dataclass(eq=False)
+class Graph:
+    """A computation graph as columns. See the module docstring for the layout.
+
+    Arrays of a loaded graph may be read-only views of the file's bytes; use :meth:`copy`
+    before changing one in place.
+    """
+
+    op_table: list[str]
+    op_codes: npt.NDArray[np.uint16]
+    parent_offsets: npt.NDArray[np.int64]
+    parent_indices: npt.NDArray[np.int32]
+    values: npt.NDArray[np.float64]
+    grads: npt.NDArray[np.float64] | None = None
+    names: dict[int, str] = field(default_factory=dict)
+    attrs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    outputs: list[int] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    op_sources: dict[str, OpSource] = field(default_factory=dict)
+
+    # -- sizes and per-node access -------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return len(self.op_codes)
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.parent_indices)
+
+    def op(self, node: int) -> str:
+        return self.op_table[int(self.op_codes[node])]
+
+    def parents(self, node: int) -> list[int]:
+        start, stop = self.parent_offsets[node], self.parent_offsets[node + 1]
+        return [int(p) for p in self.parent_indices[start:stop]]
+
+    def name(self, node: int) -> str | None:
+        return self.names.get(node)
+
+    def label(self, node: int) -> str:
+        """The node's name, or ``#id`` when it has none."""
+        name = self.names.get(node)
+        return name if name is not None else f"#{node}"
+
+    def node_id(self, ref: NodeRef) -> int:
+        """Resolve a node id or a name (a string of digits is an id when no node has that name)."""
+        if isinstance(ref, str):
+            for node, name in self.names.items():
+                if name == ref:
+                    return node
+            if not ref.lstrip("-").isdigit():
+                raise UsageError(f"no node named {ref!r}")
+            ref = int(ref)
+        if not 0 <= ref < self.num_nodes:
+            raise UsageError(f"no node with id {ref} (the graph has {self.num_nodes} nodes)")
+        return ref
+
+    # -- derived columns ---------------------------------------------------------------------
+    def parent_counts(self) -> npt.NDArray[np.int64]:
+        return np.diff(self.parent_offsets)
+
+    def child_counts(self) -> npt.NDArray[np.int64]:
+        """How many parent slots point at each node (``x*x`` counts twice for ``x``)."""
+        return np.bincount(self.parent_indices, minlength=self.num_nodes).astype(np.int64)
+
+    def child_ids(self) -> npt.NDArray[np.int64]:
+        """For each edge (parent slot), the id of the node that owns it."""
+        return np.repeat(np.arange(self.num_nodes, dtype=np.int64), self.parent_counts())
+
+    def sinks(self) -> npt.NDArray[np.int64]:
+        """Nodes that are nobody's parent, in increasing id order."""
+        return np.flatnonzero(self.child_counts() == 0)
+
+    def leaves(self) -> npt.NDArray[np.int64]:
+        """Nodes without parents, in increasing id order."""
+        return np.flatnonzero(self.parent_counts() == 0)
+
+    def op_histogram(self) -> dict[str, int]:
+        counts = np.bincount(self.op_codes, minlength=len(self.op_table))
+        return {tag: int(c) for tag, c in zip(self.op_table, counts, strict=False) if c}
+
+    def copy(self) -> Graph:
+        """A deep copy with writable arrays."""
+        return Graph(
+            op_table=list(self.op_table),
+            op_codes=self.op_codes.copy(),
+            parent_offsets=self.parent_offsets.copy(),
+            parent_indices=self.parent_indices.copy(),
+            values=self.values.copy(),
+            grads=None if self.grads is None else self.grads.copy(),
+            names=dict(self.names),
+            attrs={k: dict(v) for k, v in self.attrs.items()},
+            outputs=list(self.outputs),
+            metadata=dict(self.metadata),
+            op_sources=dict(self.op_sources),
+        )
+
+    # -- validation ------------------------------------------------------------------------
+    def check(self) -> None:
+        """Check every structural rule, vectorized; raise :class:`GraphStructureError` on the first broken one."""
+        n = self.num_nodes
+        e = self.num_edges
+        if n > MAX_NODES:
+            raise GraphStructureError(f"too many nodes: {n} (at most {MAX_NODES})")
+        if len(self.op_table) != len(set(self.op_table)):
+            dup = _first_duplicate(self.op_table)
+            raise GraphStructureError(f"op table lists {dup!r} twice")
+        if len(self.op_table) > MAX_OPS:
+            raise GraphStructureError(f"too many ops: {len(self.op_table)} (at most {MAX_OPS})")
+        for tag in self.op_table:
+            if not isinstance(tag, str) or not tag:
+                raise GraphStructureError(f"op tag {tag!r} is not a non-empty string")
+        for column, length in (("values", n), ("parent_offsets", n + 1)):
+            got = len(getattr(self, column))
+            if got != length:
+                raise GraphStructureError(f"column {column} has {got} entries, expected {length}")
+        if self.grads is not None and len(self.grads) != n:
+            raise GraphStructureError(f"column grads has {len(self.grads)} entries, expected {n}")
+        offsets = self.parent_offsets
+        if offsets[0] != 0:
+            raise GraphStructureError(f"parent_offsets must start at 0, not {int(offsets[0])}")
+        if offsets[-1] != e:
+            raise GraphStructureError(f"parent_offsets ends at {int(offsets[-1])} but there are {e} parent indices")
+        counts = np.diff(offsets)
+        bad = np.flatnonzero(counts < 0)
+        if len(bad):
+            raise GraphStructureError(f"parent_offsets decreases at node {int(bad[0])}")
+        if n and int(self.op_codes.max()) >= len(self.op_table):
+            node = int(np.argmax(self.op_codes >= len(self.op_table)))
+            raise GraphStructureError(
+                f"node {node} has op code {int(self.op_codes[node])}, but the op table has {len(self.op_table)} entries"
+            )
+        if e:
+            if int(self.parent_indices.min()) < 0:
+                slot = int(np.argmax(self.parent_indices < 0))
+                child = int(np.searchsorted(offsets, slot, side="right") - 1)
+                raise GraphStructureError(f"node {child} has a negative parent index {int(self.parent_indices[slot])}")
+            _check_parents_precede(self.parent_indices, offsets, counts)
+        leaf_codes = [i for i, tag in enumerate(self.op_table) if tag in LEAF_TAGS]
+        if leaf_codes:
+            with_parents = np.isin(self.op_codes, leaf_codes) & (counts > 0)
+            if with_parents.any():
+                node = int(np.argmax(with_parents))
+                raise GraphStructureError(f"node {node} is a {self.op(node)} but has parents")
+        self._check_sparse(n)
+
+    def _check_sparse(self, n: int) -> None:
+        seen: dict[str, int] = {}
+        for node, name in self.names.items():
+            if not 0 <= node < n:
+                raise GraphStructureError(f"name {name!r} is given to node {node}, which does not exist")
+            if not isinstance(name, str) or not name:
+                raise GraphStructureError(f"node {node} has a name that is not a non-empty string")
+            if name in seen:
+                raise GraphStructureError(f"name {name!r} is used by nodes {seen[name]} and {node}")
+            seen[name] = node
+        for node, attrs in self.attrs.items():
+            if not 0 <= node < n:
+                raise GraphStructureError(f"attributes are given to node {node}, which does not exist")
+            if not isinstance(attrs, dict) or not all(isinstance(k, str) for k in attrs):
+                raise GraphStructureError(f"attributes of node {node} must be a map with string keys")
+        for out in self.outputs:
+            if not 0 <= out < n:
+                raise GraphStructureError(f"output {out} does not exist (the graph has {n} nodes)")
+
+
+def _check_parents_precede(
+    parents: npt.NDArray[np.int32], offsets: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
+) -> None:
+    """Every parent id must be smaller than its child's id; name the first node that breaks it."""
+    has_parents = np.flatnonzero(counts > 0)
+    largest = np.maximum.reduceat(parents, offsets[:-1][has_parents])
+    bad = np.flatnonzero(largest >= has_parents)
+    if not len(bad):
+        return
+    child = int(has_parents[bad[0]])
+    parent = int(largest[bad[0]])
+    if parent == child:
+        raise GraphStructureError(f"node {child} lists itself as a parent (a self-loop)")
+    raise GraphStructureError(
+        f"node {child} has parent {parent}, which does not come before it: "
+        "node ids must be in topological order (every parent id smaller than its child's)"
+    )
+
+
+def _first_duplicate(items: Iterable[Any]) -> Any:
+    seen = set()
+    for item in items:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None
+
+
+class GraphBuilder:
+    """Build a graph by hand, node by node, as seed 000 does with ``Node('t3', [one, t2])``.
+
+    >>> b = GraphBuilder()
+    >>> a, c = b.leaf(2.0, name="a"), b.const(3.0)
+    >>> y = b.add("mul", [a, c], name="y", value=6.0)
+    >>> graph = b.build(outputs=[y])
+
+    Parents are node ids or names of nodes added earlier, so the ids come out in topological
+    order and a cycle cannot be built.
+    """
+
+    def __init__(self) -> None:
+        self._op_index: dict[str, int] = {}
+        self._op_table: list[str] = []
+        self._op_codes: list[int] = []
+        self._offsets: list[int] = [0]
+        self._parents: list[int] = []
+        self._values: list[float] = []
+        self._grads: list[float] = []
+        self._has_grads = False
+        self._names: dict[int, str] = {}
+        self._by_name: dict[str, int] = {}
+        self._attrs: dict[int, dict[str, Any]] = {}
+        self.op_sources: dict[str, OpSource] = {}
+
+    def __len__(self) -> int:
+        return len(self._op_codes)
+
+    def leaf(self, value: float = 0.0, name: str | None = None, grad: float | None = None) -> int:
+        """Add an input node."""
+        return self.add(LEAF, [], value=value, name=name, grad=grad)
+
+    def const(self, value: float, name: str | None = None) -> int:
+        """Add a constant."""
+        return self.add(CONST, [], value=value, name=name)
+
+    def add(
+        self,
+        op: str,
+        parents: Sequence[NodeRef] = (),
+        *,
+        value: float = math.nan,
+        name: str | None = None,
+        attrs: Mapping[str, Any] | None = None,
+        grad: float | None = None,
+    ) -> int:
+        """Add a node and return its id. A value left out is ``nan`` until a forward replay."""
+        if not isinstance(op, str) or not op:
+            raise GraphStructureError(f"op tag {op!r} is not a non-empty string")
+        node = len(self._op_codes)
+        ids = [self._resolve(p, node) for p in parents]
+        if op in LEAF_TAGS and ids:
+            raise GraphStructureError(f"a {op} node cannot have parents")
+        if name is not None:
+            if not isinstance(name, str) or not name:
+                raise GraphStructureError(f"name {name!r} is not a non-empty string")
+            if name in self._by_name:
+                raise GraphStructureError(f"name {name!r} is already used by node {self._by_name[name]}")
+            self._names[node] = name
+            self._by_name[name] = node
+        code = self._op_index.get(op)
+        if code is None:
+            code = self._op_index[op] = len(self._op_table)
+            self._op_table.append(op)
+        self._op_codes.append(code)
+        self._parents.extend(ids)
+        self._offsets.append(len(self._parents))
+        self._values.append(float(value))
+        if grad is not None:
+            self._has_grads = True
+        self._grads.append(math.nan if grad is None else float(grad))
+        if attrs:
+            self._attrs[node] = dict(attrs)
+        return node
+
+    def _resolve(self, ref: NodeRef, node: int) -> int:
+        if isinstance(ref, str):
+            if ref not in self._by_name:
+                raise GraphStructureError(f"node {node}: no earlier node is named {ref!r}")
+            return self._by_name[ref]
+        if not isinstance(ref, (int, np.integer)) or isinstance(ref, bool):
+            raise GraphStructureError(f"node {node}: parent {ref!r} is not a node id or name")
+        if ref == node:
+            raise GraphStructureError(f"node {node} lists itself as a parent (a self-loop)")
+        if not 0 <= ref < node:
+            raise GraphStructureError(
+                f"node {node}: parent {ref} does not exist yet (parents must be added before their children)"
+            )
+        return int(ref)
+
+    def build(self, outputs: Sequence[NodeRef] | None = None, metadata: Mapping[str, Any] | None = None) -> Graph:
+        """Finish the graph. Outputs default to the nodes that are nobody's parent."""
+        graph = Graph(
+            op_table=list(self._op_table),
+            op_codes=np.array(self._op_codes, dtype=OP_CODE_DTYPE),
+            parent_offsets=np.array(self._offsets, dtype=OFFSET_DTYPE),
+            parent_indices=np.array(self._parents, dtype=INDEX_DTYPE),
+            values=np.array(self._values, dtype=FLOAT_DTYPE),
+            grads=np.array(self._grads, dtype=FLOAT_DTYPE) if self._has_grads else None,
+            names=dict(self._names),
+            attrs={k: dict(v) for k, v in self._attrs.items()},
+            metadata=dict(metadata or {}),
+            op_sources=dict(self.op_sources),
+        )
+        if outputs is None:
+            graph.outputs = [int(s) for s in graph.sinks()]
+        else:
+            graph.outputs = [graph.node_id(o) for o in outputs]
+        graph.check()
+        return graph

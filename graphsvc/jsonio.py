@@ -1,0 +1,227 @@
+"""A readable JSON form of a graph, for writing graphs by hand or from another tool.
+
+``graphsvc convert FILE --to json`` writes it; ``graphsvc convert FILE.json --to msgpack`` reads it.
+Node ids in JSON may be any distinct non-negative integers in any order and a parent may be given
+by name; reading sorts the nodes topologically (ties keep the order they are listed in), so ids
+already in topological order are kept, and a cycle is an error naming the nodes on it.
+
+Floats that JSON cannot hold are written as the strings ``"nan"``, ``"inf"`` and ``"-inf"``;
+every other float is written with Python's shortest round-trip repr, so values survive exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from graphsvc.errors import FormatError, GraphStructureError
+from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, OpSource
+from graphsvc.topo import topological_sort
+
+JSON_FORMAT_NAME = "graphsvc-json"
+JSON_VERSION = (1, 0)
+_SPECIAL = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _float_out(x: float) -> float | str:
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+def _float_in(x: Any, where: str) -> float:
+    if isinstance(x, str) and x in _SPECIAL:
+        return _SPECIAL[x]
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
+    raise FormatError(f'{where} must be a number or one of "nan", "inf", "-inf", not {x!r}')
+
+
+def to_document(graph: Graph) -> dict[str, Any]:
+    """The JSON document of a graph (a plain dict)."""
+    values = graph.values.tolist()
+    grads = None if graph.grads is None else graph.grads.tolist()
+    offsets = graph.parent_offsets.tolist()
+    parents = graph.parent_indices.tolist()
+    nodes = []
+    for node in range(graph.num_nodes):
+        item: dict[str, Any] = {
+            "id": node,
+            "name": graph.names.get(node),
+            "op": graph.op(node),
+            "parents": parents[offsets[node] : offsets[node + 1]],
+            "value": _float_out(values[node]),
+        }
+        if grads is not None:
+            item["grad"] = _float_out(grads[node])
+        if node in graph.attrs:
+            item["attrs"] = graph.attrs[node]
+        nodes.append(item)
+    ops = {}
+    for tag in graph.op_table:
+        source = graph.op_sources.get(tag, OpSource())
+        ops[tag] = {"plugin": source.plugin, "version": source.version}
+    return {
+        "format": JSON_FORMAT_NAME,
+        "version": list(JSON_VERSION),
+        "ops": ops,
+        "nodes": nodes,
+        "outputs": list(graph.outputs),
+        "metadata": graph.metadata,
+    }
+
+
+def dumps(graph: Graph) -> str:
+    """The graph as indented JSON text, one key per line."""
+    return json.dumps(to_document(graph), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def loads(text: str) -> Graph:
+    """Read a graph from JSON text; any problem raises :class:`FormatError`."""
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise FormatError("not valid JSON: nested too deeply") from None
+    try:
+        return from_document(doc)
+    except GraphStructureError as exc:
+        raise FormatError(str(exc)) from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise FormatError(f'JSON has a bare {name}; write it as a string ("nan", "inf", "-inf")')
+
+
+def from_document(doc: Any) -> Graph:
+    """Build a graph from a decoded JSON document."""
+    if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT_NAME:
+        raise FormatError(f'not a graphsvc JSON document (expected "format": "{JSON_FORMAT_NAME}")')
+    version = doc.get("version")
+    if not isinstance(version, list) or len(version) != 2 or not all(isinstance(v, int) for v in version):
+        raise FormatError("version must be [major, minor]")
+    if version[0] > JSON_VERSION[0]:
+        raise FormatError(f"the document uses JSON version {version[0]}.{version[1]}, newer than this graphsvc reads")
+    raw_nodes = doc.get("nodes")
+    if not isinstance(raw_nodes, list):
+        raise FormatError("nodes must be a list")
+    by_id: dict[int, dict[str, Any]] = {}
+    id_of_name: dict[str, int] = {}
+    for i, item in enumerate(raw_nodes):
+        if not isinstance(item, dict):
+            raise FormatError(f"nodes[{i}] must be an object")
+        node_id = item.get("id", i)
+        if not isinstance(node_id, int) or isinstance(node_id, bool) or node_id < 0:
+            raise FormatError(f"nodes[{i}].id must be a non-negative integer")
+        if node_id in by_id:
+            raise FormatError(f"nodes[{i}]: id {node_id} is used twice")
+        by_id[node_id] = item
+        name = item.get("name")
+        if name is not None:
+            if not isinstance(name, str) or not name:
+                raise FormatError(f"nodes[{i}].name must be a non-empty string")
+            if name in id_of_name:
+                raise FormatError(f"name {name!r} is used by nodes {id_of_name[name]} and {node_id}")
+            id_of_name[name] = node_id
+
+    def resolve(ref: Any, where: str) -> int:
+        if isinstance(ref, str):
+            if ref not in id_of_name:
+                raise FormatError(f"{where}: no node is named {ref!r}")
+            return id_of_name[ref]
+        if isinstance(ref, int) and not isinstance(ref, bool):
+            return ref
+        raise FormatError(f"{where}: a parent must be a node id or name, not {ref!r}")
+
+    parents_of: dict[int, list[int]] = {}
+    for node_id, item in by_id.items():
+        raw = item.get("parents", [])
+        if not isinstance(raw, list):
+            raise FormatError(f"node {node_id}: parents must be a list")
+        parents_of[node_id] = [resolve(p, f"node {node_id}") for p in raw]
+    describe = {node_id: _describe(node_id, item) for node_id, item in by_id.items()}
+    order = topological_sort(parents_of, describe)
+    new_id = {old: new for new, old in enumerate(order)}
+    return _assemble(doc, by_id, parents_of, order, new_id, resolve)
+
+
+def _describe(node_id: int, item: dict[str, Any]) -> str:
+    name = item.get("name")
+    return f"{node_id} ({name})" if name else str(node_id)
+
+
+def _assemble(
+    doc: dict[str, Any],
+    by_id: dict[int, dict[str, Any]],
+    parents_of: dict[int, list[int]],
+    order: list[int],
+    new_id: dict[int, int],
+    resolve: Any,
+) -> Graph:
+    op_index: dict[str, int] = {}
+    op_codes: list[int] = []
+    offsets = [0]
+    parents: list[int] = []
+    values: list[float] = []
+    grads: list[float] = []
+    names: dict[int, str] = {}
+    attrs: dict[int, dict[str, Any]] = {}
+    has_grads = any("grad" in item for item in by_id.values())
+    for old in order:
+        item = by_id[old]
+        node = new_id[old]
+        op = item.get("op")
+        if not isinstance(op, str) or not op:
+            raise FormatError(f"node {old}: op must be a non-empty string")
+        op_codes.append(op_index.setdefault(op, len(op_index)))
+        parents.extend(new_id[p] for p in parents_of[old])
+        offsets.append(len(parents))
+        values.append(_float_in(item.get("value", "nan"), f"node {old}: value"))
+        grads.append(_float_in(item.get("grad", "nan"), f"node {old}: grad"))
+        if item.get("name") is not None:
+            names[node] = item["name"]
+        if item.get("attrs"):
+            if not isinstance(item["attrs"], dict):
+                raise FormatError(f"node {old}: attrs must be an object")
+            attrs[node] = item["attrs"]
+    raw_outputs = doc.get("outputs", [])
+    if not isinstance(raw_outputs, list):
+        raise FormatError("outputs must be a list")
+    outputs = []
+    for ref in raw_outputs:
+        old = resolve(ref, "outputs")
+        if old not in new_id:
+            raise FormatError(f"output {ref!r} does not exist")
+        outputs.append(new_id[old])
+    metadata = doc.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise FormatError("metadata must be an object")
+    raw_ops = doc.get("ops", {})
+    if not isinstance(raw_ops, dict):
+        raise FormatError("ops must be an object")
+    op_table = list(op_index)
+    sources = {}
+    for tag in op_table:
+        entry = raw_ops.get(tag) or {}
+        sources[tag] = OpSource(entry.get("plugin"), entry.get("version"))
+    graph = Graph(
+        op_table=op_table,
+        op_codes=np.array(op_codes, dtype=OP_CODE_DTYPE),
+        parent_offsets=np.array(offsets, dtype=OFFSET_DTYPE),
+        parent_indices=np.array(parents, dtype=INDEX_DTYPE),
+        values=np.array(values, dtype=FLOAT_DTYPE),
+        grads=np.array(grads, dtype=FLOAT_DTYPE) if has_grads else None,
+        names=names,
+        attrs=attrs,
+        outputs=outputs,
+        metadata=metadata,
+        op_sources=sources,
+    )
+    graph.check()
+    return graph
