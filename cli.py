@@ -41,7 +41,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _State:
+    """Global options, set by the callback before any command runs."""
+
     debug = False
+    plugins: tuple[str, ...] = ()
+    strict_plugins = False
+    disable_plugins = False
 
 
 STATE = _State()
@@ -81,6 +86,22 @@ def handles_errors(command: F) -> F:
 
 @app.callback()
 def main(
+    plugin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--plugin",
+            help="Load a plugin: a module name or a .py file. Repeatable. Also: GRAPHSVC_PLUGINS=a,b.",
+        ),
+    ] = None,
+    strict_plugins: Annotated[
+        bool, typer.Option("--strict-plugins", help="Make a plugin that fails to load a fatal error (exit 4).")
+    ] = False,
+    disable_plugins: Annotated[
+        bool,
+        typer.Option(
+            "--disable-plugins", help="Load only graphsvc's builtin ops. Also: GRAPHSVC_DISABLE_PLUGINS=1."
+        ),
+    ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show a traceback on errors (for bug reports).")] = False,
 ) -> None:
     """Save, reload, inspect and replay computation graphs.
@@ -89,6 +110,9 @@ def main(
     file, 4 op or plugin problem.
     """
     STATE.debug = debug
+    STATE.plugins = tuple(plugin or ())
+    STATE.strict_plugins = strict_plugins
+    STATE.disable_plugins = disable_plugins
 
 
 # -- helpers -----------------------------------------------------------------------------------
