@@ -153,6 +153,17 @@ class _DuplicateKey(Exception):
     pass
 
 
+class _ExtType(Exception):
+    pass
+
+
+_EXT_MESSAGE = "the file contains a msgpack ext type; graphsvc files never do"
+
+
+def _reject_ext(code: int, data: bytes) -> Any:
+    raise _ExtType(code)
+
+
 def _pairs_to_dict(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
     result = dict(pairs)
     if len(result) != len(pairs):
@@ -181,12 +192,15 @@ def _decode(data: bytes, limits: Limits) -> Any:
             max_map_len=size // 2,
             max_bin_len=size,
             max_str_len=min(size, limits.max_string_length),
-            max_ext_len=0,
+            max_ext_len=0,  # refuses every ext type but the empty ones, which reach _reject_ext
+            ext_hook=_reject_ext,
         )
     except msgpack.ExtraData as exc:
         raise FormatError(
             f"trailing bytes after the document: {len(exc.extra)} bytes follow the first {size - len(exc.extra)}"
         ) from None
+    except _ExtType:
+        raise FormatError(_EXT_MESSAGE) from None
     except _DuplicateKey as exc:
         raise FormatError(f"a map repeats the key {exc.args[0]!r}") from None
     except UnicodeDecodeError:
@@ -198,6 +212,8 @@ def _decode(data: bytes, limits: Limits) -> Any:
         too_long = re.match(r"(\d+) exceeds max_(\w+)_len\((\d+)\)", text)
         if too_long:
             declared, kind, allowed = too_long.groups()
+            if kind == "ext":
+                raise FormatError(_EXT_MESSAGE) from None
             if kind == "str" and int(allowed) == limits.max_string_length < size:
                 raise FormatError(f"a string of {declared} bytes is longer than the limit of {allowed} bytes") from None
             noun = {"str": "a string", "bin": "bin data", "array": "an array", "map": "a map"}.get(kind, kind)

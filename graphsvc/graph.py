@@ -187,6 +187,13 @@ class Graph:
                 slot = int(np.argmax(self.parent_indices < 0))
                 child = int(np.searchsorted(offsets, slot, side="right") - 1)
                 raise GraphStructureError(f"node {child} has a negative parent index {int(self.parent_indices[slot])}")
+            if int(self.parent_indices.max()) >= n:
+                slot = int(np.argmax(self.parent_indices >= n))
+                child = int(np.searchsorted(offsets, slot, side="right") - 1)
+                raise GraphStructureError(
+                    f"node {child} has parent {int(self.parent_indices[slot])}, which does not exist "
+                    f"(the graph has {n} nodes)"
+                )
             _check_parents_precede(self.parent_indices, offsets, counts)
         leaf_codes = [i for i, tag in enumerate(self.op_table) if tag in LEAF_TAGS]
         if leaf_codes:
