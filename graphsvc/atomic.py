@@ -7,6 +7,7 @@ is left behind.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ def atomic_writer(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO
     except OSError as exc:
         raise GraphFileError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
+        os.fchmod(fd, _file_mode(path))  # mkstemp makes the file private (0600); give it a normal mode
         encoding = None if "b" in mode else "utf-8"
         with os.fdopen(fd, mode, encoding=encoding) as stream:
             yield stream
@@ -41,6 +43,16 @@ def atomic_writer(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO
             raise GraphFileError(f"cannot write {path}: {exc.strerror or exc}") from None
         raise
     _fsync_folder(folder)
+
+
+def _file_mode(path: Path) -> int:
+    """The mode of the file being replaced, or the mode ``open`` would give a new file."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        umask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _fsync_folder(folder: Path) -> None:
