@@ -1,0 +1,205 @@
+"""The column model and the builder: layout, derived columns, and every structural rule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from graphsvc.errors import GraphStructureError, UsageError
+from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder
+
+
+def seed000() -> Graph:
+    b = GraphBuilder()
+    z = b.leaf(0.5, name="z")
+    t1 = b.add("sin", [z], name="t1")
+    t2 = b.add("exp", [t1], name="t2")
+    one = b.const(1.0, name="1")
+    t3 = b.add("add", [one, t2], name="t3")
+    b.add("log", [t3], name="y")
+    return b.build()
+
+
+def test_builder_lays_out_columns_in_csr_form() -> None:
+    g = seed000()
+    assert g.op_table == [LEAF, "sin", "exp", CONST, "add", "log"]
+    assert g.op_codes.tolist() == [0, 1, 2, 3, 4, 5]
+    assert g.parent_offsets.tolist() == [0, 0, 1, 2, 2, 4, 5]
+    assert g.parent_indices.tolist() == [0, 1, 3, 2, 4]
+    assert (g.op_codes.dtype.str, g.parent_offsets.dtype.str, g.parent_indices.dtype.str) == ("<u2", "<i8", "<i4")
+    assert g.values.dtype.str == "<f8"
+    assert g.values[0] == 0.5 and g.values[3] == 1.0 and math.isnan(g.values[5])
+    assert g.grads is None
+    assert g.names == {0: "z", 1: "t1", 2: "t2", 3: "1", 4: "t3", 5: "y"}
+    assert g.outputs == [5]
+    assert (g.num_nodes, g.num_edges) == (6, 5)
+
+
+def test_parents_keep_order_and_repeats() -> None:
+    b = GraphBuilder()
+    x = b.leaf(3.0, name="x")
+    w = b.leaf(2.0, name="w")
+    b.add("mul", ["w", x], name="wx")
+    b.add("mul", [x, x], name="xx")
+    g = b.build()
+    assert g.parents(2) == [w, x]
+    assert g.parents(3) == [x, x]
+    assert g.child_counts().tolist() == [3, 1, 0, 0]
+    assert g.child_ids().tolist() == [2, 2, 3, 3]
+    assert g.sinks().tolist() == [2, 3]
+    assert g.leaves().tolist() == [0, 1]
+    assert g.outputs == [2, 3]  # default outputs: the sinks
+    assert g.op_histogram() == {"leaf": 2, "mul": 2}
+
+
+def test_grads_column_appears_when_any_node_has_a_grad() -> None:
+    b = GraphBuilder()
+    a = b.leaf(2.0, grad=4.0)
+    b.add("neg", [a], value=-2.0)
+    g = b.build()
+    assert g.grads is not None
+    assert g.grads[0] == 4.0 and math.isnan(g.grads[1])
+
+
+def test_node_id_resolves_names_and_ids() -> None:
+    g = seed000()
+    assert g.node_id("t3") == 4
+    assert g.node_id(4) == 4
+    assert g.node_id("4") == 4
+    assert g.node_id("1") == 3  # a name wins over an id spelled the same
+    assert g.label(3) == "1"
+    with pytest.raises(UsageError, match=r"^no node named 'nope'$"):
+        g.node_id("nope")
+    with pytest.raises(UsageError, match=r"^no node with id 6 \(the graph has 6 nodes\)$"):
+        g.node_id(6)
+    with pytest.raises(UsageError, match=r"^no node with id -1 \(the graph has 6 nodes\)$"):
+        g.node_id("-1")
+
+
+def test_copy_is_deep_and_writable() -> None:
+    g = seed000()
+    c = g.copy()
+    c.values[0] = 9.0
+    c.names[0] = "zz"
+    assert g.values[0] == 0.5 and g.names[0] == "z"
+
+
+def test_binary_graph_of_a_million_nodes_stays_under_100_bytes_a_node() -> None:
+    n = 1_000_000
+    g = Graph(
+        op_table=["leaf", "add"],
+        op_codes=np.ones(n, dtype="<u2"),
+        parent_offsets=np.arange(0, 2 * n + 1, 2, dtype="<i8"),
+        parent_indices=np.zeros(2 * n, dtype="<i4"),
+        values=np.zeros(n, dtype="<f8"),
+        grads=np.zeros(n, dtype="<f8"),
+    )
+    columns = (g.op_codes, g.parent_offsets, g.parent_indices, g.values, g.grads)
+    # op code 2 + offset 8 + two parent indices 8 + value 8 + grad 8 bytes, plus one offset
+    assert sum(a.nbytes for a in columns if a is not None) == 34 * n + 8
+
+
+BEFORE = "(parents must be added before their children)"
+
+
+def _i4(ids: list[int]) -> np.ndarray:
+    return np.array(ids, dtype="<i4")
+
+
+def _i8(ids: list[int]) -> np.ndarray:
+    return np.array(ids, dtype="<i8")
+
+
+def _u2(ids: list[int]) -> np.ndarray:
+    return np.array(ids, dtype="<u2")
+
+
+# -- builder errors ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda b: b.add("f", [1]), "node 1 lists itself as a parent (a self-loop)"),
+        (
+            lambda b: b.add("f", [5]),
+            f"node 1: parent 5 does not exist yet {BEFORE}",
+        ),
+        (
+            lambda b: b.add("f", [-1]),
+            f"node 1: parent -1 does not exist yet {BEFORE}",
+        ),
+        (lambda b: b.add("f", ["ghost"]), "node 1: no earlier node is named 'ghost'"),
+        (lambda b: b.add("f", [1.0]), "node 1: parent 1.0 is not a node id or name"),
+        (lambda b: b.add("f", [True]), "node 1: parent True is not a node id or name"),
+        (lambda b: b.add("", [0]), "op tag '' is not a non-empty string"),
+        (lambda b: b.add("leaf", [0]), "a leaf node cannot have parents"),
+        (lambda b: b.add("const", [0]), "a const node cannot have parents"),
+        (lambda b: b.leaf(1.0, name="a"), "name 'a' is already used by node 0"),
+        (lambda b: b.leaf(1.0, name=""), "name '' is not a non-empty string"),
+    ],
+)
+def test_builder_refuses_bad_nodes(build, message: str) -> None:  # type: ignore[no-untyped-def]
+    b = GraphBuilder()
+    b.leaf(1.0, name="a")
+    with pytest.raises(GraphStructureError) as info:
+        build(b)
+    assert str(info.value) == message
+
+
+def test_builder_refuses_unknown_outputs() -> None:
+    b = GraphBuilder()
+    b.leaf()
+    with pytest.raises(UsageError, match=r"^no node with id 3 \(the graph has 1 nodes\)$"):
+        b.build(outputs=[3])
+
+
+# -- Graph.check ------------------------------------------------------------------------------------
+def _broken(**change: object) -> Graph:
+    g = seed000().copy()
+    for key, value in change.items():
+        setattr(g, key, value)
+    return g
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"values": np.zeros(5)}, "column values has 5 entries, expected 6"),
+        ({"grads": np.zeros(7)}, "column grads has 7 entries, expected 6"),
+        ({"parent_offsets": np.array([1, 1, 1, 2, 2, 4, 5])}, "parent_offsets must start at 0, not 1"),
+        (
+            {"parent_offsets": _i8([0, 0, 1, 2, 2, 4, 4])},
+            "parent_offsets ends at 4 but there are 5 parent indices",
+        ),
+        ({"parent_offsets": np.array([0, 0, 3, 2, 2, 4, 5])}, "parent_offsets decreases at node 2"),
+        (
+            {"op_codes": _u2([0, 1, 2, 3, 4, 6])},
+            "node 5 has op code 6, but the op table has 6 entries",
+        ),
+        ({"parent_indices": _i4([0, 1, 3, -2, 4])}, "node 4 has a negative parent index -2"),
+        (
+            {"parent_indices": _i4([0, 1, 3, 9, 4])},
+            "node 4 has parent 9, which does not exist (the graph has 6 nodes)",
+        ),
+        ({"parent_indices": _i4([0, 1, 3, 4, 4])}, "node 4 lists itself as a parent (a self-loop)"),
+        (
+            {"parent_indices": _i4([0, 1, 5, 2, 4])},
+            "node 4 has parent 5, which does not come before it: "
+            "node ids must be in topological order (every parent id smaller than its child's)",
+        ),
+        ({"op_codes": _u2([0, 1, 2, 3, 4, 0])}, "node 5 is a leaf but has parents"),
+        ({"op_table": ["leaf", "sin", "exp", "const", "add", "sin"]}, "op table lists 'sin' twice"),
+        ({"op_table": ["leaf", "sin", "exp", "const", "add", ""]}, "op tag '' is not a non-empty string"),
+        ({"names": {0: "z", 4: "z"}}, "name 'z' is used by nodes 0 and 4"),
+        ({"names": {6: "w"}}, "name 'w' is given to node 6, which does not exist"),
+        ({"names": {1: ""}}, "node 1 has a name that is not a non-empty string"),
+        ({"attrs": {9: {}}}, "attributes are given to node 9, which does not exist"),
+        ({"attrs": {1: {1: 2}}}, "attributes of node 1 must be a map with string keys"),
+        ({"outputs": [6]}, "output 6 does not exist (the graph has 6 nodes)"),
+    ],
+)
+def test_check_names_the_broken_rule(change: dict[str, object], message: str) -> None:
+    with pytest.raises(GraphStructureError) as info:
+        _broken(**change).check()
+    assert str(info.value) == message
