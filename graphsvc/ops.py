@@ -1,0 +1,259 @@
+"""The op contract and the op registry.
+
+An op is an elementwise function with its local derivatives, the way micrograd writes them side by
+side::
+
+    Op("mul", 2, forward=lambda x, y: x * y, derivatives=lambda x, y, out: (y, x))
+
+- ``forward(*inputs, **attrs)`` returns the output.
+- ``derivatives(*inputs, out, **attrs)`` returns a tuple (or list) with one partial derivative
+  ``d out / d input_i`` per input. It receives the output too, so ``tanh`` can use ``1 - out**2`` and
+  ``exp`` can use ``out``.
+- Attributes stored with a node (``{"exponent": 2.0}`` on a ``pow`` node) are passed as keyword
+  arguments to both functions.
+- A *vectorized* op (the default) receives float64 numpy arrays holding every node of that op at once
+  and may return an array or a scalar (a scalar is broadcast: ``add`` returns ``(1.0, 1.0)``).
+  An op with ``vectorized=False`` receives Python floats and returns floats; the engine calls it
+  once per element.
+- nan and inf are values, not errors: numpy warnings are silenced while an op runs. An exception
+  or an output of the wrong shape is a :class:`~graphsvc.errors.ReplayError` naming the op and its
+  plugin.
+- Arity 0 is for the leaf tags (``leaf``, ``const``): their values come from the file, so they
+  have no functions.
+
+The registry owns the table of ops: registering a name twice is an :class:`~graphsvc.errors.OpError`
+naming both plugins, and nothing is ever overridden. Plugins do not touch the registry directly;
+they call the ``register`` callback of the ``graphsvc_register_ops`` hook (see
+:mod:`graphsvc.hookspecs` and :mod:`graphsvc.plugins`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphsvc.errors import OpError, ReplayError
+
+__all__ = ["Op", "OpRegistry", "check_op_declaration", "describe_source", "evaluate", "local_derivatives"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op: its tag, arity, forward function and local derivatives. See the module docstring."""
+
+    #: The tag nodes of this op carry in graph files.
+    name: str
+    #: How many inputs (parents) a node of this op has; 0 for the leaf tags.
+    arity: int
+    #: ``forward(*inputs, **attrs) -> output``; None for the leaf tags.
+    forward: Callable[..., Any] | None
+    #: ``derivatives(*inputs, out, **attrs) -> (d out/d input_0, ...)``; None for the leaf tags.
+    derivatives: Callable[..., Sequence[Any]] | None
+    #: The version of this op's definition, recorded in files next to the plugin's version.
+    version: str = "1"
+    #: False: the functions accept only Python floats, and the engine calls them per element.
+    vectorized: bool = True
+    #: One line for ``graphsvc ops``, then anything a user should know (domain, ties, attributes).
+    doc: str = ""
+    #: The distribution (or module) that registered the op; filled in by the registry.
+    plugin: str | None = None
+    #: That distribution's version, when known; filled in by the registry.
+    plugin_version: str | None = None
+
+    @property
+    def source(self) -> str:
+        """Who registered the op, for messages: ``"graphsvc 0.1.0"``, ``"myplugin"``."""
+        return describe_source(self.plugin, self.plugin_version)
+
+
+def describe_source(plugin: str | None, version: str | None) -> str:
+    """``"name version"``, ``"name"`` or ``"an unnamed plugin"``."""
+    if plugin is None:
+        return "an unnamed plugin"
+    return plugin if version is None else f"{plugin} {version}"
+
+
+def check_op_declaration(op: object) -> Op:
+    """Return ``op`` if it is a well-formed :class:`Op`, else raise :class:`OpError` saying what is wrong."""
+    if not isinstance(op, Op):
+        raise OpError(f"register() expects a graphsvc.ops.Op, not {type(op).__name__}")
+    if not isinstance(op.name, str) or not op.name:
+        raise OpError(f"an op's name must be a non-empty string, not {op.name!r}")
+    if not isinstance(op.arity, int) or isinstance(op.arity, bool) or op.arity < 0:
+        raise OpError(f"op {op.name!r}: arity must be a non-negative integer, not {op.arity!r}")
+    if op.arity == 0:
+        if op.forward is not None or op.derivatives is not None:
+            raise OpError(
+                f"op {op.name!r}: arity 0 is for leaf tags, whose values come from the file, "
+                "so forward and derivatives must be None"
+            )
+    else:
+        for field in ("forward", "derivatives"):
+            if not callable(getattr(op, field)):
+                raise OpError(f"op {op.name!r}: {field} must be a function, not {getattr(op, field)!r}")
+    if not isinstance(op.version, str) or not op.version:
+        raise OpError(f"op {op.name!r}: version must be a non-empty string, not {op.version!r}")
+    if not isinstance(op.vectorized, bool):
+        raise OpError(f"op {op.name!r}: vectorized must be True or False, not {op.vectorized!r}")
+    if not isinstance(op.doc, str):
+        raise OpError(f"op {op.name!r}: doc must be a string, not {op.doc!r}")
+    return op
+
+
+class OpRegistry:
+    """The table of ops, keyed by name. Registering a name twice is an error; nothing is overridden."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, Op] = {}
+
+    def register(self, op: Op, *, plugin: str | None = None, plugin_version: str | None = None) -> None:
+        """Add ``op``, recording the plugin that registered it (when given, it replaces ``op.plugin``).
+
+        Raises :class:`OpError` for a malformed op or a name that is already registered; the
+        message names both plugins, and the registry is left unchanged.
+        """
+        check_op_declaration(op)
+        if plugin is not None:
+            op = dataclasses.replace(op, plugin=plugin, plugin_version=plugin_version)
+        existing = self._ops.get(op.name)
+        if existing is not None:
+            raise OpError(duplicate_message(existing, op))
+        self._ops[op.name] = op
+
+    def get(self, name: str) -> Op:
+        """The op called ``name``; :class:`OpError` naming it when no plugin registered it."""
+        try:
+            return self._ops[name]
+        except (KeyError, TypeError):
+            raise OpError(f"unknown op {name!r}: no loaded plugin registers it (see `graphsvc ops`)") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ops
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter([self._ops[name] for name in sorted(self._ops)])
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def __repr__(self) -> str:
+        return f"<OpRegistry of {len(self._ops)} ops>"
+
+
+def duplicate_message(first: Op, second: Op) -> str:
+    """The error for a second registration of ``first.name``: it names both plugins."""
+    if (first.plugin, first.plugin_version) == (second.plugin, second.plugin_version):
+        return f"op {first.name!r} is registered twice by {first.source} (the first one is kept)"
+    return f"op {first.name!r} is registered by both {first.source} and {second.source} (the first one is kept)"
+
+
+# -- calling an op over many nodes at once -------------------------------------------------------
+def evaluate(op: Op, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    """Run ``op.forward`` on ``m`` nodes at once.
+
+    ``inputs`` holds ``op.arity`` float64 arrays of the same length ``m``; the result is a float64
+    array of length ``m``. It may be read-only or share memory with an input (a scalar result is
+    broadcast), so do not change it in place. Raises :class:`ReplayError` naming the op and its plugin.
+    """
+    m = _length(op, inputs)
+    with np.errstate(all="ignore"):
+        if op.vectorized:
+            result = _call(op, "forward", inputs, attrs)
+            return _as_column(op, "forward", result, m)
+        column = np.empty(m, dtype=np.float64)
+        forward = op.forward
+        assert forward is not None
+        for i, args in enumerate(zip(*(x.tolist() for x in inputs), strict=True)):
+            column[i] = _as_float(op, "forward", _call_one(op, "forward", forward, args, attrs))
+        return column
+
+
+def local_derivatives(
+    op: Op, inputs: Sequence[np.ndarray], out: np.ndarray, attrs: Mapping[str, Any]
+) -> list[np.ndarray]:
+    """Run ``op.derivatives`` on ``m`` nodes at once: ``op.arity`` float64 arrays of length ``m``.
+
+    Entry ``i`` holds ``d out / d input_i`` for every node. The same rules as :func:`evaluate` apply.
+    """
+    m = _length(op, inputs)
+    with np.errstate(all="ignore"):
+        if op.vectorized:
+            result = _call(op, "derivatives", [*inputs, out], attrs)
+            return [_as_column(op, "derivatives", d, m) for d in _partials(op, result)]
+        columns = [np.empty(m, dtype=np.float64) for _ in range(op.arity)]
+        derivatives = op.derivatives
+        assert derivatives is not None
+        for i, args in enumerate(zip(*(x.tolist() for x in inputs), out.tolist(), strict=True)):
+            partials = _partials(op, _call_one(op, "derivatives", derivatives, args, attrs))
+            for column, d in zip(columns, partials, strict=True):
+                column[i] = _as_float(op, "derivatives", d)
+        return columns
+
+
+def _length(op: Op, inputs: Sequence[np.ndarray]) -> int:
+    if op.arity == 0 or op.forward is None or op.derivatives is None:
+        raise ReplayError(f"op {op.name!r} ({op.source}) is a leaf tag: it has no forward or derivatives")
+    if len(inputs) != op.arity:
+        raise ReplayError(f"op {op.name!r} ({op.source}) takes {op.arity} inputs, got {len(inputs)}")
+    return len(inputs[0])
+
+
+def _call(op: Op, what: str, args: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    function = op.forward if what == "forward" else op.derivatives
+    assert function is not None
+    return _call_one(op, what, function, args, attrs)
+
+
+def _call_one(op: Op, what: str, function: Callable[..., Any], args: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    try:
+        return function(*args, **attrs)
+    except Exception as exc:
+        raise ReplayError(f"op {op.name!r} ({op.source}): {what} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _partials(op: Op, result: Any) -> Sequence[Any]:
+    # A bare array is refused: for a unary op it would be read as one partial per node.
+    if not isinstance(result, (tuple, list)):
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): derivatives returned {type(result).__name__}, "
+            f"expected a tuple of {op.arity} partial derivatives"
+        )
+    if len(result) != op.arity:
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): derivatives returned {len(result)} partial derivatives, expected {op.arity}"
+        )
+    return result
+
+
+def _as_column(op: Op, what: str, result: Any, m: int) -> np.ndarray:
+    try:
+        if np.iscomplexobj(result):
+            raise TypeError("complex")
+        array = np.asarray(result, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): {what} returned {type(result).__name__}, not real numbers"
+        ) from None
+    if array.shape == (m,):
+        return array
+    if array.ndim == 0 or array.shape == (1,):
+        return np.broadcast_to(array.reshape(()), (m,))
+    raise ReplayError(
+        f"op {op.name!r} ({op.source}): {what} returned an array of shape {array.shape}, expected ({m},) or a scalar"
+    )
+
+
+def _as_float(op: Op, what: str, value: Any) -> float:
+    try:
+        if isinstance(value, complex):
+            raise TypeError("complex")
+        return float(value)
+    except (TypeError, ValueError):
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): {what} returned {type(value).__name__}, not a float "
+            "(a per-element op returns Python floats)"
+        ) from None

@@ -1,0 +1,253 @@
+"""All plugin wiring, in one function and one fixed order: :func:`load_registry`.
+
+Nothing is loaded at import time. Each call builds a fresh pluggy ``PluginManager`` and a fresh
+:class:`~graphsvc.ops.OpRegistry` from, in this order:
+
+1. graphsvc's builtin ops (:mod:`graphsvc.builtin_ops`), through the same hook as everyone else;
+2. the entry points of group ``graphsvc``, sorted by entry-point name;
+3. the environment variable ``GRAPHSVC_PLUGINS`` (comma-separated module names or ``.py`` files);
+4. the ``extra`` argument (the CLI's repeatable ``--plugin``).
+
+``GRAPHSVC_DISABLE_PLUGINS=1`` (or ``disable_third_party=True``) loads the builtins only.
+
+Each third-party plugin is imported here, inside ``try``, so one broken plugin cannot stop the
+others (the lesson of simonw/llm issue #1280, where one bad entry point took the whole tool down).
+A plugin's hook gets its own ``register`` callback, so every op is recorded with the plugin that
+registered it; its ops are staged and committed only if the hook returns without raising. Problems
+(an import that fails, a hook that raises, a hook with the wrong signature, a malformed op, an op
+name that is already taken) are returned as :class:`PluginProblem`; with ``strict=True`` the first
+one raises :class:`~graphsvc.errors.PluginError` (exit code 4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from graphsvc.errors import OpError, PluginError
+from graphsvc.ops import Op, OpRegistry, check_op_declaration, duplicate_message
+
+__all__ = ["ENTRY_POINT_GROUP", "PluginProblem", "load_registry"]
+
+#: The entry-point group third-party distributions declare their plugin module in.
+ENTRY_POINT_GROUP = "graphsvc"
+#: Extra plugins to load: comma-separated module names or ``.py`` files.
+PLUGINS_ENV = "GRAPHSVC_PLUGINS"
+#: Set to 1 to load graphsvc's builtin ops only.
+DISABLE_ENV = "GRAPHSVC_DISABLE_PLUGINS"
+
+_HOOK = "graphsvc_register_ops"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+@dataclass(frozen=True)
+class PluginProblem:
+    """A plugin that did not load cleanly: its name (distribution, module or file) and what went wrong."""
+
+    plugin: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"plugin {self.plugin}: {self.message}"
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A plugin to load: how to get its module, and the provenance its ops are recorded with."""
+
+    label: str  # the name used in problems
+    load: Callable[[], ModuleType]
+    plugin: str | None = None  # provenance; None means "the module's name" (known after import)
+    version: str | None = None
+
+
+def load_registry(
+    extra: Sequence[str] = (), *, strict: bool = False, disable_third_party: bool = False
+) -> tuple[OpRegistry, list[PluginProblem]]:
+    """Load graphsvc's builtin ops and every plugin, in the fixed order of the module docstring.
+
+    ``extra`` holds module names or paths of ``.py`` files. Returns the registry and the problems
+    found (empty when everything loaded). With ``strict=True`` the first problem raises
+    :class:`~graphsvc.errors.PluginError` instead.
+    """
+    import graphsvc
+    from graphsvc import builtin_ops, hookspecs
+
+    manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    manager.add_hookspecs(hookspecs)
+    loader = _Loader(manager, OpRegistry(), strict)
+    loader.load(_Candidate("graphsvc", lambda: builtin_ops, "graphsvc", graphsvc.__version__))
+    if not (disable_third_party or os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUE):
+        for candidate in _third_party(extra):
+            loader.load(candidate)
+    return loader.registry, loader.problems
+
+
+def _third_party(extra: Sequence[str]) -> Iterable[_Candidate]:
+    seen: set[tuple[str, str]] = set()
+    for ep in sorted(_entry_points(), key=lambda ep: (ep.name, ep.value)):
+        if (ep.name, ep.value) in seen:  # one distribution found twice on sys.path
+            continue
+        seen.add((ep.name, ep.value))
+        dist = ep.dist
+        if dist is not None:
+            yield _Candidate(dist.name, ep.load, dist.name, dist.version)
+        else:
+            yield _Candidate(ep.name, ep.load, ep.name)
+    env = [item.strip() for item in os.environ.get(PLUGINS_ENV, "").split(",")]
+    for spec in [*(item for item in env if item), *extra]:
+        if spec.endswith(".py"):
+            path = Path(spec)
+            yield _Candidate(str(path), functools.partial(_import_file, path), path.stem)
+        else:
+            yield _Candidate(spec, functools.partial(importlib.import_module, spec))
+
+
+def _entry_points() -> Sequence[EntryPoint]:
+    """The installed entry points of group ``graphsvc`` (tests replace this)."""
+    return list(entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _import_file(path: Path) -> ModuleType:
+    """Execute a ``.py`` file as a module named after its stem, without leaving it in ``sys.modules``."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    name = path.stem
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    # The module is visible in sys.modules while it runs (dataclasses need that), then removed
+    # so a plugin file cannot shadow a real module of the same name.
+    previous = sys.modules.get(name)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if previous is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = previous
+    return module
+
+
+class _Loader:
+    """Loads plugins one at a time into one plugin manager and one registry, collecting problems."""
+
+    def __init__(self, manager: pluggy.PluginManager, registry: OpRegistry, strict: bool) -> None:
+        self.manager = manager
+        self.registry = registry
+        self.strict = strict
+        self.problems: list[PluginProblem] = []
+
+    def load(self, candidate: _Candidate) -> None:
+        before = len(self.problems)
+        self._load(candidate)
+        if self.strict and len(self.problems) > before:
+            raise PluginError(str(self.problems[before]))
+
+    def _problem(self, plugin: str, message: str) -> None:
+        self.problems.append(PluginProblem(plugin, message))
+
+    def _load(self, candidate: _Candidate) -> None:
+        label = candidate.label
+        try:
+            module = candidate.load()
+        except Exception as exc:
+            self._problem(label, f"cannot import: {type(exc).__name__}: {exc}")
+            return
+        if self.manager.is_registered(module):  # the same module listed twice: load it once
+            return
+        plugin = candidate.plugin if candidate.plugin is not None else module.__name__
+        version = candidate.version if candidate.plugin is not None else _module_version(module)
+        try:
+            self.manager.register(module, name=f"{len(self.manager.get_plugins())}:{label}")
+        except pluggy.PluginValidationError as exc:
+            if self.manager.is_registered(module):
+                self.manager.unregister(module)
+            self._problem(label, f"bad hook: {_one_line(str(exc))}")
+            return
+        impls = self._hookimpls(label, module)
+        if impls is None:
+            return
+        register = _Registration(self, label, plugin, version)
+        for impl in impls:
+            try:
+                impl.function(**dict.fromkeys(impl.argnames, register))
+            except Exception as exc:
+                self._problem(label, f"{_HOOK} raised {type(exc).__name__}: {exc} (none of its ops were registered)")
+                register.staged.clear()
+                break
+        register.closed = True
+        for op in register.staged:
+            try:
+                self.registry.register(op, plugin=plugin, plugin_version=version)
+            except OpError as exc:  # cannot happen after the callback's checks; report it anyway
+                self._problem(label, str(exc))
+
+    def _hookimpls(self, label: str, module: ModuleType) -> list[Any] | None:
+        """The module's implementations of the one hook; None (and a problem) when it has none usable."""
+        unknown = [caller.name for caller in self.manager.get_hookcallers(module) or [] if not caller.has_spec()]
+        if unknown:
+            self.manager.unregister(module)
+            self._problem(label, f"unknown hook {unknown[0]!r} (the only hook is {_HOOK})")
+            return None
+        impls = [impl for impl in getattr(self.manager.hook, _HOOK).get_hookimpls() if impl.plugin is module]
+        if not impls:
+            self._problem(label, f"defines no @hookimpl {_HOOK}(register)")
+            return None
+        for impl in impls:
+            if impl.wrapper or impl.hookwrapper:
+                self._problem(label, f"bad hook: {_HOOK} must not be a hook wrapper")
+                return None
+        return impls
+
+
+class _Registration:
+    """The ``register`` callback one plugin's hook receives: it checks each op and stages it."""
+
+    def __init__(self, loader: _Loader, label: str, plugin: str, version: str | None) -> None:
+        self.loader = loader
+        self.label = label
+        self.plugin = plugin
+        self.version = version
+        self.staged: list[Op] = []
+        self.closed = False
+
+    def __call__(self, op: Op) -> None:
+        if self.closed:
+            raise OpError(f"register() was called after {_HOOK} returned; call it inside the hook")
+        try:
+            check_op_declaration(op)
+        except OpError as exc:
+            self.loader._problem(self.label, f"malformed op: {exc}")
+            return
+        recorded = dataclasses.replace(op, plugin=self.plugin, plugin_version=self.version)
+        registry = self.loader.registry
+        first = registry.get(op.name) if op.name in registry else None
+        first = first or next((s for s in self.staged if s.name == op.name), None)
+        if first is not None:
+            self.loader._problem(self.label, duplicate_message(first, recorded))
+            return
+        self.staged.append(recorded)
+
+
+def _module_version(module: ModuleType) -> str | None:
+    version = getattr(module, "__version__", None)
+    return version if isinstance(version, str) else None
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
