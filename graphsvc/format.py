@@ -205,6 +205,10 @@ def _decode(data: bytes, limits: Limits) -> Any:
         raise FormatError(f"a map repeats the key {exc.args[0]!r}") from None
     except UnicodeDecodeError:
         raise FormatError("a string is not valid UTF-8") from None
+    except msgpack.StackError:
+        raise FormatError("not a valid msgpack document: it nests too deeply") from None
+    except msgpack.FormatError:  # the one byte msgpack never uses: 0xc1
+        raise FormatError("not a valid msgpack document: it holds the reserved byte 0xc1") from None
     except ValueError as exc:
         text = str(exc)
         if "incomplete" in text:
