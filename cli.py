@@ -25,6 +25,7 @@ from graphsvc.errors import GraphsvcError, UsageError
 
 if TYPE_CHECKING:
     from graphsvc.graph import Graph
+    from graphsvc.ops import OpRegistry
 
 app = typer.Typer(
     name="graphsvc",
@@ -300,6 +301,77 @@ def _write_text_atomically(path: Path, text: str) -> None:
 
     with atomic_writer(path, "w") as stream:
         stream.write(text)
+
+
+# -- op and plugin commands ----------------------------------------------------------------------
+def _registry() -> OpRegistry:
+    """Load the ops with the global plugin options; print each plugin problem as one warning line."""
+    from graphsvc.plugins import load_registry
+
+    registry, problems = load_registry(
+        STATE.plugins, strict=STATE.strict_plugins, disable_third_party=STATE.disable_plugins
+    )
+    for problem in problems:
+        typer.echo(f"Warning: plugin {problem.plugin}: {problem.message}", err=True)
+    return registry
+
+
+@app.command()
+@handles_errors
+def ops(as_json: JsonOpt = False) -> None:
+    """List every op by name: arity, version, the plugin (and its version) that registered it, and
+    whether it is vectorized or called per element.
+
+    Example: graphsvc --plugin my_ops.py ops --json
+    """
+    registry = _registry()
+    if as_json:
+        fields = ("name", "arity", "version", "plugin", "plugin_version", "vectorized", "doc")
+        _print_json({"ops": [{field: getattr(op, field) for field in fields} for op in registry]})
+        return
+    for op in registry:
+        kind = "leaf tag" if op.arity == 0 else "vectorized" if op.vectorized else "per element"
+        typer.echo(f"{op.name}\t{op.arity}\t{op.version}\t{op.source}\t{kind}")
+
+
+@app.command()
+@handles_errors
+def gradcheck(
+    op: Annotated[
+        list[str] | None,
+        typer.Option("--op", help="Check only this op. Repeatable. Default: every op with inputs."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check each op's local derivatives against central finite differences at sample points.
+
+    Prints one line per op and exits 1 when any op fails, naming them (graphsvc.testing.check_op
+    is the same check, for a plugin's own tests).
+
+    Example: graphsvc --plugin my_ops.py gradcheck --op cube
+    """
+    from graphsvc.ops import describe_source
+    from graphsvc.testing import check_registry
+
+    results = check_registry(_registry(), op)
+    failed = [r.op for r in results if not r.ok]
+    if as_json:
+        _print_json({"ok": not failed, "failed": failed, "ops": [r.to_dict() for r in results]})
+    else:
+        for r in results:
+            name = f"{r.op} ({describe_source(r.plugin, r.plugin_version)})"
+            if not r.ok:
+                typer.echo(f"{name}: FAIL: {r.message}")
+            elif r.points == 0:
+                typer.echo(f"{name}: nothing to check (a leaf tag)")
+            else:
+                skipped = f", {r.skipped} skipped where the forward is not finite" if r.skipped else ""
+                typer.echo(
+                    f"{name}: ok ({r.points} points{skipped}; max abs error {r.max_abs_error:.1e},"
+                    f" max rel error {r.max_rel_error:.1e})"
+                )
+    if failed:
+        raise GraphsvcError(f"gradcheck failed for {len(failed)} of {len(results)} ops: {', '.join(failed)}")
 
 
 def run() -> None:
