@@ -99,9 +99,7 @@ def main(
     ] = False,
     disable_plugins: Annotated[
         bool,
-        typer.Option(
-            "--disable-plugins", help="Load only graphsvc's builtin ops. Also: GRAPHSVC_DISABLE_PLUGINS=1."
-        ),
+        typer.Option("--disable-plugins", help="Load only graphsvc's builtin ops. Also: GRAPHSVC_DISABLE_PLUGINS=1."),
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show a traceback on errors (for bug reports).")] = False,
 ) -> None:
@@ -301,6 +299,206 @@ def _write_text_atomically(path: Path, text: str) -> None:
 
     with atomic_writer(path, "w") as stream:
         stream.write(text)
+
+
+# -- replay commands -----------------------------------------------------------------------------
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Replace a leaf's value before replaying: NAME=VALUE (or ID=VALUE). Repeatable."),
+]
+CheckOpt = Annotated[bool, typer.Option("--check", help="Compare with the values/gradients stored in the file.")]
+RtolOpt = Annotated[float, typer.Option("--rtol", help="Relative tolerance for --check.")]
+AtolOpt = Annotated[float, typer.Option("--atol", help="Absolute tolerance for --check.")]
+WriteOpt = Annotated[
+    Path | None, typer.Option("--write", help="Save the graph with the replayed numbers to OUT (atomically).")
+]
+
+
+def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, float]:
+    result: dict[int, float] = {}
+    for text in assignments or ():
+        ref, sep, number = text.partition("=")
+        if not sep or not ref:
+            raise UsageError(f"--set expects NAME=VALUE, not {text!r}")
+        try:
+            value = float(number)
+        except ValueError:
+            raise UsageError(f"--set {ref}: {number!r} is not a number") from None
+        result[graph.node_id(ref)] = value
+    return result
+
+
+def _replay_items(graph: Graph, values: Any, grads: Any) -> list[dict[str, Any]]:
+    """Every node in decreasing id order (a reverse topological order), with its numbers."""
+    from graphsvc.jsonio import json_float
+
+    items = _node_items(graph, range(graph.num_nodes - 1, -1, -1))
+    value_list = values.tolist()
+    grad_list = None if grads is None else grads.tolist()
+    for item in items:
+        item["value"] = json_float(value_list[item["id"]])
+        item["grad"] = None if grad_list is None else json_float(grad_list[item["id"]])
+    return items
+
+
+def _comparisons(graph: Graph, values: Any, grads: Any, rtol: float, atol: float) -> list[Any]:
+    from graphsvc.replay import compare
+
+    results = [compare("values", values, graph.values, rtol, atol)]
+    if grads is not None:
+        if graph.grads is None:
+            raise UsageError("--check: the file stores no gradients to compare with")
+        results.append(compare("grads", grads, graph.grads, rtol, atol))
+    return results
+
+
+def _comparison_line(graph: Graph, c: Any) -> str:
+    def at(node: int | None) -> str:
+        return "-" if node is None else graph.label(node)
+
+    verdict = "ok" if c.ok else f"{c.mismatches} beyond tolerance"
+    return (
+        f"check {c.what}: worst abs diff {c.worst_abs!r} at {at(c.worst_abs_node)}, "
+        f"worst rel diff {c.worst_rel!r} at {at(c.worst_rel_node)}: {verdict}"
+    )
+
+
+def _report(
+    graph: Graph, values: Any, grads: Any, check: bool, rtol: float, atol: float, as_json: bool, extra: dict[str, Any]
+) -> None:
+    from graphsvc.jsonio import json_float
+
+    comparisons = _comparisons(graph, values, grads, rtol, atol) if check else []
+    if as_json:
+        document = dict(extra)
+        document["nodes"] = _replay_items(graph, values, grads)
+        if check:
+            document["check"] = {
+                c.what: {
+                    "ok": c.ok,
+                    "mismatches": c.mismatches,
+                    "worst_abs": json_float(c.worst_abs),
+                    "worst_abs_node": c.worst_abs_node,
+                    "worst_rel": json_float(c.worst_rel),
+                    "worst_rel_node": c.worst_rel_node,
+                }
+                for c in comparisons
+            }
+        _print_json(document)
+    else:
+        lines = []
+        for item in _replay_items(graph, values, grads):
+            grad = "" if item["grad"] is None else f"\t{item['grad']!r}"
+            lines.append(f"{_node_line(item)}\t{item['value']!r}{grad}")
+        lines.extend(_comparison_line(graph, c) for c in comparisons)
+        typer.echo("\n".join(lines))
+    if not all(c.ok for c in comparisons):
+        raise typer.Exit(1)
+
+
+def _write_replayed(graph: Graph, registry: Any, out: Path, values: Any, grads: Any) -> None:
+    from graphsvc.format import save
+    from graphsvc.graph import OpSource
+
+    result = graph.copy()
+    result.values = values
+    result.grads = grads
+    for tag in result.op_table:
+        if tag in registry and not (result.op_sources.get(tag) or OpSource()).plugin:
+            op = registry.get(tag)
+            result.op_sources[tag] = OpSource(op.plugin, op.plugin_version)
+    save(result, out)
+
+
+@app.command()
+@handles_errors
+def forward(
+    file: FileArg,
+    set_: SetOpt = None,
+    check: CheckOpt = False,
+    rtol: RtolOpt = 1e-9,
+    atol: AtolOpt = 1e-12,
+    as_json: JsonOpt = False,
+    write: WriteOpt = None,
+) -> None:
+    """Recompute every value from the leaves, in topological order.
+
+    Prints each node (id, name, op, parents, value), outputs first. Exit 1 when --check finds
+    values beyond tolerance.
+
+    Example: graphsvc forward examples/seed004.msgpack --set a=3 --set b=1
+    """
+    from graphsvc import replay
+
+    graph = _load(file)
+    registry = _registry()
+    values = replay.forward(graph, registry, _overrides(graph, set_))
+    if write is not None:
+        _write_replayed(graph, registry, write, values, None)
+    _report(graph, values, None, check, rtol, atol, as_json, {})
+
+
+@app.command()
+@handles_errors
+def backward(
+    file: FileArg,
+    output: Annotated[
+        str | None, typer.Option("--output", help="The node to differentiate (default: the single output).")
+    ] = None,
+    set_: SetOpt = None,
+    check: CheckOpt = False,
+    rtol: RtolOpt = 1e-9,
+    atol: AtolOpt = 1e-12,
+    steps: Annotated[bool, typer.Option("--steps", help="Print the backward pass step by step.")] = False,
+    as_json: JsonOpt = False,
+    write: WriteOpt = None,
+) -> None:
+    """Replay forward, then backward from one output seeded with 1, from zero gradients.
+
+    Prints each node (id, name, op, parents, value, gradient) in reverse topological order. Exit
+    1 when --check finds values or gradients beyond tolerance.
+
+    Example: graphsvc backward examples/seed004.msgpack --steps
+    """
+    from graphsvc import replay
+
+    graph = _load(file)
+    registry = _registry()
+    start = replay.default_output(graph) if output is None else graph.node_id(output)
+    values = replay.forward(graph, registry, _overrides(graph, set_))
+    if steps:
+        grads, step_list = replay.backward_steps(graph, registry, start, values)
+    else:
+        grads, step_list = replay.backward(graph, registry, start, values), []
+    if write is not None:
+        _write_replayed(graph, registry, write, values, grads)
+    if steps and not as_json:
+        typer.echo(_steps_text(graph, step_list))
+        typer.echo("")
+    extra: dict[str, Any] = {"output": start}
+    if steps and as_json:
+        from graphsvc.jsonio import json_float
+
+        extra["steps"] = [
+            {
+                "node": s.node,
+                "grad": json_float(s.grad),
+                "contributions": [
+                    {"parent": p, "local": json_float(d), "adds": json_float(c)} for p, d, c in s.contributions
+                ],
+            }
+            for s in step_list
+        ]
+    _report(graph, values, grads, check, rtol, atol, as_json, extra)
+
+
+def _steps_text(graph: Graph, step_list: list[Any]) -> str:
+    lines = []
+    for number, step in enumerate(step_list, 1):
+        lines.append(f"step {number}: {graph.label(step.node)} ({graph.op(step.node)}) grad = {step.grad!r}")
+        for parent, local, adds in step.contributions:
+            lines.append(f"  -> {graph.label(parent)}: local derivative {local!r}, adds {adds!r}")
+    return "\n".join(lines)
 
 
 # -- op and plugin commands ----------------------------------------------------------------------

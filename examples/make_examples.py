@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from graphsvc import replay
 from graphsvc.format import save
-from graphsvc.graph import Graph, GraphBuilder
+from graphsvc.graph import Graph, GraphBuilder, OpSource
+from graphsvc.ops import OpRegistry
+from graphsvc.plugins import load_registry
 
 HERE = Path(__file__).resolve().parent
 
@@ -76,9 +79,20 @@ def max_gate() -> Graph:
 EXAMPLES = {"seed000": seed000, "seed002": seed002, "seed004": seed004, "square": square, "max_gate": max_gate}
 
 
+def replayed(graph: Graph, registry: OpRegistry) -> Graph:
+    """The graph with values and gradients (of its single output) filled in by replay."""
+    graph.values = replay.forward(graph, registry)
+    graph.grads = replay.backward(graph, registry, replay.default_output(graph), graph.values)
+    for tag in graph.op_table:
+        op = registry.get(tag) if tag in registry else None
+        graph.op_sources[tag] = OpSource(op.plugin, op.plugin_version) if op else OpSource("graphsvc", None)
+    return graph
+
+
 def main() -> None:
+    registry, _ = load_registry(disable_third_party=True)
     for name, make in EXAMPLES.items():
-        graph = make()
+        graph = replayed(make(), registry)
         save(graph, HERE / f"{name}.msgpack")
         print(f"wrote examples/{name}.msgpack ({graph.num_nodes} nodes)")
 

@@ -26,7 +26,8 @@ JSON_VERSION = (1, 0)
 _SPECIAL = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
-def _float_out(x: float) -> float | str:
+def json_float(x: float) -> float | str:
+    """A float for strict JSON: finite floats as they are, the others as "nan", "inf", "-inf"."""
     if math.isnan(x):
         return "nan"
     if math.isinf(x):
@@ -55,10 +56,10 @@ def to_document(graph: Graph) -> dict[str, Any]:
             "name": graph.names.get(node),
             "op": graph.op(node),
             "parents": parents[offsets[node] : offsets[node + 1]],
-            "value": _float_out(values[node]),
+            "value": json_float(values[node]),
         }
         if grads is not None:
-            item["grad"] = _float_out(grads[node])
+            item["grad"] = json_float(grads[node])
         if node in graph.attrs:
             item["attrs"] = graph.attrs[node]
         nodes.append(item)

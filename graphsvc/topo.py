@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from graphsvc.errors import GraphStructureError, UsageError
 from graphsvc.graph import Graph
+from graphsvc.kernels import compiled_for
 
 Algorithm = Literal["dfs", "kahn"]
 ALGORITHMS: tuple[Algorithm, ...] = ("dfs", "kahn")
@@ -37,16 +38,22 @@ def reverse_topological_order(
     graph: Graph, output: int | None = None, algorithm: Algorithm = "dfs"
 ) -> npt.NDArray[np.int64]:
     """Node ids, each before all of its parents. ``output=None`` orders the whole graph."""
-    starts = [int(s) for s in graph.sinks()] if output is None else [output]
+    if algorithm not in ALGORITHMS:
+        raise UsageError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
+    start_array = graph.sinks() if output is None else np.array([output], dtype=np.int64)
+    jit = compiled_for(graph.num_nodes)
+    if jit is not None:
+        if algorithm == "dfs":
+            return jit.dfs_postorder(start_array, graph.parent_offsets, graph.parent_indices, graph.num_nodes)[::-1]
+        return jit.child_count_order(start_array, graph.parent_offsets, graph.parent_indices, graph.num_nodes)
+    starts = start_array.tolist()
     offsets = graph.parent_offsets.tolist()
     parents = graph.parent_indices.tolist()
     if algorithm == "dfs":
         order = _dfs_postorder(starts, offsets, parents, graph.num_nodes)
         order.reverse()
-    elif algorithm == "kahn":
-        order = _child_count_order(starts, offsets, parents, graph.num_nodes)
     else:
-        raise UsageError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
+        order = _child_count_order(starts, offsets, parents, graph.num_nodes)
     return np.array(order, dtype=np.int64)
 
 
@@ -121,6 +128,9 @@ def _unique(items: Sequence[int]) -> list[int]:
 
 def levels(graph: Graph) -> npt.NDArray[np.int64]:
     """Each node's level: 0 for a node without parents, else one more than its highest parent."""
+    jit = compiled_for(graph.num_nodes)
+    if jit is not None:
+        return jit.levels(graph.parent_offsets, graph.parent_indices, graph.num_nodes)
     level = [0] * graph.num_nodes
     offsets = graph.parent_offsets.tolist()
     parents = graph.parent_indices.tolist()
@@ -129,6 +139,22 @@ def levels(graph: Graph) -> npt.NDArray[np.int64]:
         if start != stop:
             level[node] = 1 + max(level[p] for p in parents[start:stop])
     return np.array(level, dtype=np.int64)
+
+
+def ancestors(graph: Graph, output: int) -> npt.NDArray[np.bool_]:
+    """Mask of ``output`` and every node it depends on."""
+    jit = compiled_for(graph.num_nodes)
+    if jit is not None:
+        return jit.ancestors(graph.parent_offsets, graph.parent_indices, output, graph.num_nodes)
+    mask = bytearray(graph.num_nodes)
+    mask[output] = 1
+    offsets = graph.parent_offsets.tolist()
+    parents = graph.parent_indices.tolist()
+    for node in range(output, -1, -1):  # parents have smaller ids: one sweep down suffices
+        if mask[node]:
+            for slot in range(offsets[node], offsets[node + 1]):
+                mask[parents[slot]] = 1
+    return np.frombuffer(bytes(mask), dtype=np.uint8).astype(bool)
 
 
 def depth(graph: Graph) -> int:

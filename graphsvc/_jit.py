@@ -1,0 +1,124 @@
+"""numba-compiled graph sweeps; see :mod:`graphsvc.kernels` (import this module only through it).
+
+Arguments are the graph's columns: ``offsets`` (int64, N + 1) and ``parents`` (int32, E).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def dfs_postorder(starts, offsets, parents, n):  # type: ignore[no-untyped-def]
+    """Twin of ``topo._dfs_postorder``."""
+    visited = np.zeros(n, dtype=np.bool_)
+    order = np.empty(n, dtype=np.int64)
+    stack = np.empty(n, dtype=np.int64)
+    cursor = np.empty(n, dtype=np.int64)
+    count = 0
+    for start in starts:
+        if visited[start]:
+            continue
+        visited[start] = True
+        top = 0
+        stack[0] = start
+        cursor[0] = offsets[start]
+        while top >= 0:
+            node = stack[top]
+            slot = cursor[top]
+            if slot < offsets[node + 1]:
+                cursor[top] = slot + 1
+                parent = parents[slot]
+                if not visited[parent]:
+                    visited[parent] = True
+                    top += 1
+                    stack[top] = parent
+                    cursor[top] = offsets[parent]
+            else:
+                top -= 1
+                order[count] = node
+                count += 1
+    return order[:count]
+
+
+@njit(cache=True, nogil=True)
+def child_count_order(starts, offsets, parents, n):  # type: ignore[no-untyped-def]
+    """Twin of ``topo._child_count_order`` (``starts`` already free of repeats)."""
+    counts = np.zeros(n, dtype=np.int64)
+    seen = np.zeros(n, dtype=np.bool_)
+    stack = np.empty(n, dtype=np.int64)
+    top = 0
+    for start in starts:
+        if not seen[start]:
+            seen[start] = True
+            stack[top] = start
+            top += 1
+    while top > 0:
+        top -= 1
+        node = stack[top]
+        for slot in range(offsets[node], offsets[node + 1]):
+            parent = parents[slot]
+            counts[parent] += 1
+            if not seen[parent]:
+                seen[parent] = True
+                stack[top] = parent
+                top += 1
+    order = np.empty(n, dtype=np.int64)
+    count = 0
+    top = 0
+    for start in starts:
+        if counts[start] == 0:
+            stack[top] = start
+            top += 1
+    while top > 0:
+        top -= 1
+        node = stack[top]
+        order[count] = node
+        count += 1
+        for slot in range(offsets[node], offsets[node + 1]):
+            parent = parents[slot]
+            if counts[parent] == 1:
+                stack[top] = parent
+                top += 1
+            else:
+                counts[parent] -= 1
+    return order[:count]
+
+
+@njit(cache=True, nogil=True)
+def levels(offsets, parents, n):  # type: ignore[no-untyped-def]
+    """Twin of ``topo.levels``."""
+    level = np.zeros(n, dtype=np.int64)
+    for node in range(n):
+        highest = -1
+        for slot in range(offsets[node], offsets[node + 1]):
+            if level[parents[slot]] > highest:
+                highest = level[parents[slot]]
+        level[node] = highest + 1
+    return level
+
+
+@njit(cache=True, nogil=True)
+def ancestors(offsets, parents, output, n):  # type: ignore[no-untyped-def]
+    """Twin of ``topo.ancestors``."""
+    mask = np.zeros(n, dtype=np.bool_)
+    mask[output] = True
+    for node in range(output, -1, -1):
+        if mask[node]:
+            for slot in range(offsets[node], offsets[node + 1]):
+                mask[parents[slot]] = True
+    return mask
+
+
+@njit(cache=True, nogil=True)
+def backward_sweep(offsets, parents, local, nodes, output, n):  # type: ignore[no-untyped-def]
+    """Twin of ``replay.reference_sweep``: ``nodes`` in decreasing id order, slot by slot."""
+    grads = np.zeros(n, dtype=np.float64)
+    grads[output] = 1.0
+    for k in range(len(nodes) - 1, -1, -1):
+        node = nodes[k]
+        grad = grads[node]
+        for slot in range(offsets[node], offsets[node + 1]):
+            grads[parents[slot]] += grad * local[slot]
+    return grads

@@ -1,0 +1,290 @@
+"""Forward and backward replay of a :class:`~graphsvc.graph.Graph` with an op registry.
+
+This module never names a concrete op: every op comes from the registry.
+
+* Forward recomputes every non-leaf value from the leaves. Nodes are grouped by level (a node's
+  level is one more than its highest parent's) and, within a level, by op and attributes, so each
+  group is one call of the op's elementwise function over an array.
+* Backward computes the local derivative of every edge, again one call per (op, attributes) group
+  over all the nodes that need it, then sweeps the output's ancestors in decreasing id order
+  (a reverse topological order, since parents have smaller ids), adding
+  ``grad[child] * local[edge]`` to each parent. Every replay starts from zero gradients, so the
+  seeds' zero-gradient trap cannot happen here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from graphsvc.errors import OpError, ReplayError, UsageError
+from graphsvc.graph import LEAF_TAGS, Graph
+from graphsvc.kernels import compiled_for
+from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
+from graphsvc.topo import ancestors, levels
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Nodes sharing one op and one set of attributes."""
+
+    op: Op
+    attrs: Mapping[str, Any]
+    nodes: npt.NDArray[np.int64]
+
+
+def resolve_ops(graph: Graph, registry: OpRegistry) -> list[Op | None]:
+    """The op of each op code (``None`` for the leaf tags), checked before any work.
+
+    Raises :class:`OpError` naming every op the registry lacks, with the plugin and version the
+    file records for it, or the first node whose parent count does not match its op's arity.
+    """
+    missing = [tag for tag in graph.op_table if tag not in LEAF_TAGS and tag not in registry]
+    if missing:
+        described = []
+        for tag in missing:
+            source = graph.op_sources.get(tag)
+            if source is not None and source.plugin:
+                version = f" {source.version}" if source.version else ""
+                described.append(f"{tag} (from {source.plugin}{version})")
+            else:
+                described.append(f"{tag} (plugin unknown)")
+        plural = "s" if len(missing) > 1 else ""
+        raise OpError(
+            f"the graph uses op{plural} not registered here: {', '.join(described)}; "
+            "install the plugin that provides them or pass --plugin"
+        )
+    ops: list[Op | None] = [None if tag in LEAF_TAGS else registry.get(tag) for tag in graph.op_table]
+    counts = graph.parent_counts()
+    for code, op in enumerate(ops):
+        if op is None:
+            continue
+        wrong = np.flatnonzero((graph.op_codes == code) & (counts != op.arity))
+        if len(wrong):
+            node = int(wrong[0])
+            raise OpError(
+                f"node {graph.label(node)}: op {op.name} takes {op.arity} input{'s' if op.arity != 1 else ''} "
+                f"but the node has {int(counts[node])} parent{'s' if counts[node] != 1 else ''}"
+            )
+    return ops
+
+
+def _attrs_key(attrs: Mapping[str, Any] | None) -> str:
+    return "" if not attrs else repr(sorted(attrs.items()))
+
+
+def _groups(graph: Graph, ops: list[Op | None], nodes: npt.NDArray[np.int64]) -> list[_Group]:
+    """Split ``nodes`` (non-leaf ids, in the order given) into (op, attributes) groups."""
+    codes = graph.op_codes[nodes]
+    groups: list[_Group] = []
+    for code in np.unique(codes):
+        op = ops[int(code)]
+        if op is None:
+            continue
+        members = nodes[codes == code]
+        if not graph.attrs:
+            groups.append(_Group(op, {}, members))
+            continue
+        by_attrs: dict[str, list[int]] = {}
+        attrs_of: dict[str, Mapping[str, Any]] = {}
+        for node in members.tolist():
+            attrs = graph.attrs.get(node, {})
+            key = _attrs_key(attrs)
+            by_attrs.setdefault(key, []).append(node)
+            attrs_of[key] = attrs
+        for key, ids in by_attrs.items():
+            groups.append(_Group(op, attrs_of[key], np.array(ids, dtype=np.int64)))
+    return groups
+
+
+def _parent_columns(graph: Graph, nodes: npt.NDArray[np.int64], arity: int) -> list[npt.NDArray[np.int64]]:
+    """For each input position k, the parent id in slot k of every node."""
+    starts = graph.parent_offsets[nodes]
+    return [graph.parent_indices[starts + k].astype(np.int64) for k in range(arity)]
+
+
+def _locate_failure(graph: Graph, group: _Group, run: Any, error: Exception) -> ReplayError:
+    """Find the first node of a failed group call and name it in the error."""
+    for node in group.nodes.tolist():
+        try:
+            run(np.array([node], dtype=np.int64))
+        except Exception as exc:
+            return ReplayError(f"node {graph.label(node)}: {exc}")
+    return ReplayError(f"op {group.op.name}: {error}")
+
+
+def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] | None = None) -> FloatArray:
+    """Recompute every non-leaf value from the leaves; ``overrides`` replaces leaf values first."""
+    ops = resolve_ops(graph, registry)
+    values = np.array(graph.values, dtype=np.float64)
+    for node, value in (overrides or {}).items():
+        if graph.op(node) not in LEAF_TAGS:
+            raise UsageError(f"node {graph.label(node)} is a {graph.op(node)} node, not a leaf: only leaves can be set")
+        values[node] = value
+    computed = np.flatnonzero(graph.parent_counts() > 0)
+    if not len(computed):
+        return values
+    level = levels(graph)
+    for lv_nodes in _split_by(computed, level[computed]):
+        for group in _groups(graph, ops, lv_nodes):
+            _forward_group(graph, group, values)
+    return values
+
+
+def _split_by(nodes: npt.NDArray[np.int64], keys: npt.NDArray[np.int64]) -> Iterator[npt.NDArray[np.int64]]:
+    """Runs of ``nodes`` sharing a key, in increasing key order (ids stay increasing in a run)."""
+    order = np.argsort(keys, kind="stable")
+    nodes, keys = nodes[order], keys[order]
+    cuts = np.flatnonzero(np.diff(keys)) + 1
+    yield from np.split(nodes, cuts)
+
+
+def _forward_group(graph: Graph, group: _Group, values: FloatArray) -> None:
+    def run(nodes: npt.NDArray[np.int64]) -> FloatArray:
+        inputs = [values[col] for col in _parent_columns(graph, nodes, group.op.arity)]
+        return evaluate(group.op, inputs, group.attrs)
+
+    try:
+        values[group.nodes] = run(group.nodes)
+    except Exception as exc:
+        raise _locate_failure(graph, group, run, exc) from None
+
+
+def edge_derivatives(
+    graph: Graph, registry: OpRegistry, values: FloatArray, nodes: npt.NDArray[np.int64] | None = None
+) -> FloatArray:
+    """The local derivative d(child)/d(parent) of every parent slot of ``nodes`` (default: all).
+
+    Slots of other nodes are left at 0.
+    """
+    ops = resolve_ops(graph, registry)
+    local = np.zeros(graph.num_edges, dtype=np.float64)
+    if nodes is None:
+        nodes = np.arange(graph.num_nodes, dtype=np.int64)
+    nodes = nodes[graph.parent_counts()[nodes] > 0]
+    for group in _groups(graph, ops, nodes):
+        starts = graph.parent_offsets[group.nodes]
+
+        def run(ids: npt.NDArray[np.int64], group: _Group = group) -> list[FloatArray]:
+            inputs = [values[col] for col in _parent_columns(graph, ids, group.op.arity)]
+            return local_derivatives(group.op, inputs, values[ids], group.attrs)
+
+        try:
+            partials = run(group.nodes)
+        except Exception as exc:
+            raise _locate_failure(graph, group, run, exc) from None
+        for k, partial in enumerate(partials):
+            local[starts + k] = partial
+    return local
+
+
+def backward(graph: Graph, registry: OpRegistry, output: int, values: FloatArray | None = None) -> FloatArray:
+    """The gradient of ``output`` with respect to every node (0 for nodes it does not depend on)."""
+    values = graph.values if values is None else values
+    reach = ancestors(graph, output)
+    nodes = np.flatnonzero(reach)
+    local = edge_derivatives(graph, registry, values, nodes)
+    jit = compiled_for(graph.num_nodes)
+    if jit is not None:
+        return jit.backward_sweep(graph.parent_offsets, graph.parent_indices, local, nodes, output, graph.num_nodes)
+    return reference_sweep(graph, output, local, nodes)
+
+
+def reference_sweep(
+    graph: Graph,
+    output: int,
+    local: FloatArray,
+    nodes: npt.NDArray[np.int64],
+    steps: list[Step] | None = None,
+) -> FloatArray:
+    """The straightforward backward sweep: ``nodes`` (the output's ancestors) in decreasing id
+    order, each adding ``grad * local`` to its parents, one slot at a time. When ``steps`` is a
+    list, each node's step is appended to it."""
+    grads = [0.0] * graph.num_nodes
+    grads[output] = 1.0
+    offsets = graph.parent_offsets.tolist()
+    parents = graph.parent_indices.tolist()
+    local_list = local.tolist()
+    for node in reversed(nodes.tolist()):
+        grad = grads[node]
+        for slot in range(offsets[node], offsets[node + 1]):
+            grads[parents[slot]] += grad * local_list[slot]
+        if steps is not None:
+            span = range(offsets[node], offsets[node + 1])
+            steps.append(Step(node, grad, [(parents[s], local_list[s], grad * local_list[s]) for s in span]))
+    return np.array(grads, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One node of the backward pass: its gradient and what it adds to each parent."""
+
+    node: int
+    grad: float
+    contributions: list[tuple[int, float, float]]  # (parent, local derivative, grad * local)
+
+
+def backward_steps(
+    graph: Graph, registry: OpRegistry, output: int, values: FloatArray | None = None
+) -> tuple[FloatArray, list[Step]]:
+    """Like :func:`backward`, and also the steps, in the order the sweep takes them."""
+    values = graph.values if values is None else values
+    nodes = np.flatnonzero(ancestors(graph, output))
+    local = edge_derivatives(graph, registry, values, nodes)
+    steps: list[Step] = []
+    grads = reference_sweep(graph, output, local, nodes, steps)
+    return grads, steps
+
+
+def default_output(graph: Graph) -> int:
+    """The graph's single output; with several (or none), the caller must choose."""
+    if len(graph.outputs) == 1:
+        return graph.outputs[0]
+    if not graph.outputs:
+        raise UsageError("the graph lists no outputs: choose one with --output")
+    shown = ", ".join(graph.label(o) for o in graph.outputs)
+    raise UsageError(f"the graph has {len(graph.outputs)} outputs ({shown}): choose one with --output")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How far replayed numbers are from stored ones (``nan`` equals ``nan``, ``inf`` equals ``inf``)."""
+
+    what: str
+    worst_abs: float
+    worst_abs_node: int | None
+    worst_rel: float
+    worst_rel_node: int | None
+    mismatches: int
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatches == 0
+
+
+def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, atol: float) -> Comparison:
+    """Compare two columns; a node mismatches when ``|replayed - stored| > atol + rtol * |stored|``."""
+    close = np.isclose(replayed, stored, rtol=rtol, atol=atol, equal_nan=True)
+    same_special = (np.isnan(replayed) & np.isnan(stored)) | (replayed == stored)
+    with np.errstate(all="ignore"):
+        diff = np.where(same_special, 0.0, np.abs(replayed - stored))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        rel = np.where(diff == 0.0, 0.0, diff / np.maximum(np.abs(stored), np.finfo(np.float64).tiny))
+        rel = np.where(np.isnan(rel), np.inf, rel)
+    n = len(diff)
+    abs_node = int(np.argmax(diff)) if n else None
+    rel_node = int(np.argmax(rel)) if n else None
+    return Comparison(
+        what=what,
+        worst_abs=float(diff[abs_node]) if abs_node is not None else 0.0,
+        worst_abs_node=abs_node,
+        worst_rel=float(rel[rel_node]) if rel_node is not None else 0.0,
+        worst_rel_node=rel_node,
+        mismatches=int(np.count_nonzero(~close)),
+    )
