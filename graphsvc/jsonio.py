@@ -138,7 +138,7 @@ def from_document(doc: Any) -> Graph:
             return id_of_name[ref]
         if isinstance(ref, int) and not isinstance(ref, bool):
             return ref
-        raise FormatError(f"{where}: a parent must be a node id or name, not {ref!r}")
+        raise FormatError(f"{where}: {ref!r} is not a node id or name")
 
     parents_of: dict[int, list[int]] = {}
     for node_id, item in by_id.items():
@@ -210,6 +210,11 @@ def _assemble(
     sources = {}
     for tag in op_table:
         entry = raw_ops.get(tag) or {}
+        if not isinstance(entry, dict):
+            raise FormatError(f"ops[{tag!r}] must be an object")
+        for key in ("plugin", "version"):
+            if not isinstance(entry.get(key), (str, type(None))):
+                raise FormatError(f"ops[{tag!r}].{key} must be a string or null, not {entry[key]!r}")
         sources[tag] = OpSource(entry.get("plugin"), entry.get("version"))
     graph = Graph(
         op_table=op_table,
