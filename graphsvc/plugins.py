@@ -107,9 +107,13 @@ def _third_party(extra: Sequence[str]) -> Iterable[_Candidate]:
         else:
             yield _Candidate(ep.name, ep.load, ep.name)
     env = [item.strip() for item in os.environ.get(PLUGINS_ENV, "").split(",")]
+    files: set[Path] = set()
     for spec in [*(item for item in env if item), *extra]:
         if spec.endswith(".py"):
             path = Path(spec)
+            if path.resolve() in files:  # the same file given twice: load it once
+                continue
+            files.add(path.resolve())
             yield _Candidate(str(path), functools.partial(_import_file, path), path.stem)
         else:
             yield _Candidate(spec, functools.partial(importlib.import_module, spec))

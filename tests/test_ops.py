@@ -1,0 +1,264 @@
+"""The op contract and the registry: registration rules, lookup, and calling ops over many nodes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from graphsvc.errors import OpError, ReplayError
+from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
+
+CUBE = Op("cube", 1, forward=lambda x: x**3, derivatives=lambda x, out: (3 * x**2,))
+HYPOT = Op("hypot", 2, forward=np.hypot, derivatives=lambda x, y, out: (x / out, y / out))
+HYPOT_PER_ELEMENT = Op(
+    "hypot",
+    2,
+    forward=math.hypot,
+    derivatives=lambda x, y, out: (x / out, y / out),
+    vectorized=False,
+)
+
+
+def column(*values: float) -> np.ndarray:
+    return np.array(values, dtype=np.float64)
+
+
+# -- the registry --------------------------------------------------------------------------------
+def test_register_records_the_plugin_and_looks_up_by_name() -> None:
+    registry = OpRegistry()
+    registry.register(CUBE, plugin="cubes", plugin_version="1.2")
+    op = registry.get("cube")
+    assert (op.plugin, op.plugin_version, op.source) == ("cubes", "1.2", "cubes 1.2")
+    assert op.forward is CUBE.forward
+    assert "cube" in registry and "cubes" not in registry and 3 not in registry
+    assert len(registry) == 1
+
+
+def test_iteration_is_sorted_by_name() -> None:
+    registry = OpRegistry()
+    for name in ("mul", "add", "leaky_relu", "Zeta"):
+        registry.register(Op(name, 1, forward=abs, derivatives=lambda x, out: (1.0,)))
+    assert [op.name for op in registry] == ["Zeta", "add", "leaky_relu", "mul"]
+
+
+def test_a_duplicate_name_is_an_error_naming_both_plugins_and_nothing_is_overridden() -> None:
+    registry = OpRegistry()
+    registry.register(CUBE, plugin="first", plugin_version="1.0")
+    other = Op("cube", 1, forward=lambda x: x, derivatives=lambda x, out: (1.0,))
+    with pytest.raises(OpError) as info:
+        registry.register(other, plugin="second")
+    assert str(info.value) == "op 'cube' is registered by both first 1.0 and second (the first one is kept)"
+    assert info.value.exit_code == 4
+    assert registry.get("cube").forward is CUBE.forward
+    assert len(registry) == 1
+
+
+def test_the_same_plugin_registering_a_name_twice_is_named_once() -> None:
+    registry = OpRegistry()
+    registry.register(CUBE, plugin="first", plugin_version="1.0")
+    with pytest.raises(OpError, match=r"^op 'cube' is registered twice by first 1\.0 \(the first one is kept\)$"):
+        registry.register(CUBE, plugin="first", plugin_version="1.0")
+
+
+def test_an_unknown_op_is_an_error_naming_it() -> None:
+    with pytest.raises(OpError) as info:
+        OpRegistry().get("softplus")
+    assert str(info.value) == "unknown op 'softplus': no loaded plugin registers it (see `graphsvc ops`)"
+
+
+@pytest.mark.parametrize(
+    ("op", "message"),
+    [
+        ("cube", "register() expects a graphsvc.ops.Op, not str"),
+        (Op("", 1, abs, abs), "an op's name must be a non-empty string, not ''"),
+        (Op(3, 1, abs, abs), "an op's name must be a non-empty string, not 3"),  # type: ignore[arg-type]
+        (Op("f", -1, abs, abs), "op 'f': arity must be a non-negative integer, not -1"),
+        (Op("f", True, abs, abs), "op 'f': arity must be a non-negative integer, not True"),
+        (Op("f", 1, None, abs), "op 'f': forward must be a function, not None"),
+        (Op("f", 2, abs, "d"), "op 'f': derivatives must be a function, not 'd'"),  # type: ignore[arg-type]
+        (
+            Op("f", 0, abs, None),
+            "op 'f': arity 0 is for leaf tags, whose values come from the file, "
+            "so forward and derivatives must be None",
+        ),
+        (Op("f", 1, abs, abs, version=2), "op 'f': version must be a non-empty string, not 2"),  # type: ignore[arg-type]
+        (Op("f", 1, abs, abs, vectorized=1), "op 'f': vectorized must be True or False, not 1"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_malformed_op_is_refused_with_the_reason(op: object, message: str) -> None:
+    registry = OpRegistry()
+    with pytest.raises(OpError) as info:
+        registry.register(op)  # type: ignore[arg-type]
+    assert str(info.value) == message
+    assert len(registry) == 0
+
+
+# -- evaluate and local_derivatives --------------------------------------------------------------
+def test_evaluate_runs_a_vectorized_op_once_over_every_node() -> None:
+    calls: list[int] = []
+
+    def forward(x: np.ndarray) -> np.ndarray:
+        calls.append(len(x))
+        return x**3
+
+    op = Op("cube", 1, forward=forward, derivatives=lambda x, out: (3 * x**2,))
+    x = column(1.0, 2.0, -3.0)
+    out = evaluate(op, [x], {})
+    assert out.dtype == np.float64 and out.tolist() == [1.0, 8.0, -27.0]
+    assert calls == [3]
+    assert [d.tolist() for d in local_derivatives(op, [x], out, {})] == [[3.0, 12.0, 27.0]]
+
+
+def test_a_scalar_derivative_is_broadcast_to_every_node() -> None:
+    add = Op("add", 2, forward=lambda x, y: x + y, derivatives=lambda x, y, out: (1.0, 1.0))
+    x, y = column(1.0, 2.0, 3.0), column(10.0, 20.0, 30.0)
+    out = evaluate(add, [x, y], {})
+    partials = local_derivatives(add, [x, y], out, {})
+    assert [d.tolist() for d in partials] == [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+    assert all(d.shape == (3,) and d.dtype == np.float64 for d in partials)
+
+
+def test_boolean_and_integer_results_become_float64() -> None:
+    step = Op("step", 1, forward=lambda x: x > 0, derivatives=lambda x, out: (0,))
+    x = column(-1.0, 2.0)
+    out = evaluate(step, [x], {})
+    assert out.dtype == np.float64 and out.tolist() == [0.0, 1.0]
+    assert local_derivatives(step, [x], out, {})[0].tolist() == [0.0, 0.0]
+
+
+def test_attributes_are_passed_as_keywords_to_both_functions() -> None:
+    power = Op(
+        "pow",
+        1,
+        forward=lambda x, exponent: x**exponent,
+        derivatives=lambda x, out, exponent: (exponent * x ** (exponent - 1),),
+    )
+    x = column(2.0, 3.0)
+    out = evaluate(power, [x], {"exponent": 3.0})
+    assert out.tolist() == [8.0, 27.0]
+    assert local_derivatives(power, [x], out, {"exponent": 3.0})[0].tolist() == [12.0, 27.0]
+
+
+def test_the_per_element_fallback_gives_the_same_numbers_as_the_vectorized_op() -> None:
+    x, y = column(3.0, -1.5, 0.25, 1e200), column(4.0, 2.0, -0.5, 1e200)
+    out = evaluate(HYPOT, [x, y], {})
+    out_each = evaluate(HYPOT_PER_ELEMENT, [x, y], {})
+    assert out_each.tolist() == out.tolist()
+    assert out.tolist()[0] == 5.0
+    expected = [d.tolist() for d in local_derivatives(HYPOT, [x, y], out, {})]
+    assert [d.tolist() for d in local_derivatives(HYPOT_PER_ELEMENT, [x, y], out_each, {})] == expected
+    assert expected[0][0] == 3.0 / 5.0 and expected[1][0] == 4.0 / 5.0
+
+
+def test_the_per_element_fallback_passes_python_floats() -> None:
+    seen: list[type] = []
+
+    def forward(x: float) -> float:
+        seen.append(type(x))
+        return math.sqrt(x)
+
+    op = Op("sqrt", 1, forward=forward, derivatives=lambda x, out: (0.5 / out,), vectorized=False)
+    assert evaluate(op, [column(4.0, 9.0)], {}).tolist() == [2.0, 3.0]
+    assert seen == [float, float]
+    assert evaluate(op, [column()], {}).shape == (0,)
+
+
+@pytest.mark.filterwarnings("error")
+def test_nan_and_inf_are_values_not_errors() -> None:
+    log = Op("log", 1, forward=np.log, derivatives=lambda x, out: (1.0 / x,))
+    x = column(-1.0, 0.0, 1.0)
+    out = evaluate(log, [x], {})
+    assert math.isnan(out[0]) and out[1] == -math.inf and out[2] == 0.0
+    (d,) = local_derivatives(log, [x], out, {})
+    assert d[0] == -1.0 and d[1] == math.inf
+
+
+def test_an_exception_in_forward_is_a_replay_error_naming_the_op_and_its_plugin() -> None:
+    def forward(x: float) -> float:
+        return 1.0 / x
+
+    op = Op(
+        "inv",
+        1,
+        forward=forward,
+        derivatives=lambda x, out: (-out * out,),
+        vectorized=False,
+        plugin="p",
+        plugin_version="0.3",
+    )
+    with pytest.raises(ReplayError) as info:
+        evaluate(op, [column(1.0, 0.0)], {})
+    assert str(info.value) == "op 'inv' (p 0.3): forward raised ZeroDivisionError: float division by zero"
+
+
+def test_a_missing_attribute_is_reported_through_the_exception() -> None:
+    power = Op("pow", 1, forward=lambda x, exponent: x**exponent, derivatives=lambda x, out, exponent: (x,))
+    with pytest.raises(ReplayError, match=r"^op 'pow' \(an unnamed plugin\): forward raised TypeError: .*'exponent'$"):
+        evaluate(power, [column(1.0)], {})
+
+
+@pytest.mark.parametrize(
+    ("forward", "message"),
+    [
+        (
+            lambda x: np.ones((3, 2)),
+            "op 'bad' (an unnamed plugin): forward returned an array of shape (3, 2), expected (3,) or a scalar",
+        ),
+        (
+            lambda x: x[:2],
+            "op 'bad' (an unnamed plugin): forward returned an array of shape (2,), expected (3,) or a scalar",
+        ),
+        (lambda x: "text", "op 'bad' (an unnamed plugin): forward returned str, not real numbers"),
+        (lambda x: x + 1j, "op 'bad' (an unnamed plugin): forward returned ndarray, not real numbers"),
+    ],
+)
+def test_a_forward_of_the_wrong_shape_or_type_is_a_replay_error(forward: object, message: str) -> None:
+    op = Op("bad", 1, forward=forward, derivatives=lambda x, out: (1.0,))  # type: ignore[arg-type]
+    with pytest.raises(ReplayError) as info:
+        evaluate(op, [column(1.0, 2.0, 3.0)], {})
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("derivatives", "message"),
+    [
+        # a bare array would be read as one partial per node: refused
+        (
+            lambda x, y, out: y,
+            "op 'bad' (an unnamed plugin): derivatives returned ndarray, expected a tuple of 2 partial derivatives",
+        ),
+        (
+            lambda x, y, out: (y,),
+            "op 'bad' (an unnamed plugin): derivatives returned 1 partial derivatives, expected 2",
+        ),
+    ],
+)
+def test_derivatives_must_return_one_partial_per_input(derivatives: object, message: str) -> None:
+    op = Op("bad", 2, forward=lambda x, y: x * y, derivatives=derivatives)  # type: ignore[arg-type]
+    x, y = column(1.0, 2.0), column(3.0, 4.0)
+    with pytest.raises(ReplayError) as info:
+        local_derivatives(op, [x, y], x * y, {})
+    assert str(info.value) == message
+
+
+def test_a_per_element_op_must_return_floats() -> None:
+    op = Op("bad", 1, forward=lambda x: [x], derivatives=lambda x, out: (1.0,), vectorized=False)
+    with pytest.raises(ReplayError) as info:
+        evaluate(op, [column(1.0)], {})
+    assert str(info.value) == (
+        "op 'bad' (an unnamed plugin): forward returned list, not a float (a per-element op returns Python floats)"
+    )
+
+
+def test_the_number_of_inputs_must_match_the_arity() -> None:
+    with pytest.raises(ReplayError, match=r"^op 'cube' \(an unnamed plugin\) takes 1 inputs, got 2$"):
+        evaluate(CUBE, [column(1.0), column(2.0)], {})
+
+
+def test_a_leaf_tag_cannot_be_evaluated() -> None:
+    leaf = Op("leaf", 0, forward=None, derivatives=None, plugin="graphsvc", plugin_version="0.1.0")
+    with pytest.raises(ReplayError) as info:
+        evaluate(leaf, [], {})
+    assert str(info.value) == "op 'leaf' (graphsvc 0.1.0) is a leaf tag: it has no forward or derivatives"
