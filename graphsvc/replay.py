@@ -24,7 +24,7 @@ import numpy.typing as npt
 from graphsvc.errors import OpError, ReplayError, UsageError
 from graphsvc.graph import LEAF_TAGS, Graph
 from graphsvc.kernels import compiled_for
-from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
+from graphsvc.ops import Op, OpRegistry, evaluate, evaluate_one, local_derivatives
 from graphsvc.topo import ancestors, levels
 
 FloatArray = npt.NDArray[np.float64]
@@ -119,6 +119,11 @@ def _locate_failure(graph: Graph, group: _Group, run: Any, error: Exception) -> 
     return ReplayError(f"op {group.op.name}: {error}")
 
 
+#: Levels narrower than this are replayed node by node (one Python call each), wider ones one
+#: numpy call per (op, attributes) group: a deep chain is all narrow levels, an MLP layer wide.
+NARROW_LEVEL = 32
+
+
 def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] | None = None) -> FloatArray:
     """Recompute every non-leaf value from the leaves; ``overrides`` replaces leaf values first."""
     ops = resolve_ops(graph, registry)
@@ -130,30 +135,64 @@ def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] |
     computed = np.flatnonzero(graph.parent_counts() > 0)
     if not len(computed):
         return values
-    level = levels(graph)
-    for lv_nodes in _split_by(computed, level[computed]):
-        for group in _groups(graph, ops, lv_nodes):
+    level = levels(graph)[computed]
+    order = np.argsort(level, kind="stable")  # by level, then by id
+    nodes, level = computed[order], level[order]
+    cuts = np.flatnonzero(np.diff(level)) + 1
+    bounds = np.concatenate(([0], cuts, [len(nodes)])).tolist()
+    narrow: _NarrowReplay | None = None
+    start = 0  # first node of the pending stretch of narrow levels
+    for i in range(len(bounds) - 1):
+        lo, hi = bounds[i], bounds[i + 1]
+        if hi - lo < NARROW_LEVEL:
+            continue
+        if start < lo:
+            narrow = narrow or _NarrowReplay(graph, ops)
+            narrow.run(nodes[start:lo], values)
+        for group in _groups(graph, ops, nodes[lo:hi]):
             _forward_group(graph, group, values)
+        start = hi
+    if start < len(nodes):
+        narrow = narrow or _NarrowReplay(graph, ops)
+        narrow.run(nodes[start:], values)
     return values
 
 
-def _split_by(nodes: npt.NDArray[np.int64], keys: npt.NDArray[np.int64]) -> Iterator[npt.NDArray[np.int64]]:
-    """Runs of ``nodes`` sharing a key, in increasing key order (ids stay increasing in a run)."""
-    order = np.argsort(keys, kind="stable")
-    nodes, keys = nodes[order], keys[order]
-    cuts = np.flatnonzero(np.diff(keys)) + 1
-    yield from np.split(nodes, cuts)
+class _NarrowReplay:
+    """Node-by-node forward replay, for stretches of levels too narrow for numpy to pay off."""
 
+    def __init__(self, graph: Graph, ops: list[Op | None]) -> None:
+        self.graph = graph
+        self.ops = ops
+        self.codes = graph.op_codes.tolist()
+        self.offsets = graph.parent_offsets.tolist()
+        self.parents = graph.parent_indices.tolist()
 
-def _forward_group(graph: Graph, group: _Group, values: FloatArray) -> None:
-    def run(nodes: npt.NDArray[np.int64]) -> FloatArray:
-        inputs = [values[col] for col in _parent_columns(graph, nodes, group.op.arity)]
-        return evaluate(group.op, inputs, group.attrs)
-
-    try:
-        values[group.nodes] = run(group.nodes)
-    except Exception as exc:
-        raise _locate_failure(graph, group, run, exc) from None
+    def run(self, nodes: npt.NDArray[np.int64], values: FloatArray) -> None:
+        ops, codes, offsets, parents = self.ops, self.codes, self.offsets, self.parents
+        all_attrs = self.graph.attrs
+        empty: dict[str, Any] = {}
+        scalar_types = (float, np.float64)
+        with np.errstate(all="ignore"):
+            for node in nodes.tolist():
+                op = ops[codes[node]]
+                assert op is not None and op.forward is not None
+                inputs = [values[p] for p in parents[offsets[node] : offsets[node + 1]]]  # numpy float64s
+                attrs = all_attrs.get(node, empty)
+                try:
+                    if op.vectorized:
+                        result = op.forward(*inputs, **attrs)
+                    else:
+                        result = op.forward(*[float(x) for x in inputs], **attrs)
+                    if type(result) not in scalar_types:
+                        result = evaluate_one(op, inputs, attrs)  # checks the result, or raises
+                except Exception:
+                    try:
+                        evaluate_one(op, inputs, attrs)  # the op contract's own error message
+                    except ReplayError as exc:
+                        raise ReplayError(f"node {self.graph.label(node)}: {exc}") from None
+                    raise
+                values[node] = result
 
 
 def edge_derivatives(
