@@ -14,7 +14,7 @@ This module never names a concrete op: every op comes from the registry.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,6 +193,17 @@ class _NarrowReplay:
                         raise ReplayError(f"node {self.graph.label(node)}: {exc}") from None
                     raise
                 values[node] = result
+
+
+def _forward_group(graph: Graph, group: _Group, values: FloatArray) -> None:
+    def run(nodes: npt.NDArray[np.int64]) -> FloatArray:
+        inputs = [values[col] for col in _parent_columns(graph, nodes, group.op.arity)]
+        return evaluate(group.op, inputs, group.attrs)
+
+    try:
+        values[group.nodes] = run(group.nodes)
+    except Exception as exc:
+        raise _locate_failure(graph, group, run, exc) from None
 
 
 def edge_derivatives(
