@@ -129,6 +129,21 @@ def _print_json(document: Any) -> None:
     typer.echo(json.dumps(document, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
 
 
+def _jsonable(value: Any) -> Any:
+    """Metadata as JSON can show it: nan and inf as strings, bin data as ``{"$bin": hex}``."""
+    from graphsvc.jsonio import json_float
+
+    if isinstance(value, float):
+        return json_float(value)
+    if isinstance(value, bytes):
+        return {"$bin": value.hex()}
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(item) for item in value]
+    return value
+
+
 def _node_items(graph: Graph, order: Iterable[int]) -> list[dict[str, Any]]:
     offsets = graph.parent_offsets
     parents = graph.parent_indices
@@ -213,7 +228,7 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
         "has_grads": graph.grads is not None,
         "ops": ops,
         "plugins": plugin_list,
-        "metadata": graph.metadata,
+        "metadata": _jsonable(graph.metadata),
     }
     if as_json:
         _print_json(info)

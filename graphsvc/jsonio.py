@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from graphsvc.errors import FormatError, GraphStructureError
+from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, OpSource
 from graphsvc.topo import topological_sort
 
@@ -79,7 +79,12 @@ def to_document(graph: Graph) -> dict[str, Any]:
 
 def dumps(graph: Graph) -> str:
     """The graph as indented JSON text, one key per line."""
-    return json.dumps(to_document(graph), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    try:
+        return json.dumps(to_document(graph), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    except (TypeError, ValueError) as exc:  # nan, inf or bin data inside attributes or metadata
+        raise GraphsvcError(
+            f"cannot write the graph as JSON: {exc} (in JSON, attributes and metadata cannot hold nan, inf or bin data)"
+        ) from None
 
 
 def loads(text: str) -> Graph:

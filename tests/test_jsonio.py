@@ -13,7 +13,7 @@ import pytest
 
 from graphsvc import format as fmt
 from graphsvc import jsonio
-from graphsvc.errors import FormatError, GraphStructureError
+from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.graph import GraphBuilder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,3 +190,14 @@ def test_bad_json_text() -> None:
     )
     with pytest.raises(FormatError, match=r"^not valid JSON: nested too deeply$"):
         jsonio.loads("[" * 100_000 + "]" * 100_000)
+
+
+def test_metadata_json_cannot_hold_is_refused_with_a_message() -> None:
+    b = GraphBuilder()
+    b.leaf()
+    with pytest.raises(GraphsvcError) as info:
+        jsonio.dumps(b.build(metadata={"blob": b"\x00"}))
+    assert str(info.value) == (
+        "cannot write the graph as JSON: Object of type bytes is not JSON serializable "
+        "(in JSON, attributes and metadata cannot hold nan, inf or bin data)"
+    )
