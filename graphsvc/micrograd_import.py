@@ -1,0 +1,183 @@
+"""Import a micrograd graph: :func:`from_micrograd`.
+
+pickle cannot save a micrograd graph (each node holds a ``_backward`` closure); this turns one into
+a :class:`~graphsvc.graph.Graph` that :func:`graphsvc.save` can write. micrograd itself is never
+imported: any object with micrograd's ``data``, ``grad``, ``_prev`` and ``_op`` attributes works.
+
+micrograd keeps a node's parents in a ``set``, which loses two things:
+
+* repeats: ``a * a`` has ``_prev == {a}``. A ``+`` or ``*`` node with one parent is ``[a, a]``.
+* order: for two distinct parents, set order changes from run to run. Both ops are commutative,
+  so the parents are put in the order of a *canonical key* computed bottom-up from the op, the
+  data and the parents' keys (Python's hash of floats and ints is the same in every process).
+  The node ids then come from a depth-first post-order over those ordered parents, so the same
+  graph imports to the same file in every run. Two distinct parents with equal keys are the same
+  expression of the same numbers; their relative order is then left to the set.
+
+Tags: ``+`` -> ``add``, ``*`` -> ``mul``, ``**k`` -> ``pow`` with attribute ``exponent = float(k)``,
+``ReLU`` -> ``relu``, ``tanh`` and ``exp`` (from the lecture's version of micrograd) -> ``tanh``
+and ``exp``, and ``''`` (a node no op made) -> ``leaf``: micrograd does not tell a weight from a
+number written in an expression, so every such node becomes a leaf that ``--set`` can change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import graphsvc
+from graphsvc.errors import GraphStructureError
+from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, LEAF, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, OpSource
+
+__all__ = ["from_micrograd"]
+
+# micrograd tag -> (graphsvc tag, arity, a small int that stands for the op in canonical keys)
+_TAGS: dict[str, tuple[str, int, int]] = {
+    "": (LEAF, 0, 0),
+    "+": ("add", 2, 1),
+    "*": ("mul", 2, 2),
+    "ReLU": ("relu", 1, 3),
+    "tanh": ("tanh", 1, 4),
+    "exp": ("exp", 1, 5),
+}
+_POW_CODE = 6
+# Stands in for nan in keys: hash(nan) depends on the object, not the value.
+_NAN_KEY = -1.2345678901234567e308
+
+
+def _translate(node: Any) -> tuple[str, int, int, float | None]:
+    """(graphsvc tag, arity, key code, exponent or None) of a micrograd node."""
+    tag = node._op
+    known = _TAGS.get(tag)
+    if known is not None:
+        return (*known, None)
+    if isinstance(tag, str) and tag.startswith("**"):
+        try:
+            exponent = float(tag[2:])
+        except ValueError:
+            pass
+        else:
+            return "pow", 1, _POW_CODE, exponent
+    raise GraphStructureError(
+        f"micrograd node {node!r} has op {tag!r}, which graphsvc cannot import "
+        "(known: '+', '*', '**k', 'ReLU', 'tanh', 'exp' and '' for leaves)"
+    )
+
+
+def _parents(node: Any) -> list[Any]:
+    try:
+        return list(node._prev)
+    except AttributeError:
+        raise GraphStructureError(
+            f"{type(node).__name__} {node!r} is not a micrograd Value (it has no _prev)"
+        ) from None
+
+
+def from_micrograd(*roots: Any) -> Graph:
+    """The graph of one or more micrograd outputs, with their data and gradients.
+
+    The roots become the graph's outputs. Runs in linear time without recursion.
+    """
+    if not roots:
+        raise GraphStructureError("from_micrograd() needs at least one micrograd Value")
+    # Pass 1: every node once, parents before children, in whatever order the sets give.
+    nodes: list[Any] = []
+    position: dict[int, int] = {}  # id(node) -> index in nodes; the nodes list keeps them alive
+    raw_parents: list[list[int]] = []
+    stack: list[tuple[Any, list[Any]]] = []
+    for root in roots:
+        if id(root) in position:
+            continue
+        stack.append((root, _parents(root)))
+        entered = {id(root)}
+        while stack:
+            node, todo = stack[-1]
+            while todo and (id(todo[-1]) in position or id(todo[-1]) in entered):
+                todo.pop()
+            if todo:
+                parent = todo.pop()
+                entered.add(id(parent))
+                stack.append((parent, _parents(parent)))
+                continue
+            stack.pop()
+            position[id(node)] = len(nodes)
+            nodes.append(node)
+            raw_parents.append([position[id(p)] for p in node._prev])
+    # Pass 2: canonical keys bottom-up, and each node's parents in their final order.
+    n = len(nodes)
+    keys = [0] * n
+    ops: list[tuple[str, float | None]] = []
+    ordered_parents: list[list[int]] = []
+    for i, node in enumerate(nodes):
+        tag, arity, code, exponent = _translate(node)
+        parents = raw_parents[i]
+        if arity == 2 and len(parents) == 1:  # a + a, a * a: the set kept one
+            parents = [parents[0], parents[0]]
+        elif arity == 2:
+            parents.sort(key=keys.__getitem__)
+        if len(parents) != arity:
+            raise GraphStructureError(
+                f"micrograd node {node!r} with op {node._op!r} has {len(parents)} parents, expected {arity}"
+            )
+        data = float(node.data)
+        data_key = data if data == data else _NAN_KEY
+        # No None in the key: before Python 3.12, hash(None) depends on None's address.
+        keys[i] = hash((code, 0.0 if exponent is None else exponent, data_key, *(keys[p] for p in parents)))
+        ops.append((tag, exponent))
+        ordered_parents.append(parents)
+    # Pass 3: ids from a depth-first post-order over the ordered parents, roots in the order given.
+    new_id = [-1] * n
+    order: list[int] = []
+    for root in roots:
+        start = position[id(root)]
+        if new_id[start] >= 0:
+            continue
+        new_id[start] = -2  # entered
+        walk = [(start, 0)]
+        while walk:
+            node_i, slot = walk[-1]
+            parents = ordered_parents[node_i]
+            if slot < len(parents):
+                walk[-1] = (node_i, slot + 1)
+                parent = parents[slot]
+                if new_id[parent] == -1:
+                    new_id[parent] = -2
+                    walk.append((parent, 0))
+            else:
+                walk.pop()
+                new_id[node_i] = len(order)
+                order.append(node_i)
+    return _columns(nodes, order, new_id, ops, ordered_parents, [new_id[position[id(r)]] for r in roots])
+
+
+def _columns(
+    nodes: list[Any],
+    order: list[int],
+    new_id: list[int],
+    ops: list[tuple[str, float | None]],
+    ordered_parents: list[list[int]],
+    outputs: Sequence[int],
+) -> Graph:
+    tags = [ops[i][0] for i in order]
+    op_table = list(dict.fromkeys(tags))
+    code_of = {tag: code for code, tag in enumerate(op_table)}
+    counts = np.array([len(ordered_parents[i]) for i in order], dtype=OFFSET_DTYPE)
+    offsets = np.zeros(len(order) + 1, dtype=OFFSET_DTYPE)
+    np.cumsum(counts, out=offsets[1:])
+    source = OpSource("graphsvc", graphsvc.__version__)
+    graph = Graph(
+        op_table=op_table,
+        op_codes=np.array([code_of[tag] for tag in tags], dtype=OP_CODE_DTYPE),
+        parent_offsets=offsets,
+        parent_indices=np.array([new_id[p] for i in order for p in ordered_parents[i]], dtype=INDEX_DTYPE),
+        values=np.array([float(nodes[i].data) for i in order], dtype=FLOAT_DTYPE),
+        grads=np.array([float(nodes[i].grad) for i in order], dtype=FLOAT_DTYPE),
+        attrs={new: {"exponent": ops[i][1]} for new, i in enumerate(order) if ops[i][1] is not None},
+        outputs=list(dict.fromkeys(outputs)),
+        metadata={"imported_from": "micrograd"},
+        op_sources=dict.fromkeys(op_table, source),
+    )
+    graph.check()
+    return graph

@@ -1,0 +1,488 @@
+"""Build graphs in Python with :class:`Value`, a drop-in for micrograd's ``engine.Value``.
+
+>>> a, b, c = Value(2.0, name="a"), Value(3.0, name="b"), Value(1.0, name="c")
+>>> L = (a * b + c) * (a + b)
+>>> L.backward()
+>>> a.grad, b.grad, c.grad
+(22.0, 17.0, 5.0)
+
+A ``Value`` records what made it: an op tag of the registry (``"add"``, ``"sub"``, ``"pow"``...), its
+parents in order (``a * a`` has two parents, both ``a``) and the op's attributes (``{"exponent":
+2.0}``). Numbers in expressions become ``const`` nodes. The builtin operators compute ``.data`` with
+plain Python floats, following IEEE rules as numpy does (``x / 0`` is inf, ``log(-1)`` is nan), so a
+replay of a saved graph reproduces the same values. :meth:`Value.apply` runs any registered op,
+plugin ops included.
+
+:meth:`Value.backward` does not walk the graph recursively and keeps no per-op derivative code:
+it traces the graph (:func:`trace`) and runs :func:`graphsvc.replay.backward` with the op registry's
+derivative table, the one used everywhere in graphsvc. There is no recursion limit, and a value
+used several times gets the sum of its contributions.
+
+**The zero-gradient trap.** Like micrograd and PyTorch, ``backward`` *adds* to ``.grad``: calling
+it twice without resetting doubles every gradient. Call :func:`zero_grad` (or set ``.grad = 0``)
+before each backward pass. One difference from micrograd: the output's own ``.grad`` accumulates
+too (micrograd resets it to 1), so the rule has no exception.
+
+The registry is the one :func:`graphsvc.plugins.load_registry` returns (builtins plus installed
+plugins and ``GRAPHSVC_PLUGINS``), loaded on first use; :func:`use_registry` replaces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import os
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from numbers import Real
+from typing import TYPE_CHECKING, Any
+
+from graphsvc.errors import OpError, UsageError
+
+if TYPE_CHECKING:
+    from graphsvc.graph import Graph
+    from graphsvc.ops import OpRegistry
+
+__all__ = ["Value", "default_registry", "save", "trace", "use_registry", "zero_grad"]
+
+# The leaf tags, spelled as graphsvc.graph spells them (that module imports numpy; this one must not).
+_LEAF = "leaf"
+_CONST = "const"
+_NAN = math.nan
+_INF = math.inf
+
+
+class Value:
+    """A scalar in a computation graph: ``.data``, ``.grad`` and how it was made.
+
+    ``Value(data, name=None)`` makes an input (a ``leaf``). Operators and methods make new values:
+    ``+ - * /``, ``**`` with a number exponent, unary ``-``, the reflected forms (``2 * a``),
+    ``relu tanh exp log sigmoid sin cos sqrt abs``, ``a.max(b)``, ``a.min(b)``, and
+    ``apply(op_name, *others, **attrs)`` for any registered op. ``name`` travels into saved files
+    and CLI output; it can be set later (``loss.name = "loss"``).
+    """
+
+    __slots__ = ("_attrs", "_op", "_parents", "data", "grad", "name")
+
+    data: float
+    grad: float
+    name: str | None
+    _op: str
+    _parents: tuple[Value, ...]
+    _attrs: dict[str, Any] | None
+
+    def __init__(
+        self,
+        data: float,
+        name: str | None = None,
+        _op: str = _LEAF,
+        _parents: tuple[Value, ...] = (),
+        _attrs: dict[str, Any] | None = None,
+    ) -> None:
+        self.data = data if _parents else float(data)
+        self.grad = 0.0
+        self.name = name
+        self._op = _op
+        self._parents = _parents
+        self._attrs = _attrs
+
+    # -- what made this value ------------------------------------------------------------------
+    @property
+    def op(self) -> str:
+        """The op tag: ``"leaf"``, ``"const"``, ``"add"``, ``"pow"``, a plugin op's name..."""
+        return self._op
+
+    @property
+    def parents(self) -> tuple[Value, ...]:
+        """The inputs, in order, repeats kept (``(a * a).parents == (a, a)``)."""
+        return self._parents
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The op's attributes (``{"exponent": 2.0}`` for ``a ** 2``); a copy."""
+        return dict(self._attrs) if self._attrs else {}
+
+    @property
+    def _prev(self) -> set[Value]:
+        """micrograd's spelling of the parents, for tools written against it (order is lost)."""
+        return set(self._parents)
+
+    def __repr__(self) -> str:
+        name = f"name={self.name!r}, " if self.name is not None else ""
+        return f"Value({name}data={self.data}, grad={self.grad})"
+
+    # -- arithmetic ----------------------------------------------------------------------------
+    def __add__(self, other: Value | float) -> Value:
+        if not isinstance(other, Value):
+            if not _is_number(other):
+                return NotImplemented
+            other = Value(float(other), None, _CONST)
+        return Value(self.data + other.data, None, "add", (self, other))
+
+    def __radd__(self, other: float) -> Value:
+        if not _is_number(other):
+            return NotImplemented
+        constant = Value(float(other), None, _CONST)
+        return Value(constant.data + self.data, None, "add", (constant, self))
+
+    def __sub__(self, other: Value | float) -> Value:
+        if not isinstance(other, Value):
+            if not _is_number(other):
+                return NotImplemented
+            other = Value(float(other), None, _CONST)
+        return Value(self.data - other.data, None, "sub", (self, other))
+
+    def __rsub__(self, other: float) -> Value:
+        if not _is_number(other):
+            return NotImplemented
+        constant = Value(float(other), None, _CONST)
+        return Value(constant.data - self.data, None, "sub", (constant, self))
+
+    def __mul__(self, other: Value | float) -> Value:
+        if not isinstance(other, Value):
+            if not _is_number(other):
+                return NotImplemented
+            other = Value(float(other), None, _CONST)
+        return Value(self.data * other.data, None, "mul", (self, other))
+
+    def __rmul__(self, other: float) -> Value:
+        if not _is_number(other):
+            return NotImplemented
+        constant = Value(float(other), None, _CONST)
+        return Value(constant.data * self.data, None, "mul", (constant, self))
+
+    def __truediv__(self, other: Value | float) -> Value:
+        if not isinstance(other, Value):
+            if not _is_number(other):
+                return NotImplemented
+            other = Value(float(other), None, _CONST)
+        return Value(_div(self.data, other.data), None, "div", (self, other))
+
+    def __rtruediv__(self, other: float) -> Value:
+        if not _is_number(other):
+            return NotImplemented
+        constant = Value(float(other), None, _CONST)
+        return Value(_div(constant.data, self.data), None, "div", (constant, self))
+
+    def __neg__(self) -> Value:
+        return Value(-self.data, None, "neg", (self,))
+
+    def __pow__(self, exponent: float) -> Value:
+        if isinstance(exponent, Value) or not isinstance(exponent, Real):
+            raise TypeError(
+                f"the exponent must be a number, not {type(exponent).__name__} "
+                "(for a Value exponent write (b * a.log()).exp())"
+            )
+        k = float(exponent)
+        return Value(_pow(self.data, k), None, "pow", (self,), {"exponent": k})
+
+    # -- functions -----------------------------------------------------------------------------
+    def relu(self) -> Value:
+        x = self.data
+        return Value(x if x > 0.0 else 0.0, None, "relu", (self,))
+
+    def tanh(self) -> Value:
+        return Value(math.tanh(self.data), None, "tanh", (self,))
+
+    def exp(self) -> Value:
+        return Value(_exp(self.data), None, "exp", (self,))
+
+    def log(self) -> Value:
+        x = self.data
+        return Value(math.log(x) if x > 0.0 else (-_INF if x == 0.0 else _NAN), None, "log", (self,))
+
+    def sqrt(self) -> Value:
+        x = self.data
+        return Value(math.sqrt(x) if x >= 0.0 else _NAN, None, "sqrt", (self,))
+
+    def sigmoid(self) -> Value:
+        x = self.data
+        if x >= 0.0:
+            s = 1.0 / (1.0 + math.exp(-x))
+        else:  # exp(-x) would overflow for very negative x
+            e = math.exp(x)
+            s = e / (1.0 + e)
+        return Value(s, None, "sigmoid", (self,))
+
+    def sin(self) -> Value:
+        return Value(_unary(math.sin, self.data), None, "sin", (self,))
+
+    def cos(self) -> Value:
+        return Value(_unary(math.cos, self.data), None, "cos", (self,))
+
+    def abs(self) -> Value:
+        return Value(abs(self.data), None, "abs", (self,))
+
+    def __abs__(self) -> Value:
+        return self.abs()
+
+    def max(self, other: Value | float) -> Value:
+        """The larger of two values (the gradient goes to the larger; half each on a tie)."""
+        if not isinstance(other, Value):
+            other = _const(other)
+        x, y = self.data, other.data
+        return Value(_NAN if x != x or y != y else (x if x >= y else y), None, "max", (self, other))
+
+    def min(self, other: Value | float) -> Value:
+        """The smaller of two values (the gradient goes to the smaller; half each on a tie)."""
+        if not isinstance(other, Value):
+            other = _const(other)
+        x, y = self.data, other.data
+        return Value(_NAN if x != x or y != y else (x if x <= y else y), None, "min", (self, other))
+
+    def apply(self, op_name: str, *others: Value | float, **attrs: Any) -> Value:
+        """Apply a registered op (a plugin's included) with this value as its first input.
+
+        ``x.apply("softplus")``, ``a.apply("hypot", b)``, ``x.apply("leaky_relu", alpha=0.1)``.
+        Keyword arguments are the op's attributes and are saved with the node. An op the registry
+        does not know, or the wrong number of inputs, raises :class:`~graphsvc.errors.OpError` here.
+        """
+        import numpy as np
+
+        from graphsvc.ops import evaluate
+
+        op = default_registry().get(op_name)
+        parents = (self, *(o if isinstance(o, Value) else _const(o) for o in others))
+        if op.arity == 0:
+            raise OpError(f"op {op_name!r} is a leaf tag: make a leaf with Value(data) instead")
+        if len(parents) != op.arity:
+            raise OpError(
+                f"op {op_name!r} ({op.source}) takes {op.arity} input{'s' if op.arity != 1 else ''}, "
+                f"got {len(parents)} (this value and {len(others)} more)"
+            )
+        result = evaluate(op, [np.array([p.data], dtype=np.float64) for p in parents], attrs)
+        return Value(float(result[0]), None, op_name, parents, dict(attrs) or None)
+
+    # -- gradients -----------------------------------------------------------------------------
+    def backward(self) -> None:
+        """Add ``d self / d v`` to ``v.grad`` for every value ``v`` this one depends on, itself included.
+
+        Gradients accumulate: see the module docstring on the zero-gradient trap.
+        """
+        from graphsvc.replay import backward
+
+        registry = default_registry()
+        with _gc_paused():
+            nodes, index = _postorder([self])
+            graph = _graph(nodes, index, [self], registry, extras=False)
+            grads = backward(graph, registry, len(nodes) - 1)
+            for node, grad in zip(nodes, grads.tolist(), strict=True):
+                node.grad += grad
+
+
+def _is_number(obj: object) -> bool:
+    return obj.__class__ is float or obj.__class__ is int or isinstance(obj, Real)
+
+
+def _const(number: object) -> Value:
+    """A ``const`` node for a number met in an expression (max, min, apply)."""
+    if _is_number(number):
+        return Value(float(number), None, _CONST)  # type: ignore[arg-type]
+    raise TypeError(f"expected a Value or a number, not {type(number).__name__}")
+
+
+# -- IEEE arithmetic for the few places where Python raises instead ------------------------------
+def _div(x: float, y: float) -> float:
+    try:
+        return x / y
+    except ZeroDivisionError:
+        if x != x or x == 0.0:
+            return _NAN
+        return math.copysign(_INF, x) * math.copysign(1.0, y)
+
+
+def _pow(x: float, k: float) -> float:
+    try:
+        result = x**k
+    except (ZeroDivisionError, OverflowError):
+        import numpy as np
+
+        with np.errstate(all="ignore"):
+            return float(np.power(np.float64(x), k))
+    return _NAN if isinstance(result, complex) else result
+
+
+def _exp(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return _INF
+
+
+def _unary(function: Any, x: float) -> float:
+    try:
+        result: float = function(x)
+    except ValueError:  # sin(inf), cos(inf)
+        return _NAN
+    return result
+
+
+# -- the registry -------------------------------------------------------------------------------
+_registry: OpRegistry | None = None
+
+
+def default_registry() -> OpRegistry:
+    """The registry :class:`Value` uses, loaded with :func:`graphsvc.plugins.load_registry` on first use.
+
+    A plugin that fails to load is reported as a :class:`RuntimeWarning`, not an error.
+    """
+    global _registry
+    if _registry is None:
+        from graphsvc.plugins import load_registry
+
+        registry, problems = load_registry()
+        for problem in problems:
+            warnings.warn(str(problem), RuntimeWarning, stacklevel=2)
+        _registry = registry
+    return _registry
+
+
+def use_registry(registry: OpRegistry | None) -> None:
+    """Make :class:`Value` use ``registry`` (``None``: load the default again on next use).
+
+    >>> from graphsvc.plugins import load_registry
+    >>> registry, problems = load_registry(["myops.py"])  # doctest: +SKIP
+    >>> use_registry(registry)  # doctest: +SKIP
+    """
+    global _registry
+    _registry = registry
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a graph is walked.
+
+    A walk allocates a few containers per node; with millions of live values each of the full
+    collections those allocations trigger would scan every value (seconds, for nothing: the walk
+    creates no cycles). Reference counting still frees memory meanwhile.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+# -- walking the graph ----------------------------------------------------------------------------
+def _postorder(outputs: Sequence[Value]) -> tuple[list[Value], dict[Value, int]]:
+    """Depth-first post-order from each output in turn, parents in stored order, without recursion.
+
+    It is micrograd's ``build_topo`` made iterative: every value comes after its parents, and the
+    order depends only on the graph, so tracing the same expression twice gives the same ids.
+    Returns the order and each value's position in it.
+    """
+    index: dict[Value, int] = {}
+    order: list[Value] = []
+    stack = list(reversed(outputs))
+    push, pop, extend, state_of = stack.append, stack.pop, stack.extend, index.get
+    while stack:
+        node = pop()
+        state = state_of(node)
+        if state is None:  # first visit: come back to it after its parents
+            index[node] = -1
+            push(node)
+            parents = node._parents
+            if len(parents) == 1:
+                push(parents[0])
+            elif parents:
+                extend(parents[::-1])
+        elif state == -1:  # its parents are done (a DAG cannot reach it again before this)
+            index[node] = len(order)
+            order.append(node)
+    return order, index
+
+
+def _walk(roots: Iterable[Value]) -> Iterator[Value]:
+    """Every value reachable from ``roots``, each once, in no particular order."""
+    seen: set[Value] = set(roots)
+    stack = list(seen)
+    while stack:
+        node = stack.pop()
+        yield node
+        for parent in node._parents:
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+
+
+def zero_grad(*values: Value) -> None:
+    """Set ``.grad`` to 0 on every value the given values depend on, themselves included."""
+    for node in _walk(values):
+        node.grad = 0.0
+
+
+def _graph(
+    nodes: list[Value], index: dict[Value, int], outputs: Sequence[Value], registry: OpRegistry, *, extras: bool
+) -> Graph:
+    """The columns of ``nodes`` (a topological order, ``index`` its positions); ``extras`` adds
+    grads, names and op sources, and checks the result."""
+    import numpy as np
+
+    from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, OpSource
+
+    tags = [node._op for node in nodes]
+    op_table = list(dict.fromkeys(tags))
+    code_of = {tag: code for code, tag in enumerate(op_table)}
+    parent_counts = np.fromiter(map(len, (node._parents for node in nodes)), dtype=OFFSET_DTYPE, count=len(nodes))
+    offsets = np.zeros(len(nodes) + 1, dtype=OFFSET_DTYPE)
+    np.cumsum(parent_counts, out=offsets[1:])
+    graph = Graph(
+        op_table=op_table,
+        op_codes=np.array([code_of[tag] for tag in tags], dtype=OP_CODE_DTYPE),
+        parent_offsets=offsets,
+        parent_indices=np.array([index[p] for node in nodes for p in node._parents], dtype=INDEX_DTYPE),
+        values=np.array([node.data for node in nodes], dtype=FLOAT_DTYPE),
+        attrs={i: dict(node._attrs) for i, node in enumerate(nodes) if node._attrs},
+        outputs=list(dict.fromkeys(index[o] for o in outputs)),
+    )
+    if extras:
+        graph.grads = np.array([node.grad for node in nodes], dtype=FLOAT_DTYPE)
+        graph.names = {i: node.name for i, node in enumerate(nodes) if node.name is not None}
+        import graphsvc
+
+        builtin = OpSource("graphsvc", graphsvc.__version__)
+        for tag in graph.op_table:
+            if tag in registry:
+                op = registry.get(tag)
+                graph.op_sources[tag] = OpSource(op.plugin, op.plugin_version) if op.plugin else builtin
+            else:
+                graph.op_sources[tag] = builtin
+        graph.check()
+    return graph
+
+
+def trace(*outputs: Value, registry: OpRegistry | None = None) -> Graph:
+    """The graph reachable from ``outputs``, with current values, gradients, names and attributes.
+
+    Node ids follow a depth-first post-order from each output in turn (parents in stored order),
+    so the same expression always gives the same graph. The outputs are the graph's outputs.
+    Each op records the plugin and version that provide it (graphsvc's own for the builtin ops).
+    """
+    if not outputs:
+        raise UsageError("trace() needs at least one Value")
+    for output in outputs:
+        if not isinstance(output, Value):
+            raise TypeError(f"trace() takes Values, not {type(output).__name__}")
+    registry = registry or default_registry()
+    with _gc_paused():
+        nodes, index = _postorder(outputs)
+        return _graph(nodes, index, outputs, registry, extras=True)
+
+
+def save(obj: Value | Sequence[Value] | Graph, path: str | os.PathLike[str]) -> None:
+    """Write a :class:`Value` (or several, traced together) or a :class:`~graphsvc.graph.Graph` to ``path``."""
+    from graphsvc import format
+    from graphsvc.graph import Graph
+
+    if isinstance(obj, Graph):
+        graph = obj
+    elif isinstance(obj, Value):
+        graph = trace(obj)
+    elif isinstance(obj, Sequence) and not isinstance(obj, str):
+        graph = trace(*obj)
+    else:
+        raise TypeError(f"save() takes a Value, a sequence of Values or a Graph, not {type(obj).__name__}")
+    format.save(graph, path)
