@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -69,8 +70,8 @@ class _Candidate:
 
     label: str  # the name used in problems
     load: Callable[[], ModuleType]
-    plugin: str | None = None  # provenance; None means "the module's name" (known after import)
-    version: str | None = None
+    plugin: str | None = None  # provenance; None: the module's name
+    version: str | None = None  # None: the module's __version__, if any
 
 
 def load_registry(
@@ -174,14 +175,14 @@ class _Loader:
             return
         if self.manager.is_registered(module):  # the same module listed twice: load it once
             return
-        plugin = candidate.plugin if candidate.plugin is not None else module.__name__
-        version = candidate.version if candidate.plugin is not None else _module_version(module)
+        plugin = candidate.plugin or module.__name__
+        version = candidate.version if candidate.version is not None else _module_version(module)
         try:
             self.manager.register(module, name=f"{len(self.manager.get_plugins())}:{label}")
         except pluggy.PluginValidationError as exc:
             if self.manager.is_registered(module):
                 self.manager.unregister(module)
-            self._problem(label, f"bad hook: {_one_line(str(exc))}")
+            self._problem(label, f"bad hook: {_signature_problem(module) or _one_line(str(exc))}")
             return
         impls = self._hookimpls(label, module)
         if impls is None:
@@ -253,5 +254,21 @@ def _module_version(module: ModuleType) -> str | None:
     return version if isinstance(version, str) else None
 
 
+def _signature_problem(module: ModuleType) -> str | None:
+    """Say what is wrong with the hook's arguments, when that is what pluggy refused."""
+    function = getattr(module, _HOOK, None)
+    if function is None:
+        return None
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+    if set(signature.parameters) <= {"register"}:
+        return None
+    return f"{_HOOK}{signature} must take the one argument the hook passes: {_HOOK}(register)"
+
+
 def _one_line(text: str) -> str:
-    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+    # pluggy's first line names the plugin by its internal registration name; leave it out
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return "; ".join(lines[1:] or lines)
