@@ -1,0 +1,273 @@
+"""Forward and backward replay on hand-worked examples, and the fast paths against the references."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from graphsvc import kernels, replay
+from graphsvc.errors import OpError, ReplayError, UsageError
+from graphsvc.graph import Graph, GraphBuilder, OpSource
+from graphsvc.ops import Op, OpRegistry
+from graphsvc.plugins import load_registry
+from graphsvc.topo import ancestors
+
+
+@pytest.fixture(scope="module")
+def registry() -> OpRegistry:
+    registry, problems = load_registry(disable_third_party=True)
+    assert problems == []
+    return registry
+
+
+def seed004(a: float = 2.0, b: float = 3.0, c: float = 1.0) -> Graph:
+    g = GraphBuilder()
+    na, nb, nc = g.leaf(a, name="a"), g.leaf(b, name="b"), g.leaf(c, name="c")
+    ab = g.add("mul", [na, nb], name="ab")
+    abc = g.add("add", [ab, nc], name="abc")
+    apb = g.add("add", [na, nb], name="apb")
+    g.add("mul", [abc, apb], name="L")
+    return g.build()
+
+
+def grads_by_name(graph: Graph, registry: OpRegistry, overrides: dict[int, float] | None = None) -> dict[str, float]:
+    values = replay.forward(graph, registry, overrides)
+    grads = replay.backward(graph, registry, replay.default_output(graph), values)
+    return {name: float(grads[node]) for node, name in graph.names.items()}
+
+
+def test_seed004_gradients_are_22_17_5(registry: OpRegistry) -> None:
+    graph = seed004()
+    values = replay.forward(graph, registry)
+    assert values[graph.node_id("L")] == 35.0
+    grads = grads_by_name(graph, registry)
+    assert (grads["a"], grads["b"], grads["c"]) == (22.0, 17.0, 5.0)
+    assert (grads["abc"], grads["apb"], grads["ab"], grads["L"]) == (5.0, 7.0, 5.0, 1.0)
+
+
+def test_set_changes_the_result_as_worked_out_by_hand(registry: OpRegistry) -> None:
+    # a=3: L = (3*3 + 1)*(3 + 3) = 60; dL/da = b(a+b) + (ab+c) = 18 + 10; dL/db = a(a+b) + (ab+c) = 28
+    graph = seed004()
+    values = replay.forward(graph, registry, {graph.node_id("a"): 3.0})
+    assert values[graph.node_id("L")] == 60.0
+    grads = grads_by_name(graph, registry, {graph.node_id("a"): 3.0})
+    assert (grads["a"], grads["b"], grads["c"]) == (28.0, 28.0, 6.0)
+
+
+def test_seed002_matches_the_derivative_worked_by_hand(registry: OpRegistry) -> None:
+    x = 0.5
+    g = GraphBuilder()
+    nx = g.leaf(x, name="x")
+    a = g.add("pow", [nx], attrs={"exponent": 2.0})
+    b = g.add("exp", [a])
+    c = g.add("add", [a, b])
+    d = g.add("sqrt", [c])
+    e = g.add("cos", [c])
+    g.add("add", [d, e], name="f")
+    graph = g.build()
+    values = replay.forward(graph, registry)
+    cx = x**2 + math.exp(x**2)
+    assert values[graph.node_id("f")] == pytest.approx(math.sqrt(cx) + math.cos(cx), rel=1e-15)
+    # f'(x) = (1/(2 sqrt(c)) - sin(c)) * (2x + 2x exp(x^2))
+    expected = (1 / (2 * math.sqrt(cx)) - math.sin(cx)) * (2 * x + 2 * x * math.exp(x**2))
+    assert grads_by_name(graph, registry)["x"] == pytest.approx(expected, rel=1e-14)
+
+
+def test_x_times_x_counts_both_parent_slots(registry: OpRegistry) -> None:
+    g = GraphBuilder()
+    x = g.leaf(3.0, name="x")
+    g.add("mul", [x, x], name="y")
+    assert grads_by_name(g.build(), registry)["x"] == 6.0
+
+
+def test_reused_non_leaf_node_gets_every_contribution(registry: OpRegistry) -> None:
+    # micrograd issue #2: t = 2a is used three times. y = t*t + t, dy/dt = 2t + 1 = 13, dy/da = 26.
+    g = GraphBuilder()
+    a = g.leaf(3.0, name="a")
+    two = g.const(2.0)
+    t = g.add("mul", [two, a], name="t")
+    tt = g.add("mul", [t, t])
+    g.add("add", [tt, t], name="y")
+    grads = grads_by_name(g.build(), registry)
+    assert (grads["t"], grads["a"]) == (13.0, 26.0)
+
+
+def test_max_routes_the_gradient_to_the_larger_input(registry: OpRegistry) -> None:
+    g = GraphBuilder()
+    x, y, w = g.leaf(4.0, name="x"), g.leaf(-1.0, name="y"), g.leaf(2.0, name="w")
+    m = g.add("max", [x, y], name="m")
+    g.add("mul", [m, w], name="z")
+    grads = grads_by_name(g.build(), registry)
+    assert (grads["x"], grads["y"], grads["w"]) == (2.0, 0.0, 4.0)
+
+
+def test_every_replay_starts_from_zero_gradients(registry: OpRegistry) -> None:
+    graph = seed004()
+    graph.values = replay.forward(graph, registry)
+    graph.grads = np.full(graph.num_nodes, 100.0)  # stale gradients stored in the file
+    first = replay.backward(graph, registry, graph.node_id("L"))
+    second = replay.backward(graph, registry, graph.node_id("L"))
+    assert first[graph.node_id("a")] == second[graph.node_id("a")] == 22.0
+
+
+def test_nodes_the_output_does_not_depend_on_get_zero(registry: OpRegistry) -> None:
+    # The other branch's local derivative is inf (log at 0): it must not leak into shared parents.
+    g = GraphBuilder()
+    x = g.leaf(0.0, name="x")
+    g.add("log", [x], name="other")
+    g.add("mul", [x, x], name="y")
+    graph = g.build()
+    values = replay.forward(graph, registry)
+    grads = replay.backward(graph, registry, graph.node_id("y"), values)
+    assert grads.tolist() == [0.0, 0.0, 1.0]
+
+
+def test_backward_steps_show_each_contribution(registry: OpRegistry) -> None:
+    graph = seed004()
+    values = replay.forward(graph, registry)
+    grads, steps = replay.backward_steps(graph, registry, graph.node_id("L"), values)
+    first = steps[0]
+    assert graph.label(first.node) == "L" and first.grad == 1.0
+    assert [(graph.label(p), d, c) for p, d, c in first.contributions] == [("abc", 5.0, 5.0), ("apb", 7.0, 7.0)]
+    ab = next(s for s in steps if graph.label(s.node) == "ab")
+    assert [(graph.label(p), d, c) for p, d, c in ab.contributions] == [("a", 3.0, 15.0), ("b", 2.0, 10.0)]
+    assert grads[graph.node_id("a")] == 22.0
+
+
+def test_missing_ops_are_named_with_their_recorded_plugin(registry: OpRegistry) -> None:
+    g = GraphBuilder()
+    x = g.leaf(1.0)
+    s = g.add("softplus", [x])
+    g.add("hypot", [s, x])
+    g.op_sources["softplus"] = OpSource("graphsvc-activations", "0.1.0")
+    graph = g.build()
+    with pytest.raises(OpError) as info:
+        replay.forward(graph, registry)
+    assert str(info.value) == (
+        "the graph uses ops not registered here: softplus (from graphsvc-activations 0.1.0), "
+        "hypot (plugin unknown); install the plugin that provides them or pass --plugin"
+    )
+
+
+def test_parent_count_must_match_the_arity(registry: OpRegistry) -> None:
+    g = GraphBuilder()
+    x = g.leaf(1.0)
+    g.add("exp", [x, x], name="bad")
+    with pytest.raises(OpError, match=r"^node bad: op exp takes 1 input but the node has 2 parents$"):
+        replay.forward(g.build(), registry)
+
+
+def test_an_op_that_raises_is_named_with_its_plugin_and_node() -> None:
+    def broken(x: object) -> object:
+        raise ZeroDivisionError("boom")
+
+    registry = OpRegistry()
+    registry.register(Op("boom", 1, broken, lambda x, out: (x,)), plugin="demo", plugin_version="1.0")
+    for width in (1, 40):  # node by node, and as one numpy group
+        g = GraphBuilder()
+        leaves = [g.leaf(float(i)) for i in range(width)]
+        for i, leaf in enumerate(leaves):
+            g.add("boom", [leaf], name=f"n{i}")
+        with pytest.raises(ReplayError) as info:
+            replay.forward(g.build(), registry)
+        assert str(info.value) == "node n0: op 'boom' (demo 1.0): forward raised ZeroDivisionError: boom"
+
+
+def test_only_leaves_can_be_set(registry: OpRegistry) -> None:
+    graph = seed004()
+    with pytest.raises(UsageError, match=r"^node ab is a mul node, not a leaf: only leaves can be set$"):
+        replay.forward(graph, registry, {graph.node_id("ab"): 1.0})
+
+
+def test_default_output_needs_a_single_output() -> None:
+    g = GraphBuilder()
+    x = g.leaf(1.0, name="x")
+    g.add("exp", [x], name="p")
+    g.add("sin", [x], name="q")
+    with pytest.raises(UsageError, match=r"^the graph has 2 outputs \(p, q\): choose one with --output$"):
+        replay.default_output(g.build())
+
+
+def test_compare_reports_the_worst_node() -> None:
+    stored = np.array([1.0, 2.0, np.nan, np.inf])
+    replayed = np.array([1.0, 2.5, np.nan, np.inf])
+    c = replay.compare("values", replayed, stored, rtol=1e-9, atol=0.0)
+    assert (c.worst_abs, c.worst_abs_node, c.worst_rel, c.worst_rel_node, c.mismatches) == (0.5, 1, 0.25, 1, 1)
+    assert replay.compare("values", stored, stored, 0.0, 0.0).ok
+
+
+# -- fast paths against the straightforward references -------------------------------------------
+UNARY = ["neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "relu", "sigmoid", "abs"]
+BINARY = ["add", "sub", "mul", "div", "max", "min"]
+
+
+def random_graph(n: int, seed: int) -> Graph:
+    """A random DAG over every builtin op (pow with two exponents), values in a modest range."""
+    rng = np.random.default_rng(seed)
+    g = GraphBuilder()
+    for i in range(min(50, n)):
+        g.leaf(float(rng.uniform(-2, 2)), name=f"x{i}")
+    for i in range(len(g), n):
+        kind = rng.integers(0, 3)
+        p = int(rng.integers(max(0, i - 200), i))
+        if kind == 0:
+            g.add(str(rng.choice(UNARY)), [p])
+        elif kind == 1:
+            g.add(str(rng.choice(BINARY)), [p, int(rng.integers(0, i))])
+        else:
+            g.add("pow", [p], attrs={"exponent": float(rng.choice([2.0, 3.0]))})
+    return g.build()
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.all((a.view(np.uint64) == b.view(np.uint64)) | (np.isnan(a) & np.isnan(b))))
+
+
+def test_grouped_and_node_by_node_forward_agree_bit_for_bit(
+    registry: OpRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph = random_graph(3000, seed=1)
+    monkeypatch.setattr(replay, "NARROW_LEVEL", 0)  # every level as numpy groups
+    grouped = replay.forward(graph, registry)
+    monkeypatch.setattr(replay, "NARROW_LEVEL", 10**9)  # every node on its own
+    single = replay.forward(graph, registry)
+    assert same_bits(grouped, single)
+    assert np.isfinite(grouped).sum() > 1000  # the comparison covers real numbers, not only nan
+
+
+def test_compiled_sweeps_match_the_references(registry: OpRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    if kernels._compiled() is None:
+        pytest.fail("numba is a dependency of graphsvc: the compiled sweeps must be available")
+    graph = random_graph(kernels.JIT_THRESHOLD + 500, seed=2)
+    values = replay.forward(graph, registry)
+    output = graph.num_nodes - 1
+    compiled = replay.backward(graph, registry, output, values)
+    nodes = np.flatnonzero(ancestors(graph, output))
+    local = replay.edge_derivatives(graph, registry, values, nodes)
+    reference = replay.reference_sweep(graph, output, local, nodes)
+    assert same_bits(compiled, reference)
+    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 10**12)
+    assert same_bits(replay.forward(graph, registry), values)
+    assert np.array_equal(ancestors(graph, output), np.isin(np.arange(graph.num_nodes), nodes))
+
+
+def test_a_chain_a_million_deep_replays_at_the_default_recursion_limit(registry: OpRegistry) -> None:
+    n = 1_000_000
+    codes = np.ones(n, dtype=np.uint16)
+    codes[0] = 0
+    offsets = np.concatenate(([0, 0], np.arange(1, n, dtype=np.int64)))
+    parents = np.arange(0, n - 1, dtype=np.int32)
+    values = np.zeros(n)
+    values[0] = 0.5
+    graph = Graph(["leaf", "sin"], codes, offsets, parents, values, outputs=[n - 1])
+    graph.check()
+    forward = replay.forward(graph, registry)
+    grads = replay.backward(graph, registry, n - 1, forward)
+    x = 0.5
+    for _ in range(3):
+        x = math.sin(x)
+    assert forward[3] == x
+    # d/dx of sin applied n-1 times: the product of cos along the chain
+    assert grads[0] == pytest.approx(float(np.prod(np.cos(forward[:-1]))), rel=1e-9)
