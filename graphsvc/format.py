@@ -153,10 +153,15 @@ class _DuplicateKey(Exception):
     pass
 
 
+class _NonStringKey(Exception):
+    pass
+
+
 class _ExtType(Exception):
     pass
 
 
+_NON_STRING_KEY = "a map has a key that is not a string"
 _EXT_MESSAGE = "the file contains a msgpack ext type; graphsvc files never do"
 
 
@@ -165,6 +170,8 @@ def _reject_ext(code: int, data: bytes) -> Any:
 
 
 def _pairs_to_dict(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    if not all(type(key) is str for key, _ in pairs):  # strict_map_key lets bin keys through
+        raise _NonStringKey
     result = dict(pairs)
     if len(result) != len(pairs):
         seen = set()
@@ -201,6 +208,8 @@ def _decode(data: bytes, limits: Limits) -> Any:
         ) from None
     except _ExtType:
         raise FormatError(_EXT_MESSAGE) from None
+    except _NonStringKey:
+        raise FormatError(_NON_STRING_KEY) from None
     except _DuplicateKey as exc:
         raise FormatError(f"a map repeats the key {exc.args[0]!r}") from None
     except UnicodeDecodeError:
@@ -226,7 +235,7 @@ def _decode(data: bytes, limits: Limits) -> Any:
                 f"{'entries' if kind in ('array', 'map') else 'bytes'}, more than the file's {size} bytes can hold"
             ) from None
         if "not allowed for map key" in text:
-            raise FormatError("a map has a key that is not a string") from None
+            raise FormatError(_NON_STRING_KEY) from None
         raise FormatError(f"not a valid msgpack document: {text}") from None
     except Exception as exc:  # msgpack's own errors: FormatError, StackError, ...
         raise FormatError(f"not a valid msgpack document: {type(exc).__name__}: {exc}") from None

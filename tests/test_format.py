@@ -525,6 +525,7 @@ BAD_BYTES: list[tuple[str, bytes, str]] = [
     ),
     ("non-string key", b"\x81" + _packed(1, 2), "a map has a key that is not a string"),
     ("nil key", b"\x81" + _packed(None, 2), "a map has a key that is not a string"),
+    ("bin key", b"\x81" + _packed(b"k", 2), "a map has a key that is not a string"),
     ("invalid UTF-8", b"\x81\xa1\xff\x01", "a string is not valid UTF-8"),
     ("ext type", _packed(msgpack.ExtType(1, b"abc")), "the file contains a msgpack ext type; graphsvc files never do"),
     ("empty ext type", b"\x81\xa1a\xc7\x00\x05", "the file contains a msgpack ext type; graphsvc files never do"),
@@ -672,3 +673,18 @@ def test_loaded_documents_are_independent_of_the_input() -> None:
     copied = copy.deepcopy(document)
     fmt.loads(worked_bytes())
     assert document == copied
+
+
+def test_the_spec_hex_dump_is_the_encoder_output() -> None:
+    text = (SCHEMAS / "FORMAT.md").read_text()
+    block = text.split("<!-- worked-example-hexdump")[1].split("```text\n")[1].split("```")[0]
+    expected_offset = 0
+    dumped = bytearray()
+    for line in block.splitlines():
+        offset, rest = line.split("  ", 1)
+        chunk = bytes.fromhex(rest[:44])
+        assert int(offset, 16) == expected_offset, line
+        assert chunk and rest[44:46] == "  " and rest[46:].strip(), line
+        dumped += chunk
+        expected_offset += len(chunk)
+    assert bytes(dumped) == worked_bytes()
