@@ -1,0 +1,237 @@
+"""The `ops` and `gradcheck` commands: exit codes and exact output, plugin warnings and strict mode.
+
+Installed entry points never leak in: the entry-point lookup is replaced by an empty list unless a test
+restores it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+from graphsvc import plugins
+
+REAL_ENTRY_POINTS = plugins._entry_points
+runner = CliRunner()
+
+BUILTIN_LINES = [
+    "abs\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "add\t2\t1\tgraphsvc 0.1.0\tvectorized",
+    "const\t0\t1\tgraphsvc 0.1.0\tleaf tag",
+    "cos\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "div\t2\t1\tgraphsvc 0.1.0\tvectorized",
+    "exp\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "leaf\t0\t1\tgraphsvc 0.1.0\tleaf tag",
+    "log\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "max\t2\t1\tgraphsvc 0.1.0\tvectorized",
+    "min\t2\t1\tgraphsvc 0.1.0\tvectorized",
+    "mul\t2\t1\tgraphsvc 0.1.0\tvectorized",
+    "neg\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "pow\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "relu\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "sigmoid\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "sin\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "sqrt\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "sub\t2\t1\tgraphsvc 0.1.0\tvectorized",
+    "tanh\t1\t1\tgraphsvc 0.1.0\tvectorized",
+]
+
+PLUGIN = """
+    import math
+    from graphsvc.hookspecs import hookimpl
+    from graphsvc.ops import Op
+
+    __version__ = "2.0"
+
+    @hookimpl
+    def graphsvc_register_ops(register):
+        register(Op("cube", 1, forward=lambda x: x**3, derivatives=lambda x, out: (3 * x**2,), version="3"))
+        register(Op("bad_square", 1, forward=lambda x: x * x, derivatives=lambda x, out: (x,)))
+        register(Op("expm1", 1, forward=math.expm1, derivatives=lambda x, out: (out + 1,), vectorized=False))
+"""
+
+OK_LINE = re.compile(
+    r"^(?P<op>\w+) \((?P<source>[^)]*)\): ok \((?P<points>\d+) points(?P<skipped>, \d+ skipped where the forward "
+    r"is not finite)?; max abs error \d\.\de[-+]\d\d, max rel error \d\.\de[-+]\d\d\)$"
+)
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GRAPHSVC_PLUGINS", raising=False)
+    monkeypatch.delenv("GRAPHSVC_DISABLE_PLUGINS", raising=False)
+    monkeypatch.setattr(plugins, "_entry_points", lambda: [])
+
+
+@pytest.fixture
+def plugin_file(tmp_path: Path) -> str:
+    path = tmp_path / "my_ops.py"
+    path.write_text(textwrap.dedent(PLUGIN), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def broken_file(tmp_path: Path) -> str:
+    path = tmp_path / "broken.py"
+    path.write_text('raise RuntimeError("boom")\n', encoding="utf-8")
+    return str(path)
+
+
+# -- ops -----------------------------------------------------------------------------------------------
+def test_ops_lists_the_builtins_sorted_by_name() -> None:
+    result = runner.invoke(app, ["ops"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == BUILTIN_LINES
+    assert result.stderr == ""
+
+
+def test_ops_shows_each_plugins_ops_with_its_provenance(plugin_file: str) -> None:
+    result = runner.invoke(app, ["--plugin", plugin_file, "ops"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "cube\t1\t3\tmy_ops 2.0\tvectorized" in lines
+    assert "expm1\t1\t1\tmy_ops 2.0\tper element" in lines
+    assert lines == sorted(lines)
+    assert len(lines) == len(BUILTIN_LINES) + 3
+
+
+def test_ops_json() -> None:
+    result = runner.invoke(app, ["ops", "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert list(document) == ["ops"]
+    assert [item["name"] for item in document["ops"]] == [line.split("\t")[0] for line in BUILTIN_LINES]
+    assert document["ops"][1] == {
+        "name": "add",
+        "arity": 2,
+        "version": "1",
+        "plugin": "graphsvc",
+        "plugin_version": "0.1.0",
+        "vectorized": True,
+        "doc": "x + y. Distributes the gradient: both inputs receive it unchanged.",
+    }
+
+
+def test_a_broken_plugin_is_a_warning_and_everything_else_loads(plugin_file: str, broken_file: str) -> None:
+    result = runner.invoke(app, ["--plugin", broken_file, "--plugin", plugin_file, "ops"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"Warning: plugin {broken_file}: cannot import: RuntimeError: boom\n"
+    assert "cube\t1\t3\tmy_ops 2.0\tvectorized" in result.stdout.splitlines()
+
+
+def test_strict_plugins_makes_a_broken_plugin_exit_4(broken_file: str) -> None:
+    result = runner.invoke(app, ["--strict-plugins", "--plugin", broken_file, "ops"])
+    assert result.exit_code == 4
+    assert result.stdout == ""
+    assert result.stderr == f"Error: plugin {broken_file}: cannot import: RuntimeError: boom\n"
+
+
+def test_disable_plugins_by_option_or_environment(plugin_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = runner.invoke(app, ["--disable-plugins", "--plugin", plugin_file, "ops"])
+    assert (result.exit_code, result.stdout.splitlines()) == (0, BUILTIN_LINES)
+    monkeypatch.setenv("GRAPHSVC_PLUGINS", plugin_file)
+    monkeypatch.setenv("GRAPHSVC_DISABLE_PLUGINS", "1")
+    result = runner.invoke(app, ["ops"])
+    assert (result.exit_code, result.stdout.splitlines()) == (0, BUILTIN_LINES)
+
+
+def test_a_duplicate_op_is_a_warning_naming_both_plugins(tmp_path: Path) -> None:
+    path = tmp_path / "sneaky.py"
+    path.write_text(textwrap.dedent(PLUGIN).replace('"cube"', '"add"'), encoding="utf-8")
+    result = runner.invoke(app, ["--plugin", str(path), "ops"])
+    assert result.exit_code == 0
+    assert result.stderr == (
+        f"Warning: plugin {path}: op 'add' is registered by both graphsvc 0.1.0 and sneaky 2.0 "
+        "(the first one is kept)\n"
+    )
+    assert "add\t2\t1\tgraphsvc 0.1.0\tvectorized" in result.stdout.splitlines()
+
+
+# -- gradcheck -------------------------------------------------------------------------------------------
+def test_gradcheck_passes_every_builtin() -> None:
+    result = runner.invoke(app, ["gradcheck"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    matches = [OK_LINE.match(line) for line in lines]
+    assert all(matches), lines
+    assert [(m["op"], m["source"]) for m in matches if m] == [
+        (line.split("\t")[0], "graphsvc 0.1.0") for line in BUILTIN_LINES if "leaf tag" not in line
+    ]
+
+
+def test_gradcheck_of_named_ops_in_the_order_given() -> None:
+    result = runner.invoke(app, ["gradcheck", "--op", "log", "--op", "mul", "--op", "leaf"])
+    assert result.exit_code == 0, result.output
+    log, mul, leaf = result.stdout.splitlines()
+    log_match, mul_match = OK_LINE.match(log), OK_LINE.match(mul)
+    assert (
+        log_match
+        and log_match["points"] == "3"
+        and log_match["skipped"] == ", 2 skipped where the forward is not finite"
+    )
+    assert mul_match and mul_match["points"] == "20" and mul_match["skipped"] is None
+    assert leaf == "leaf (graphsvc 0.1.0): nothing to check (a leaf tag)"
+
+
+def test_gradcheck_exits_1_naming_the_ops_that_fail(plugin_file: str) -> None:
+    result = runner.invoke(
+        app, ["--plugin", plugin_file, "gradcheck", "--op", "bad_square", "--op", "cube", "--op", "expm1"]
+    )
+    assert result.exit_code == 1
+    bad, cube, expm1 = result.stdout.splitlines()
+    assert bad == (
+        "bad_square (my_ops 2.0): FAIL: d/d(input 0) at (-1.7): derivatives give -1.7, finite differences give -3.4"
+    )
+    assert OK_LINE.match(cube) and OK_LINE.match(expm1)
+    assert result.stderr == "Error: gradcheck failed for 1 of 3 ops: bad_square\n"
+
+
+def test_gradcheck_json(plugin_file: str) -> None:
+    result = runner.invoke(app, ["--plugin", plugin_file, "gradcheck", "--op", "bad_square", "--op", "cube", "--json"])
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    assert (document["ok"], document["failed"]) == (False, ["bad_square"])
+    assert [(item["op"], item["ok"], item["points"], item["plugin"]) for item in document["ops"]] == [
+        ("bad_square", False, 5, "my_ops"),
+        ("cube", True, 5, "my_ops"),
+    ]
+
+
+def test_gradcheck_of_an_unknown_op_exits_4() -> None:
+    result = runner.invoke(app, ["gradcheck", "--op", "softplus"])
+    assert result.exit_code == 4
+    assert result.stderr == "Error: unknown op 'softplus': no loaded plugin registers it (see `graphsvc ops`)\n"
+
+
+def test_the_installed_example_plugins_pass_gradcheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plugins, "_entry_points", REAL_ENTRY_POINTS)
+    names = ["softplus", "gelu", "silu", "leaky_relu", "elu", "hypot", "atan2"]
+    result = runner.invoke(app, ["gradcheck", *(arg for name in names for arg in ("--op", name))])
+    assert result.exit_code == 0, result.output
+    sources = [m["source"] for m in map(OK_LINE.match, result.stdout.splitlines()) if m]
+    assert sources == ["graphsvc-activations 0.1.0"] * 5 + ["graphsvc-binary 0.1.0"] * 2
+
+
+# -- help and start-up -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["ops", "gradcheck"])
+def test_help_has_an_example(command: str) -> None:
+    result = runner.invoke(app, [command, "-h"])
+    assert result.exit_code == 0
+    assert f"Example: graphsvc --plugin my_ops.py {command}" in result.stdout
+
+
+def test_cli_start_up_imports_neither_numpy_nor_plugins() -> None:
+    watched = ("numpy", "pluggy", "graphsvc.plugins", "graphsvc.ops")
+    code = f"import sys, cli; print(sorted(m for m in {watched!r} if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
+    )
+    assert out.stdout == "[]\n"

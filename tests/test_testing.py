@@ -1,0 +1,151 @@
+"""graphsvc.testing: the finite-difference check shipped for plugin authors must catch wrong
+derivatives, skip points outside an op's domain, and try attributes that have no default."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from graphsvc.errors import OpError
+from graphsvc.ops import Op, OpRegistry
+from graphsvc.testing import ATTRIBUTE_SAMPLES, SAMPLE_VALUES, GradcheckResult, check_op, check_registry
+
+SQUARE = Op("square", 1, forward=lambda x: x * x, derivatives=lambda x, out: (2 * x,))
+WRONG_SQUARE = Op("square", 1, forward=lambda x: x * x, derivatives=lambda x, out: (x,), plugin="p", plugin_version="1")
+LOG = Op("log", 1, forward=np.log, derivatives=lambda x, out: (1.0 / x,))
+POW = Op(
+    "pow",
+    1,
+    forward=lambda x, exponent: x**exponent,
+    derivatives=lambda x, out, exponent: (exponent * x ** (exponent - 1),),
+)
+
+
+def test_a_correct_op_passes_at_every_default_point() -> None:
+    result = check_op(SQUARE)
+    assert (result.ok, result.points, result.skipped, result.message) == (True, len(SAMPLE_VALUES), 0, "")
+    assert 0 <= result.max_abs_error < 1e-8
+
+
+def test_a_wrong_derivative_fails_naming_the_input_the_point_and_both_values() -> None:
+    result = check_op(WRONG_SQUARE, points=[(3.0,)])
+    assert (result.op, result.plugin, result.plugin_version, result.ok) == ("square", "p", "1", False)
+    assert result.message == "d/d(input 0) at (3): derivatives give 3, finite differences give 6"
+    assert result.max_abs_error == pytest.approx(3.0)
+    assert result.max_rel_error == pytest.approx(0.5)
+
+
+def test_the_wrong_partial_of_a_binary_op_is_found() -> None:
+    # d(x*y)/dy is x; this op swaps nothing and returns y for both
+    bad_mul = Op("mul", 2, forward=lambda x, y: x * y, derivatives=lambda x, y, out: (y, y))
+    result = check_op(bad_mul, points=[(2.0, 5.0)])
+    assert result.message == "d/d(input 1) at (2, 5): derivatives give 5, finite differences give 2"
+
+
+def test_points_where_the_forward_is_not_finite_are_skipped() -> None:
+    result = check_op(LOG)
+    assert (result.ok, result.points, result.skipped) == (True, 3, 2)  # -1.7 and -0.6 are outside the domain
+
+
+def test_an_op_finite_nowhere_fails_with_advice() -> None:
+    result = check_op(LOG, points=[(-1.0,), (-2.0,)])
+    assert (result.ok, result.points, result.skipped) == (False, 0, 2)
+    assert result.message == "the forward is not finite at any sample point; pass points inside the op's domain"
+
+
+def test_an_attribute_without_a_default_is_tried_with_each_sample_value() -> None:
+    result = check_op(POW)
+    # exponent 2.0 everywhere; 0.5 and -1.5 only at the three positive points
+    assert (result.ok, result.points, result.skipped) == (True, 5 + 3 + 3, 2 + 2)
+    assert ATTRIBUTE_SAMPLES == (2.0, 0.5, -1.5)
+
+
+def test_a_wrong_derivative_that_depends_on_the_attribute_is_reported_with_it() -> None:
+    bad_pow = Op("pow", 1, forward=lambda x, exponent: x**exponent, derivatives=lambda x, out, exponent: (2 * x,))
+    result = check_op(bad_pow, points=[(3.0,)])
+    assert (
+        result.message == "d/d(input 0) at (3) with exponent=0.5: derivatives give 6, finite differences give 0.288675"
+    )
+
+
+def test_explicit_attributes_replace_the_samples() -> None:
+    result = check_op(POW, points=[(2.0,)], attrs={"exponent": 3.0})
+    assert (result.ok, result.points) == (True, 1)
+
+
+def test_attributes_with_a_default_use_it() -> None:
+    leaky = Op(
+        "leaky", 1,
+        forward=lambda x, alpha=0.1: np.where(x > 0, x, alpha * x),
+        derivatives=lambda x, out, alpha=0.1: (np.where(x > 0, 1.0, 0.2),),  # wrong below 0
+    )  # fmt: skip
+    assert check_op(leaky).message == "d/d(input 0) at (-1.7): derivatives give 0.2, finite differences give 0.1"
+
+
+def test_an_op_that_raises_fails_with_the_replay_error() -> None:
+    def forward(x: float) -> float:
+        raise ValueError("math domain error")
+
+    op = Op("broken", 1, forward=forward, derivatives=lambda x, out: (0.0,), vectorized=False)
+    result = check_op(op)
+    assert not result.ok
+    assert result.message == "op 'broken' (an unnamed plugin): forward raised ValueError: math domain error"
+
+
+def test_a_per_element_op_is_checked_through_the_fallback() -> None:
+    op = Op("exp", 1, forward=math.exp, derivatives=lambda x, out: (out,), vectorized=False)
+    assert check_op(op).ok
+
+
+def test_binary_ops_are_sampled_at_every_ordered_pair_of_distinct_values() -> None:
+    seen: list[tuple[float, float]] = []
+
+    def forward(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if not seen:
+            seen.extend(zip(x.tolist(), y.tolist(), strict=True))
+        return np.maximum(x, y)
+
+    op = Op("max", 2, forward=forward, derivatives=lambda x, y, out: (x > y, y > x))
+    result = check_op(op)
+    n = len(SAMPLE_VALUES)
+    assert (result.ok, result.points) == (True, n * (n - 1))
+    assert all(x != y for x, y in seen)  # no ties, where max has no derivative
+
+
+def test_a_leaf_tag_has_nothing_to_check() -> None:
+    assert check_op(Op("leaf", 0, None, None)) == GradcheckResult("leaf", None, None, True, 0, 0, 0.0, 0.0, "")
+
+
+def test_points_must_have_one_value_per_input() -> None:
+    with pytest.raises(ValueError, match=r"^points must be tuples of 1 inputs for op 'square'$"):
+        check_op(SQUARE, points=[(1.0, 2.0)])
+
+
+def test_check_registry_checks_every_op_with_inputs_by_name_or_the_named_ones() -> None:
+    registry = OpRegistry()
+    for op in (SQUARE, LOG, Op("leaf", 0, None, None)):
+        registry.register(op, plugin="mine")
+    assert [(r.op, r.ok, r.plugin) for r in check_registry(registry)] == [
+        ("log", True, "mine"),
+        ("square", True, "mine"),
+    ]
+    assert [r.op for r in check_registry(registry, ["square", "leaf", "square"])] == ["square", "leaf"]
+    with pytest.raises(OpError, match=r"^unknown op 'cube'"):
+        check_registry(registry, ["cube"])
+
+
+def test_to_dict_is_json_ready() -> None:
+    result = check_op(Op("nan", 1, forward=lambda x: x, derivatives=lambda x, out: (x * np.nan,)), points=[(1.0,)])
+    assert result.to_dict() == {
+        "op": "nan",
+        "plugin": None,
+        "plugin_version": None,
+        "ok": False,
+        "points": 1,
+        "skipped": 0,
+        "max_abs_error": "inf",
+        "max_rel_error": "inf",
+        "message": "d/d(input 0) at (1): derivatives give nan, finite differences give 1",
+    }
