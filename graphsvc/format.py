@@ -133,6 +133,10 @@ def dumps(graph: Graph) -> bytes:
 def dump(graph: Graph, stream: IO[bytes]) -> None:
     """Write a graph to an open binary stream."""
     graph.check()
+    _write(graph, stream)
+
+
+def _write(graph: Graph, stream: IO[bytes]) -> None:
     try:
         for chunk in _encode(graph):
             stream.write(chunk)
@@ -145,7 +149,7 @@ def save(graph: Graph, path: str | os.PathLike[str]) -> None:
     file or the new one, never a part."""
     graph.check()
     with atomic_writer(path) as stream:
-        dump(graph, stream)
+        _write(graph, stream)
 
 
 # -- reading ------------------------------------------------------------------------------------
