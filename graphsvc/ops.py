@@ -38,7 +38,15 @@ import numpy as np
 
 from graphsvc.errors import OpError, ReplayError
 
-__all__ = ["Op", "OpRegistry", "check_op_declaration", "describe_source", "evaluate", "local_derivatives"]
+__all__ = [
+    "Op",
+    "OpRegistry",
+    "check_op_declaration",
+    "describe_source",
+    "evaluate",
+    "evaluate_one",
+    "local_derivatives",
+]
 
 
 @dataclass(frozen=True)
