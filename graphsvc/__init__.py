@@ -19,10 +19,18 @@ __all__ = [
     "GraphBuilder",
     "GraphsvcError",
     "Limits",
+    "Op",
+    "OpError",
+    "OpRegistry",
     "OpSource",
+    "PluginError",
+    "PluginProblem",
+    "ReplayError",
     "__version__",
     "dumps",
+    "hookimpl",
     "load",
+    "load_registry",
     "loads",
     "reverse_topological_order",
     "save",
@@ -36,18 +44,29 @@ _HOME = {
     "GraphBuilder": "graphsvc.graph",
     "GraphsvcError": "graphsvc.errors",
     "Limits": "graphsvc.format",
+    "Op": "graphsvc.ops",
+    "OpError": "graphsvc.errors",
+    "OpRegistry": "graphsvc.ops",
     "OpSource": "graphsvc.graph",
+    "PluginError": "graphsvc.errors",
+    "PluginProblem": "graphsvc.plugins",
+    "ReplayError": "graphsvc.errors",
     "dumps": "graphsvc.format",
+    "hookimpl": "graphsvc.hookspecs",
     "load": "graphsvc.format",
+    "load_registry": "graphsvc.plugins",
     "loads": "graphsvc.format",
     "reverse_topological_order": "graphsvc.topo",
     "save": "graphsvc.format",
 }
 
 if TYPE_CHECKING:
-    from graphsvc.errors import FormatError, GraphsvcError
+    from graphsvc.errors import FormatError, GraphsvcError, OpError, PluginError, ReplayError
     from graphsvc.format import Limits, dumps, load, loads, save
     from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder, OpSource
+    from graphsvc.hookspecs import hookimpl
+    from graphsvc.ops import Op, OpRegistry
+    from graphsvc.plugins import PluginProblem, load_registry
     from graphsvc.topo import reverse_topological_order
 
 
