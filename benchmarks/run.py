@@ -1,0 +1,651 @@
+"""graphsvc side by side with the tools a user would pick instead, in one run.
+
+    python benchmarks/run.py [--quick] [--sizes N 10N] [--repeat K]
+
+Prints a table and writes benchmarks/results/latest.json and latest.md. Graphs and their other
+forms are described in benchmarks/graphs.py. What is timed, and how:
+
+* Every graphsvc step runs once untimed on a 60,000-node graph first, so numba compiles (or loads
+  from its on-disk cache) the kernels graphsvc uses for graphs of 50,000 nodes or more. The timings
+  never include compiling.
+* Each comparison runs K rounds; a round runs each alternative, then graphsvc, on the same input.
+  A ratio is alternative time / graphsvc time within a round; min, median and max are over rounds.
+  A comparison whose rounds are slow stops after ``--budget`` seconds (at least one round); the
+  number of rounds is reported.
+* The cyclic garbage collector is paused inside every timed region (as ``timeit`` does) and run
+  between rounds. This favours micrograd and PyTorch, whose builds would otherwise trigger full
+  collections.
+* save = to a file (graphsvc.save writes a temporary file, fsyncs and renames; pickle and msgpack
+  just write). load = from that file, still in the page cache; graphsvc.load validates.
+* The alternatives' inputs (per-node dicts, graphlib's ``{node: parents}`` map, micrograd and
+  PyTorch graphs) are built before the timing starts.
+* PyTorch: ``out.backward(retain_graph=True)``, which fills ``.grad`` of the leaves only;
+  graphsvc and micrograd compute every node's gradient. This favours PyTorch.
+* Peak memory: each step in a fresh process (benchmarks/memstep.py explains the method).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import graphlib
+import itertools
+import json
+import os
+import pickle
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+import graphsvc  # noqa: E402
+from benchmarks import graphs as G  # noqa: E402
+from graphsvc import replay  # noqa: E402
+from graphsvc.graph import Graph  # noqa: E402
+from graphsvc.plugins import load_registry  # noqa: E402
+from graphsvc.topo import levels, reverse_topological_order  # noqa: E402
+
+RESULTS = HERE / "results"
+STEPS = ("save", "load", "validate", "order", "forward", "backward")
+MEMORY_LIMIT = 150  # bytes per node at 10N
+
+
+# -- timing ---------------------------------------------------------------------------------------
+def timed(fn: Callable[[], Any], setup: Callable[[], Any] | None = None) -> float:
+    if setup is not None:
+        setup()
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        result = fn()
+        elapsed = time.perf_counter() - start
+    finally:
+        gc.enable()
+    del result
+    return elapsed
+
+
+def stats(xs: list[float]) -> dict[str, float]:
+    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "runs": len(xs)}
+
+
+class Bench:
+    def __init__(self, repeat: int, budget: float) -> None:
+        self.repeat = repeat
+        self.budget = budget
+        self.comparisons: list[dict[str, Any]] = []
+        self.steps: dict[str, dict[str, dict[str, float]]] = {}  # graph -> step -> graphsvc time stats
+
+    def compare(
+        self,
+        graph: str,
+        step: str,
+        ours: Callable[[], Any],
+        alternatives: dict[str, tuple[Callable[[], Any], Callable[[], Any] | None]],
+        note: str = "",
+    ) -> None:
+        times: dict[str, list[float]] = {"graphsvc": [], **{name: [] for name in alternatives}}
+        start = time.perf_counter()
+        for _ in range(self.repeat):
+            for name, (fn, setup) in alternatives.items():
+                times[name].append(timed(fn, setup))
+            times["graphsvc"].append(timed(ours))
+            if time.perf_counter() - start > self.budget:
+                break
+        ours_t = times["graphsvc"]
+        self.steps.setdefault(graph, {})[step] = stats(ours_t)
+        for name in alternatives:
+            ratios = [a / o for a, o in zip(times[name], ours_t, strict=True)]
+            row = {
+                "graph": graph,
+                "step": step,
+                "alternative": name,
+                "graphsvc_s": stats(ours_t),
+                "alternative_s": stats(times[name]),
+                "ratio": stats(ratios),
+                "note": note,
+            }
+            self.comparisons.append(row)
+            print(
+                f"  {graph:6} {step:9} graphsvc {stats(ours_t)['median']:9.4f}s | {name:22} "
+                f"{stats(times[name])['median']:9.4f}s | ratio {row['ratio']['median']:8.1f}x "
+                f"(min {row['ratio']['min']:.1f}, max {row['ratio']['max']:.1f}, runs {len(ratios)})",
+                flush=True,
+            )
+        if not alternatives:
+            s = stats(ours_t)
+            print(f"  {graph:6} {step:9} graphsvc {s['median']:9.4f}s (min {s['min']:.4f}, max {s['max']:.4f})")
+
+
+# -- machine ------------------------------------------------------------------------------------------
+def _version(module: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:
+        return None
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kib = next(
+            int(line.split()[1])
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal")
+        )
+    except (OSError, StopIteration):
+        mem_kib = 0
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        commit = ""
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gib": round(mem_kib / 2**20, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": _version("numba"),
+        "torch": _version("torch"),
+        "micrograd": _version("micrograd"),
+        "msgpack": _version("msgpack"),
+        "graphsvc": graphsvc.__version__,
+        "commit": commit,
+        "jit": os.environ.get("GRAPHSVC_JIT", "1") != "0",
+    }
+
+
+# -- the benchmark -----------------------------------------------------------------------------------
+def warm_up(registry: Any, workdir: Path) -> None:
+    """Run every graphsvc step once on a graph above the JIT threshold (compile or load the cache)."""
+    g = G.dag(60_000)
+    path = workdir / "warmup.graphsvc"
+    graphsvc.save(g, path)
+    loaded = graphsvc.load(path)
+    loaded.check()
+    for algorithm in ("dfs", "kahn"):
+        reverse_topological_order(loaded, loaded.outputs[0], algorithm)
+        reverse_topological_order(loaded, None, algorithm)
+    levels(loaded)
+    replay.forward(loaded, registry)
+    replay.backward(loaded, registry, loaded.outputs[0])
+    c = G.chain(60_000)
+    replay.forward(c, registry)
+    replay.backward(c, registry, c.outputs[0])
+
+
+def describe(name: str, g: Graph, how: str) -> dict[str, Any]:
+    info = {
+        "nodes": g.num_nodes,
+        "edges": g.num_edges,
+        "depth": int(levels(g).max()),
+        "ops": g.op_histogram(),
+        "built_with": how,
+    }
+    print(f"graph {name}: {g.num_nodes:,} nodes, {g.num_edges:,} edges, depth {info['depth']:,} ({how})", flush=True)
+    return info
+
+
+def file_steps(
+    bench: Bench, name: str, g: Graph, workdir: Path, registry: Any, alternatives: bool, sizes: dict[str, Any]
+) -> Graph:
+    """save and load (vs pickle and msgpack when ``alternatives``), then validate; returns the loaded graph."""
+    ours = workdir / f"{name}.graphsvc"
+    pkl = workdir / f"{name}.pickle"
+    mpk = workdir / f"{name}.msgpack"
+    alts_save: dict[str, tuple[Callable[[], Any], Any]] = {}
+    alts_load: dict[str, tuple[Callable[[], Any], Any]] = {}
+    if alternatives:
+        records = G.to_records(g)
+
+        def pickle_dump() -> None:
+            with open(pkl, "wb") as f:
+                pickle.dump(records, f, protocol=5)
+
+        def msgpack_dump() -> None:
+            with open(mpk, "wb") as f:
+                f.write(msgpack.packb(records))
+
+        def pickle_load() -> Any:
+            with open(pkl, "rb") as f:
+                return pickle.load(f)
+
+        def msgpack_load() -> Any:
+            with open(mpk, "rb") as f:
+                return msgpack.unpackb(f.read())
+
+        alts_save = {"pickle (per-node dicts)": (pickle_dump, None), "msgpack (per-node maps)": (msgpack_dump, None)}
+        alts_load = {"pickle (per-node dicts)": (pickle_load, None), "msgpack (per-node maps)": (msgpack_load, None)}
+    bench.compare(name, "save", lambda: graphsvc.save(g, ours), alts_save)
+    bench.compare(name, "load", lambda: graphsvc.load(ours), alts_load)
+    loaded = graphsvc.load(ours)
+    sizes[name] = {"graphsvc": ours.stat().st_size, "nodes": g.num_nodes}
+    if alternatives:
+        sizes[name]["pickle (per-node dicts)"] = pkl.stat().st_size
+        sizes[name]["msgpack (per-node maps)"] = mpk.stat().st_size
+        assert G.same_graph(loaded, G.from_records(pickle_load())), f"{name}: pickle round trip differs"
+        assert G.same_graph(loaded, G.from_records(msgpack_load())), f"{name}: msgpack round trip differs"
+        del records
+    assert G.same_graph(loaded, g), f"{name}: graphsvc round trip differs"
+    bench.compare(name, "validate", loaded.check, {})
+    return loaded
+
+
+def replay_steps(
+    bench: Bench,
+    name: str,
+    loaded: Graph,
+    registry: Any,
+    micrograd: dict[str, Any] | None,
+    torch_graph: tuple[Any, list[Any], list[int]] | None,
+    records: dict[str, Any] | None,
+    checks: dict[str, Any],
+) -> None:
+    """order, forward and backward, against micrograd, graphlib and PyTorch where given."""
+    output = loaded.outputs[0]
+    order_alts: dict[str, tuple[Callable[[], Any], Any]] = {}
+    if micrograd is not None:
+        root = micrograd["root"]
+        order_alts["micrograd build_topo"] = (lambda: G.micrograd_build_topo(root), None)
+    if records is not None:
+        parents = G.parents_map(records)
+        order_alts["graphlib"] = (lambda: list(graphlib.TopologicalSorter(parents).static_order()), None)
+    bench.compare(name, "order", lambda: reverse_topological_order(loaded, output), order_alts)
+    reached = len(reverse_topological_order(loaded, output))
+    checks.setdefault(name, {})["order_reaches"] = reached
+
+    forward_alts: dict[str, tuple[Callable[[], Any], Any]] = {}
+    if micrograd is not None:
+        forward_alts["micrograd (building it)"] = (micrograd["build"], None)
+    bench.compare(name, "forward", lambda: replay.forward(loaded, registry), forward_alts)
+    values = replay.forward(loaded, registry)
+    checks[name]["forward_matches_stored"] = bool(np.allclose(values, loaded.values, rtol=1e-12, atol=0))
+
+    backward_alts: dict[str, tuple[Callable[[], Any], Any]] = {}
+    if micrograd is not None:
+        root, nodes = micrograd["root"], micrograd["nodes"]
+
+        def zero() -> None:
+            for v in nodes:
+                v.grad = 0
+
+        backward_alts["micrograd backward()"] = (root.backward, zero)
+    if torch_graph is not None:
+        t_out, t_leaves, _ = torch_graph
+
+        def torch_zero() -> None:
+            for t in t_leaves:
+                t.grad = None
+
+        backward_alts["PyTorch autograd"] = (lambda: t_out.backward(retain_graph=True), torch_zero)
+    bench.compare(name, "backward", lambda: replay.backward(loaded, registry, output), backward_alts)
+    grads = replay.backward(loaded, registry, output)
+    if micrograd is not None:
+        theirs = np.sort(np.array([float(v.grad) for v in micrograd["nodes"]]))
+        checks[name]["backward_matches_micrograd"] = bool(np.allclose(np.sort(grads), theirs, rtol=1e-9, atol=1e-300))
+    if torch_graph is not None:
+        _, t_leaves, leaf_ids = torch_graph
+        theirs = np.array([0.0 if t.grad is None else t.grad.item() for t in t_leaves])
+        checks[name]["backward_matches_torch"] = bool(np.allclose(grads[leaf_ids], theirs, rtol=1e-9, atol=1e-300))
+
+
+def run_mlp(bench: Bench, width: int, workdir: Path, registry: Any, result: dict[str, Any], torch_ok: bool) -> None:
+    """micrograd's MLP: built with micrograd, converted, then every step against the alternatives."""
+    model, root, x = G.micrograd_mlp(width)
+    mlp, how = G.from_micrograd(root)
+    result["graphs"]["mlp"] = describe("mlp", mlp, f"micrograd MLP({width}, [{width}, {width}, 1]), {how}")
+    mg = {"root": root, "nodes": G.micrograd_postorder(root), "build": lambda: model(x)}
+    records = G.to_records(mlp)
+    loaded = file_steps(bench, "mlp", mlp, workdir, registry, True, result["file_sizes"])
+    torch_graph = G.to_torch(loaded) if torch_ok else None
+    replay_steps(bench, "mlp", loaded, registry, mg, torch_graph, records, result["checks"])
+
+
+def run_chain(bench: Bench, n: int, workdir: Path, registry: Any, result: dict[str, Any], torch_ok: bool) -> None:
+    """The deep chain: numpy columns for graphsvc, the same chain built with micrograd and PyTorch."""
+    chain = G.chain(n)
+    result["graphs"]["chain"] = describe("chain", chain, f"numpy columns: relu(x*w + b) x {n // 3:,} steps")
+    croot, (x0, w, b) = G.micrograd_chain(n)
+    mg = {
+        "root": croot,
+        "nodes": G.micrograd_postorder(croot),
+        "build": lambda: G.build_micrograd_chain(n, x0, w, b),
+    }
+    converted, how = G.from_micrograd(croot)
+    result["checks"]["chain"] = {
+        "micrograd_chain_matches_columns": bool(
+            converted.num_nodes == chain.num_nodes
+            and converted.op_histogram() == chain.op_histogram()
+            and np.array_equal(np.sort(converted.values), np.sort(chain.values))
+        ),
+        "micrograd_converter": how,
+    }
+    del converted
+    records = G.to_records(chain)
+    loaded = file_steps(bench, "chain", chain, workdir, registry, True, result["file_sizes"])
+    torch_graph = G.to_torch(loaded) if torch_ok else None
+    replay_steps(bench, "chain", loaded, registry, mg, torch_graph, records, result["checks"])
+
+
+def memory(name: str, path: Path, warmup: Path, steps: tuple[str, ...], nodes: int) -> list[dict[str, Any]]:
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+    rows = []
+    for step in steps:
+        proc = subprocess.run(
+            [sys.executable, str(HERE / "memstep.py"), step, str(path), str(warmup)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=HERE.parent,
+            check=False,
+        )
+        if proc.returncode != 0:
+            rows.append({"graph": name, "step": step, "error": proc.stderr.strip().splitlines()[-1:]})
+            print(f"  memory {name} {step}: FAILED {proc.stderr.strip()[-300:]}")
+            continue
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        row = {"graph": name, "step": step, "nodes": nodes, **got, "bytes_per_node": got["step_peak_bytes"] / nodes}
+        rows.append(row)
+        print(f"  memory {name:6} {step:12} {row['bytes_per_node']:7.1f} bytes/node", flush=True)
+    return rows
+
+
+def cli_startup(runs: int) -> dict[str, Any]:
+    exe = shutil.which("graphsvc")
+    ours = [exe, "--help"] if exe else [sys.executable, "-m", "graphsvc", "--help"]
+    typer = [sys.executable, "-c", "import typer"]
+
+    def once(cmd: list[str]) -> float:
+        start = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, check=True)
+        return time.perf_counter() - start
+
+    once(ours), once(typer)  # warm the file cache
+    a, b = [], []
+    for _ in range(runs):
+        b.append(once(typer))
+        a.append(once(ours))
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    out = {"command": " ".join(ours), "graphsvc_s": stats(a), "import_typer_s": stats(b), "ratio": stats(ratios)}
+    print(
+        f"  CLI start-up: graphsvc --help {stats(a)['median']:.3f}s, import typer {stats(b)['median']:.3f}s, "
+        f"ratio {stats(ratios)['median']:.2f}x"
+    )
+    return out
+
+
+# -- targets -------------------------------------------------------------------------------------------
+def find(comparisons: list[dict[str, Any]], graph: str, step: str, alt: str) -> dict[str, Any] | None:
+    for row in comparisons:
+        if row["graph"] == graph and row["step"] == step and row["alternative"].startswith(alt):
+            return row
+    return None
+
+
+def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    comps = result["comparisons"]
+    steps = result["graphsvc_steps"]
+    targets: list[dict[str, Any]] = []
+
+    def add(name: str, measured: float | None, goal: str, met: bool | None) -> None:
+        targets.append({"target": name, "goal": goal, "measured": measured, "met": met})
+
+    def ratio(graph: str, step: str, alt: str, goal: float, label: str) -> None:
+        row = find(comps, graph, step, alt)
+        if row is None:
+            add(label, None, f">= {goal}x", None)
+        else:
+            add(label, row["ratio"]["median"], f">= {goal}x", row["ratio"]["median"] >= goal)
+
+    ratio("mlp", "backward", "micrograd", 10, "MLP backward vs micrograd backward()")
+    ratio("mlp", "backward", "PyTorch", 30, "MLP backward vs PyTorch autograd")
+    ratio("mlp", "forward", "micrograd", 10, "MLP forward vs micrograd building it")
+    ratio("chain", "forward", "micrograd", 1, "chain forward vs micrograd building it")
+    for graph in ("dag", "chain", "mlp"):
+        ratio(graph, "load", "pickle", 20, f"{graph} load vs pickle")
+        ratio(graph, "save", "pickle", 20, f"{graph} save vs pickle (issue 2)")
+        size = result["file_sizes"].get(graph, {})
+        if "pickle (per-node dicts)" in size:
+            r = size["graphsvc"] / size["pickle (per-node dicts)"]
+            add(f"{graph} file size / pickle's", r, "< 1 (smaller)", r < 1)
+    for step in ("load", "order", "backward"):
+        if step in steps.get("chain", {}) and step in steps.get("dag", {}):
+            r = steps["chain"][step]["median"] / steps["dag"][step]["median"]
+            add(f"deep chain / wide DAG, {step}", r, "<= 3x", r <= 3)
+    for row in result["scaling"]:
+        add(
+            f"scaling {row['step']} ({row['small']:,} -> {row['large']:,} nodes)",
+            row["time_ratio"],
+            f"<= {row['limit']:.1f}x",
+            row["time_ratio"] <= row["limit"],
+        )
+    big = result["config"]["sizes"][-1]
+    big_rows = [r for r in result["memory"] if r["graph"] == f"dag{big}" and r["step"] in STEPS]
+    for row in big_rows:
+        if "error" in row:
+            add(f"{big:,} nodes: {row['step']} completes under {MEMORY_LIMIT} B/node", None, "completes", False)
+        else:
+            bpn = row["bytes_per_node"]
+            add(f"{big:,} nodes: {row['step']} peak bytes/node", bpn, f"< {MEMORY_LIMIT}", bpn < MEMORY_LIMIT)
+    cli = result.get("cli")
+    if cli:
+        r = cli["ratio"]["median"]
+        add("graphsvc --help / python -c 'import typer'", r, "<= 3x", r <= 3)
+    return targets
+
+
+# -- report ---------------------------------------------------------------------------------------------
+def fmt_s(x: float) -> str:
+    return f"{x * 1000:.1f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    lines = [
+        "# graphsvc benchmarks",
+        "",
+        f"Run {result['started']} with `{result['command']}` ({result['elapsed_s']:.0f} s).",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; {m['os']}; Python {m['python']}, "
+        f"numpy {m['numpy']}, numba {m['numba']}, torch {m['torch']}, micrograd {m['micrograd']}, "
+        f"msgpack {m['msgpack']}; graphsvc {m['graphsvc']} at {m['commit']} (JIT {'on' if m['jit'] else 'off'}).",
+        "",
+        "## Graphs",
+        "",
+        "| graph | nodes | edges | depth | built with |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name, info in result["graphs"].items():
+        lines.append(f"| {name} | {info['nodes']:,} | {info['edges']:,} | {info['depth']:,} | {info['built_with']} |")
+    lines += [
+        "",
+        "## graphsvc against the alternatives",
+        "",
+        "Ratio = alternative time / graphsvc time in the same round (higher is better for graphsvc); "
+        "min / median / max over the rounds.",
+        "",
+        "| graph | step | graphsvc (median) | alternative | alternative (median) | ratio median | min | max | rounds |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["comparisons"]:
+        lines.append(
+            f"| {r['graph']} | {r['step']} | {fmt_s(r['graphsvc_s']['median'])} | {r['alternative']} | "
+            f"{fmt_s(r['alternative_s']['median'])} | **{r['ratio']['median']:.1f}x** | {r['ratio']['min']:.1f}x | "
+            f"{r['ratio']['max']:.1f}x | {r['ratio']['runs']} |"
+        )
+    lines += ["", "## graphsvc steps (seconds: median, min, max)", ""]
+    lines += ["| graph | " + " | ".join(STEPS) + " |", "|---|" + "---:|" * len(STEPS)]
+    for graph, steps in result["graphsvc_steps"].items():
+        cells = [fmt_s(steps[s]["median"]) if s in steps else "" for s in STEPS]
+        lines.append(f"| {graph} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## File sizes (bytes per node)",
+        "",
+        "| graph | graphsvc | pickle (per-node dicts) | msgpack (per-node maps) |",
+    ]
+    lines.append("|---|---:|---:|---:|")
+    for graph, s in result["file_sizes"].items():
+        n = s["nodes"]
+        cells = [
+            f"{s[k] / n:.1f}" if k in s else ""
+            for k in ("graphsvc", "pickle (per-node dicts)", "msgpack (per-node maps)")
+        ]
+        lines.append(f"| {graph} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Peak memory (bytes per node)",
+        "",
+        "Each step in a fresh process: peak resident set size during the step minus the resident size "
+        "just before it (inputs loaded, numba kernels and registry warmed up on a small graph); so it "
+        "counts the step's working memory and its result. See benchmarks/memstep.py.",
+        "",
+    ]
+    mem_steps = list(dict.fromkeys(r["step"] for r in result["memory"]))
+    lines += ["| graph | " + " | ".join(mem_steps) + " |", "|---|" + "---:|" * len(mem_steps)]
+    for graph in dict.fromkeys(r["graph"] for r in result["memory"]):
+        by = {r["step"]: r for r in result["memory"] if r["graph"] == graph}
+        cells = []
+        for s in mem_steps:
+            r = by.get(s)
+            cells.append("" if r is None else ("failed" if "error" in r else f"{r['bytes_per_node']:.1f}"))
+        lines.append(f"| {graph} | " + " | ".join(cells) + " |")
+    cli = result.get("cli")
+    if cli:
+        lines += [
+            "",
+            "## CLI start-up",
+            "",
+            f"`{Path(cli['command'].split()[0]).name} --help`: {fmt_s(cli['graphsvc_s']['median'])}; "
+            f"`python -c 'import typer'`: {fmt_s(cli['import_typer_s']['median'])}; "
+            f"ratio {cli['ratio']['median']:.2f}x (min {cli['ratio']['min']:.2f}, max {cli['ratio']['max']:.2f}, "
+            f"{cli['ratio']['runs']} runs).",
+        ]
+    lines += ["", "## Targets", "", "| target | goal | measured | met |", "|---|---|---:|---|"]
+    for t in result["targets"]:
+        measured = "" if t["measured"] is None else f"{t['measured']:.2f}"
+        met = {True: "yes", False: "**NO**", None: "not measured"}[t["met"]]
+        lines.append(f"| {t['target']} | {t['goal']} | {measured} | {met} |")
+    lines += ["", "## Checks", "", "```", json.dumps(result["checks"], indent=1), "```", ""]
+    if result["config"]["quick"]:
+        lines.insert(2, "**Quick run: smaller sizes than the targets are set for.**\n")
+    return "\n".join(lines)
+
+
+# -- main --------------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test, about 2 minutes)")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", help="DAG sizes; the first is also the chain length (default 1e6 1e7)"
+    )
+    parser.add_argument("--repeat", type=int, help="rounds per comparison (default 5, quick 3)")
+    parser.add_argument("--mlp-width", type=int, help="micrograd MLP width (default 256, quick 128)")
+    parser.add_argument("--budget", type=float, default=60.0, help="stop a comparison's rounds after this many seconds")
+    parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak memory processes")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for latest.json and latest.md")
+    args = parser.parse_args(argv)
+    sizes = args.sizes or ([100_000, 1_000_000] if args.quick else [1_000_000, 10_000_000])
+    repeat = args.repeat or (3 if args.quick else 5)
+    width = args.mlp_width or (128 if args.quick else 256)
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    t0 = time.perf_counter()
+    n = sizes[0]
+    # micrograd's build_topo recurses once per node of the chain: raise the limit in this process only.
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 3 * n + 10_000))
+
+    registry, _ = load_registry(disable_third_party=True)
+    bench = Bench(repeat, args.budget)
+    result: dict[str, Any] = {
+        "started": started,
+        "command": "python benchmarks/run.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": machine(),
+        "config": {"quick": args.quick, "sizes": sizes, "repeat": repeat, "mlp_width": width, "budget_s": args.budget},
+        "graphs": {},
+        "file_sizes": {},
+        "checks": {},
+        "memory": [],
+    }
+    print(f"machine: {result['machine']}", flush=True)
+    torch_ok = not args.no_torch and _version("torch") is not None
+    with tempfile.TemporaryDirectory(prefix="graphsvc-bench-") as tmp:
+        workdir = Path(tmp)
+        warm_up(registry, workdir)
+
+        run_mlp(bench, width, workdir, registry, result, torch_ok)
+        gc.collect()
+        run_chain(bench, n, workdir, registry, result, torch_ok)
+        gc.collect()
+
+        # DAGs ------------------------------------------------------------------------------------
+        for i, size in enumerate(sizes):
+            name = "dag" if i == 0 else f"dag{size}"
+            g = G.dag(size)
+            result["graphs"][name] = describe(name, g, "numpy columns: random DAG, 10 layers + sum tree")
+            records = G.to_records(g) if i == 0 else None
+            loaded = file_steps(bench, name, g, workdir, registry, i == 0, result["file_sizes"])
+            replay_steps(bench, name, loaded, registry, None, None, records, result["checks"])
+            del g, records, loaded
+            gc.collect()
+        result["graphsvc_steps"] = bench.steps
+        result["comparisons"] = bench.comparisons
+
+        # scaling ---------------------------------------------------------------------------------
+        result["scaling"] = []
+        names = ["dag"] + [f"dag{s}" for s in sizes[1:]]
+        pairs = list(zip(names, sizes, strict=True))
+        for (a, sa), (b_, sb) in itertools.pairwise(pairs):
+            for step in STEPS:
+                r = bench.steps[b_][step]["median"] / bench.steps[a][step]["median"]
+                result["scaling"].append(
+                    {"step": step, "small": sa, "large": sb, "time_ratio": r, "limit": 1.2 * sb / sa}
+                )
+
+        # memory ------------------------------------------------------------------------------------
+        if not args.no_memory:
+            print("peak memory (fresh process per step):", flush=True)
+            warm = workdir / "warmup.graphsvc"
+            for name in ["mlp", "chain", *names]:
+                nodes = result["graphs"][name]["nodes"]
+                result["memory"] += memory(name, workdir / f"{name}.graphsvc", warm, STEPS, nodes)
+            nodes = result["graphs"]["dag"]["nodes"]
+            result["memory"] += memory("dag", workdir / "dag.pickle", warm, ("pickle_dump", "pickle_load"), nodes)
+
+    result["cli"] = cli_startup(10)
+    result["elapsed_s"] = time.perf_counter() - t0
+    result["targets"] = evaluate_targets(result)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "latest.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    md = markdown(result)
+    (args.out / "latest.md").write_text(md)
+    print()
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
