@@ -50,3 +50,7 @@ class PluginError(OpError):
 
 class ReplayError(GraphsvcError):
     """Replay failed (an op raised or returned the wrong shape). Exit 1."""
+
+
+class RenderError(GraphsvcError):
+    """Drawing a graph failed: Graphviz is not installed, or ``dot`` failed. Exit 1."""
