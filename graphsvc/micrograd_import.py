@@ -66,9 +66,9 @@ def _translate(node: Any) -> tuple[str, int, int, float | None]:
     )
 
 
-def _parents(node: Any) -> list[Any]:
+def _prev(node: Any) -> Any:
     try:
-        return list(node._prev)
+        return node._prev
     except AttributeError:
         raise GraphStructureError(
             f"{type(node).__name__} {node!r} is not a micrograd Value (it has no _prev)"
@@ -82,74 +82,59 @@ def from_micrograd(*roots: Any) -> Graph:
     """
     if not roots:
         raise GraphStructureError("from_micrograd() needs at least one micrograd Value")
-    # Pass 1: every node once, parents before children, in whatever order the sets give.
-    nodes: list[Any] = []
-    position: dict[int, int] = {}  # id(node) -> index in nodes; the nodes list keeps them alive
-    raw_parents: list[list[int]] = []
-    stack: list[tuple[Any, list[Any]]] = []
-    for root in roots:
-        if id(root) in position:
-            continue
-        stack.append((root, _parents(root)))
-        entered = {id(root)}
-        while stack:
-            node, todo = stack[-1]
-            while todo and (id(todo[-1]) in position or id(todo[-1]) in entered):
-                todo.pop()
-            if todo:
-                parent = todo.pop()
-                entered.add(id(parent))
-                stack.append((parent, _parents(parent)))
-                continue
-            stack.pop()
-            position[id(node)] = len(nodes)
-            nodes.append(node)
-            raw_parents.append([position[id(p)] for p in node._prev])
-    # Pass 2: canonical keys bottom-up, and each node's parents in their final order.
-    n = len(nodes)
-    keys = [0] * n
+    # Pass 1: every node once, parents before children, in whatever order the sets give. When a
+    # node's parents are all done, its parents are put in canonical order and its key computed.
+    nodes: list[Any] = []  # also keeps every node alive, so id() stays unique
+    state: dict[int, int] = {}  # id(node) -> -1 while its parents are visited, then its index
+    keys: list[int] = []
     ops: list[tuple[str, float | None]] = []
     ordered_parents: list[list[int]] = []
-    for i, node in enumerate(nodes):
+    stack = list(reversed(roots))
+    pop, push, extend, state_of = stack.pop, stack.append, stack.extend, state.get
+    while stack:
+        node = pop()
+        seen = state_of(id(node))
+        if seen is None:  # first visit: come back to it after its parents
+            state[id(node)] = -1
+            push(node)
+            extend(_prev(node))
+            continue
+        if seen != -1:
+            continue
+        # Its parents are done (in a DAG nothing reaches a node again while its parents are visited).
+        state[id(node)] = len(nodes)
+        nodes.append(node)
         tag, arity, code, exponent = _translate(node)
-        parents = raw_parents[i]
+        parents = [state[id(p)] for p in node._prev]
         if arity == 2 and len(parents) == 1:  # a + a, a * a: the set kept one
-            parents = [parents[0], parents[0]]
-        elif arity == 2:
-            parents.sort(key=keys.__getitem__)
+            parents.append(parents[0])
+        elif arity == 2 and len(parents) == 2 and keys[parents[1]] < keys[parents[0]]:
+            parents.reverse()
         if len(parents) != arity:
             raise GraphStructureError(
                 f"micrograd node {node!r} with op {node._op!r} has {len(parents)} parents, expected {arity}"
             )
         data = float(node.data)
-        data_key = data if data == data else _NAN_KEY
-        # No None in the key: before Python 3.12, hash(None) depends on None's address.
-        keys[i] = hash((code, 0.0 if exponent is None else exponent, data_key, *(keys[p] for p in parents)))
+        # No None in a key: before Python 3.12, hash(None) depends on None's address.
+        head = (code, 0.0 if exponent is None else exponent, data if data == data else _NAN_KEY)
+        keys.append(hash(head + tuple([keys[p] for p in parents])))
         ops.append((tag, exponent))
         ordered_parents.append(parents)
-    # Pass 3: ids from a depth-first post-order over the ordered parents, roots in the order given.
-    new_id = [-1] * n
+    # Pass 2: ids from a depth-first post-order over the ordered parents, roots in the order given.
+    new_id = [-1] * len(nodes)  # -1 not seen, -2 parents being visited, then the id
     order: list[int] = []
-    for root in roots:
-        start = position[id(root)]
-        if new_id[start] >= 0:
-            continue
-        new_id[start] = -2  # entered
-        walk = [(start, 0)]
-        while walk:
-            node_i, slot = walk[-1]
-            parents = ordered_parents[node_i]
-            if slot < len(parents):
-                walk[-1] = (node_i, slot + 1)
-                parent = parents[slot]
-                if new_id[parent] == -1:
-                    new_id[parent] = -2
-                    walk.append((parent, 0))
-            else:
-                walk.pop()
-                new_id[node_i] = len(order)
-                order.append(node_i)
-    return _columns(nodes, order, new_id, ops, ordered_parents, [new_id[position[id(r)]] for r in roots])
+    walk = [state[id(root)] for root in reversed(roots)]
+    while walk:
+        i = walk.pop()
+        seen = new_id[i]
+        if seen == -1:
+            new_id[i] = -2
+            walk.append(i)
+            walk.extend(reversed(ordered_parents[i]))
+        elif seen == -2:
+            new_id[i] = len(order)
+            order.append(i)
+    return _columns(nodes, order, new_id, ops, ordered_parents, [new_id[state[id(r)]] for r in roots])
 
 
 def _columns(

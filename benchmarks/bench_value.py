@@ -1,0 +1,215 @@
+"""graphsvc.Value next to micrograd's Value, in one run; and trace / from_micrograd at N and 10N.
+
+    python benchmarks/bench_value.py [--repeat K] [--width W] [--sizes N 10N]
+
+Needs micrograd (``pip install micrograd==0.1.0``). Prints a table and writes
+benchmarks/results/bench_value.json. What is timed, and how:
+
+* **MLP build**: micrograd's ``MLP(W, [W, W, 1])`` (W = 256 by default) created and applied to one
+  input of W floats, which is the whole graph a training step would then differentiate. The same
+  ``micrograd/nn.py`` source runs twice: once as micrograd ships it, once executed into a fresh
+  module whose ``Value`` is graphsvc's (``nn.py`` does ``from micrograd.engine import Value`` and
+  looks the name up at call time). The same random seed gives both the same weights; the outputs
+  are checked equal. Target: graphsvc at most 1.5x micrograd.
+* Each round runs micrograd, then graphsvc; a ratio is graphsvc time / micrograd time within a
+  round; min, median and max are over rounds. The graphs are dropped and ``gc.collect()`` runs
+  between builds. The rounds run twice: with the cyclic garbage collector paused during each build
+  (as ``timeit`` does), and with it running, as in a user's program.
+* **Linear time**: ``graphsvc.trace`` of a graphsvc graph, and ``from_micrograd`` of a micrograd
+  graph, each at N and 10N nodes (a random DAG of binary ops built with each library's ``Value``:
+  node ``i`` combines node ``i - 1`` and a random earlier node). Linear means time per node stays
+  flat: the ``10N / N`` time ratio is about 10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import platform
+import random
+import statistics
+import sys
+import time
+import types
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+import graphsvc  # noqa: E402
+from graphsvc.micrograd_import import from_micrograd  # noqa: E402
+from graphsvc.value import Value, trace  # noqa: E402
+
+RESULTS = HERE / "results"
+TARGET_RATIO = 1.5
+
+
+def nn_module_with(value_class: type) -> types.ModuleType:
+    """micrograd's nn.py executed into a new module whose ``Value`` is ``value_class``."""
+    spec = importlib.util.find_spec("micrograd.nn")
+    if spec is None or spec.origin is None:
+        raise SystemExit("micrograd is not installed: pip install micrograd==0.1.0")
+    module = types.ModuleType(f"micrograd_nn_{value_class.__module__.replace('.', '_')}")
+    source = Path(spec.origin).read_text()
+    exec(compile(source, spec.origin, "exec"), module.__dict__)
+    module.__dict__["Value"] = value_class  # replaces what `from micrograd.engine import Value` bound
+    return module
+
+
+def build_mlp(nn: types.ModuleType, width: int, seed: int) -> Any:
+    random.seed(seed)
+    model = nn.MLP(width, [width, width, 1])
+    inputs = [random.uniform(-1.0, 1.0) for _ in range(width)]
+    return model(inputs)
+
+
+def timed(fn: Callable[[], Any], *, pause_gc: bool) -> tuple[float, Any]:
+    gc.collect()
+    if pause_gc:
+        gc.disable()
+    try:
+        start = time.perf_counter()
+        result = fn()
+        elapsed = time.perf_counter() - start
+    finally:
+        gc.enable()
+    return elapsed, result
+
+
+def stats(xs: list[float]) -> dict[str, float]:
+    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "runs": len(xs)}
+
+
+def mlp_comparison(width: int, repeat: int) -> dict[str, Any]:
+    from micrograd import engine
+
+    micro_nn = nn_module_with(engine.Value)
+    ours_nn = nn_module_with(Value)
+    report: dict[str, Any] = {"width": width}
+    for pause_gc in (True, False):
+        times: dict[str, list[float]] = {"micrograd": [], "graphsvc": []}
+        for round_ in range(repeat):
+            t_micro, out_micro = timed(partial(build_mlp, micro_nn, width, round_), pause_gc=pause_gc)
+            data_micro = out_micro.data
+            del out_micro
+            t_ours, out_ours = timed(partial(build_mlp, ours_nn, width, round_), pause_gc=pause_gc)
+            if out_ours.data != data_micro:
+                raise SystemExit(f"outputs differ: graphsvc {out_ours.data!r}, micrograd {data_micro!r}")
+            if "nodes" not in report:
+                report["nodes"] = trace(out_ours).num_nodes
+            del out_ours
+            times["micrograd"].append(t_micro)
+            times["graphsvc"].append(t_ours)
+        ratios = [o / m for o, m in zip(times["graphsvc"], times["micrograd"], strict=True)]
+        key = "gc_paused" if pause_gc else "gc_running"
+        report[key] = {
+            "micrograd_s": stats(times["micrograd"]),
+            "graphsvc_s": stats(times["graphsvc"]),
+            "ratio": stats(ratios),
+        }
+    return report
+
+
+def random_dag(value_class: Callable[[float], Any], n: int, seed: int) -> Any:
+    """n values: a few leaves, then value i = value[i - 1] (+ or *) a random earlier value."""
+    rng = random.Random(seed)
+    values = [value_class(rng.uniform(0.5, 1.5)) for _ in range(8)]
+    while len(values) < n:
+        left, right = values[-1], values[rng.randrange(len(values) - 1)]
+        values.append(left + right if rng.random() < 0.5 else left * right * 0.5)
+    return values[-1]
+
+
+def linear_time(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+    from micrograd import engine
+
+    rows = []
+    steps: list[tuple[str, Callable[[float], Any], Callable[[Any], Any]]] = [
+        ("trace", Value, trace),
+        ("from_micrograd", engine.Value, from_micrograd),
+    ]
+    for name, value_class, run in steps:
+        per_size: list[dict[str, Any]] = []
+        for n in sizes:
+            root = random_dag(value_class, n, seed=n)
+            nodes = trace(root).num_nodes if value_class is Value else from_micrograd(root).num_nodes
+            times = [timed(partial(run, root), pause_gc=True)[0] for _ in range(repeat)]
+            per_size.append({"size": n, "nodes": nodes, "seconds": stats(times)})
+            del root
+            gc.collect()
+        first, last = per_size[0], per_size[-1]
+        rows.append(
+            {
+                "step": name,
+                "sizes": per_size,
+                "time_ratio": last["seconds"]["median"] / first["seconds"]["median"],
+                "size_ratio": last["nodes"] / first["nodes"],
+            }
+        )
+    return rows
+
+
+def show(mlp: dict[str, Any], linear: list[dict[str, Any]]) -> str:
+    lines = [
+        f"MLP({mlp['width']}, [{mlp['width']}, {mlp['width']}, 1]) on one input: build the graph "
+        f"({mlp['nodes']:,} nodes)",
+        f"{'gc':10} {'micrograd s (median)':>21} {'graphsvc s (median)':>20} "
+        f"{'graphsvc/micrograd min / median / max':>40}",
+    ]
+    for key in ("gc_paused", "gc_running"):
+        row = mlp[key]
+        r = row["ratio"]
+        lines.append(
+            f"{key:10} {row['micrograd_s']['median']:21.3f} {row['graphsvc_s']['median']:20.3f} "
+            f"{r['min']:22.2f}x / {r['median']:.2f}x / {r['max']:.2f}x  (runs {r['runs']})"
+        )
+    lines.append(f"target: at most {TARGET_RATIO}x")
+    lines.append("")
+    lines.append(f"{'step':15} {'nodes':>10} {'median s':>9} {'us/node':>8}")
+    for row in linear:
+        for size in row["sizes"]:
+            median = size["seconds"]["median"]
+            lines.append(f"{row['step']:15} {size['nodes']:10,} {median:9.3f} {1e6 * median / size['nodes']:8.2f}")
+        lines.append(
+            f"{'':15} {row['size_ratio']:9.1f}x nodes -> {row['time_ratio']:.1f}x time "
+            f"({'linear' if row['time_ratio'] < 1.5 * row['size_ratio'] else 'NOT linear'})"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5, help="rounds per measurement (default 5)")
+    parser.add_argument("--width", type=int, default=256, help="MLP width (default 256)")
+    parser.add_argument("--sizes", type=int, nargs=2, default=[50_000, 500_000], metavar=("N", "10N"))
+    args = parser.parse_args()
+
+    mlp = mlp_comparison(args.width, args.repeat)
+    linear = linear_time(args.sizes, max(3, args.repeat // 2))
+    print(show(mlp, linear))
+    from importlib.metadata import version
+
+    result = {
+        "benchmark": "bench_value",
+        "graphsvc": graphsvc.__version__,
+        "micrograd": version("micrograd"),
+        "python": platform.python_version(),
+        "machine": platform.platform(),
+        "target_ratio": TARGET_RATIO,
+        "mlp_build": mlp,
+        "linear_time": linear,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / "bench_value.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {path.relative_to(HERE.parent)}")
+
+
+if __name__ == "__main__":
+    main()
