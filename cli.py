@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     name="graphsvc",
-    help="Save, reload, inspect and replay computation graphs.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -48,6 +47,7 @@ class _State:
     plugins: tuple[str, ...] = ()
     strict_plugins = False
     disable_plugins = False
+    quiet = False
 
 
 STATE = _State()
@@ -102,13 +102,19 @@ def main(
         typer.Option("--disable-plugins", help="Load only graphsvc's builtin ops. Also: GRAPHSVC_DISABLE_PLUGINS=1."),
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show a traceback on errors (for bug reports).")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Show no progress bar (it appears on stderr, after a second).")
+    ] = False,
 ) -> None:
     """Save, reload, inspect and replay computation graphs.
 
     Exit codes: 0 success, 1 other failure, 2 usage error, 3 missing, unreadable or invalid graph
     file, 4 op or plugin problem.
+
+    Example: graphsvc backward examples/seed004.msgpack --steps
     """
     STATE.debug = debug
+    STATE.quiet = quiet
     STATE.plugins = tuple(plugin or ())
     STATE.strict_plugins = strict_plugins
     STATE.disable_plugins = disable_plugins
@@ -118,11 +124,66 @@ def main(
 FileArg = Annotated[Path, typer.Argument(help="A graphsvc graph file (.msgpack).", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
 
+#: Shell completion reads node names from graph files up to this size (a bigger file would stall the shell).
+COMPLETION_MAX_BYTES = 64 << 20
+
+
+def _completion_graph(ctx: typer.Context) -> Graph | None:
+    """The graph named by the command's FILE argument, when completing one of its options."""
+    from graphsvc.format import load
+
+    file = ctx.params.get("file")
+    if file is None or Path(file).stat().st_size > COMPLETION_MAX_BYTES:
+        return None
+    return load(file)
+
+
+def _complete_node(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Node names from FILE that start with what was typed; nothing on any error."""
+    try:
+        graph = _completion_graph(ctx)
+        if graph is None:
+            return []
+        return [name for _, name in sorted(graph.names.items()) if name.startswith(incomplete)]
+    except Exception:
+        return []
+
+
+def _complete_assignment(ctx: typer.Context, incomplete: str) -> list[str]:
+    """``NAME=`` for every named node without parents (what --set can change); nothing on any error."""
+    try:
+        graph = _completion_graph(ctx)
+        if graph is None or "=" in incomplete:
+            return []
+        settable = (graph.names[i] for i in graph.leaves().tolist() if i in graph.names)
+        return [f"{name}=" for name in settable if name.startswith(incomplete)]
+    except Exception:
+        return []
+
+
+def _complete_op(incomplete: str) -> list[str]:
+    """Names of the registered ops that take inputs; nothing on any error."""
+    try:
+        from graphsvc.plugins import load_registry
+
+        registry, _ = load_registry()
+        return [op.name for op in registry if op.arity > 0 and op.name.startswith(incomplete)]
+    except Exception:
+        return []
+
 
 def _load(path: Path) -> Graph:
     from graphsvc.format import load
 
-    return load(path)
+    with _progress(f"loading {path}"):
+        return load(path)
+
+
+def _progress(description: str) -> Any:
+    """A progress bar on stderr for work that runs longer than a second (not with --quiet)."""
+    from graphsvc.terminal import progress
+
+    return progress(description, quiet=STATE.quiet)
 
 
 def _print_json(document: Any) -> None:
@@ -161,9 +222,30 @@ def _node_items(graph: Graph, order: Iterable[int]) -> list[dict[str, Any]]:
     return items
 
 
-def _node_line(item: dict[str, Any]) -> str:
+def _node_cells(item: dict[str, Any]) -> list[str]:
     parents = ",".join(str(p) for p in item["parents"]) or "-"
-    return f"{item['id']}\t{item['name'] or '-'}\t{item['op']}\t{parents}"
+    return [str(item["id"]), item["name"] or "-", item["op"], parents]
+
+
+def _node_line(item: dict[str, Any]) -> str:
+    return "\t".join(_node_cells(item))
+
+
+#: Table columns (header, justification) of a node line, as _node_cells gives them.
+NODE_COLUMNS = (("id", "right"), ("name", "left"), ("op", "left"), ("parents", "left"))
+
+
+def _wants_table(rows: int) -> bool:
+    """Print an aligned table (stdout is a terminal) rather than plain tab-separated text (piped)?"""
+    from graphsvc.terminal import wants_table
+
+    return wants_table(rows)
+
+
+def _print_table(columns: Iterable[tuple[str, str]], rows: list[list[str]], show_header: bool = True) -> None:
+    from graphsvc.terminal import print_table
+
+    print_table(list(columns), rows, show_header)
 
 
 # -- inspection commands -------------------------------------------------------------------------
@@ -173,7 +255,11 @@ def order(
     file: FileArg,
     output: Annotated[
         str | None,
-        typer.Option("--output", help="Order only this node's ancestors (an id or a name). Default: the whole graph."),
+        typer.Option(
+            "--output",
+            help="Order only this node's ancestors (an id or a name). Default: the whole graph.",
+            autocompletion=_complete_node,
+        ),
     ] = None,
     algorithm: Annotated[
         str, typer.Option("--algorithm", help="dfs (micrograd's build_topo) or kahn (autograd's child counts).")
@@ -193,6 +279,8 @@ def order(
     items = _node_items(graph, reverse_topological_order(graph, start, algorithm))
     if as_json:
         _print_json({"algorithm": algorithm, "output": start, "nodes": items})
+    elif _wants_table(len(items)):
+        _print_table(NODE_COLUMNS, [_node_cells(item) for item in items])
     else:
         typer.echo("\n".join(_node_line(item) for item in items))
 
@@ -207,7 +295,8 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
     from graphsvc.format import load_versioned
     from graphsvc.topo import depth
 
-    graph, version = load_versioned(file)
+    with _progress(f"loading {file}"):
+        graph, version = load_versioned(file)
     leaves = [int(i) for i in graph.leaves()]
     plugins: dict[str, list[str]] = {}
     for tag in graph.op_table:
@@ -234,19 +323,22 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
         _print_json(info)
         return
     shown = ", ".join(graph.label(i) for i in leaves[:10]) + (", ..." if len(leaves) > 10 else "")
-    lines = [
-        f"file: {file} ({info['file_size']} bytes)",
-        f"format version: {version[0]}.{version[1]}",
-        f"nodes: {graph.num_nodes}",
-        f"edges: {graph.num_edges}",
-        f"leaves: {len(leaves)} ({shown})",
-        f"outputs: {', '.join(graph.label(o) for o in graph.outputs) or '-'}",
-        f"depth: {info['depth']}",
-        f"gradients stored: {'yes' if graph.grads is not None else 'no'}",
-        "ops: " + ", ".join(f"{tag} {count}" for tag, count in sorted(ops.items())),
-        "plugins: " + "; ".join(f"{key} ({', '.join(tags)})" for key, tags in plugin_list.items()),
+    rows = [
+        ["file", f"{file} ({info['file_size']} bytes)"],
+        ["format version", f"{version[0]}.{version[1]}"],
+        ["nodes", f"{graph.num_nodes}"],
+        ["edges", f"{graph.num_edges}"],
+        ["leaves", f"{len(leaves)} ({shown})"],
+        ["outputs", f"{', '.join(graph.label(o) for o in graph.outputs) or '-'}"],
+        ["depth", f"{info['depth']}"],
+        ["gradients stored", f"{'yes' if graph.grads is not None else 'no'}"],
+        ["ops", ", ".join(f"{tag} {count}" for tag, count in sorted(ops.items()))],
+        ["plugins", "; ".join(f"{key} ({', '.join(tags)})" for key, tags in plugin_list.items())],
     ]
-    typer.echo("\n".join(lines))
+    if _wants_table(len(rows)):
+        _print_table((("field", "left"), ("value", "left")), rows, show_header=False)
+    else:
+        typer.echo("\n".join(f"{key}: {value}" for key, value in rows))
 
 
 @app.command()
@@ -319,7 +411,11 @@ def _write_text_atomically(path: Path, text: str) -> None:
 # -- replay commands -----------------------------------------------------------------------------
 SetOpt = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Replace a leaf's value before replaying: NAME=VALUE (or ID=VALUE). Repeatable."),
+    typer.Option(
+        "--set",
+        help="Replace a leaf's value before replaying: NAME=VALUE (or ID=VALUE). Repeatable.",
+        autocompletion=_complete_assignment,
+    ),
 ]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Compare with the values/gradients stored in the file.")]
 RtolOpt = Annotated[float, typer.Option("--rtol", help="Relative tolerance for --check.")]
@@ -401,12 +497,18 @@ def _report(
             }
         _print_json(document)
     else:
-        lines = []
+        rows = []
         for item in _replay_items(graph, values, grads):
-            grad = "" if item["grad"] is None else f"\t{item['grad']!r}"
-            lines.append(f"{_node_line(item)}\t{item['value']!r}{grad}")
-        lines.extend(_comparison_line(graph, c) for c in comparisons)
-        typer.echo("\n".join(lines))
+            grad = [] if item["grad"] is None else [repr(item["grad"])]
+            rows.append([*_node_cells(item), repr(item["value"]), *grad])
+        checks = [_comparison_line(graph, c) for c in comparisons]
+        if _wants_table(len(rows)):
+            columns = [*NODE_COLUMNS, ("value", "right"), *([("grad", "right")] if grads is not None else [])]
+            _print_table(columns, rows)
+            if checks:
+                typer.echo("\n".join(checks))
+        else:
+            typer.echo("\n".join(["\t".join(row) for row in rows] + checks))
     if not all(c.ok for c in comparisons):
         raise typer.Exit(1)
 
@@ -447,7 +549,8 @@ def forward(
 
     graph = _load(file)
     registry = _registry()
-    values = replay.forward(graph, registry, _overrides(graph, set_))
+    with _progress("replaying forward"):
+        values = replay.forward(graph, registry, _overrides(graph, set_))
     if write is not None:
         _write_replayed(graph, registry, write, values, None)
     _report(graph, values, None, check, rtol, atol, as_json, {})
@@ -458,7 +561,10 @@ def forward(
 def backward(
     file: FileArg,
     output: Annotated[
-        str | None, typer.Option("--output", help="The node to differentiate (default: the single output).")
+        str | None,
+        typer.Option(
+            "--output", help="The node to differentiate (default: the single output).", autocompletion=_complete_node
+        ),
     ] = None,
     set_: SetOpt = None,
     check: CheckOpt = False,
@@ -480,11 +586,12 @@ def backward(
     graph = _load(file)
     registry = _registry()
     start = replay.default_output(graph) if output is None else graph.node_id(output)
-    values = replay.forward(graph, registry, _overrides(graph, set_))
-    if steps:
-        grads, step_list = replay.backward_steps(graph, registry, start, values)
-    else:
-        grads, step_list = replay.backward(graph, registry, start, values), []
+    with _progress("replaying forward and backward"):
+        values = replay.forward(graph, registry, _overrides(graph, set_))
+        if steps:
+            grads, step_list = replay.backward_steps(graph, registry, start, values)
+        else:
+            grads, step_list = replay.backward(graph, registry, start, values), []
     if write is not None:
         _write_replayed(graph, registry, write, values, grads)
     if steps and not as_json:
@@ -516,6 +623,70 @@ def _steps_text(graph: Graph, step_list: list[Any]) -> str:
     return "\n".join(lines)
 
 
+# -- drawing -------------------------------------------------------------------------------------
+@app.command()
+@handles_errors
+def render(
+    file: FileArg,
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="The picture: .svg, .png or .pdf (drawn by Graphviz), or .dot (DOT text).",
+            show_default=False,
+        ),
+    ],
+    around: Annotated[
+        str | None,
+        typer.Option(
+            "--around",
+            help="Draw only the nodes near this one (an id or a name); needed above 2000 nodes.",
+            autocompletion=_complete_node,
+        ),
+    ] = None,
+    depth: Annotated[int, typer.Option("--depth", help="With --around: at most this many edges away, either way.")] = 2,
+    replay_first: Annotated[
+        bool, typer.Option("--replay", help="Replay forward and backward first, so the boxes show fresh gradients.")
+    ] = False,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            help="With --replay: the node to differentiate (default: the single output).",
+            autocompletion=_complete_node,
+        ),
+    ] = None,
+) -> None:
+    """Draw the graph as micrograd's draw_dot does: each value a box (name | data | grad), each op a
+    small node of its own, left to right.
+
+    .svg, .png and .pdf need Graphviz (apt-get install graphviz, or brew install graphviz; and pip
+    install graphviz); .dot needs neither. A graph of more than 2000 nodes is drawn only with
+    --around.
+
+    Example: graphsvc render examples/seed004.msgpack --replay -o seed004.svg
+    """
+    from graphsvc import render as drawing
+
+    graph = _load(file)
+    if replay_first:
+        from graphsvc import replay
+
+        registry = _registry()
+        start = replay.default_output(graph) if output is None else graph.node_id(output)
+        with _progress("replaying forward and backward"):
+            values = replay.forward(graph, registry)
+            grads = replay.backward(graph, registry, start, values)
+        graph = graph.copy()
+        graph.values, graph.grads = values, grads
+    elif output is not None:
+        raise UsageError("--output chooses the node to differentiate: it needs --replay")
+    with _progress(f"drawing {out}"):
+        drawn = drawing.render(graph, out, around=around, depth=depth)
+    typer.echo(f"wrote {out} ({drawn} of {graph.num_nodes} nodes)", err=True)
+
+
 # -- op and plugin commands ----------------------------------------------------------------------
 def _registry() -> OpRegistry:
     """Load the ops with the global plugin options; print each plugin problem as one warning line."""
@@ -542,9 +713,16 @@ def ops(as_json: JsonOpt = False) -> None:
         fields = ("name", "arity", "version", "plugin", "plugin_version", "vectorized", "doc")
         _print_json({"ops": [{field: getattr(op, field) for field in fields} for op in registry]})
         return
+    rows = []
     for op in registry:
         kind = "leaf tag" if op.arity == 0 else "vectorized" if op.vectorized else "per element"
-        typer.echo(f"{op.name}\t{op.arity}\t{op.version}\t{op.source}\t{kind}")
+        rows.append([op.name, str(op.arity), str(op.version), op.source, kind])
+    if _wants_table(len(rows)):
+        columns = (("op", "left"), ("inputs", "right"), ("version", "left"), ("plugin", "left"), ("kind", "left"))
+        _print_table(columns, rows)
+    else:
+        for row in rows:
+            typer.echo("\t".join(row))
 
 
 @app.command()
@@ -552,7 +730,9 @@ def ops(as_json: JsonOpt = False) -> None:
 def gradcheck(
     op: Annotated[
         list[str] | None,
-        typer.Option("--op", help="Check only this op. Repeatable. Default: every op with inputs."),
+        typer.Option(
+            "--op", help="Check only this op. Repeatable. Default: every op with inputs.", autocompletion=_complete_op
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -152,7 +152,7 @@ def render(
     path = Path(path)
     kind = path.suffix.lower().lstrip(".")
     if kind not in FORMATS:
-        raise UsageError(f"cannot tell the format of {path}: the file name must end in .{', .'.join(FORMATS)}")
+        raise UsageError(f"cannot tell the format of {path}: the file name must end in .svg, .png, .pdf or .dot")
     nodes = select(graph, around, depth, limit)
     center = None if around is None else graph.node_id(around)
     text = to_dot(graph, nodes, highlight=center)
