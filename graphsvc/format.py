@@ -213,11 +213,12 @@ def _decode(data: bytes, limits: Limits) -> Any:
     except _ExtType:
         raise FormatError(_EXT_MESSAGE) from None
     except _NonStringKey:
-        raise FormatError(_NON_STRING_KEY) from None
+        raise FormatError(_locate_bad_key_or_string(data, limits) or _NON_STRING_KEY) from None
     except _DuplicateKey as exc:
-        raise FormatError(f"a map repeats the key {exc.args[0]!r}") from None
+        located = _locate_bad_key_or_string(data, limits)
+        raise FormatError(located or f"a map repeats the key {exc.args[0]!r}") from None
     except UnicodeDecodeError:
-        raise FormatError("a string is not valid UTF-8") from None
+        raise FormatError(_locate_bad_key_or_string(data, limits) or "a string is not valid UTF-8") from None
     except msgpack.StackError:
         raise FormatError("not a valid msgpack document: it nests too deeply") from None
     except msgpack.FormatError:  # the one byte msgpack never uses: 0xc1
@@ -239,10 +240,79 @@ def _decode(data: bytes, limits: Limits) -> Any:
                 f"{'entries' if kind in ('array', 'map') else 'bytes'}, more than the file's {size} bytes can hold"
             ) from None
         if "not allowed for map key" in text:
-            raise FormatError(_NON_STRING_KEY) from None
+            raise FormatError(_locate_bad_key_or_string(data, limits) or _NON_STRING_KEY) from None
         raise FormatError(f"not a valid msgpack document: {text}") from None
     except Exception as exc:  # msgpack's own errors: FormatError, StackError, ...
         raise FormatError(f"not a valid msgpack document: {type(exc).__name__}: {exc}") from None
+
+
+class _Pairs(list[tuple[Any, Any]]):
+    """A map decoded as its (key, value) pairs, by :func:`_locate_bad_key_or_string`."""
+
+
+#: What invalid UTF-8 becomes when decoded with "surrogateescape"; valid UTF-8 never gives these.
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def _locate_bad_key_or_string(data: bytes, limits: Limits) -> str | None:
+    """Say where the first repeated key, non-string key or invalid UTF-8 is, as a path such as
+    ``metadata.notes[2]``; None when it cannot tell.
+
+    Only called after the fast decode failed: the bytes are decoded again permissively (maps as
+    their pairs, any key type, invalid UTF-8 kept as lone surrogates) and the document is walked
+    in order, without recursion.
+    """
+    size = len(data)
+    try:
+        doc = msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=False,
+            unicode_errors="surrogateescape",
+            object_pairs_hook=_Pairs,
+            max_array_len=size,
+            max_map_len=size // 2,
+            max_bin_len=size,
+            max_str_len=min(size, limits.max_string_length),
+            max_ext_len=0,
+            ext_hook=_reject_ext,
+        )
+    except Exception:  # another problem comes first: the caller keeps its plain message
+        return None
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(doc, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            if _ESCAPED_BYTE.search(value):
+                return f"the string at {_path(path)} is not valid UTF-8"
+        elif isinstance(value, _Pairs):
+            where = f"the map at {_path(path)}" if path else "the document"
+            seen: set[str] = set()
+            for i, (key, _) in enumerate(value):
+                if type(key) is not str:
+                    return f"{where} has a key that is not a string ({_describe(key)}, entry {i})"
+                if _ESCAPED_BYTE.search(key):
+                    return f"{where} has a key that is not valid UTF-8 (entry {i})"
+                if key in seen:
+                    return f"{where} repeats the key {key!r}"
+                seen.add(key)
+            stack.extend((item, (*path, key)) for key, item in reversed(value))
+        elif isinstance(value, list):
+            stack.extend((item, (*path, i)) for i, item in reversed(list(enumerate(value))))
+    return None
+
+
+def _path(segments: tuple[str | int, ...]) -> str:
+    """``("ops", 1, "tag")`` -> ``ops[1].tag``; keys that are not identifiers are quoted."""
+    text = ""
+    for segment in segments:
+        if isinstance(segment, int):
+            text += f"[{segment}]"
+        elif segment.isidentifier():
+            text += f".{segment}" if text else segment
+        else:
+            text += f"[{segment!r}]"
+    return text or "the document"
 
 
 def _expect(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
@@ -260,6 +330,8 @@ def _article(names: str) -> str:
 def _describe(value: Any) -> str:
     if value is None:
         return "nil"
+    if isinstance(value, _Pairs):
+        return "a map"
     return {
         bool: "a boolean",
         int: "an integer",

@@ -521,12 +521,12 @@ BAD_BYTES: list[tuple[str, bytes, str]] = [
     (
         "duplicate map key",
         b"\x82" + _packed("format", "graphsvc", "format", "graphsvc"),
-        "a map repeats the key 'format'",
+        "the document repeats the key 'format'",
     ),
-    ("non-string key", b"\x81" + _packed(1, 2), "a map has a key that is not a string"),
-    ("nil key", b"\x81" + _packed(None, 2), "a map has a key that is not a string"),
-    ("bin key", b"\x81" + _packed(b"k", 2), "a map has a key that is not a string"),
-    ("invalid UTF-8", b"\x81\xa1\xff\x01", "a string is not valid UTF-8"),
+    ("non-string key", b"\x81" + _packed(1, 2), "the document has a key that is not a string (an integer, entry 0)"),
+    ("nil key", b"\x81" + _packed(None, 2), "the document has a key that is not a string (nil, entry 0)"),
+    ("bin key", b"\x81" + _packed(b"k", 2), "the document has a key that is not a string (bin data, entry 0)"),
+    ("invalid UTF-8", b"\x81\xa1\xff\x01", "the document has a key that is not valid UTF-8 (entry 0)"),
     ("ext type", _packed(msgpack.ExtType(1, b"abc")), "the file contains a msgpack ext type; graphsvc files never do"),
     ("empty ext type", b"\x81\xa1a\xc7\x00\x05", "the file contains a msgpack ext type; graphsvc files never do"),
     (
