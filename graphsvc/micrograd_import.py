@@ -22,7 +22,7 @@ number written in an expression, so every such node becomes a leaf that ``--set`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,10 +75,12 @@ def _prev(node: Any) -> Any:
         ) from None
 
 
-def from_micrograd(*roots: Any) -> Graph:
+def from_micrograd(*roots: Any, names: Mapping[Any, str] | None = None) -> Graph:
     """The graph of one or more micrograd outputs, with their data and gradients.
 
-    The roots become the graph's outputs. Runs in linear time without recursion.
+    The roots become the graph's outputs. ``names`` maps micrograd nodes to names
+    (``{a: "a", loss: "loss"}``), which the CLI shows and ``--set`` accepts. Runs in linear time
+    without recursion.
     """
     if not roots:
         raise GraphStructureError("from_micrograd() needs at least one micrograd Value")
@@ -134,7 +136,13 @@ def from_micrograd(*roots: Any) -> Graph:
         elif seen == -2:
             new_id[i] = len(order)
             order.append(i)
-    return _columns(nodes, order, new_id, ops, ordered_parents, [new_id[state[id(r)]] for r in roots])
+    graph = _columns(nodes, order, new_id, ops, ordered_parents, [new_id[state[id(r)]] for r in roots])
+    for node, name in (names or {}).items():
+        if id(node) not in state:
+            raise GraphStructureError(f"names: {node!r} (named {name!r}) is not in the graph")
+        graph.names[new_id[state[id(node)]]] = name
+    graph.check()
+    return graph
 
 
 def _columns(
@@ -152,7 +160,7 @@ def _columns(
     offsets = np.zeros(len(order) + 1, dtype=OFFSET_DTYPE)
     np.cumsum(counts, out=offsets[1:])
     source = OpSource("graphsvc", graphsvc.__version__)
-    graph = Graph(
+    return Graph(
         op_table=op_table,
         op_codes=np.array([code_of[tag] for tag in tags], dtype=OP_CODE_DTYPE),
         parent_offsets=offsets,
@@ -164,5 +172,3 @@ def _columns(
         metadata={"imported_from": "micrograd"},
         op_sources=dict.fromkeys(op_table, source),
     )
-    graph.check()
-    return graph

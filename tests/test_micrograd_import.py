@@ -83,6 +83,19 @@ def test_order_does_not_depend_on_set_order() -> None:
     assert sorted(grads[leaves].tolist()) == [5.0, 17.0, 22.0]
 
 
+def test_names_travel_into_the_graph() -> None:
+    a = Node(3.0)
+    square = Node(9.0, {a}, "*")
+    graph = from_micrograd(square, names={a: "a", square: "square"})
+    assert graph.names == {0: "a", 1: "square"}
+    with pytest.raises(
+        GraphStructureError, match=r"names: Value\(data=5.0, grad=0.0\) \(named 'x'\) is not in the graph"
+    ):
+        from_micrograd(square, names={Node(5.0): "x"})
+    with pytest.raises(GraphStructureError, match="name 'a' is used by nodes 0 and 1"):
+        from_micrograd(square, names={a: "a", square: "a"})
+
+
 def test_a_deep_chain_imports_without_recursion() -> None:
     node = x = Node(1.0)
     for _ in range(200_000):
