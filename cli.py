@@ -132,10 +132,40 @@ def _completion_graph(ctx: typer.Context) -> Graph | None:
     """The graph named by the command's FILE argument, when completing one of its options."""
     from graphsvc.format import load
 
-    file = ctx.params.get("file")
+    file = ctx.params.get("file") or _completion_file(ctx)
     if file is None or Path(file).stat().st_size > COMPLETION_MAX_BYTES:
         return None
     return load(file)
+
+
+def _completion_file(ctx: typer.Context) -> str | None:
+    """FILE from the words being completed, when the parse stopped short of it.
+
+    Completing ``graphsvc backward FILE --output <TAB>``, Click parses the words with the option's
+    value missing and gives up before it assigns FILE; so find it among the words the shell sent
+    (Typer's completion scripts put them in ``_TYPER_COMPLETE_ARGS`` or bash's ``COMP_WORDS``).
+    """
+    import os
+    import shlex
+
+    words = shlex.split(os.environ.get("_TYPER_COMPLETE_ARGS") or os.environ.get("COMP_WORDS") or "")
+    if ctx.info_name not in words:
+        return None
+    takes_value = {
+        name
+        for param in ctx.command.params
+        if param.param_type_name == "option" and not getattr(param, "is_flag", False)
+        for name in param.opts
+    }
+    skip = False
+    for word in words[words.index(ctx.info_name) + 1 :]:
+        if skip:
+            skip = False
+        elif word.startswith("-"):
+            skip = word in takes_value
+        else:
+            return word
+    return None
 
 
 def _complete_node(ctx: typer.Context, incomplete: str) -> list[str]:
@@ -474,15 +504,50 @@ def _comparison_line(graph: Graph, c: Any) -> str:
     )
 
 
+def _nonfinite(values: Any, grads: Any) -> dict[str, Any]:
+    """Where nan or inf first appeared: ``{"values": NonFinite | None[, "grads": ...]}``."""
+    from graphsvc.replay import first_nonfinite
+
+    found = {"values": first_nonfinite("values", values)}
+    if grads is not None:
+        found["grads"] = first_nonfinite("grads", grads, backward=True)
+    return found
+
+
+def _nonfinite_item(graph: Graph, found: Any) -> dict[str, Any] | None:
+    from graphsvc.jsonio import json_float
+
+    if found is None:
+        return None
+    node = found.node
+    return {
+        "node": node,
+        "name": graph.names.get(node),
+        "op": graph.op(node),
+        "value": json_float(found.value),
+        "count": found.count,
+    }
+
+
+def _nonfinite_line(graph: Graph, found: Any) -> str:
+    order = "first in the backward sweep" if found.what == "grads" else "first"
+    return (
+        f"nonfinite {found.what}: {order} at {graph.label(found.node)} (node {found.node}, {graph.op(found.node)})"
+        f" = {found.value!r}; {found.count} of {graph.num_nodes} nodes"
+    )
+
+
 def _report(
     graph: Graph, values: Any, grads: Any, check: bool, rtol: float, atol: float, as_json: bool, extra: dict[str, Any]
 ) -> None:
     from graphsvc.jsonio import json_float
 
     comparisons = _comparisons(graph, values, grads, rtol, atol) if check else []
+    nonfinite = _nonfinite(values, grads)
     if as_json:
         document = dict(extra)
         document["nodes"] = _replay_items(graph, values, grads)
+        document["nonfinite"] = {what: _nonfinite_item(graph, found) for what, found in nonfinite.items()}
         if check:
             document["check"] = {
                 c.what: {
@@ -501,7 +566,8 @@ def _report(
         for item in _replay_items(graph, values, grads):
             grad = [] if item["grad"] is None else [repr(item["grad"])]
             rows.append([*_node_cells(item), repr(item["value"]), *grad])
-        checks = [_comparison_line(graph, c) for c in comparisons]
+        checks = [_nonfinite_line(graph, found) for found in nonfinite.values() if found is not None]
+        checks += [_comparison_line(graph, c) for c in comparisons]
         if _wants_table(len(rows)):
             columns = [*NODE_COLUMNS, ("value", "right"), *([("grad", "right")] if grads is not None else [])]
             _print_table(columns, rows)

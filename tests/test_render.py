@@ -1,0 +1,255 @@
+"""graphsvc.render: DOT text as micrograd's draw_dot, neighbourhoods, the size limit, Graphviz for real."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphsvc import render
+from graphsvc.errors import RenderError, UsageError
+from graphsvc.format import load
+from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, GraphBuilder
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SEED004 = EXAMPLES / "seed004.msgpack"
+# Rendering is tested for real: .ci/run installs Graphviz, so a missing `dot` fails rather than skips.
+needs_dot = pytest.mark.usefixtures("graphviz_dot")
+
+
+@pytest.fixture
+def graphviz_dot() -> None:
+    assert shutil.which("dot"), "these tests need Graphviz: apt-get install graphviz (.ci/run installs it)"
+
+
+SEED004_DOT = """\
+digraph graphsvc {
+\tgraph [rankdir=LR]
+\tnode [fontname="Helvetica" fontsize=11]
+\tedge [fontname="Helvetica" fontsize=9]
+\tv0 [label="{ a | data 2 | grad 22 }" shape=record]
+\tv1 [label="{ b | data 3 | grad 17 }" shape=record]
+\tv2 [label="{ c | data 1 | grad 5 }" shape=record]
+\tv3 [label="{ ab | data 6 | grad 5 }" shape=record]
+\to3 [label="mul" shape=ellipse]
+\tv4 [label="{ abc | data 7 | grad 5 }" shape=record]
+\to4 [label="add" shape=ellipse]
+\tv5 [label="{ apb | data 5 | grad 7 }" shape=record]
+\to5 [label="add" shape=ellipse]
+\tv6 [label="{ L | data 35 | grad 1 }" shape=record]
+\to6 [label="mul" shape=ellipse]
+\to3 -> v3
+\tv0 -> o3 [headlabel="0"]
+\tv1 -> o3 [headlabel="1"]
+\to4 -> v4
+\tv3 -> o4 [headlabel="0"]
+\tv2 -> o4 [headlabel="1"]
+\to5 -> v5
+\tv0 -> o5 [headlabel="0"]
+\tv1 -> o5 [headlabel="1"]
+\to6 -> v6
+\tv4 -> o6 [headlabel="0"]
+\tv5 -> o6 [headlabel="1"]
+}
+"""
+
+
+def chain(n: int) -> Graph:
+    """x0 -> sin -> sin -> ... : n nodes, node i's parent is i - 1."""
+    return Graph(
+        op_table=["leaf", "sin"],
+        op_codes=np.array([0] + [1] * (n - 1), dtype=OP_CODE_DTYPE),
+        parent_offsets=np.concatenate(([0], np.arange(n, dtype=np.int64))).astype(OFFSET_DTYPE),
+        parent_indices=np.arange(n - 1, dtype=INDEX_DTYPE),
+        values=np.zeros(n, dtype=FLOAT_DTYPE),
+        outputs=[n - 1],
+    )
+
+
+def hub(users: int) -> Graph:
+    """One constant shared by ``users`` nodes."""
+    b = GraphBuilder()
+    k = b.const(2.0, name="k")
+    for i in range(users):
+        b.add("neg", [k], name=f"u{i}")
+    return b.build()
+
+
+# -- DOT text ------------------------------------------------------------------------------------
+def test_seed004_is_drawn_as_draw_dot_draws_it() -> None:
+    assert render.to_dot(load(SEED004)) == SEED004_DOT
+
+
+def test_dot_text_is_the_same_every_time() -> None:
+    graph = load(SEED004)
+    assert render.to_dot(graph) == render.to_dot(load(SEED004))
+
+
+def test_a_graph_without_gradients_shows_a_dash() -> None:
+    b = GraphBuilder()
+    x = b.leaf(0.5, name="x")
+    b.add("pow", [x], name="y", value=0.25, attrs={"exponent": 2.0})
+    text = render.to_dot(b.build())
+    assert '\tv0 [label="{ x | data 0.5 | grad - }" shape=record]' in text
+    assert '\to1 [label="pow exponent=2" shape=ellipse]' in text
+    assert "\tv0 -> o1\n" in text  # one input: no number on the edge
+
+
+def test_numbers_use_six_significant_digits() -> None:
+    b = GraphBuilder()
+    b.leaf(1.0 / 3.0, name="third", grad=-1.5e-12)
+    b.leaf(float("nan"), name="nan", grad=float("inf"))
+    text = render.to_dot(b.build())
+    assert "{ third | data 0.333333 | grad -1.5e-12 }" in text
+    assert "{ nan | data nan | grad inf }" in text
+
+
+def test_names_cannot_break_the_record_or_the_quotes() -> None:
+    b = GraphBuilder()
+    b.leaf(1.0, name='w{0}|<p> "q" \\')
+    b.leaf(2.0, name="x" * 50)
+    text = render.to_dot(b.build())
+    assert '\tv0 [label="{ w\\{0\\}\\|\\<p\\>\\ \\"q\\"\\ \\\\ | data 1 | grad - }" shape=record]' in text
+    assert "{ " + "x" * 39 + "… | data 2" in text
+
+
+def test_a_node_without_a_name_is_shown_by_id() -> None:
+    b = GraphBuilder()
+    b.const(3.0)
+    assert "{ #0 | data 3 | grad - }" in render.to_dot(b.build())
+
+
+# -- neighbourhoods ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("center", "depth", "expected"),
+    [
+        ("ab", 0, [3]),
+        ("ab", 1, [0, 1, 3, 4]),  # a and b (inputs), abc (uses ab)
+        ("ab", 2, [0, 1, 2, 3, 4, 5, 6]),  # through a, b: apb; through abc: c and L
+        ("c", 1, [2, 4]),
+        ("c", 2, [2, 3, 4, 6]),
+        ("L", 1, [4, 5, 6]),
+        ("a", 1, [0, 3, 5]),
+    ],
+)
+def test_neighbourhood_follows_edges_both_ways(center: str, depth: int, expected: list[int]) -> None:
+    graph = load(SEED004)
+    assert render.neighbourhood(graph, graph.node_id(center), depth) == expected
+
+
+def test_neighbourhood_in_a_million_deep_chain_is_iterative() -> None:
+    graph = chain(1_000_000)
+    assert sys.getrecursionlimit() <= 10_000
+    assert render.neighbourhood(graph, 500_000, 3) == list(range(499_997, 500_004))
+    assert render.neighbourhood(graph, 0, 2) == [0, 1, 2]
+    assert render.neighbourhood(graph, 999_999, 1_000) == list(range(998_999, 1_000_000))
+
+
+def test_a_neighbourhood_with_hidden_inputs_says_how_many() -> None:
+    graph = load(SEED004)
+    text = render.to_dot(graph, render.neighbourhood(graph, 3, 1), highlight=3)
+    assert [line.split()[0] for line in text.splitlines() if line.startswith("\tv") and "->" not in line] == [
+        "v0",
+        "v1",
+        "v3",
+        "v4",
+    ]
+    assert '\tv3 [label="{ ab | data 6 | grad 5 }" shape=record style=bold penwidth=2]' in text
+    assert '\th4 [label="+1" shape=plaintext]' in text  # abc's other input, c, is not drawn
+    assert "\th4 -> o4 [style=dashed]" in text
+    assert "v2" not in text
+
+
+def test_negative_depth_is_refused() -> None:
+    with pytest.raises(UsageError, match=r"^--depth must be 0 or more, not -1$"):
+        render.neighbourhood(load(SEED004), 0, -1)
+
+
+# -- the size limit ------------------------------------------------------------------------------
+def test_a_graph_above_the_limit_is_refused_with_a_hint() -> None:
+    assert render.MAX_RENDER_NODES == 2000
+    assert render.select(chain(2000)) == list(range(2000))
+    with pytest.raises(UsageError) as caught:
+        render.select(chain(2001))
+    assert str(caught.value) == (
+        "the graph has 2001 nodes, more than one picture can show (2000); "
+        "draw the neighbourhood of one node with --around NODE --depth K"
+    )
+
+
+def test_a_neighbourhood_above_the_limit_is_refused() -> None:
+    graph = hub(2500)
+    assert render.select(graph, around="u7", depth=1) == [0, 8]
+    with pytest.raises(UsageError) as caught:
+        render.select(graph, around="k", depth=1)
+    assert str(caught.value) == (
+        "the neighbourhood of k within 1 edges holds more than 2000 nodes, more than one picture can show; "
+        "give a smaller --depth"
+    )
+
+
+def test_a_large_graph_renders_around_a_node(tmp_path: Path) -> None:
+    out = tmp_path / "chain.dot"
+    assert render.render(chain(100_000), out, around=50_000, depth=2) == 5
+    text = out.read_text()
+    assert [line.split()[0] for line in text.splitlines() if line.startswith("\tv") and "->" not in line] == [
+        f"v{i}" for i in range(49_998, 50_003)
+    ]
+    assert '\th49998 [label="+1" shape=plaintext]' in text
+
+
+# -- files -----------------------------------------------------------------------------------------
+def test_dot_output_needs_no_graphviz(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "graphviz", None)  # import graphviz now fails
+    monkeypatch.setenv("PATH", str(tmp_path))
+    out = tmp_path / "g.dot"
+    assert render.render(load(SEED004), out) == 7
+    assert out.read_text() == SEED004_DOT
+
+
+def test_an_unknown_suffix_is_refused_and_nothing_written(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"the file name must end in \.svg, \.png, \.pdf or \.dot$"):
+        render.render(load(SEED004), tmp_path / "g.txt")
+    assert list(tmp_path.iterdir()) == []
+
+
+@needs_dot
+def test_svg_is_drawn_for_real_with_names_and_values(tmp_path: Path) -> None:
+    out = tmp_path / "seed004.svg"
+    render.render(load(SEED004), out)
+    svg = out.read_text()
+    assert svg.startswith("<?xml") and "<svg" in svg
+    texts = svg.split(">")
+    for word in ("a", "b", "c", "ab", "abc", "apb", "L", "mul", "add", "data 35", "grad 22", "grad 17", "data 7"):
+        assert any(t.endswith(word + "</text") for t in texts), word
+    assert list(tmp_path.iterdir()) == [out]  # no temporary file left behind
+
+
+@needs_dot
+@pytest.mark.parametrize(("suffix", "magic"), [(".png", b"\x89PNG"), (".pdf", b"%PDF")])
+def test_png_and_pdf(tmp_path: Path, suffix: str, magic: bytes) -> None:
+    out = tmp_path / f"g{suffix}"
+    render.render(load(SEED004), out)
+    assert out.read_bytes().startswith(magic)
+
+
+def test_missing_dot_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("graphviz")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no dot here
+    with pytest.raises(RenderError) as caught:
+        render.render(load(SEED004), tmp_path / "g.svg")
+    message = str(caught.value)
+    assert message.startswith("drawing .svg needs the Graphviz `dot` program, which is not on PATH; install Graphviz")
+    assert "`apt-get install graphviz`" in message and "`brew install graphviz`" in message
+    assert "`pip install graphviz`" in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_python_package_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "graphviz", None)
+    expected = r"^drawing \.png needs the graphviz Python package; .*`pip install graphviz`"
+    with pytest.raises(RenderError, match=expected):
+        render.render(load(SEED004), tmp_path / "g.png")
