@@ -338,3 +338,27 @@ def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, at
         worst_rel_node=rel_node,
         mismatches=int(np.count_nonzero(~close)),
     )
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """Where nan or inf first appears in a column of replayed numbers.
+
+    For values that is the lowest id (node ids are a topological order, so the forward pass meets
+    it first); for gradients the highest id (the backward sweep runs in decreasing id order).
+    A nan or inf is a finding, not an error: replay goes on and the exit code does not change.
+    """
+
+    what: str
+    node: int
+    value: float
+    count: int
+
+
+def first_nonfinite(what: str, column: FloatArray, *, backward: bool = False) -> NonFinite | None:
+    """The first node of ``column`` holding nan or inf (see :class:`NonFinite`), or None."""
+    bad = np.flatnonzero(~np.isfinite(column))
+    if not len(bad):
+        return None
+    node = int(bad[-1] if backward else bad[0])
+    return NonFinite(what, node, float(column[node]), len(bad))
