@@ -167,3 +167,22 @@ def test_missing_dot_exits_1_with_install_hint(tmp_path: Path) -> None:
     assert "apt-get install graphviz" in stderr and "brew install graphviz" in stderr
     assert "pip install graphviz" in stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_readme_pictures_show_their_graphs() -> None:
+    images = EXAMPLES.parent / "docs" / "images"
+    seed004 = re.findall(r"<text[^>]*>([^<]*)</text>", (images / "seed004.svg").read_text())
+    for text in ("a", "b", "c", "ab", "abc", "apb", "L", "data 35", "grad 22", "grad 17", "grad 5"):
+        assert text in seed004, text
+    mlp = re.findall(r"<text[^>]*>([^<]*)</text>", (images / "micrograd_mlp.svg").read_text())
+    for text in ("loss", "data 18.4322", "ypred3", "pow exponent=2", "+2"):
+        assert text in mlp, text
+
+
+def test_the_micrograd_mlp_example_renders_around_its_loss(tmp_path: Path) -> None:
+    out = tmp_path / "mlp.dot"
+    code, _, stderr = run(
+        "render", str(EXAMPLES / "micrograd_mlp.msgpack"), "--around", "loss", "--depth", "3", "-o", str(out)
+    )
+    assert (code, stderr) == (0, f"wrote {out} (11 of 394 nodes)\n")
+    assert '\tv393 [label="{ loss | data 18.4322 | grad 1 }" shape=record style=bold penwidth=2]' in out.read_text()
