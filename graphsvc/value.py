@@ -180,7 +180,7 @@ class Value:
     # -- functions -----------------------------------------------------------------------------
     def relu(self) -> Value:
         x = self.data
-        return Value(x if x > 0.0 else 0.0, None, "relu", (self,))
+        return Value(x if x > 0.0 or x != x else 0.0, None, "relu", (self,))  # nan stays nan, as in numpy
 
     def tanh(self) -> Value:
         return Value(math.tanh(self.data), None, "tanh", (self,))

@@ -108,6 +108,7 @@ def test_ieee_results_where_python_would_raise() -> None:
     assert math.isnan(Value(-1.0).sqrt().data)
     assert Value(1000.0).exp().data == math.inf
     assert Value(-1000.0).sigmoid().data == 0.0
+    assert math.isnan(Value(math.nan).relu().data)
 
 
 def test_forward_values_agree_with_a_replay() -> None:
