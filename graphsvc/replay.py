@@ -110,13 +110,20 @@ def _parent_columns(graph: Graph, nodes: npt.NDArray[np.int64], arity: int) -> l
 
 
 def _locate_failure(graph: Graph, group: _Group, run: Any, error: Exception) -> ReplayError:
-    """Find the first node of a failed group call and name it in the error."""
+    """Find the first node of a failed group call and name it in the error.
+
+    The error's cause is the op's own exception, so ``--debug`` shows the plugin's frame.
+    """
     for node in group.nodes.tolist():
         try:
             run(np.array([node], dtype=np.int64))
         except Exception as exc:
-            return ReplayError(f"node {graph.label(node)}: {exc}")
-    return ReplayError(f"op {group.op.name}: {error}")
+            located = ReplayError(f"node {graph.label(node)}: {exc}")
+            located.__cause__ = exc.__cause__
+            return located
+    failure = ReplayError(f"op {group.op.name}: {error}")
+    failure.__cause__ = error.__cause__
+    return failure
 
 
 #: Levels narrower than this are replayed node by node (one Python call each), wider ones one
@@ -190,7 +197,7 @@ class _NarrowReplay:
                     try:
                         evaluate_one(op, inputs, attrs)  # the op contract's own error message
                     except ReplayError as exc:
-                        raise ReplayError(f"node {self.graph.label(node)}: {exc}") from None
+                        raise ReplayError(f"node {self.graph.label(node)}: {exc}") from exc.__cause__
                     raise
                 values[node] = result
 
@@ -203,7 +210,8 @@ def _forward_group(graph: Graph, group: _Group, values: FloatArray) -> None:
     try:
         values[group.nodes] = run(group.nodes)
     except Exception as exc:
-        raise _locate_failure(graph, group, run, exc) from None
+        failure = _locate_failure(graph, group, run, exc)
+        raise failure from failure.__cause__
 
 
 def edge_derivatives(
@@ -228,7 +236,8 @@ def edge_derivatives(
         try:
             partials = run(group.nodes)
         except Exception as exc:
-            raise _locate_failure(graph, group, run, exc) from None
+            failure = _locate_failure(graph, group, run, exc)
+            raise failure from failure.__cause__
         for k, partial in enumerate(partials):
             local[starts + k] = partial
     return local
