@@ -91,6 +91,7 @@ def main(
         list[str] | None,
         typer.Option(
             "--plugin",
+            metavar="MODULE_OR_PATH",
             help="Load a plugin: a module name or a .py file. Repeatable. Also: GRAPHSVC_PLUGINS=a,b.",
         ),
     ] = None,
