@@ -452,7 +452,16 @@ def _validate_versioned(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int
         raise FormatError(str(exc)) from None
     except FormatError:
         raise
-    except (ValueError, TypeError, OverflowError, MemoryError, RecursionError) as exc:  # pragma: no cover
+    except (
+        ValueError,
+        TypeError,
+        OverflowError,
+        IndexError,
+        KeyError,
+        MemoryError,
+        RecursionError,
+    ) as exc:  # pragma: no cover
+        # a safety net: the fuzz harness and tests/test_hostile_files.py treat reaching it as a bug
         raise FormatError(f"invalid document: {type(exc).__name__}: {exc}") from None
 
 

@@ -173,10 +173,12 @@ class Graph:
             raise GraphStructureError(f"parent_offsets must start at 0, not {int(offsets[0])}")
         if offsets[-1] != e:
             raise GraphStructureError(f"parent_offsets ends at {int(offsets[-1])} but there are {e} parent indices")
-        counts = np.diff(offsets)
-        bad = np.flatnonzero(counts < 0)
+        # compare neighbours, not their difference: a hostile file's offsets can differ by more
+        # than int64 holds, and the wrapped difference would look positive
+        bad = np.flatnonzero(offsets[1:] < offsets[:-1])
         if len(bad):
             raise GraphStructureError(f"parent_offsets decreases at node {int(bad[0])}")
+        counts = np.diff(offsets)  # safe now: every offset lies in 0..e
         if n and int(self.op_codes.max()) >= len(self.op_table):
             node = int(np.argmax(self.op_codes >= len(self.op_table)))
             raise GraphStructureError(
