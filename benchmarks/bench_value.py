@@ -18,7 +18,8 @@ benchmarks/results/bench_value.json. What is timed, and how:
 * **Linear time**: ``graphsvc.trace`` of a graphsvc graph, and ``from_micrograd`` of a micrograd
   graph, each at N and 10N nodes (a random DAG of binary ops built with each library's ``Value``:
   node ``i`` combines node ``i - 1`` and a random earlier node). Linear means time per node stays
-  flat: the ``10N / N`` time ratio is about 10.
+  flat: the ``10N / N`` ratio of the fastest runs is about 10 (the fastest, because other load on
+  the machine only ever adds time).
 """
 
 from __future__ import annotations
@@ -148,7 +149,8 @@ def linear_time(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
             {
                 "step": name,
                 "sizes": per_size,
-                "time_ratio": last["seconds"]["median"] / first["seconds"]["median"],
+                # min: the least disturbed run (the machine's other load only ever adds time)
+                "time_ratio": last["seconds"]["min"] / first["seconds"]["min"],
                 "size_ratio": last["nodes"] / first["nodes"],
             }
         )
@@ -171,13 +173,16 @@ def show(mlp: dict[str, Any], linear: list[dict[str, Any]]) -> str:
         )
     lines.append(f"target: at most {TARGET_RATIO}x")
     lines.append("")
-    lines.append(f"{'step':15} {'nodes':>10} {'median s':>9} {'us/node':>8}")
+    lines.append(f"{'step':15} {'nodes':>10} {'min s':>8} {'median s':>9} {'max s':>8} {'us/node (min)':>14}")
     for row in linear:
         for size in row["sizes"]:
-            median = size["seconds"]["median"]
-            lines.append(f"{row['step']:15} {size['nodes']:10,} {median:9.3f} {1e6 * median / size['nodes']:8.2f}")
+            t = size["seconds"]
+            lines.append(
+                f"{row['step']:15} {size['nodes']:10,} {t['min']:8.3f} {t['median']:9.3f} {t['max']:8.3f} "
+                f"{1e6 * t['min'] / size['nodes']:14.2f}"
+            )
         lines.append(
-            f"{'':15} {row['size_ratio']:9.1f}x nodes -> {row['time_ratio']:.1f}x time "
+            f"{'':15} {row['size_ratio']:9.1f}x nodes -> {row['time_ratio']:.1f}x time (min) "
             f"({'linear' if row['time_ratio'] < 1.5 * row['size_ratio'] else 'NOT linear'})"
         )
     return "\n".join(lines)
@@ -191,7 +196,7 @@ def main() -> None:
     args = parser.parse_args()
 
     mlp = mlp_comparison(args.width, args.repeat)
-    linear = linear_time(args.sizes, max(3, args.repeat // 2))
+    linear = linear_time(args.sizes, max(5, args.repeat))
     print(show(mlp, linear))
     from importlib.metadata import version
 
