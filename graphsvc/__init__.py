@@ -26,14 +26,19 @@ __all__ = [
     "PluginError",
     "PluginProblem",
     "ReplayError",
+    "Value",
     "__version__",
     "dumps",
+    "from_micrograd",
     "hookimpl",
     "load",
     "load_registry",
     "loads",
     "reverse_topological_order",
     "save",
+    "trace",
+    "use_registry",
+    "zero_grad",
 ]
 
 _HOME = {
@@ -51,23 +56,30 @@ _HOME = {
     "PluginError": "graphsvc.errors",
     "PluginProblem": "graphsvc.plugins",
     "ReplayError": "graphsvc.errors",
+    "Value": "graphsvc.value",
     "dumps": "graphsvc.format",
+    "from_micrograd": "graphsvc.micrograd_import",
     "hookimpl": "graphsvc.hookspecs",
     "load": "graphsvc.format",
     "load_registry": "graphsvc.plugins",
     "loads": "graphsvc.format",
     "reverse_topological_order": "graphsvc.topo",
-    "save": "graphsvc.format",
+    "save": "graphsvc.value",
+    "trace": "graphsvc.value",
+    "use_registry": "graphsvc.value",
+    "zero_grad": "graphsvc.value",
 }
 
 if TYPE_CHECKING:
     from graphsvc.errors import FormatError, GraphsvcError, OpError, PluginError, ReplayError
-    from graphsvc.format import Limits, dumps, load, loads, save
+    from graphsvc.format import Limits, dumps, load, loads
     from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder, OpSource
     from graphsvc.hookspecs import hookimpl
     from graphsvc.ops import Op, OpRegistry
     from graphsvc.plugins import PluginProblem, load_registry
+    from graphsvc.micrograd_import import from_micrograd
     from graphsvc.topo import reverse_topological_order
+    from graphsvc.value import Value, save, trace, use_registry, zero_grad
 
 
 def __getattr__(name: str) -> Any:
