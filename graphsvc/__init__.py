@@ -75,9 +75,9 @@ if TYPE_CHECKING:
     from graphsvc.format import Limits, dumps, load, loads
     from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder, OpSource
     from graphsvc.hookspecs import hookimpl
+    from graphsvc.micrograd_import import from_micrograd
     from graphsvc.ops import Op, OpRegistry
     from graphsvc.plugins import PluginProblem, load_registry
-    from graphsvc.micrograd_import import from_micrograd
     from graphsvc.topo import reverse_topological_order
     from graphsvc.value import Value, save, trace, use_registry, zero_grad
 
