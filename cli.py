@@ -470,6 +470,11 @@ def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, float]:
     return result
 
 
+def _number(x: float | str) -> str:
+    """A replayed number as text: the shortest repr that round-trips; nan, inf, -inf as words."""
+    return x if isinstance(x, str) else repr(x)
+
+
 def _replay_items(graph: Graph, values: Any, grads: Any) -> list[dict[str, Any]]:
     """Every node in decreasing id order (a reverse topological order), with its numbers."""
     from graphsvc.jsonio import json_float
@@ -565,8 +570,8 @@ def _report(
     else:
         rows = []
         for item in _replay_items(graph, values, grads):
-            grad = [] if item["grad"] is None else [repr(item["grad"])]
-            rows.append([*_node_cells(item), repr(item["value"]), *grad])
+            grad = [] if item["grad"] is None else [_number(item["grad"])]
+            rows.append([*_node_cells(item), _number(item["value"]), *grad])
         checks = [_nonfinite_line(graph, found) for found in nonfinite.values() if found is not None]
         checks += [_comparison_line(graph, c) for c in comparisons]
         if _wants_table(len(rows)):
