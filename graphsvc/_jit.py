@@ -122,3 +122,80 @@ def backward_sweep(offsets, parents, local, nodes, output, n):  # type: ignore[n
         for slot in range(offsets[node], offsets[node + 1]):
             grads[parents[slot]] += grad * local[slot]
     return grads
+
+
+# -- primitive ops ----------------------------------------------------------------------------------
+# The codes of graphsvc.kernels.PRIMITIVES (0: not a primitive). Each line computes exactly what the
+# numpy forward or derivative of the op with that kernel name computes (tests/test_kernels.py
+# compares them bit for bit, signed zeros and nan included).
+ADD, SUB, MUL, DIV, NEG, RELU, ABS, MAX, MIN = 1, 2, 3, 4, 5, 6, 7, 8, 9
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def forward_primitives(nodes, kinds, offsets, parents, values, start):  # type: ignore[no-untyped-def]
+    """Compute ``values`` of ``nodes[start:]`` in order; stop at the first node that is not a
+    primitive and return its position (``len(nodes)`` when all were done)."""
+    for k in range(start, len(nodes)):
+        node = nodes[k]
+        kind = kinds[node]
+        if kind == 0:
+            return k
+        slot = offsets[node]
+        x = values[parents[slot]]
+        if kind == NEG:
+            values[node] = -x
+        elif kind == RELU:
+            values[node] = x if (x > 0.0 or x != x) else 0.0
+        elif kind == ABS:
+            values[node] = abs(x)
+        else:
+            y = values[parents[slot + 1]]
+            if kind == ADD:
+                values[node] = x + y
+            elif kind == SUB:
+                values[node] = x - y
+            elif kind == MUL:
+                values[node] = x * y
+            elif kind == DIV:
+                values[node] = x / y
+            elif kind == MAX:
+                values[node] = x if (x > y or x != x) else y
+            else:  # MIN
+                values[node] = x if (x < y or x != x) else y
+    return len(nodes)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def primitive_derivatives(nodes, kinds, offsets, parents, values, local):  # type: ignore[no-untyped-def]
+    """Fill ``local`` (one entry per parent slot) for ``nodes`` that are primitives."""
+    for k in range(len(nodes)):
+        node = nodes[k]
+        kind = kinds[node]
+        if kind == 0:
+            continue
+        slot = offsets[node]
+        x = values[parents[slot]]
+        if kind == NEG:
+            local[slot] = -1.0
+        elif kind == RELU:
+            local[slot] = 1.0 if values[node] > 0.0 else 0.0
+        elif kind == ABS:
+            local[slot] = 1.0 if x > 0.0 else (-1.0 if x < 0.0 else (0.0 if x == 0.0 else x))
+        else:
+            y = values[parents[slot + 1]]
+            if kind == ADD:
+                local[slot], local[slot + 1] = 1.0, 1.0
+            elif kind == SUB:
+                local[slot], local[slot + 1] = 1.0, -1.0
+            elif kind == MUL:
+                local[slot], local[slot + 1] = y, x
+            elif kind == DIV:
+                local[slot], local[slot + 1] = 1.0 / y, -values[node] / y
+            else:
+                tie = 0.5 if x == y else 0.0
+                if kind == MAX:
+                    local[slot] = (1.0 if x > y else 0.0) + tie
+                    local[slot + 1] = (1.0 if y > x else 0.0) + tie
+                else:  # MIN
+                    local[slot] = (1.0 if x < y else 0.0) + tie
+                    local[slot + 1] = (1.0 if y < x else 0.0) + tie

@@ -37,30 +37,35 @@ BUILTIN_OPS: tuple[Op, ...] = (
         forward=lambda x, y: x + y,
         derivatives=lambda x, y, out: (1.0, 1.0),
         doc="x + y. Distributes the gradient: both inputs receive it unchanged.",
+        kernel="add",
     ),
     Op(
         "sub", 2,
         forward=lambda x, y: x - y,
         derivatives=lambda x, y, out: (1.0, -1.0),
         doc="x - y.",
+        kernel="sub",
     ),
     Op(
         "mul", 2,
         forward=lambda x, y: x * y,
         derivatives=lambda x, y, out: (y, x),
         doc="x * y. Swaps the multipliers: d/dx = y, d/dy = x.",
+        kernel="mul",
     ),
     Op(
         "div", 2,
         forward=lambda x, y: x / y,
         derivatives=lambda x, y, out: (1.0 / y, -out / y),
         doc="x / y. d/dx = 1/y, d/dy = -x/y**2.",
+        kernel="div",
     ),
     Op(
         "neg", 1,
         forward=lambda x: -x,
         derivatives=lambda x, out: (-1.0,),
         doc="-x.",
+        kernel="neg",
     ),
     Op(
         "pow", 1,
@@ -112,6 +117,7 @@ BUILTIN_OPS: tuple[Op, ...] = (
         forward=lambda x: np.maximum(x, 0.0),
         derivatives=lambda x, out: (np.where(out > 0, 1.0, 0.0),),
         doc="max(x, 0). The derivative at 0 is 0 (micrograd's out > 0).",
+        kernel="relu",
     ),
     Op(
         "sigmoid", 1,
@@ -125,18 +131,21 @@ BUILTIN_OPS: tuple[Op, ...] = (
         forward=np.abs,
         derivatives=lambda x, out: (np.sign(x),),
         doc="|x|. The derivative at 0 is 0 (sign(0)).",
+        kernel="abs",
     ),
     Op(
         "max", 2,
         forward=np.maximum,
         derivatives=lambda x, y, out: ((x > y) + 0.5 * (x == y), (y > x) + 0.5 * (x == y)),
         doc="The larger of x and y. Routes the gradient to the larger input; on a tie each gets half.",
+        kernel="max",
     ),
     Op(
         "min", 2,
         forward=np.minimum,
         derivatives=lambda x, y, out: ((x < y) + 0.5 * (x == y), (y < x) + 0.5 * (x == y)),
         doc="The smaller of x and y. Routes the gradient to the smaller input; on a tie each gets half.",
+        kernel="min",
     ),
 )  # fmt: skip
 

@@ -19,6 +19,13 @@ from typing import Any
 #: Graphs with fewer nodes use the pure-Python sweeps (numba's import costs about half a second).
 JIT_THRESHOLD = 50_000
 
+#: The primitives the compiled replay knows, by the name an op gives as its ``kernel``; an op may
+#: name one only if its forward and derivatives compute exactly what the primitive computes (the
+#: builtin ops of the same names do). Position + 1 is the primitive's code in ``_jit``.
+PRIMITIVES = ("add", "sub", "mul", "div", "neg", "relu", "abs", "max", "min")
+#: The number of inputs of each primitive.
+PRIMITIVE_ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "neg": 1, "relu": 1, "abs": 1, "max": 2, "min": 2}
+
 
 @cache
 def _compiled() -> ModuleType | None:

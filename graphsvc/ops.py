@@ -67,6 +67,10 @@ class Op:
     vectorized: bool = True
     #: One line for ``graphsvc ops``, then anything a user should know (domain, ties, attributes).
     doc: str = ""
+    #: Optional: the name of a compiled primitive (:data:`graphsvc.kernels.PRIMITIVES`) that
+    #: computes exactly what ``forward`` and ``derivatives`` compute, so large graphs replay these
+    #: nodes in compiled code. Only for ops that match a primitive bit for bit.
+    kernel: str | None = None
     #: The distribution (or module) that registered the op; filled in by the registry.
     plugin: str | None = None
     #: That distribution's version, when known; filled in by the registry.
@@ -109,6 +113,12 @@ def check_op_declaration(op: object) -> Op:
         raise OpError(f"op {op.name!r}: vectorized must be True or False, not {op.vectorized!r}")
     if not isinstance(op.doc, str):
         raise OpError(f"op {op.name!r}: doc must be a string, not {op.doc!r}")
+    if op.kernel is not None:
+        from graphsvc.kernels import PRIMITIVE_ARITY
+
+        if PRIMITIVE_ARITY.get(op.kernel) != op.arity:
+            known = ", ".join(PRIMITIVE_ARITY)
+            raise OpError(f"op {op.name!r}: kernel {op.kernel!r} is not a primitive of arity {op.arity} ({known})")
     return op
 
 

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from graphsvc.errors import OpError, ReplayError, UsageError
 from graphsvc.graph import LEAF_TAGS, Graph
-from graphsvc.kernels import compiled_for
+from graphsvc.kernels import PRIMITIVES, compiled_for
 from graphsvc.ops import Op, OpRegistry, evaluate, evaluate_one, local_derivatives
 from graphsvc.topo import ancestors, levels
 
@@ -73,6 +73,18 @@ def resolve_ops(graph: Graph, registry: OpRegistry) -> list[Op | None]:
                 f"but the node has {int(counts[node])} parent{'s' if counts[node] != 1 else ''}"
             )
     return ops
+
+
+def _primitive_kinds(graph: Graph, ops: list[Op | None]) -> npt.NDArray[np.int8]:
+    """Per node, the code of its op's compiled primitive; 0 for leaves, ops without a kernel, and
+    nodes carrying attributes (a primitive takes none: such a node goes through its op's functions)."""
+    table = np.array(
+        [0 if op is None or op.kernel is None else PRIMITIVES.index(op.kernel) + 1 for op in ops], dtype=np.int8
+    )
+    kinds = table[graph.op_codes]
+    if graph.attrs:
+        kinds[np.fromiter(graph.attrs, dtype=np.int64, count=len(graph.attrs))] = 0
+    return kinds
 
 
 def _attrs_key(attrs: Mapping[str, Any] | None) -> str:
@@ -142,6 +154,12 @@ def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] |
     computed = np.flatnonzero(graph.parent_counts() > 0)
     if not len(computed):
         return values
+    jit = compiled_for(graph.num_nodes)
+    kinds = None if jit is None else _primitive_kinds(graph, ops)
+    if jit is not None and kinds is not None and bool(np.all(kinds[computed])):
+        # Every op is a compiled primitive: one sweep in id order (a topological order).
+        jit.forward_primitives(computed, kinds, graph.parent_offsets, graph.parent_indices, values, 0)
+        return values
     level = levels(graph)[computed]
     order = np.argsort(level, kind="stable")  # by level, then by id
     nodes, level = computed[order], level[order]
@@ -154,28 +172,47 @@ def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] |
         if hi - lo < NARROW_LEVEL:
             continue
         if start < lo:
-            narrow = narrow or _NarrowReplay(graph, ops)
+            narrow = narrow or _NarrowReplay(graph, ops, kinds)
             narrow.run(nodes[start:lo], values)
         for group in _groups(graph, ops, nodes[lo:hi]):
             _forward_group(graph, group, values)
         start = hi
     if start < len(nodes):
-        narrow = narrow or _NarrowReplay(graph, ops)
+        narrow = narrow or _NarrowReplay(graph, ops, kinds)
         narrow.run(nodes[start:], values)
     return values
 
 
 class _NarrowReplay:
-    """Node-by-node forward replay, for stretches of levels too narrow for numpy to pay off."""
+    """Node-by-node forward replay, for stretches of levels too narrow for numpy to pay off.
 
-    def __init__(self, graph: Graph, ops: list[Op | None]) -> None:
+    With ``kinds`` (large graphs), runs of compiled primitives go through the compiled sweep and
+    only the other nodes are Python calls.
+    """
+
+    def __init__(self, graph: Graph, ops: list[Op | None], kinds: npt.NDArray[np.int8] | None = None) -> None:
         self.graph = graph
         self.ops = ops
+        self.kinds = kinds
         self.codes = graph.op_codes.tolist()
         self.offsets = graph.parent_offsets.tolist()
         self.parents = graph.parent_indices.tolist()
 
     def run(self, nodes: npt.NDArray[np.int64], values: FloatArray) -> None:
+        jit = compiled_for(self.graph.num_nodes)
+        if self.kinds is None or jit is None:
+            self._run_python(nodes, values)
+            return
+        graph, position = self.graph, 0
+        while position < len(nodes):
+            position = jit.forward_primitives(
+                nodes, self.kinds, graph.parent_offsets, graph.parent_indices, values, position
+            )
+            if position < len(nodes):
+                self._run_python(nodes[position : position + 1], values)
+                position += 1
+
+    def _run_python(self, nodes: npt.NDArray[np.int64], values: FloatArray) -> None:
         ops, codes, offsets, parents = self.ops, self.codes, self.offsets, self.parents
         all_attrs = self.graph.attrs
         empty: dict[str, Any] = {}
@@ -226,6 +263,11 @@ def edge_derivatives(
     if nodes is None:
         nodes = np.arange(graph.num_nodes, dtype=np.int64)
     nodes = nodes[graph.parent_counts()[nodes] > 0]
+    jit = compiled_for(graph.num_nodes)
+    if jit is not None:
+        kinds = _primitive_kinds(graph, ops)
+        jit.primitive_derivatives(nodes, kinds, graph.parent_offsets, graph.parent_indices, values, local)
+        nodes = nodes[kinds[nodes] == 0]
     for group in _groups(graph, ops, nodes):
         starts = graph.parent_offsets[group.nodes]
 

@@ -237,20 +237,40 @@ def test_grouped_and_node_by_node_forward_agree_bit_for_bit(
     assert np.isfinite(grouped).sum() > 1000  # the comparison covers real numbers, not only nan
 
 
-def test_compiled_sweeps_match_the_references(registry: OpRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compiled_replay_matches_the_references(registry: OpRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large graphs replay through compiled kernels; the result must be the pure-Python one, bit for bit."""
     if kernels._compiled() is None:
         pytest.fail("numba is a dependency of graphsvc: the compiled sweeps must be available")
-    graph = random_graph(kernels.JIT_THRESHOLD + 500, seed=2)
-    values = replay.forward(graph, registry)
-    output = graph.num_nodes - 1
-    compiled = replay.backward(graph, registry, output, values)
-    nodes = np.flatnonzero(ancestors(graph, output))
-    local = replay.edge_derivatives(graph, registry, values, nodes)
-    reference = replay.reference_sweep(graph, output, local, nodes)
-    assert same_bits(compiled, reference)
-    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 10**12)
-    assert same_bits(replay.forward(graph, registry), values)
-    assert np.array_equal(ancestors(graph, output), np.isin(np.arange(graph.num_nodes), nodes))
+    for graph in (random_graph(kernels.JIT_THRESHOLD + 500, seed=2), primitives_only(kernels.JIT_THRESHOLD + 10)):
+        output = graph.num_nodes - 1
+        values = replay.forward(graph, registry)  # compiled primitives, numpy groups, Python nodes
+        grads = replay.backward(graph, registry, output, values)  # compiled locals and sweep
+        reach = ancestors(graph, output)
+        with monkeypatch.context() as off:
+            off.setattr(kernels, "JIT_THRESHOLD", 10**12)
+            reference_values = replay.forward(graph, registry)
+            nodes = np.flatnonzero(ancestors(graph, output))
+            local = replay.edge_derivatives(graph, registry, reference_values, nodes)
+            reference_grads = replay.reference_sweep(graph, output, local, nodes)
+        assert same_bits(values, reference_values)
+        assert same_bits(grads, reference_grads)
+        assert np.array_equal(reach, np.isin(np.arange(graph.num_nodes), nodes))
+        assert np.isfinite(grads).sum() > 1000
+
+
+def primitives_only(n: int) -> Graph:
+    """A random DAG of compiled primitives only (replayed in one compiled sweep)."""
+    rng = np.random.default_rng(5)
+    g = GraphBuilder()
+    for i in range(20):
+        g.leaf(float(rng.uniform(0.5, 1.5)), name=f"x{i}")
+    for i in range(len(g), n):
+        p = int(rng.integers(max(0, i - 50), i))
+        if rng.random() < 0.3:
+            g.add(str(rng.choice(["neg", "relu", "abs"])), [p])
+        else:
+            g.add(str(rng.choice(BINARY)), [p, int(rng.integers(0, i))])
+    return g.build()
 
 
 def test_a_chain_a_million_deep_replays_at_the_default_recursion_limit(registry: OpRegistry) -> None:

@@ -1,0 +1,83 @@
+"""The compiled kernels compute exactly what the numpy ops and the Python sweeps compute."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from graphsvc import kernels
+from graphsvc.ops import Op, evaluate, local_derivatives
+from graphsvc.plugins import load_registry
+
+SPECIAL = [-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1.0, -1.0, 2.5, -3.0, 5e-324, -5e-324, 1e308, -1e-300, 7.0]
+
+
+@pytest.fixture(scope="module")
+def jit():  # type: ignore[no-untyped-def]
+    compiled = kernels._compiled()
+    if compiled is None:
+        pytest.fail("numba is a dependency of graphsvc: the compiled kernels must be available")
+    return compiled
+
+
+def primitive_ops() -> list[Op]:
+    registry, _ = load_registry(disable_third_party=True)
+    return [op for op in registry if op.kernel is not None]
+
+
+def test_every_primitive_is_used_by_the_builtin_op_of_its_name() -> None:
+    assert sorted((op.name, op.kernel) for op in primitive_ops()) == sorted((p, p) for p in kernels.PRIMITIVES)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    # nan payloads aside (numpy itself does not promise them), every bit must agree: signed zeros too
+    return bool(np.all((a.view(np.uint64) == b.view(np.uint64)) | (np.isnan(a) & np.isnan(b))))
+
+
+@pytest.mark.parametrize("op", primitive_ops(), ids=lambda op: op.name)
+def test_compiled_primitive_matches_the_numpy_op_bit_for_bit(op: Op, jit) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(7)
+    pairs = list(itertools.product(SPECIAL, repeat=op.arity)) + [
+        tuple(rng.standard_normal(op.arity) * 10.0 ** rng.integers(-5, 5)) for _ in range(2000)
+    ]
+    inputs = [np.array([p[k] for p in pairs], dtype=np.float64) for k in range(op.arity)]
+    m = len(pairs)
+    expected = np.asarray(evaluate(op, inputs, {}))
+    expected_local = local_derivatives(op, inputs, expected, {})
+    # one graph: the inputs as leaves, then one node of the op per pair
+    kinds = np.zeros(m * op.arity + m, dtype=np.int8)
+    nodes = np.arange(m * op.arity, m * op.arity + m, dtype=np.int64)
+    kinds[nodes] = kernels.PRIMITIVES.index(op.kernel) + 1  # type: ignore[arg-type]
+    offsets = np.zeros(len(kinds) + 1, dtype=np.int64)
+    offsets[nodes + 1] = op.arity
+    offsets = np.cumsum(offsets)
+    parents = np.array([k * m + i for i in range(m) for k in range(op.arity)], dtype=np.int32)
+    values = np.concatenate([*inputs, np.zeros(m)])
+    assert jit.forward_primitives(nodes, kinds, offsets, parents, values, 0) == m
+    assert same_bits(values[nodes], expected)
+    local = np.zeros(len(parents))
+    jit.primitive_derivatives(nodes, kinds, offsets, parents, values, local)
+    for k in range(op.arity):
+        assert same_bits(local[k :: op.arity], np.broadcast_to(expected_local[k], (m,)).astype(np.float64))
+
+
+def test_forward_stops_at_the_first_node_that_is_not_a_primitive(jit) -> None:  # type: ignore[no-untyped-def]
+    kinds = np.array([0, 5, 0, 5], dtype=np.int8)  # leaf, neg, (something else), neg
+    offsets = np.array([0, 0, 1, 2, 3], dtype=np.int64)
+    parents = np.array([0, 1, 2], dtype=np.int32)
+    values = np.array([2.0, 0.0, 9.0, 0.0])
+    nodes = np.array([1, 2, 3], dtype=np.int64)
+    assert jit.forward_primitives(nodes, kinds, offsets, parents, values, 0) == 1
+    assert values.tolist() == [2.0, -2.0, 9.0, 0.0]
+    assert jit.forward_primitives(nodes, kinds, offsets, parents, values, 2) == 3
+    assert values.tolist() == [2.0, -2.0, 9.0, -9.0]
+
+
+def test_an_op_may_name_only_a_primitive_of_its_arity() -> None:
+    from graphsvc.errors import OpError
+    from graphsvc.ops import check_op_declaration
+
+    with pytest.raises(OpError, match=r"^op 'twice': kernel 'mul' is not a primitive of arity 1 \("):
+        check_op_declaration(Op("twice", 1, lambda x: 2 * x, lambda x, out: (2.0,), kernel="mul"))
