@@ -199,3 +199,29 @@ def primitive_derivatives(nodes, kinds, offsets, parents, values, local):  # typ
                 else:  # MIN
                     local[slot] = (1.0 if x < y else 0.0) + tie
                     local[slot + 1] = (1.0 if y < x else 0.0) + tie
+
+
+@njit(cache=True, nogil=True)
+def structure_ok(offsets, parents, op_codes, num_ops, is_leaf_code):  # type: ignore[no-untyped-def]
+    """True when the columns keep every rule ``Graph.check`` vectorizes (offsets start at 0, never
+    decrease and end at the edge count; op codes in range; leaves without parents; every parent
+    id at least 0 and smaller than its child's). Reads nothing out of bounds on hostile input."""
+    n = len(op_codes)
+    e = len(parents)
+    if len(offsets) != n + 1 or offsets[0] != 0 or offsets[n] != e:
+        return False
+    for node in range(n):
+        start = offsets[node]
+        stop = offsets[node + 1]
+        if stop < start or stop > e:
+            return False
+        code = op_codes[node]
+        if code >= num_ops:
+            return False
+        if is_leaf_code[code] and stop > start:
+            return False
+        for slot in range(start, stop):
+            parent = parents[slot]
+            if parent < 0 or parent >= node:
+                return False
+    return True

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from graphsvc.errors import GraphStructureError, UsageError
+from graphsvc.kernels import compiled_for
 
 #: Tag of an input node (a value a user may set: a weight, an ``x``).
 LEAF = "leaf"
@@ -168,6 +169,17 @@ class Graph:
                 raise GraphStructureError(f"column {column} has {got} entries, expected {length}")
         if self.grads is not None and len(self.grads) != n:
             raise GraphStructureError(f"column grads has {len(self.grads)} entries, expected {n}")
+        leaf_codes = [i for i, tag in enumerate(self.op_table) if tag in LEAF_TAGS]
+        jit = compiled_for(n)
+        if jit is None or not jit.structure_ok(
+            self.parent_offsets, self.parent_indices, self.op_codes, len(self.op_table), _leaf_mask(self, leaf_codes)
+        ):
+            self._check_columns(n, e, leaf_codes)  # names the first broken rule
+        self._check_sparse(n)
+
+    def _check_columns(self, n: int, e: int, leaf_codes: list[int]) -> None:
+        """The column rules, vectorized, each failure named; the compiled ``structure_ok`` is the
+        fast path for large graphs that pass."""
         offsets = self.parent_offsets
         if offsets[0] != 0:
             raise GraphStructureError(f"parent_offsets must start at 0, not {int(offsets[0])}")
@@ -197,13 +209,11 @@ class Graph:
                     f"(the graph has {n} nodes)"
                 )
             _check_parents_precede(self.parent_indices, offsets, counts)
-        leaf_codes = [i for i, tag in enumerate(self.op_table) if tag in LEAF_TAGS]
         if leaf_codes:
             with_parents = np.isin(self.op_codes, leaf_codes) & (counts > 0)
             if with_parents.any():
                 node = int(np.argmax(with_parents))
                 raise GraphStructureError(f"node {node} is a {self.op(node)} but has parents")
-        self._check_sparse(n)
 
     def _check_sparse(self, n: int) -> None:
         seen: dict[str, int] = {}
@@ -223,6 +233,12 @@ class Graph:
         for out in self.outputs:
             if not 0 <= out < n:
                 raise GraphStructureError(f"output {out} does not exist (the graph has {n} nodes)")
+
+
+def _leaf_mask(graph: Graph, leaf_codes: list[int]) -> npt.NDArray[np.bool_]:
+    mask = np.zeros(max(len(graph.op_table), 1), dtype=np.bool_)
+    mask[leaf_codes] = True
+    return mask
 
 
 def _check_parents_precede(

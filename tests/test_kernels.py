@@ -81,3 +81,52 @@ def test_an_op_may_name_only_a_primitive_of_its_arity() -> None:
 
     with pytest.raises(OpError, match=r"^op 'twice': kernel 'mul' is not a primitive of arity 1 \("):
         check_op_declaration(Op("twice", 1, lambda x: 2 * x, lambda x, out: (2.0,), kernel="mul"))
+
+
+def check_outcome(graph) -> str:  # type: ignore[no-untyped-def]
+    from graphsvc.errors import GraphStructureError
+
+    try:
+        graph.check()
+    except GraphStructureError as exc:
+        return str(exc)
+    return "ok"
+
+
+def test_compiled_structure_check_accepts_and_refuses_what_the_vectorized_one_does(
+    jit, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    from graphsvc.graph import GraphBuilder
+
+    g = GraphBuilder()
+    for i in range(6):
+        g.leaf(float(i))
+    for i in range(6, 40):
+        g.add("mul", [i - 1, i - 6])
+    valid = g.build()
+    rng = np.random.default_rng(3)
+    outcomes = set()
+    for trial in range(400):
+        graph = valid.copy()
+        kind = trial % 6
+        if kind == 0:
+            graph.parent_indices[rng.integers(0, graph.num_edges)] = rng.integers(-3, 60)
+        elif kind == 1:
+            graph.parent_offsets[rng.integers(1, graph.num_nodes)] = rng.integers(-2, graph.num_edges + 5)
+        elif kind == 2:
+            graph.op_codes[rng.integers(0, graph.num_nodes)] = rng.integers(0, 4)
+        elif kind == 3:
+            graph.parent_offsets[-1] += int(rng.integers(-2, 3))
+        elif kind == 4:
+            node = int(rng.integers(6, graph.num_nodes))
+            graph.parent_indices[graph.parent_offsets[node]] = node  # a self-loop
+        # kind 5: unchanged
+        with monkeypatch.context() as m:
+            m.setattr(kernels, "JIT_THRESHOLD", 0)
+            compiled = check_outcome(graph)
+        with monkeypatch.context() as m:
+            m.setattr(kernels, "JIT_THRESHOLD", 10**12)
+            reference = check_outcome(graph)
+        assert compiled == reference
+        outcomes.add(reference if reference == "ok" else " ".join(reference.split(" ")[2:5]))
+    assert len(outcomes) >= 5, outcomes  # accepted graphs and several kinds of refusal were all tried
