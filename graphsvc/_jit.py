@@ -225,3 +225,54 @@ def structure_ok(offsets, parents, op_codes, num_ops, is_leaf_code):  # type: ig
             if parent < 0 or parent >= node:
                 return False
     return True
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def backward_primitives(offsets, parents, kinds, values, output, n):  # type: ignore[no-untyped-def]
+    """``backward_sweep`` fused with ``ancestors`` and ``primitive_derivatives``, for graphs whose
+    every op is a primitive: one pass down from ``output``; a node is swept once a child that
+    depends on it has been (ids decrease, so all its children come first). Same numbers, same order."""
+    grads = np.zeros(n, dtype=np.float64)
+    reached = np.zeros(n, dtype=np.bool_)
+    grads[output] = 1.0
+    reached[output] = True
+    local = np.zeros(2, dtype=np.float64)
+    for node in range(output, -1, -1):
+        if not reached[node]:
+            continue
+        kind = kinds[node]
+        start = offsets[node]
+        stop = offsets[node + 1]
+        if start == stop:
+            continue
+        x = values[parents[start]]
+        if kind == NEG:
+            local[0] = -1.0
+        elif kind == RELU:
+            local[0] = 1.0 if values[node] > 0.0 else 0.0
+        elif kind == ABS:
+            local[0] = 1.0 if x > 0.0 else (-1.0 if x < 0.0 else (0.0 if x == 0.0 else x))
+        else:
+            y = values[parents[start + 1]]
+            if kind == ADD:
+                local[0], local[1] = 1.0, 1.0
+            elif kind == SUB:
+                local[0], local[1] = 1.0, -1.0
+            elif kind == MUL:
+                local[0], local[1] = y, x
+            elif kind == DIV:
+                local[0], local[1] = 1.0 / y, -values[node] / y
+            else:
+                tie = 0.5 if x == y else 0.0
+                if kind == MAX:
+                    local[0] = (1.0 if x > y else 0.0) + tie
+                    local[1] = (1.0 if y > x else 0.0) + tie
+                else:  # MIN
+                    local[0] = (1.0 if x < y else 0.0) + tie
+                    local[1] = (1.0 if y < x else 0.0) + tie
+        grad = grads[node]
+        for slot in range(start, stop):
+            parent = parents[slot]
+            reached[parent] = True
+            grads[parent] += grad * local[slot - start]
+    return grads

@@ -288,10 +288,17 @@ def edge_derivatives(
 def backward(graph: Graph, registry: OpRegistry, output: int, values: FloatArray | None = None) -> FloatArray:
     """The gradient of ``output`` with respect to every node (0 for nodes it does not depend on)."""
     values = graph.values if values is None else values
+    jit = compiled_for(graph.num_nodes)
+    if jit is not None:
+        ops = resolve_ops(graph, registry)
+        kinds = _primitive_kinds(graph, ops)
+        if bool(np.all(kinds[graph.parent_counts() > 0])):  # every op compiled: one fused pass
+            return jit.backward_primitives(
+                graph.parent_offsets, graph.parent_indices, kinds, values, output, graph.num_nodes
+            )
     reach = ancestors(graph, output)
     nodes = np.flatnonzero(reach)
     local = edge_derivatives(graph, registry, values, nodes)
-    jit = compiled_for(graph.num_nodes)
     if jit is not None:
         return jit.backward_sweep(graph.parent_offsets, graph.parent_indices, local, nodes, output, graph.num_nodes)
     return reference_sweep(graph, output, local, nodes)
