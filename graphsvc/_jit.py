@@ -125,10 +125,63 @@ def backward_sweep(offsets, parents, local, nodes, output, n):  # type: ignore[n
 
 
 # -- primitive ops ----------------------------------------------------------------------------------
-# The codes of graphsvc.kernels.PRIMITIVES (0: not a primitive). Each line computes exactly what the
-# numpy forward or derivative of the op with that kernel name computes (tests/test_kernels.py
-# compares them bit for bit, signed zeros and nan included).
+# The codes of graphsvc.kernels.PRIMITIVES (0: not a primitive). Each computes exactly what the numpy
+# forward or derivative of the op with that kernel name computes (tests/test_kernels.py compares
+# them bit for bit, signed zeros and nan included). Unary primitives ignore ``y``.
 ADD, SUB, MUL, DIV, NEG, RELU, ABS, MAX, MIN = 1, 2, 3, 4, 5, 6, 7, 8, 9
+
+
+@njit(inline="always", error_model="numpy")
+def _primitive(kind, x, y):  # type: ignore[no-untyped-def]
+    if kind == ADD:
+        return x + y
+    if kind == SUB:
+        return x - y
+    if kind == MUL:
+        return x * y
+    if kind == DIV:
+        return x / y
+    if kind == NEG:
+        return -x
+    if kind == RELU:
+        return x if (x > 0.0 or x != x) else 0.0
+    if kind == ABS:
+        return abs(x)
+    if kind == MAX:
+        return x if (x > y or x != x) else y
+    return x if (x < y or x != x) else y  # MIN
+
+
+@njit(inline="always", error_model="numpy")
+def _partials(kind, x, y, out):  # type: ignore[no-untyped-def]
+    """(d out/d x, d out/d y) of a primitive."""
+    if kind == ADD:
+        return 1.0, 1.0
+    if kind == SUB:
+        return 1.0, -1.0
+    if kind == MUL:
+        return y, x
+    if kind == DIV:
+        return 1.0 / y, -out / y
+    if kind == NEG:
+        return -1.0, 0.0
+    if kind == RELU:
+        return (1.0 if out > 0.0 else 0.0), 0.0
+    if kind == ABS:
+        return (1.0 if x > 0.0 else (-1.0 if x < 0.0 else (0.0 if x == 0.0 else x))), 0.0
+    tie = 0.5 if x == y else 0.0
+    if kind == MAX:
+        return (1.0 if x > y else 0.0) + tie, (1.0 if y > x else 0.0) + tie
+    return (1.0 if x < y else 0.0) + tie, (1.0 if y < x else 0.0) + tie  # MIN
+
+
+@njit(inline="always")
+def _inputs(node, offsets, parents, values):  # type: ignore[no-untyped-def]
+    """The first slot of ``node`` and its inputs (``y`` repeats ``x`` for a unary node)."""
+    slot = offsets[node]
+    x = values[parents[slot]]
+    y = values[parents[slot + 1]] if offsets[node + 1] - slot > 1 else x
+    return slot, x, y
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -137,31 +190,10 @@ def forward_primitives(nodes, kinds, offsets, parents, values, start):  # type: 
     primitive and return its position (``len(nodes)`` when all were done)."""
     for k in range(start, len(nodes)):
         node = nodes[k]
-        kind = kinds[node]
-        if kind == 0:
+        if kinds[node] == 0:
             return k
-        slot = offsets[node]
-        x = values[parents[slot]]
-        if kind == NEG:
-            values[node] = -x
-        elif kind == RELU:
-            values[node] = x if (x > 0.0 or x != x) else 0.0
-        elif kind == ABS:
-            values[node] = abs(x)
-        else:
-            y = values[parents[slot + 1]]
-            if kind == ADD:
-                values[node] = x + y
-            elif kind == SUB:
-                values[node] = x - y
-            elif kind == MUL:
-                values[node] = x * y
-            elif kind == DIV:
-                values[node] = x / y
-            elif kind == MAX:
-                values[node] = x if (x > y or x != x) else y
-            else:  # MIN
-                values[node] = x if (x < y or x != x) else y
+        _, x, y = _inputs(node, offsets, parents, values)
+        values[node] = _primitive(kinds[node], x, y)
     return len(nodes)
 
 
@@ -170,35 +202,38 @@ def primitive_derivatives(nodes, kinds, offsets, parents, values, local):  # typ
     """Fill ``local`` (one entry per parent slot) for ``nodes`` that are primitives."""
     for k in range(len(nodes)):
         node = nodes[k]
-        kind = kinds[node]
-        if kind == 0:
+        if kinds[node] == 0:
             continue
-        slot = offsets[node]
-        x = values[parents[slot]]
-        if kind == NEG:
-            local[slot] = -1.0
-        elif kind == RELU:
-            local[slot] = 1.0 if values[node] > 0.0 else 0.0
-        elif kind == ABS:
-            local[slot] = 1.0 if x > 0.0 else (-1.0 if x < 0.0 else (0.0 if x == 0.0 else x))
-        else:
-            y = values[parents[slot + 1]]
-            if kind == ADD:
-                local[slot], local[slot + 1] = 1.0, 1.0
-            elif kind == SUB:
-                local[slot], local[slot + 1] = 1.0, -1.0
-            elif kind == MUL:
-                local[slot], local[slot + 1] = y, x
-            elif kind == DIV:
-                local[slot], local[slot + 1] = 1.0 / y, -values[node] / y
-            else:
-                tie = 0.5 if x == y else 0.0
-                if kind == MAX:
-                    local[slot] = (1.0 if x > y else 0.0) + tie
-                    local[slot + 1] = (1.0 if y > x else 0.0) + tie
-                else:  # MIN
-                    local[slot] = (1.0 if x < y else 0.0) + tie
-                    local[slot + 1] = (1.0 if y < x else 0.0) + tie
+        slot, x, y = _inputs(node, offsets, parents, values)
+        dx, dy = _partials(kinds[node], x, y, values[node])
+        local[slot] = dx
+        if offsets[node + 1] - slot > 1:
+            local[slot + 1] = dy
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def backward_primitives(offsets, parents, kinds, values, output, n):  # type: ignore[no-untyped-def]
+    """``backward_sweep`` fused with ``ancestors`` and ``primitive_derivatives``, for graphs whose
+    every op is a primitive: one pass down from ``output``; a node is swept once a child that
+    depends on it has been (ids decrease, so all its children come first). Same numbers, same order."""
+    grads = np.zeros(n, dtype=np.float64)
+    reached = np.zeros(n, dtype=np.bool_)
+    grads[output] = 1.0
+    reached[output] = True
+    for node in range(output, -1, -1):
+        if not reached[node] or offsets[node] == offsets[node + 1]:
+            continue
+        slot, x, y = _inputs(node, offsets, parents, values)
+        dx, dy = _partials(kinds[node], x, y, values[node])
+        grad = grads[node]
+        parent = parents[slot]
+        reached[parent] = True
+        grads[parent] += grad * dx
+        if offsets[node + 1] - slot > 1:
+            parent = parents[slot + 1]
+            reached[parent] = True
+            grads[parent] += grad * dy
+    return grads
 
 
 @njit(cache=True, nogil=True)
@@ -225,54 +260,3 @@ def structure_ok(offsets, parents, op_codes, num_ops, is_leaf_code):  # type: ig
             if parent < 0 or parent >= node:
                 return False
     return True
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def backward_primitives(offsets, parents, kinds, values, output, n):  # type: ignore[no-untyped-def]
-    """``backward_sweep`` fused with ``ancestors`` and ``primitive_derivatives``, for graphs whose
-    every op is a primitive: one pass down from ``output``; a node is swept once a child that
-    depends on it has been (ids decrease, so all its children come first). Same numbers, same order."""
-    grads = np.zeros(n, dtype=np.float64)
-    reached = np.zeros(n, dtype=np.bool_)
-    grads[output] = 1.0
-    reached[output] = True
-    local = np.zeros(2, dtype=np.float64)
-    for node in range(output, -1, -1):
-        if not reached[node]:
-            continue
-        kind = kinds[node]
-        start = offsets[node]
-        stop = offsets[node + 1]
-        if start == stop:
-            continue
-        x = values[parents[start]]
-        if kind == NEG:
-            local[0] = -1.0
-        elif kind == RELU:
-            local[0] = 1.0 if values[node] > 0.0 else 0.0
-        elif kind == ABS:
-            local[0] = 1.0 if x > 0.0 else (-1.0 if x < 0.0 else (0.0 if x == 0.0 else x))
-        else:
-            y = values[parents[start + 1]]
-            if kind == ADD:
-                local[0], local[1] = 1.0, 1.0
-            elif kind == SUB:
-                local[0], local[1] = 1.0, -1.0
-            elif kind == MUL:
-                local[0], local[1] = y, x
-            elif kind == DIV:
-                local[0], local[1] = 1.0 / y, -values[node] / y
-            else:
-                tie = 0.5 if x == y else 0.0
-                if kind == MAX:
-                    local[0] = (1.0 if x > y else 0.0) + tie
-                    local[1] = (1.0 if y > x else 0.0) + tie
-                else:  # MIN
-                    local[0] = (1.0 if x < y else 0.0) + tie
-                    local[1] = (1.0 if y < x else 0.0) + tie
-        grad = grads[node]
-        for slot in range(start, stop):
-            parent = parents[slot]
-            reached[parent] = True
-            grads[parent] += grad * local[slot - start]
-    return grads
