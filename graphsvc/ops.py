@@ -44,7 +44,6 @@ __all__ = [
     "check_op_declaration",
     "describe_source",
     "evaluate",
-    "evaluate_one",
     "local_derivatives",
 ]
 
@@ -210,25 +209,6 @@ def local_derivatives(
             for column, d in zip(columns, partials, strict=True):
                 column[i] = _as_float(op, "derivatives", d)
         return columns
-
-
-def evaluate_one(op: Op, inputs: Sequence[float], attrs: Mapping[str, Any]) -> float:
-    """Run ``op.forward`` on one node: the fast path for narrow stretches of a graph (a deep chain).
-
-    A vectorized op receives numpy float64 scalars, which numpy computes with the same loops it uses
-    for arrays, so the result is the one :func:`evaluate` gives; a per-element op receives floats.
-    """
-    forward = op.forward
-    if forward is None:
-        raise ReplayError(f"op {op.name!r} ({op.source}) is a leaf tag: it has no forward or derivatives")
-    args = [np.float64(x) for x in inputs] if op.vectorized else [float(x) for x in inputs]
-    with np.errstate(all="ignore"):
-        result = _call_one(op, "forward", forward, args, attrs)
-    if op.vectorized and getattr(result, "shape", ()) not in ((), (1,)):
-        raise ReplayError(
-            f"op {op.name!r} ({op.source}): forward returned an array of shape {result.shape} for one node"
-        )
-    return _as_float(op, "forward", result if not isinstance(result, np.ndarray) else result.reshape(()))
 
 
 def _length(op: Op, inputs: Sequence[np.ndarray]) -> int:

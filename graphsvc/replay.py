@@ -24,7 +24,7 @@ import numpy.typing as npt
 from graphsvc.errors import OpError, ReplayError, UsageError
 from graphsvc.graph import LEAF_TAGS, Graph
 from graphsvc.kernels import PRIMITIVES, compiled_for
-from graphsvc.ops import Op, OpRegistry, evaluate, evaluate_one, local_derivatives
+from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
 from graphsvc.topo import ancestors, levels
 
 FloatArray = npt.NDArray[np.float64]
@@ -228,14 +228,15 @@ class _NarrowReplay:
                         result = op.forward(*inputs, **attrs)
                     else:
                         result = op.forward(*[float(x) for x in inputs], **attrs)
-                    if type(result) not in scalar_types:
-                        result = evaluate_one(op, inputs, attrs)  # checks the result, or raises
                 except Exception:
+                    result = None
+                if type(result) not in scalar_types:
+                    # A function that refuses scalars, a result to check, or an error to report:
+                    # call it as the grouped path does, on a group of one node.
                     try:
-                        evaluate_one(op, inputs, attrs)  # the op contract's own error message
+                        result = evaluate(op, [np.array([x]) for x in inputs], attrs)[0]
                     except ReplayError as exc:
                         raise ReplayError(f"node {self.graph.label(node)}: {exc}") from exc.__cause__
-                    raise
                 values[node] = result
 
 

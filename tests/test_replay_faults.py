@@ -140,7 +140,7 @@ def test_a_faulty_op_through_the_cli_exits_1_with_one_line(tmp_path: Path) -> No
     assert result.exit_code == 1
     assert result.stdout == ""
     assert result.stderr == (
-        "Error: node y: op 'shaky' (shaky 0.2): forward returned an array of shape (3,) for one node\n"
+        "Error: node y: op 'shaky' (shaky 0.2): forward returned an array of shape (3,), expected (1,) or a scalar\n"
     )
 
 
