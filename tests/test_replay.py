@@ -291,3 +291,24 @@ def test_a_chain_a_million_deep_replays_at_the_default_recursion_limit(registry:
     assert forward[3] == x
     # d/dx of sin applied n-1 times: the product of cos along the chain
     assert grads[0] == pytest.approx(float(np.prod(np.cos(forward[:-1]))), rel=1e-9)
+
+
+def test_an_op_that_only_takes_arrays_still_replays_node_by_node() -> None:
+    def clamp(x: np.ndarray) -> np.ndarray:
+        out = x.copy()  # numpy float64 scalars have no item assignment: the engine falls back
+        out[out < 0] = 0.0
+        return out
+
+    registry = OpRegistry()
+    registry.register(Op("clamp", 1, clamp, lambda x, out: (np.where(x > 0, 1.0, 0.0),)), plugin="demo")
+    registry.register(Op("add", 2, lambda x, y: x + y, lambda x, y, out: (1.0, 1.0)), plugin="demo")
+    g = GraphBuilder()
+    node = g.leaf(-10.0, name="x")
+    c = g.leaf(3.0, name="c")
+    for _ in range(4):  # a chain, one node per level: clamp(-7) = 0, then 3, 6, 9
+        node = g.add("clamp", [g.add("add", [node, c])])
+    graph = g.build()
+    values = replay.forward(graph, registry)
+    assert values[-1] == 9.0
+    grads = replay.backward(graph, registry, graph.num_nodes - 1, values)
+    assert (grads[graph.node_id("x")], grads[graph.node_id("c")]) == (0.0, 3.0)
