@@ -119,7 +119,7 @@ def test_unknown_tags_and_objects_are_refused() -> None:
 
 
 def test_micrograd_mlp_replays_to_micrograd_gradients() -> None:
-    pytest.importorskip("micrograd", reason="micrograd is optional: pip install micrograd==0.1.0")
+    pytest.importorskip("micrograd", reason="micrograd is optional for users; the test extra installs it")
     from micrograd.engine import Value as MicroValue
     from micrograd.nn import MLP
 
@@ -136,7 +136,7 @@ def test_micrograd_mlp_replays_to_micrograd_gradients() -> None:
 
 
 def test_micrograd_a_times_a() -> None:
-    pytest.importorskip("micrograd", reason="micrograd is optional: pip install micrograd==0.1.0")
+    pytest.importorskip("micrograd", reason="micrograd is optional for users; the test extra installs it")
     from micrograd.engine import Value as MicroValue
 
     a = MicroValue(3.0)
