@@ -178,6 +178,10 @@ def machine() -> dict[str, Any]:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, check=False
         ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "graphsvc", "cli.py"], cwd=HERE, capture_output=True, text=True
+        ).stdout.strip()
+        commit += " + uncommitted changes to graphsvc" if dirty else ""
     except OSError:
         commit = ""
     return {
