@@ -19,7 +19,8 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     test_command = bash_blocks()[1]
     ci = (ROOT / ".ci" / "run").read_text()
     between = ci.split("# >>> the README's test command")[1].split("# <<<")[0]
-    assert [line for line in between.splitlines()[1:] if line.strip()] == [test_command]
+    assert [line for line in between.splitlines()[1:] if line.strip()] == [f"readme_test_command='{test_command}'"]
+    assert 'bash -c "$readme_test_command"' in ci.split("# <<<")[1]
 
 
 def test_the_quick_start_job_runs_on_the_shipped_example() -> None:
