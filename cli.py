@@ -237,20 +237,19 @@ def _jsonable(value: Any) -> Any:
 
 
 def _node_items(graph: Graph, order: Iterable[int]) -> list[dict[str, Any]]:
-    offsets = graph.parent_offsets
-    parents = graph.parent_indices
-    items = []
-    for node in order:
-        node = int(node)
-        items.append(
-            {
-                "id": node,
-                "name": graph.names.get(node),
-                "op": graph.op(node),
-                "parents": parents[offsets[node] : offsets[node + 1]].tolist(),
-            }
-        )
-    return items
+    offsets = graph.parent_offsets.tolist()
+    parents = graph.parent_indices.tolist()
+    codes = graph.op_codes.tolist()
+    names, tags = graph.names, graph.op_table
+    return [
+        {
+            "id": node,
+            "name": names.get(node),
+            "op": tags[codes[node]],
+            "parents": parents[offsets[node] : offsets[node + 1]],
+        }
+        for node in map(int, order)
+    ]
 
 
 def _node_cells(item: dict[str, Any]) -> list[str]:
