@@ -76,6 +76,9 @@ def timed(fn: Callable[[], Any], setup: Callable[[], Any] | None = None) -> floa
     gc.collect()
     # Let the previous run's leftovers settle: right after a PyTorch backward, the next 20 ms of
     # numpy work measured 7-10x slower for a moment (threads still spinning, memory being freed).
+    # Write back every dirty page first: graphsvc's save fsyncs, and without this its fsync would
+    # also wait for the writeback of the pickle file the previous run left in the page cache.
+    os.sync()
     time.sleep(SETTLE)
     gc.disable()
     try:
