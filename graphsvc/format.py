@@ -121,9 +121,18 @@ def _sorted_map(attrs: dict[str, Any]) -> dict[str, Any]:
     return {key: attrs[key] for key in sorted(attrs)}
 
 
+def _check_writable(graph: Graph) -> None:
+    """Every structural rule, and what a reader refuses in attributes and metadata (a map key that
+    is not a string, nesting deeper than the default limit), so that ``load`` reads what ``save`` writes."""
+    graph.check()
+    for node in sorted(graph.attrs):
+        _check_nesting(graph.attrs[node], DEFAULT_LIMITS.max_attr_depth, f"attributes of node {node}")
+    _check_nesting(graph.metadata, DEFAULT_LIMITS.max_attr_depth, "metadata")
+
+
 def dumps(graph: Graph) -> bytes:
     """Encode a graph. The same graph always gives the same bytes."""
-    graph.check()
+    _check_writable(graph)
     try:
         return b"".join(_encode(graph))
     except (TypeError, ValueError, OverflowError) as exc:
@@ -132,7 +141,7 @@ def dumps(graph: Graph) -> bytes:
 
 def dump(graph: Graph, stream: IO[bytes]) -> None:
     """Write a graph to an open binary stream."""
-    graph.check()
+    _check_writable(graph)
     _write(graph, stream)
 
 
@@ -147,7 +156,7 @@ def _write(graph: Graph, stream: IO[bytes]) -> None:
 def save(graph: Graph, path: str | os.PathLike[str]) -> None:
     """Write a graph to ``path`` atomically (see :mod:`graphsvc.atomic`): a reader sees the old
     file or the new one, never a part."""
-    graph.check()
+    _check_writable(graph)
     with atomic_writer(path) as stream:
         _write(graph, stream)
 
@@ -422,15 +431,19 @@ def _read_sparse(doc: dict[str, Any], key: str, kind: type, n: int) -> dict[int,
     return result
 
 
-def _check_depth(value: Any, limit: int, where: str) -> None:
+def _check_nesting(value: Any, limit: int, where: str) -> None:
+    """Nested at most ``limit`` levels, every map key a string (a decoded file's always are)."""
     stack = [(value, 0)]
     while stack:
         item, level = stack.pop()
         if level > limit:
             raise FormatError(f"{where} nests deeper than {limit} levels")
         if isinstance(item, dict):
+            for key in item:
+                if type(key) is not str:
+                    raise FormatError(f"{where} has a map key that is not a string ({_describe(key)} {key!r})")
             stack.extend((v, level + 1) for v in item.values())
-        elif isinstance(item, list):
+        elif isinstance(item, (list, tuple)):
             stack.extend((v, level + 1) for v in item)
 
 
@@ -488,10 +501,10 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
     names = _read_sparse(doc, "names", str, count)
     attrs = _read_sparse(doc, "attrs", dict, count)
     for node, node_attrs in attrs.items():
-        _check_depth(node_attrs, limits.max_attr_depth, f"attributes of node {node}")
+        _check_nesting(node_attrs, limits.max_attr_depth, f"attributes of node {node}")
     outputs = [_expect(o, int, f"outputs[{i}]") for i, o in enumerate(_expect(doc["outputs"], list, "outputs"))]
     metadata = _expect(doc["metadata"], dict, "metadata")
-    _check_depth(metadata, limits.max_attr_depth, "metadata")
+    _check_nesting(metadata, limits.max_attr_depth, "metadata")
     graph = Graph(
         op_table=op_table,
         op_codes=op_codes,

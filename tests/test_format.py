@@ -605,6 +605,47 @@ def test_encoding_errors_are_format_errors() -> None:
         fmt.dumps(g)
 
 
+def _nested(levels: int, container: Callable[[Any], Any] = lambda inner: [inner]) -> Any:
+    """``1`` inside ``levels`` containers: as a value of a map (level 0), it sits at level ``levels + 1``."""
+    value: Any = 1
+    for _ in range(levels):
+        value = container(value)
+    return value
+
+
+@pytest.mark.parametrize(
+    ("attrs", "metadata", "message"),
+    [
+        ({}, {1: "x"}, "metadata has a map key that is not a string (an integer 1)"),
+        ({"k": {"inner": {b"k": 1}}}, {}, "attributes of node 1 has a map key that is not a string (bin data b'k')"),
+        ({"k": _nested(32)}, {}, "attributes of node 1 nests deeper than 32 levels"),
+        ({}, {"k": _nested(32, lambda inner: (inner,))}, "metadata nests deeper than 32 levels"),
+    ],
+)
+def test_save_refuses_what_load_would_refuse(
+    tmp_path: Path, attrs: dict[str, Any], metadata: dict[Any, Any], message: str
+) -> None:
+    b = GraphBuilder()
+    b.add("neg", [b.leaf(1.0)], attrs=attrs)
+    g = b.build(metadata=metadata)
+    path = tmp_path / "g.msgpack"
+    for write in (fmt.dumps, lambda graph: fmt.dump(graph, io.BytesIO()), lambda graph: fmt.save(graph, path)):
+        with pytest.raises(FormatError) as info:
+            write(g)
+        assert str(info.value) == message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_writes_nesting_exactly_at_the_limit(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    b.add("neg", [b.leaf(1.0)], attrs={"k": _nested(31)})
+    path = tmp_path / "g.msgpack"
+    fmt.save(b.build(metadata={"k": _nested(31)}), path)
+    loaded = fmt.load(path)
+    assert loaded.attrs == {1: {"k": _nested(31)}}
+    assert loaded.metadata == {"k": _nested(31)}
+
+
 # -- atomic save ------------------------------------------------------------------------------------
 def _failing_encoder(real: Callable[[Graph], Iterator[bytes | memoryview]], error: BaseException) -> Any:
     def encode(graph: Graph) -> Iterator[bytes | memoryview]:
