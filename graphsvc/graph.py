@@ -14,6 +14,7 @@ This module holds no I/O, no msgpack and no pluggy.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,8 @@ MAX_OPS = 1 << 16
 MAX_NODES = (1 << 31) - 1
 
 NodeRef = int | str
+#: A node id written as text: ASCII digits, optionally after one minus sign.
+_ID_TEXT = re.compile(r"-?[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ class Graph:
             for node, name in self.names.items():
                 if name == ref:
                     return node
-            if not ref.lstrip("-").isdigit():
+            if not _ID_TEXT.fullmatch(ref):
                 raise UsageError(f"no node named {ref!r}")
             ref = int(ref)
         if not 0 <= ref < self.num_nodes:

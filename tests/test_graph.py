@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -76,6 +77,9 @@ def test_node_id_resolves_names_and_ids() -> None:
         g.node_id(6)
     with pytest.raises(UsageError, match=r"^no node with id -1 \(the graph has 6 nodes\)$"):
         g.node_id("-1")
+    for text in ("--1", "\u00b2", "1_0", " 4", "+4"):  # int() would take some, or crash on others
+        with pytest.raises(UsageError, match=rf"^no node named {re.escape(repr(text))}$"):
+            g.node_id(text)
 
 
 def test_copy_is_deep_and_writable() -> None:
