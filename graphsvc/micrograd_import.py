@@ -12,7 +12,8 @@ micrograd keeps a node's parents in a ``set``, which loses two things:
   data and the parents' keys (Python's hash of floats and ints is the same in every process).
   The node ids then come from a depth-first post-order over those ordered parents, so the same
   graph imports to the same file in every run. Two distinct parents with equal keys are the same
-  expression of the same numbers; their relative order is then left to the set.
+  expression of the same numbers; they are ordered by a second key, computed the same way from the
+  gradients and the names given. Only parents that agree in all of that are left to the set.
 
 Tags: ``+`` -> ``add``, ``*`` -> ``mul``, ``**k`` -> ``pow`` with attribute ``exponent = float(k)``,
 ``ReLU`` -> ``relu``, ``tanh`` and ``exp`` (from the lecture's version of micrograd) -> ``tanh``
@@ -22,6 +23,7 @@ number written in an expression, so every such node becomes a leaf that ``--set`
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,6 +91,8 @@ def from_micrograd(*roots: Any, names: Mapping[Any, str] | None = None) -> Graph
     nodes: list[Any] = []  # also keeps every node alive, so id() stays unique
     state: dict[int, int] = {}  # id(node) -> -1 while its parents are visited, then its index
     keys: list[int] = []
+    ties: list[int] = []  # the second key: gradients and names, for parents whose keys are equal
+    name_of = {id(node): name for node, name in (names or {}).items()}
     ops: list[tuple[str, float | None]] = []
     ordered_parents: list[list[int]] = []
     stack = list(reversed(roots))
@@ -110,8 +114,10 @@ def from_micrograd(*roots: Any, names: Mapping[Any, str] | None = None) -> Graph
         parents = [state[id(p)] for p in node._prev]
         if arity == 2 and len(parents) == 1:  # a + a, a * a: the set kept one
             parents.append(parents[0])
-        elif arity == 2 and len(parents) == 2 and keys[parents[1]] < keys[parents[0]]:
-            parents.reverse()
+        elif arity == 2 and len(parents) == 2:
+            first, second = parents
+            if (keys[second], ties[second]) < (keys[first], ties[first]):
+                parents.reverse()
         if len(parents) != arity:
             raise GraphStructureError(
                 f"micrograd node {node!r} with op {node._op!r} has {len(parents)} parents, expected {arity}"
@@ -120,6 +126,12 @@ def from_micrograd(*roots: Any, names: Mapping[Any, str] | None = None) -> Graph
         # No None in a key: before Python 3.12, hash(None) depends on None's address.
         head = (code, 0.0 if exponent is None else exponent, data if data == data else _NAN_KEY)
         keys.append(hash(head + tuple([keys[p] for p in parents])))
+        grad = float(node.grad)
+        name = name_of.get(id(node))
+        # crc32, not hash(): str hashes change from process to process
+        name_key = zlib.crc32(name.encode("utf-8", "surrogatepass")) + 1 if isinstance(name, str) else 0
+        tie_head = (grad if grad == grad else _NAN_KEY, name_key)
+        ties.append(hash(tie_head + tuple([ties[p] for p in parents])))
         ops.append((tag, exponent))
         ordered_parents.append(parents)
     # Pass 2: ids from a depth-first post-order over the ordered parents, roots in the order given.

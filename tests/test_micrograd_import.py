@@ -83,6 +83,24 @@ def test_order_does_not_depend_on_set_order() -> None:
     assert sorted(grads[leaves].tolist()) == [5.0, 17.0, 22.0]
 
 
+@pytest.mark.parametrize("named", [False, True])
+def test_parents_with_equal_data_are_ordered_by_gradient_and_name(named: bool) -> None:
+    """a*b + b*c at a = b = c = 2: the two products, and a and b, are the same expression of the
+    same numbers; their gradients (and names) still tell them apart, so set order must not."""
+
+    def build(flip: bool) -> tuple[Node, dict[Node, str]]:
+        def node(data: float, prev: list[Node], op: str, grad: float = 1.0) -> Node:
+            return Node(data, prev[::-1] if flip else prev, op, grad)
+
+        # same gradients when named: only the names can tell a and c apart
+        a, b, c = Node(2.0, grad=2.0), Node(2.0, grad=4.0), Node(2.0, grad=2.0 if named else 3.0)
+        names = {a: "a", b: "b", c: "c"} if named else {}
+        return node(8.0, [node(4.0, [a, b], "*"), node(4.0, [b, c], "*")], "+"), names
+
+    first, second = (from_micrograd(root, names=names) for root, names in (build(False), build(True)))
+    assert fmt.dumps(first) == fmt.dumps(second)
+
+
 def test_names_travel_into_the_graph() -> None:
     a = Node(3.0)
     square = Node(9.0, {a}, "*")
