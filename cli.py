@@ -401,6 +401,9 @@ def convert(
 
     if to not in ("json", "msgpack"):
         raise UsageError(f"--to must be json or msgpack, not {to!r}")
+    target = out if out is not None or to == "json" else file.with_suffix(".msgpack")
+    if target is not None and target.resolve() == file.resolve():
+        raise UsageError(f"refusing to overwrite the input {file}; give --out")
     if to == "json":
         text = jsonio.dumps(_load(file))
         if out is None:
@@ -418,9 +421,7 @@ def convert(
         graph = jsonio.loads(text)
     except GraphsvcError as exc:
         raise type(exc)(f"{file}: {exc}") from None
-    target = out if out is not None else file.with_suffix(".msgpack")
-    if target.resolve() == file.resolve():
-        raise UsageError(f"refusing to overwrite the input {file}; give --out")
+    assert target is not None
     fmt.save(graph, target)
     typer.echo(f"wrote {target} ({graph.num_nodes} nodes)", err=True)
 

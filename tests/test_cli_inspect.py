@@ -248,6 +248,17 @@ def test_convert_usage_errors(tmp_path: Path, args: list[str], code: int, messag
     assert invoke("convert", str(json_path), *args) == (code, "", message.format(json=json_path))
 
 
+def test_convert_to_json_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
+    path = tmp_path / "g.msgpack"
+    path.write_bytes((GOLDEN / "worked.msgpack").read_bytes())
+    assert invoke("convert", str(path), "--to", "json", "-o", str(path)) == (
+        2,
+        "",
+        f"Error: refusing to overwrite the input {path}; give --out\n",
+    )
+    assert path.read_bytes() == (GOLDEN / "worked.msgpack").read_bytes()
+
+
 def test_convert_missing_json_exits_3(tmp_path: Path) -> None:
     path = tmp_path / "nope.json"
     assert invoke("convert", str(path), "--to", "msgpack") == (3, "", f"Error: {path}: no such file\n")
