@@ -352,7 +352,7 @@ def _describe(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
-def _read_column(nodes: dict[str, Any], key: str, expected_length: int | None, limits: Limits) -> npt.NDArray[Any]:
+def _read_column(nodes: dict[str, Any], key: str, expected_length: int | None) -> npt.NDArray[Any]:
     where = f"nodes.{key}"
     column = _expect(nodes.get(key), dict, where)
     dtype_name = _expect(column.get("dtype"), str, f"{where}.dtype")
@@ -392,7 +392,7 @@ def _read_version(doc: dict[str, Any]) -> tuple[int, int]:
     return major, minor
 
 
-def _read_ops(doc: dict[str, Any], limits: Limits) -> tuple[list[str], dict[str, OpSource]]:
+def _read_ops(doc: dict[str, Any]) -> tuple[list[str], dict[str, OpSource]]:
     ops = _expect(doc["ops"], list, "ops")
     table: list[str] = []
     sources: dict[str, OpSource] = {}
@@ -451,11 +451,7 @@ def loads(data: bytes, limits: Limits = DEFAULT_LIMITS) -> Graph:
     """Decode and validate a graph. Any problem raises :class:`FormatError`, never another error."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError("loads() takes bytes")
-    return _validate(_decode(bytes(data), limits), limits)
-
-
-def _validate(doc: Any, limits: Limits) -> Graph:
-    return _validate_versioned(doc, limits)[0]
+    return _validate_versioned(_decode(bytes(data), limits), limits)[0]
 
 
 def _validate_versioned(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
@@ -486,18 +482,18 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
     missing = [key for key in _REQUIRED_KEYS if key not in doc]
     if missing:
         raise FormatError(f"the document lacks the key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
-    op_table, op_sources = _read_ops(doc, limits)
+    op_table, op_sources = _read_ops(doc)
     nodes = _expect(doc["nodes"], dict, "nodes")
     count = _expect(nodes.get("count"), int, "nodes.count")
     if not 0 <= count <= limits.max_nodes:
         raise FormatError(f"nodes.count is {count}, outside the limit 0..{limits.max_nodes}")
-    op_codes = _read_column(nodes, "op_codes", count, limits)
-    offsets = _read_column(nodes, "parent_offsets", count + 1, limits)
-    parents = _read_column(nodes, "parent_indices", None, limits)
+    op_codes = _read_column(nodes, "op_codes", count)
+    offsets = _read_column(nodes, "parent_offsets", count + 1)
+    parents = _read_column(nodes, "parent_indices", None)
     if len(parents) > limits.max_edges:
         raise FormatError(f"nodes.parent_indices has {len(parents)} entries, over the limit {limits.max_edges}")
-    values = _read_column(nodes, "values", count, limits)
-    grads = _read_column(nodes, "grads", count, limits) if nodes.get("grads") is not None else None
+    values = _read_column(nodes, "values", count)
+    grads = _read_column(nodes, "grads", count) if nodes.get("grads") is not None else None
     names = _read_sparse(doc, "names", str, count)
     attrs = _read_sparse(doc, "attrs", dict, count)
     for node, node_attrs in attrs.items():
