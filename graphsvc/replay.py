@@ -352,13 +352,14 @@ def backward_steps(
 
 
 def default_output(graph: Graph) -> int:
-    """The graph's single output; with several (or none), the caller must choose."""
-    if len(graph.outputs) == 1:
-        return graph.outputs[0]
-    if not graph.outputs:
+    """The graph's single output (listed once or more); with several (or none), the caller must choose."""
+    outputs = list(dict.fromkeys(graph.outputs))
+    if len(outputs) == 1:
+        return outputs[0]
+    if not outputs:
         raise UsageError("the graph lists no outputs: choose one with --output")
-    shown = ", ".join(graph.label(o) for o in graph.outputs)
-    raise UsageError(f"the graph has {len(graph.outputs)} outputs ({shown}): choose one with --output")
+    shown = ", ".join(graph.label(o) for o in outputs)
+    raise UsageError(f"the graph has {len(outputs)} outputs ({shown}): choose one with --output")
 
 
 @dataclass(frozen=True)

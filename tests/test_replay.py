@@ -190,6 +190,16 @@ def test_default_output_needs_a_single_output() -> None:
         replay.default_output(g.build())
 
 
+def test_default_output_is_an_output_listed_twice() -> None:
+    g = GraphBuilder()
+    x = g.leaf(1.0, name="x")
+    p = g.add("exp", [x], name="p")
+    g.add("sin", [x], name="q")
+    assert replay.default_output(g.build(outputs=[p, p])) == p
+    with pytest.raises(UsageError, match=r"^the graph has 2 outputs \(q, p\): choose one with --output$"):
+        replay.default_output(g.build(outputs=["q", "p", "q"]))
+
+
 def test_compare_reports_the_worst_node() -> None:
     stored = np.array([1.0, 2.0, np.nan, np.inf])
     replayed = np.array([1.0, 2.5, np.nan, np.inf])
