@@ -115,7 +115,7 @@ def check_op_declaration(op: object) -> Op:
     if op.kernel is not None:
         from graphsvc.kernels import PRIMITIVE_ARITY
 
-        if PRIMITIVE_ARITY.get(op.kernel) != op.arity:
+        if not isinstance(op.kernel, str) or PRIMITIVE_ARITY.get(op.kernel) != op.arity:
             known = ", ".join(PRIMITIVE_ARITY)
             raise OpError(f"op {op.name!r}: kernel {op.kernel!r} is not a primitive of arity {op.arity} ({known})")
     return op
