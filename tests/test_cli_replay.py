@@ -102,6 +102,21 @@ def test_write_saves_replayed_values_and_gradients(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.msgpack", "out.msgpack"]
 
 
+def test_backward_check_without_stored_gradients_fails_before_writing(tmp_path: Path) -> None:
+    g = GraphBuilder()
+    x = g.leaf(3.0, name="x")
+    g.add("mul", [x, x], name="y", value=9.0)
+    source = tmp_path / "in.msgpack"
+    fmt.save(g.build(), source)  # no gradients
+    out = tmp_path / "out.msgpack"
+    assert run("backward", str(source), "--check", "--write", str(out)) == (
+        2,
+        "",
+        "Error: --check: the file stores no gradients to compare with\n",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.msgpack"]
+
+
 def test_forward_recomputes_values_from_the_leaves() -> None:
     code, out, _ = run("forward", str(EXAMPLES / "seed004.msgpack"), "--set", "a=3", "--set", "b=1")
     assert code == 0
