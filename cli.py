@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from graphsvc.errors import GraphsvcError, UsageError
+from graphsvc.errors import GraphFileError, GraphsvcError, UsageError
 
 if TYPE_CHECKING:
     from graphsvc.graph import Graph
@@ -414,9 +414,9 @@ def convert(
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise _file_error(f"{file}: no such file") from None
+        raise GraphFileError(f"{file}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise _file_error(f"{file}: cannot read: {exc}") from None
+        raise GraphFileError(f"{file}: cannot read: {exc}") from None
     try:
         graph = jsonio.loads(text)
     except GraphsvcError as exc:
@@ -424,12 +424,6 @@ def convert(
     assert target is not None
     fmt.save(graph, target)
     typer.echo(f"wrote {target} ({graph.num_nodes} nodes)", err=True)
-
-
-def _file_error(message: str) -> GraphsvcError:
-    from graphsvc.errors import GraphFileError
-
-    return GraphFileError(message)
 
 
 def _write_text_atomically(path: Path, text: str) -> None:
