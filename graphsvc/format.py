@@ -399,6 +399,8 @@ def _read_ops(doc: dict[str, Any]) -> tuple[list[str], dict[str, OpSource]]:
     for i, entry in enumerate(ops):
         entry = _expect(entry, dict, f"ops[{i}]")
         tag = _expect(entry.get("tag"), str, f"ops[{i}].tag")
+        if not tag:
+            raise FormatError(f"ops[{i}].tag is an empty string")
         plugin = entry.get("plugin")
         version = entry.get("version")
         if plugin is not None:

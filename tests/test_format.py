@@ -391,6 +391,11 @@ BAD_DOCUMENTS: list[tuple[str, Callable[[dict[str, Any]], object], str]] = [
     ("op tag not a string", lambda d: d["ops"][1].__setitem__("tag", 5), "ops[1].tag must be a string, not an integer"),
     ("op listed twice", lambda d: d["ops"][2].__setitem__("tag", "leaf"), "ops lists the tag 'leaf' twice"),
     (
+        "empty op tag before a broken column",  # rule 2 of FORMAT.md section 7 comes before rule 3
+        lambda d: (d["ops"][1].__setitem__("tag", ""), _column("values", dtype="<f4")(d)),
+        "ops[1].tag is an empty string",
+    ),
+    (
         "op plugin not a string",
         lambda d: d["ops"][0].__setitem__("plugin", 1),
         "ops[0].plugin must be a string, not an integer",
