@@ -199,7 +199,7 @@ def _assemble(
     raw_outputs = doc.get("outputs", [])
     if not isinstance(raw_outputs, list):
         raise FormatError("outputs must be a list")
-    outputs = []
+    outputs: list[int] = []
     for ref in raw_outputs:
         old = resolve(ref, "outputs")
         if old not in new_id:
@@ -235,4 +235,6 @@ def _assemble(
         op_sources=sources,
     )
     graph.check()
+    if "outputs" not in doc:  # left out: the sinks, as GraphBuilder.build() defaults them
+        graph.outputs = [int(s) for s in graph.sinks()]
     return graph

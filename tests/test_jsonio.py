@@ -120,6 +120,12 @@ def test_ids_default_to_list_positions() -> None:
     assert g.grads is not None and math.isnan(g.grads[0]) and g.grads[1] == 1.0
 
 
+def test_outputs_left_out_are_the_sinks_and_an_empty_list_is_kept() -> None:
+    nodes = [{"op": "leaf", "value": 2}, {"op": "exp", "parents": [0]}, {"op": "sin", "parents": [0]}]
+    assert jsonio.from_document(_doc(nodes)).outputs == [1, 2]
+    assert jsonio.from_document(_doc(nodes, outputs=[])).outputs == []
+
+
 def test_a_cycle_is_refused_naming_its_nodes() -> None:
     nodes = [
         {"id": 0, "name": "a", "op": "f", "parents": ["c"]},
