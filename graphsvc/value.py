@@ -441,15 +441,10 @@ def _graph(
     if extras:
         graph.grads = np.array([node.grad for node in nodes], dtype=FLOAT_DTYPE)
         graph.names = {i: node.name for i, node in enumerate(nodes) if node.name is not None}
-        import graphsvc
-
-        builtin = OpSource("graphsvc", graphsvc.__version__)
         for tag in graph.op_table:
-            if tag in registry:
+            if tag in registry:  # a tag this registry lacks keeps no source: the file says "unknown"
                 op = registry.get(tag)
-                graph.op_sources[tag] = OpSource(op.plugin, op.plugin_version) if op.plugin else builtin
-            else:
-                graph.op_sources[tag] = builtin
+                graph.op_sources[tag] = OpSource(op.plugin, op.plugin_version)
         graph.check()
     return graph
 

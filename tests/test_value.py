@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import graphsvc
 from cli import app
 from graphsvc import format as fmt
 from graphsvc import replay
 from graphsvc.errors import GraphStructureError, OpError
 from graphsvc.graph import Graph, OpSource
+from graphsvc.plugins import load_registry
 from graphsvc.value import Value, default_registry, save, trace, zero_grad
 
 runner = CliRunner()
@@ -284,6 +286,10 @@ def test_trace_of_several_outputs_and_op_sources() -> None:
     assert graph.op_sources["softplus"] == OpSource("graphsvc-activations", "0.1.0")
     assert graph.op_sources["pow"].plugin == "graphsvc"
     assert trace(z, y).parent_indices.tolist() == graph.parent_indices.tolist()
+    builtins_only, _ = load_registry(disable_third_party=True)
+    traced_elsewhere = trace(z, y, registry=builtins_only)
+    assert "softplus" not in traced_elsewhere.op_sources  # not claimed for graphsvc: its source is unknown
+    assert traced_elsewhere.op_sources["pow"] == OpSource("graphsvc", graphsvc.__version__)
 
 
 def test_trace_rejects_one_name_on_two_values() -> None:
