@@ -461,7 +461,8 @@ def trace(*outputs: Value, registry: OpRegistry | None = None) -> Graph:
     for output in outputs:
         if not isinstance(output, Value):
             raise TypeError(f"trace() takes Values, not {type(output).__name__}")
-    registry = registry or default_registry()
+    if registry is None:  # not `registry or ...`: an empty registry is falsy
+        registry = default_registry()
     with _gc_paused():
         nodes, index = _postorder(outputs)
         return _graph(nodes, index, outputs, registry, extras=True)

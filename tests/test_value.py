@@ -18,6 +18,7 @@ from graphsvc import format as fmt
 from graphsvc import replay
 from graphsvc.errors import GraphStructureError, OpError
 from graphsvc.graph import Graph, OpSource
+from graphsvc.ops import OpRegistry
 from graphsvc.plugins import load_registry
 from graphsvc.value import Value, default_registry, save, trace, zero_grad
 
@@ -290,6 +291,7 @@ def test_trace_of_several_outputs_and_op_sources() -> None:
     traced_elsewhere = trace(z, y, registry=builtins_only)
     assert "softplus" not in traced_elsewhere.op_sources  # not claimed for graphsvc: its source is unknown
     assert traced_elsewhere.op_sources["pow"] == OpSource("graphsvc", graphsvc.__version__)
+    assert trace(z, y, registry=OpRegistry()).op_sources == {}  # the registry given, even an empty one
 
 
 def test_trace_rejects_one_name_on_two_values() -> None:
