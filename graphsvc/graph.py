@@ -272,6 +272,27 @@ def _first_duplicate(items: Iterable[Any]) -> Any:
     return None
 
 
+def graph_from_lists(
+    tags: Sequence[str], parent_counts: Iterable[int], parents: Iterable[int], values: Iterable[float], **fields: Any
+) -> Graph:
+    """A graph from per-node lists, as tracers and importers collect them: each node's op tag, its
+    number of parents, all parent ids in node order, and the values. ``fields`` are the other
+    :class:`Graph` fields (grads, names, attrs, outputs, metadata, op_sources). Not checked."""
+    op_table = list(dict.fromkeys(tags))
+    code_of = {tag: code for code, tag in enumerate(op_table)}
+    counts = np.fromiter(parent_counts, dtype=OFFSET_DTYPE, count=len(tags))
+    offsets = np.zeros(len(tags) + 1, dtype=OFFSET_DTYPE)
+    np.cumsum(counts, out=offsets[1:])
+    return Graph(
+        op_table=op_table,
+        op_codes=np.fromiter((code_of[tag] for tag in tags), dtype=OP_CODE_DTYPE, count=len(tags)),
+        parent_offsets=offsets,
+        parent_indices=np.fromiter(parents, dtype=INDEX_DTYPE, count=int(offsets[-1])),
+        values=np.fromiter(values, dtype=FLOAT_DTYPE, count=len(tags)),
+        **fields,
+    )
+
+
 class GraphBuilder:
     """Build a graph by hand, node by node, as seed 000 does with ``Node('t3', [one, t2])``.
 

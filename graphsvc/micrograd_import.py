@@ -31,7 +31,7 @@ import numpy as np
 
 import graphsvc
 from graphsvc.errors import GraphStructureError
-from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, LEAF, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, OpSource
+from graphsvc.graph import FLOAT_DTYPE, LEAF, Graph, OpSource, graph_from_lists
 
 __all__ = ["from_micrograd"]
 
@@ -166,21 +166,15 @@ def _columns(
     outputs: Sequence[int],
 ) -> Graph:
     tags = [ops[i][0] for i in order]
-    op_table = list(dict.fromkeys(tags))
-    code_of = {tag: code for code, tag in enumerate(op_table)}
-    counts = np.array([len(ordered_parents[i]) for i in order], dtype=OFFSET_DTYPE)
-    offsets = np.zeros(len(order) + 1, dtype=OFFSET_DTYPE)
-    np.cumsum(counts, out=offsets[1:])
     source = OpSource("graphsvc", graphsvc.__version__)
-    return Graph(
-        op_table=op_table,
-        op_codes=np.array([code_of[tag] for tag in tags], dtype=OP_CODE_DTYPE),
-        parent_offsets=offsets,
-        parent_indices=np.array([new_id[p] for i in order for p in ordered_parents[i]], dtype=INDEX_DTYPE),
-        values=np.array([float(nodes[i].data) for i in order], dtype=FLOAT_DTYPE),
+    return graph_from_lists(
+        tags,
+        (len(ordered_parents[i]) for i in order),
+        (new_id[p] for i in order for p in ordered_parents[i]),
+        (float(nodes[i].data) for i in order),
         grads=np.array([float(nodes[i].grad) for i in order], dtype=FLOAT_DTYPE),
         attrs={new: {"exponent": ops[i][1]} for new, i in enumerate(order) if ops[i][1] is not None},
         outputs=list(dict.fromkeys(outputs)),
         metadata={"imported_from": "micrograd"},
-        op_sources=dict.fromkeys(op_table, source),
+        op_sources=dict.fromkeys(tags, source),
     )

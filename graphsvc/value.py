@@ -421,20 +421,13 @@ def _graph(
     grads, names and op sources, and checks the result."""
     import numpy as np
 
-    from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, OpSource
+    from graphsvc.graph import FLOAT_DTYPE, OpSource, graph_from_lists
 
-    tags = [node._op for node in nodes]
-    op_table = list(dict.fromkeys(tags))
-    code_of = {tag: code for code, tag in enumerate(op_table)}
-    parent_counts = np.fromiter(map(len, (node._parents for node in nodes)), dtype=OFFSET_DTYPE, count=len(nodes))
-    offsets = np.zeros(len(nodes) + 1, dtype=OFFSET_DTYPE)
-    np.cumsum(parent_counts, out=offsets[1:])
-    graph = Graph(
-        op_table=op_table,
-        op_codes=np.array([code_of[tag] for tag in tags], dtype=OP_CODE_DTYPE),
-        parent_offsets=offsets,
-        parent_indices=np.array([index[p] for node in nodes for p in node._parents], dtype=INDEX_DTYPE),
-        values=np.array([node.data for node in nodes], dtype=FLOAT_DTYPE),
+    graph = graph_from_lists(
+        [node._op for node in nodes],
+        map(len, (node._parents for node in nodes)),
+        (index[p] for node in nodes for p in node._parents),
+        (node.data for node in nodes),
         attrs={i: dict(node._attrs) for i, node in enumerate(nodes) if node._attrs},
         outputs=list(dict.fromkeys(index[o] for o in outputs)),
     )
