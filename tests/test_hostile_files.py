@@ -26,12 +26,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cli import app
+from fuzz.property import check_input
 from graphsvc import format as fmt
 from graphsvc import jsonio, plugins, replay
 from graphsvc.errors import FormatError, GraphsvcError, OpError
 from graphsvc.graph import GraphBuilder, OpSource
 from graphsvc.plugins import load_registry
-from graphsvc.topo import depth, reverse_topological_order
+from graphsvc.topo import reverse_topological_order
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_FILES = sorted((ROOT / "schemas" / "examples").glob("*.msgpack")) + sorted((ROOT / "examples").glob("*.msgpack"))
@@ -139,24 +140,8 @@ def test_no_pickle_eval_or_exec_anywhere_in_graphsvc() -> None:
 
 # -- 2. any bytes: a graph or FormatError ------------------------------------------------------------
 def _survives(data: bytes) -> None:
-    """Only FormatError may escape loads(); a graph that loads must survive what the CLI does with it."""
-    try:
-        graph = fmt.loads(data)
-    except FormatError as exc:
-        assert str(exc) and "\n" not in str(exc)
-        assert not str(exc).startswith("invalid document: "), f"the safety net caught a bug: {exc}"
-        return
-    encoded = fmt.dumps(graph)
-    assert fmt.dumps(fmt.loads(encoded)) == encoded
-    for algorithm in ("dfs", "kahn"):
-        reverse_topological_order(graph, None, algorithm)
-    depth(graph)
-    try:
-        values = replay.forward(graph, REGISTRY)
-        for output in graph.outputs[:1]:
-            replay.backward(graph, REGISTRY, output, values)
-    except GraphsvcError:
-        pass
+    """Only a one-line FormatError may escape loads(); a graph that loads survives what the CLI does."""
+    check_input(data, REGISTRY)
 
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

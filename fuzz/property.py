@@ -1,0 +1,38 @@
+"""The property both the atheris harness (fuzz_loads.py) and the hypothesis tests check.
+
+``graphsvc.format.loads`` either returns a graph or raises a one-line ``FormatError``, never another
+exception, and never one that format.py's safety net caught; and a graph that loads survives what
+the CLI does with it: encode and reload to the same bytes, both orderings, depth, forward and
+backward replay with the builtin ops, where only a ``GraphsvcError`` may escape.
+"""
+
+from __future__ import annotations
+
+from graphsvc import format as fmt
+from graphsvc import replay
+from graphsvc.errors import FormatError, GraphsvcError
+from graphsvc.ops import OpRegistry
+from graphsvc.topo import depth, reverse_topological_order
+
+
+def check_input(data: bytes, registry: OpRegistry) -> None:
+    """Raise AssertionError when ``data`` breaks the property."""
+    try:
+        graph = fmt.loads(data)
+    except FormatError as exc:
+        message = str(exc)
+        assert message and "\n" not in message, f"not a one-line error: {message!r}"
+        # format.py's safety net turns a bug into "invalid document: ..."; reaching it is a failure
+        assert not message.startswith("invalid document: "), f"the safety net caught a bug: {message}"
+        return
+    encoded = fmt.dumps(graph)
+    assert fmt.dumps(fmt.loads(encoded)) == encoded, "a loaded graph does not round-trip to the same bytes"
+    for algorithm in ("dfs", "kahn"):
+        reverse_topological_order(graph, None, algorithm)
+    depth(graph)
+    try:
+        values = replay.forward(graph, registry)
+        for output in graph.outputs[:1]:
+            replay.backward(graph, registry, output, values)
+    except GraphsvcError:
+        pass
