@@ -126,8 +126,22 @@ def _check_writable(graph: Graph) -> None:
     is not a string, nesting deeper than the default limit), so that ``load`` reads what ``save`` writes."""
     graph.check()
     for node in sorted(graph.attrs):
-        _check_nesting(graph.attrs[node], DEFAULT_LIMITS.max_attr_depth, f"attributes of node {node}")
-    _check_nesting(graph.metadata, DEFAULT_LIMITS.max_attr_depth, "metadata")
+        _check_nesting(graph.attrs[node], DEFAULT_LIMITS.max_attr_depth, f"attributes of node {node}", True)
+    _check_nesting(graph.metadata, DEFAULT_LIMITS.max_attr_depth, "metadata", True)
+    for tag in graph.op_table:
+        _check_string_length(tag, "an op tag")
+    if graph.names and max(map(len, graph.names.values())) * 4 > DEFAULT_LIMITS.max_string_length:
+        for node in sorted(graph.names):
+            _check_string_length(graph.names[node], f"the name of node {node}")
+
+
+def _check_string_length(text: str, where: str) -> None:
+    """No longer, in UTF-8, than the longest string a reader accepts by default."""
+    limit = DEFAULT_LIMITS.max_string_length
+    if len(text) * 4 > limit:  # a character takes at most 4 bytes: only long strings need encoding
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise FormatError(f"{where} is {size} bytes long, longer than the {limit} bytes a reader accepts")
 
 
 def dumps(graph: Graph) -> bytes:
@@ -433,17 +447,23 @@ def _read_sparse(doc: dict[str, Any], key: str, kind: type, n: int) -> dict[int,
     return result
 
 
-def _check_nesting(value: Any, limit: int, where: str) -> None:
-    """Nested at most ``limit`` levels, every map key a string (a decoded file's always are)."""
+def _check_nesting(value: Any, limit: int, where: str, check_strings: bool = False) -> None:
+    """Nested at most ``limit`` levels, every map key a string (a decoded file's always are); with
+    ``check_strings`` (when writing), no string longer than a reader accepts."""
     stack = [(value, 0)]
     while stack:
         item, level = stack.pop()
         if level > limit:
             raise FormatError(f"{where} nests deeper than {limit} levels")
-        if isinstance(item, dict):
+        if isinstance(item, str):
+            if check_strings:
+                _check_string_length(item, f"a string in {where}")
+        elif isinstance(item, dict):
             for key in item:
                 if type(key) is not str:
                     raise FormatError(f"{where} has a map key that is not a string ({_describe(key)} {key!r})")
+                if check_strings:
+                    _check_string_length(key, f"a map key in {where}")
             stack.extend((v, level + 1) for v in item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend((v, level + 1) for v in item)

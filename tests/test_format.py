@@ -726,3 +726,26 @@ def test_the_spec_hex_dump_is_the_encoder_output() -> None:
         dumped += chunk
         expected_offset += len(chunk)
     assert bytes(dumped) == worked_bytes()
+
+
+def test_save_refuses_strings_longer_than_a_reader_accepts(tmp_path: Path) -> None:
+    limit = fmt.DEFAULT_LIMITS.max_string_length
+    at_limit = GraphBuilder()
+    at_limit.leaf(1.0, name="n" * limit)
+    fmt.loads(fmt.dumps(at_limit.build(metadata={"note": "é" * (limit // 2)})))  # at the limit: written and read
+    past = GraphBuilder()
+    past.leaf(1.0, name="n" * (limit + 1))
+    with pytest.raises(FormatError) as info:
+        fmt.save(past.build(), tmp_path / "long.msgpack")
+    assert (
+        str(info.value)
+        == f"the name of node 0 is {limit + 1} bytes long, longer than the {limit} bytes a reader accepts"
+    )
+    assert list(tmp_path.iterdir()) == []
+    metadata = GraphBuilder()
+    metadata.leaf(1.0)
+    with pytest.raises(
+        FormatError,
+        match=r"^a string in metadata is 1048578 bytes long, longer than the 1048576 bytes a reader accepts$",
+    ):
+        fmt.dumps(metadata.build(metadata={"note": "é" * (limit // 2 + 1)}))
