@@ -61,17 +61,19 @@ def resolve_ops(graph: Graph, registry: OpRegistry) -> list[Op | None]:
             "install the plugin that provides them or pass --plugin"
         )
     ops: list[Op | None] = [None if tag in LEAF_TAGS else registry.get(tag) for tag in graph.op_table]
+    # One pass over the nodes: each node's expected parent count by its op code (leaves: their
+    # count, which Graph.check already holds at 0).
     counts = graph.parent_counts()
-    for code, op in enumerate(ops):
-        if op is None:
-            continue
-        wrong = np.flatnonzero((graph.op_codes == code) & (counts != op.arity))
-        if len(wrong):
-            node = int(wrong[0])
-            raise OpError(
-                f"node {graph.label(node)}: op {op.name} takes {op.arity} input{'s' if op.arity != 1 else ''} "
-                f"but the node has {int(counts[node])} parent{'s' if counts[node] != 1 else ''}"
-            )
+    arity = np.array([-1 if op is None else op.arity for op in ops], dtype=np.int64)[graph.op_codes]
+    wrong = np.flatnonzero((arity >= 0) & (arity != counts))
+    if len(wrong):
+        node = int(wrong[0])
+        op = ops[int(graph.op_codes[node])]
+        assert op is not None
+        raise OpError(
+            f"node {graph.label(node)}: op {op.name} takes {op.arity} input{'s' if op.arity != 1 else ''} "
+            f"but the node has {int(counts[node])} parent{'s' if counts[node] != 1 else ''}"
+        )
     return ops
 
 
@@ -259,7 +261,12 @@ def edge_derivatives(
 
     Slots of other nodes are left at 0.
     """
-    ops = resolve_ops(graph, registry)
+    return _edge_derivatives(graph, resolve_ops(graph, registry), values, nodes)
+
+
+def _edge_derivatives(
+    graph: Graph, ops: list[Op | None], values: FloatArray, nodes: npt.NDArray[np.int64] | None
+) -> FloatArray:
     local = np.zeros(graph.num_edges, dtype=np.float64)
     if nodes is None:
         nodes = np.arange(graph.num_nodes, dtype=np.int64)
@@ -289,9 +296,9 @@ def edge_derivatives(
 def backward(graph: Graph, registry: OpRegistry, output: int, values: FloatArray | None = None) -> FloatArray:
     """The gradient of ``output`` with respect to every node (0 for nodes it does not depend on)."""
     values = graph.values if values is None else values
+    ops = resolve_ops(graph, registry)
     jit = compiled_for(graph.num_nodes)
     if jit is not None:
-        ops = resolve_ops(graph, registry)
         kinds = _primitive_kinds(graph, ops)
         if bool(np.all(kinds[graph.parent_counts() > 0])):  # every op compiled: one fused pass
             return jit.backward_primitives(
@@ -299,7 +306,7 @@ def backward(graph: Graph, registry: OpRegistry, output: int, values: FloatArray
             )
     reach = ancestors(graph, output)
     nodes = np.flatnonzero(reach)
-    local = edge_derivatives(graph, registry, values, nodes)
+    local = _edge_derivatives(graph, ops, values, nodes)
     if jit is not None:
         return jit.backward_sweep(graph.parent_offsets, graph.parent_indices, local, nodes, output, graph.num_nodes)
     return reference_sweep(graph, output, local, nodes)
