@@ -8,19 +8,9 @@ import re
 import numpy as np
 import pytest
 
+from examples.make_examples import seed000  # the shipped example, built with GraphBuilder
 from graphsvc.errors import GraphStructureError, UsageError
 from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder
-
-
-def seed000() -> Graph:
-    b = GraphBuilder()
-    z = b.leaf(0.5, name="z")
-    t1 = b.add("sin", [z], name="t1")
-    t2 = b.add("exp", [t1], name="t2")
-    one = b.const(1.0, name="1")
-    t3 = b.add("add", [one, t2], name="t3")
-    b.add("log", [t3], name="y")
-    return b.build()
 
 
 def test_builder_lays_out_columns_in_csr_form() -> None:
