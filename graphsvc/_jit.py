@@ -6,7 +6,43 @@ Arguments are the graph's columns: ``offsets`` (int64, N + 1) and ``parents`` (i
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+#: How many nodes ahead of the one they compute the replay sweeps ask for the numbers its parents
+#: hold. With random parents most of those numbers are far apart in memory; asking early lets the
+#: loads of many nodes overlap instead of waiting for each in turn (2x faster at 10M nodes).
+AHEAD = 32
+
+
+def _prefetcher(write: int):  # type: ignore[no-untyped-def]
+    """An intrinsic ``f(array, index)``: LLVM's prefetch hint for ``array[index]``. A hint only: it
+    never changes a result and never faults, whatever the address."""
+
+    @intrinsic
+    def prefetch(typingctx, array, index):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            array_type = signature.args[0]
+            view = context.make_array(array_type)(context, builder, args[0])
+            pointer = cgutils.get_item_pointer(context, builder, array_type, view, [args[1]], wraparound=False)
+            byte_pointer = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            hint = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]), "llvm.prefetch.p0i8"
+            )
+            # (address, 0 read / 1 write, locality 3 = keep in every cache level, 1 = data cache)
+            builder.call(hint, [builder.bitcast(pointer, byte_pointer), i32(write), i32(3), i32(1)])
+            return context.get_dummy_value()
+
+        return types.void(array, index), codegen
+
+    return prefetch
+
+
+_prefetch_read = _prefetcher(0)
+_prefetch_write = _prefetcher(1)
 
 
 @njit(cache=True, nogil=True)
@@ -184,6 +220,39 @@ def _inputs(node, offsets, parents, values):  # type: ignore[no-untyped-def]
     return slot, x, y
 
 
+@njit(cache=True, nogil=True)
+def first_arity_mismatch(codes, offsets, arity):  # type: ignore[no-untyped-def]
+    """Twin of the vectorized check in ``replay.resolve_ops``: the first node whose parent count is
+    not ``arity[its op code]`` (entries below 0 are not checked), or -1."""
+    for node in range(len(codes)):
+        expected = arity[codes[node]]
+        if expected >= 0 and offsets[node + 1] - offsets[node] != expected:
+            return node
+    return -1
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def forward_all_primitives(codes, table, offsets, parents, values):  # type: ignore[no-untyped-def]
+    """``forward_primitives`` over every node in id order, for graphs whose every op is a primitive:
+    ``table`` maps an op code to its primitive (0 for the leaf tags, whose nodes have no parents)."""
+    n = len(codes)
+    for node in range(n):
+        ahead = node + AHEAD
+        if ahead < n:
+            start = offsets[ahead]
+            if offsets[ahead + 1] > start:
+                _prefetch_read(values, parents[start])
+                if offsets[ahead + 1] > start + 1:
+                    _prefetch_read(values, parents[start + 1])
+        slot = offsets[node]
+        stop = offsets[node + 1]
+        if stop == slot:
+            continue
+        x = values[parents[slot]]
+        y = values[parents[slot + 1]] if stop - slot > 1 else x
+        values[node] = _primitive(table[codes[node]], x, y)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def forward_primitives(nodes, kinds, offsets, parents, values, start):  # type: ignore[no-untyped-def]
     """Compute ``values`` of ``nodes[start:]`` in order; stop at the first node that is not a
@@ -212,27 +281,45 @@ def primitive_derivatives(nodes, kinds, offsets, parents, values, local):  # typ
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def backward_primitives(offsets, parents, kinds, values, output, n):  # type: ignore[no-untyped-def]
+def backward_primitives(offsets, parents, codes, table, values, output, n):  # type: ignore[no-untyped-def]
     """``backward_sweep`` fused with ``ancestors`` and ``primitive_derivatives``, for graphs whose
-    every op is a primitive: one pass down from ``output``; a node is swept once a child that
-    depends on it has been (ids decrease, so all its children come first). Same numbers, same order."""
-    grads = np.zeros(n, dtype=np.float64)
+    every op is a primitive (``table`` as in ``forward_all_primitives``): one pass down from
+    ``output``; a node is swept once a child that depends on it has been (ids decrease, so all its
+    children come first). Same numbers, same order. Each node's value and gradient sit side by side
+    (``both[2 * node]``, ``both[2 * node + 1]``), so a parent costs one cache line, not two."""
+    both = np.empty(2 * (output + 1), dtype=np.float64)
+    for node in range(output + 1):
+        both[2 * node] = values[node]
+        both[2 * node + 1] = 0.0
     reached = np.zeros(n, dtype=np.bool_)
-    grads[output] = 1.0
+    both[2 * output + 1] = 1.0
     reached[output] = True
     for node in range(output, -1, -1):
-        if not reached[node] or offsets[node] == offsets[node + 1]:
+        ahead = node - AHEAD
+        if ahead >= 0:
+            start = offsets[ahead]
+            if offsets[ahead + 1] > start:
+                _prefetch_write(both, 2 * parents[start])
+                _prefetch_write(reached, parents[start])
+                if offsets[ahead + 1] > start + 1:
+                    _prefetch_write(both, 2 * parents[start + 1])
+                    _prefetch_write(reached, parents[start + 1])
+        slot = offsets[node]
+        stop = offsets[node + 1]
+        if not reached[node] or stop == slot:
             continue
-        slot, x, y = _inputs(node, offsets, parents, values)
-        dx, dy = _partials(kinds[node], x, y, values[node])
-        grad = grads[node]
-        parent = parents[slot]
-        reached[parent] = True
-        grads[parent] += grad * dx
-        if offsets[node + 1] - slot > 1:
-            parent = parents[slot + 1]
-            reached[parent] = True
-            grads[parent] += grad * dy
+        first = parents[slot]
+        second = parents[slot + 1] if stop - slot > 1 else first
+        x = both[2 * first]
+        dx, dy = _partials(table[codes[node]], x, both[2 * second], both[2 * node])
+        grad = both[2 * node + 1]
+        reached[first] = True
+        both[2 * first + 1] += grad * dx
+        if stop - slot > 1:
+            reached[second] = True
+            both[2 * second + 1] += grad * dy
+    grads = np.zeros(n, dtype=np.float64)
+    grads[: output + 1] = both[1::2]
     return grads
 
 

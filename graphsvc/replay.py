@@ -63,11 +63,16 @@ def resolve_ops(graph: Graph, registry: OpRegistry) -> list[Op | None]:
     ops: list[Op | None] = [None if tag in LEAF_TAGS else registry.get(tag) for tag in graph.op_table]
     # One pass over the nodes: each node's expected parent count by its op code (leaves: their
     # count, which Graph.check already holds at 0).
-    counts = graph.parent_counts()
-    arity = np.array([-1 if op is None else op.arity for op in ops], dtype=np.int64)[graph.op_codes]
-    wrong = np.flatnonzero((arity >= 0) & (arity != counts))
-    if len(wrong):
-        node = int(wrong[0])
+    arity_of_code = np.array([-1 if op is None else op.arity for op in ops], dtype=np.int64)
+    jit = compiled_for(graph.num_nodes)
+    if jit is not None:
+        node = int(jit.first_arity_mismatch(graph.op_codes, graph.parent_offsets, arity_of_code))
+    else:
+        arity = arity_of_code[graph.op_codes]
+        wrong = np.flatnonzero((arity >= 0) & (arity != graph.parent_counts()))
+        node = int(wrong[0]) if len(wrong) else -1
+    if node >= 0:
+        counts = graph.parent_counts()
         op = ops[int(graph.op_codes[node])]
         assert op is not None
         raise OpError(
@@ -77,13 +82,25 @@ def resolve_ops(graph: Graph, registry: OpRegistry) -> list[Op | None]:
     return ops
 
 
+def _primitive_table(ops: list[Op | None]) -> npt.NDArray[np.int8]:
+    """Per op code, the code of its op's compiled primitive; 0 for the leaf tags and ops without a kernel."""
+    return np.array(
+        [0 if op is None or op.kernel is None else PRIMITIVES.index(op.kernel) + 1 for op in ops], dtype=np.int8
+    )
+
+
+def _all_primitives(graph: Graph, ops: list[Op | None], table: npt.NDArray[np.int8]) -> bool:
+    """True when every op of the graph is a compiled primitive and no computed node has attributes,
+    so one compiled sweep over the op codes replays it (decided on the op table, not per node)."""
+    if any(op is not None and code == 0 for op, code in zip(ops, table.tolist(), strict=True)):
+        return False
+    return not any(graph.parent_offsets[node + 1] > graph.parent_offsets[node] for node in graph.attrs)
+
+
 def _primitive_kinds(graph: Graph, ops: list[Op | None]) -> npt.NDArray[np.int8]:
     """Per node, the code of its op's compiled primitive; 0 for leaves, ops without a kernel, and
     nodes carrying attributes (a primitive takes none: such a node goes through its op's functions)."""
-    table = np.array(
-        [0 if op is None or op.kernel is None else PRIMITIVES.index(op.kernel) + 1 for op in ops], dtype=np.int8
-    )
-    kinds = table[graph.op_codes]
+    kinds = _primitive_table(ops)[graph.op_codes]
     if graph.attrs:
         kinds[np.fromiter(graph.attrs, dtype=np.int64, count=len(graph.attrs))] = 0
     return kinds
@@ -153,15 +170,17 @@ def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] |
         if graph.op(node) not in LEAF_TAGS:
             raise UsageError(f"node {graph.label(node)} is a {graph.op(node)} node, not a leaf: only leaves can be set")
         values[node] = value
+    jit = compiled_for(graph.num_nodes)
+    if jit is not None:
+        table = _primitive_table(ops)
+        if _all_primitives(graph, ops, table):
+            # Every op is a compiled primitive: one sweep in id order (a topological order).
+            jit.forward_all_primitives(graph.op_codes, table, graph.parent_offsets, graph.parent_indices, values)
+            return values
     computed = np.flatnonzero(graph.parent_counts() > 0)
     if not len(computed):
         return values
-    jit = compiled_for(graph.num_nodes)
     kinds = None if jit is None else _primitive_kinds(graph, ops)
-    if jit is not None and kinds is not None and bool(np.all(kinds[computed])):
-        # Every op is a compiled primitive: one sweep in id order (a topological order).
-        jit.forward_primitives(computed, kinds, graph.parent_offsets, graph.parent_indices, values, 0)
-        return values
     level = levels(graph)[computed]
     order = np.argsort(level, kind="stable")  # by level, then by id
     nodes, level = computed[order], level[order]
@@ -299,10 +318,10 @@ def backward(graph: Graph, registry: OpRegistry, output: int, values: FloatArray
     ops = resolve_ops(graph, registry)
     jit = compiled_for(graph.num_nodes)
     if jit is not None:
-        kinds = _primitive_kinds(graph, ops)
-        if bool(np.all(kinds[graph.parent_counts() > 0])):  # every op compiled: one fused pass
+        table = _primitive_table(ops)
+        if _all_primitives(graph, ops, table):  # every op compiled: one fused pass
             return jit.backward_primitives(
-                graph.parent_offsets, graph.parent_indices, kinds, values, output, graph.num_nodes
+                graph.parent_offsets, graph.parent_indices, graph.op_codes, table, values, output, graph.num_nodes
             )
     reach = ancestors(graph, output)
     nodes = np.flatnonzero(reach)

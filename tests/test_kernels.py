@@ -55,8 +55,14 @@ def test_compiled_primitive_matches_the_numpy_op_bit_for_bit(op: Op, jit) -> Non
     offsets = np.cumsum(offsets)
     parents = np.array([k * m + i for i in range(m) for k in range(op.arity)], dtype=np.int32)
     values = np.concatenate([*inputs, np.zeros(m)])
+    leaves = values.copy()
     assert jit.forward_primitives(nodes, kinds, offsets, parents, values, 0) == m
     assert same_bits(values[nodes], expected)
+    # the whole-graph sweep over op codes: code 0 the leaves, code 1 the op
+    codes = (kinds != 0).astype(np.uint16)
+    table = np.array([0, kinds[nodes[0]]], dtype=np.int8)
+    jit.forward_all_primitives(codes, table, offsets, parents, leaves)
+    assert same_bits(leaves, values)
     local = np.zeros(len(parents))
     jit.primitive_derivatives(nodes, kinds, offsets, parents, values, local)
     for k in range(op.arity):

@@ -159,6 +159,26 @@ def test_parent_count_must_match_the_arity(registry: OpRegistry) -> None:
         replay.forward(g.build(), registry)
 
 
+def test_a_large_graph_names_the_same_node_with_the_wrong_parent_count(
+    registry: OpRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled arity check (large graphs) finds the first bad node, as the vectorized one does."""
+    g = GraphBuilder()
+    x = g.leaf(1.0)
+    for i in range(kernels.JIT_THRESHOLD + 10):
+        g.add("neg", [x], name=f"n{i}")
+    g.add("add", [x], name="short")  # one parent for a binary op
+    g.add("neg", [x, x], name="long")
+    graph = g.build()
+    message = r"^node short: op add takes 2 inputs but the node has 1 parent$"
+    for threshold in (0, 10**12):  # compiled, then vectorized
+        monkeypatch.setattr(kernels, "JIT_THRESHOLD", threshold)
+        with pytest.raises(OpError, match=message):
+            replay.forward(graph, registry)
+        with pytest.raises(OpError, match=message):
+            replay.backward(graph, registry, graph.num_nodes - 1)
+
+
 def test_an_op_that_raises_is_named_with_its_plugin_and_node() -> None:
     def broken(x: object) -> object:
         raise ZeroDivisionError("boom")
@@ -266,6 +286,34 @@ def test_compiled_replay_matches_the_references(registry: OpRegistry, monkeypatc
         assert same_bits(grads, reference_grads)
         assert np.array_equal(reach, np.isin(np.arange(graph.num_nodes), nodes))
         assert np.isfinite(grads).sum() > 1000
+
+
+def test_the_fused_compiled_backward_from_any_node_matches_the_reference(
+    registry: OpRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-pass backward of all-primitive graphs, from outputs in the middle of the graph too
+    (nodes after the output get 0), against the straightforward sweep, bit for bit."""
+    graph = primitives_only(kernels.JIT_THRESHOLD + 10)
+    fused = []
+    original = kernels._compiled().backward_primitives  # type: ignore[union-attr]
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        fused.append(args[5])
+        return original(*args)
+
+    monkeypatch.setattr(kernels._compiled(), "backward_primitives", spy)
+    values = replay.forward(graph, registry)
+    rng = np.random.default_rng(11)
+    outputs = [graph.num_nodes - 1, graph.num_nodes // 2, *rng.integers(20, graph.num_nodes, 3).tolist()]
+    for output in outputs:
+        grads = replay.backward(graph, registry, output, values)
+        with monkeypatch.context() as off:
+            off.setattr(kernels, "JIT_THRESHOLD", 10**12)  # the pure-Python local derivatives
+            nodes = np.flatnonzero(ancestors(graph, output))
+            local = replay.edge_derivatives(graph, registry, values, nodes)
+        assert same_bits(grads, replay.reference_sweep(graph, output, local, nodes))
+        assert not grads[output + 1 :].any()
+    assert fused == outputs  # every backward above took the fused pass
 
 
 def primitives_only(n: int) -> Graph:
