@@ -136,3 +136,45 @@ def test_compiled_structure_check_accepts_and_refuses_what_the_vectorized_one_do
         assert compiled == reference
         outcomes.add(reference if reference == "ok" else " ".join(reference.split(" ")[2:5]))
     assert len(outcomes) >= 5, outcomes  # accepted graphs and several kinds of refusal were all tried
+
+
+def random_columns(n: int, seed: int):  # type: ignore[no-untyped-def]
+    """A random DAG with 0 to 5 parents per node (repeats allowed, as in x * x), near and far."""
+    from graphsvc.graph import Graph
+
+    rng = np.random.default_rng(seed)
+    counts = rng.choice([0, 1, 2, 2, 2, 3, 5], size=n)
+    counts[: min(n, 5)] = 0
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    parents = np.empty(int(offsets[-1]), dtype=np.int32)
+    for node in range(n):
+        for slot in range(offsets[node], offsets[node + 1]):
+            near = rng.random() < 0.5
+            parents[slot] = rng.integers(max(0, node - 8), node) if near else rng.integers(0, node)
+    codes = (counts > 0).astype(np.uint16)
+    return Graph(["leaf", "add"], codes, offsets, parents, rng.standard_normal(n), outputs=[n - 1])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_orders_levels_and_ancestors_match_the_references(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphsvc.topo import ALGORITHMS, ancestors, levels, reverse_topological_order
+
+    graph = random_columns(3000, seed)
+    middle = int(np.flatnonzero(graph.parent_counts()[:1500] > 2)[-1])
+    outputs = [None, graph.num_nodes - 1, middle, 7]
+
+    def run() -> list[np.ndarray]:
+        results = [levels(graph), *(ancestors(graph, o) for o in outputs[1:])]
+        for algorithm in ALGORITHMS:
+            results += [reverse_topological_order(graph, o, algorithm) for o in outputs]
+        return results
+
+    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 0)
+    compiled = run()
+    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 10**12)
+    reference = run()
+    assert len(compiled) == len(reference) == 1 + 3 + 2 * 4
+    for ours, theirs in zip(compiled, reference, strict=True):
+        assert ours.dtype == theirs.dtype
+        assert np.array_equal(ours, theirs)
+    assert 1 < len(reference[-2]) < len(reference[-4])  # a partial order was compared too
