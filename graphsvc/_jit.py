@@ -50,24 +50,24 @@ MANY = -2
 
 
 @njit(cache=True, nogil=True)
-def inline_parents(offsets, parents, n):  # type: ignore[no-untyped-def]
+def inline_parents(offsets, parents, pairs):  # type: ignore[no-untyped-def]
     """Each node's parents side by side, ``pairs[2 * node]`` and ``pairs[2 * node + 1]`` (-1 where
     it has fewer than two; ``MANY`` in the first when it has more). A search that jumps from node to
     node then reads one cache line per node, not one in ``offsets`` and one in ``parents``."""
-    pairs = np.empty(2 * n, dtype=np.int32)
-    for node in range(n):
+    for node in range(len(offsets) - 1):
         start = offsets[node]
         count = offsets[node + 1] - start
         pairs[2 * node] = MANY if count > 2 else (parents[start] if count > 0 else -1)
         pairs[2 * node + 1] = parents[start + 1] if count == 2 else -1
-    return pairs
 
 
 @njit(cache=True, nogil=True)
-def dfs_postorder(starts, offsets, parents, n):  # type: ignore[no-untyped-def]
-    """Twin of ``topo._dfs_postorder`` (``cursor`` counts the parents already looked at)."""
-    pairs = inline_parents(offsets, parents, n)
-    visited = np.zeros(n, dtype=np.bool_)
+def dfs_postorder(starts, offsets, parents, pairs, visited):  # type: ignore[no-untyped-def]
+    """Twin of ``topo._dfs_postorder`` (``cursor`` counts the parents already looked at). Scratch
+    from the caller (numpy gives it huge pages): ``pairs``, 2 N int32; ``visited``, N booleans."""
+    n = len(visited)
+    inline_parents(offsets, parents, pairs)
+    visited[:] = False
     order = np.empty(n, dtype=np.int64)
     stack = np.empty(n, dtype=np.int64)
     cursor = np.empty(n, dtype=np.int64)
@@ -311,17 +311,19 @@ def primitive_derivatives(nodes, kinds, offsets, parents, values, local):  # typ
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def backward_primitives(offsets, parents, codes, table, values, output, n):  # type: ignore[no-untyped-def]
+def backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads):  # type: ignore[no-untyped-def]
     """``backward_sweep`` fused with ``ancestors`` and ``primitive_derivatives``, for graphs whose
     every op is a primitive (``table`` as in ``forward_all_primitives``): one pass down from
     ``output``; a node is swept once a child that depends on it has been (ids decrease, so all its
-    children come first). Same numbers, same order. Each node's value and gradient sit side by side
-    (``both[2 * node]``, ``both[2 * node + 1]``), so a parent costs one cache line, not two."""
-    both = np.empty(2 * (output + 1), dtype=np.float64)
+    children come first). Same numbers, same order; the result goes to ``grads``. Each node's value
+    and gradient sit side by side (``both[2 * node]``, ``both[2 * node + 1]``; ``2 * (output + 1)``
+    entries), so a parent costs one cache line, not two. ``reached``: ``output + 1`` booleans.
+    (Scratch arrays come from the caller: numpy asks the kernel for huge pages, which spares the
+    random accesses most of their TLB misses.)"""
     for node in range(output + 1):
         both[2 * node] = values[node]
         both[2 * node + 1] = 0.0
-    reached = np.zeros(n, dtype=np.bool_)
+        reached[node] = False
     both[2 * output + 1] = 1.0
     reached[output] = True
     for node in range(output, -1, -1):
@@ -348,9 +350,8 @@ def backward_primitives(offsets, parents, codes, table, values, output, n):  # t
         if stop - slot > 1:
             reached[second] = True
             both[2 * second + 1] += grad * dy
-    grads = np.zeros(n, dtype=np.float64)
-    grads[: output + 1] = both[1::2]
-    return grads
+    for node in range(len(grads)):
+        grads[node] = both[2 * node + 1] if node <= output else 0.0
 
 
 @njit(cache=True, nogil=True)

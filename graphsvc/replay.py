@@ -320,9 +320,11 @@ def backward(graph: Graph, registry: OpRegistry, output: int, values: FloatArray
     if jit is not None:
         table = _primitive_table(ops)
         if _all_primitives(graph, ops, table):  # every op compiled: one fused pass
-            return jit.backward_primitives(
-                graph.parent_offsets, graph.parent_indices, graph.op_codes, table, values, output, graph.num_nodes
-            )
+            grads = np.empty(graph.num_nodes, dtype=np.float64)
+            both, reached = np.empty(2 * (output + 1), dtype=np.float64), np.empty(output + 1, dtype=np.bool_)
+            codes, offsets, parents = graph.op_codes, graph.parent_offsets, graph.parent_indices
+            jit.backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads)
+            return grads
     reach = ancestors(graph, output)
     nodes = np.flatnonzero(reach)
     local = _edge_derivatives(graph, ops, values, nodes)

@@ -44,7 +44,9 @@ def reverse_topological_order(
     jit = compiled_for(graph.num_nodes)
     if jit is not None:
         if algorithm == "dfs":
-            return jit.dfs_postorder(start_array, graph.parent_offsets, graph.parent_indices, graph.num_nodes)[::-1]
+            n = graph.num_nodes
+            pairs, visited = np.empty(2 * n, dtype=np.int32), np.empty(n, dtype=np.bool_)
+            return jit.dfs_postorder(start_array, graph.parent_offsets, graph.parent_indices, pairs, visited)[::-1]
         return jit.child_count_order(start_array, graph.parent_offsets, graph.parent_indices, graph.num_nodes)
     starts = start_array.tolist()
     offsets = graph.parent_offsets.tolist()
