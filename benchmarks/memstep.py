@@ -1,12 +1,14 @@
-"""Peak memory of one step, run in a fresh process by run.py: ``memstep.py STEP FILE WARMUP_FILE``.
+"""Peak memory and time of one step, run in a fresh process by run.py: ``memstep.py STEP FILE WARMUP_FILE``.
 
 Method: import everything, load the step's inputs, and run the step once on a small warm-up graph
 (so numba, its cached kernels and the op registry are already resident). Then collect garbage, read
 the resident set size (``VmRSS``), reset the kernel's peak counter (``echo 5 > /proc/self/clear_refs``
 resets ``VmHWM``), run the step on the real graph, keep its result alive, and read ``VmHWM``. The
 step's peak is ``VmHWM - VmRSS before``: memory the step needed on top of its inputs, including its
-result. run.py sets ``MALLOC_MMAP_THRESHOLD_`` so freed large blocks go back to the kernel at once
-and cannot hide a later allocation. Prints one JSON object.
+result. For the peaks, run.py sets ``MALLOC_MMAP_THRESHOLD_`` so freed large blocks go back to the
+kernel at once and cannot hide a later allocation. ``step_seconds`` is the step's wall time (run.py
+times steps this way too, without that setting: the cost of one CLI-like use, in a process whose
+memory has not served an earlier run of the same step). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import pickle
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +88,13 @@ def main() -> None:
         gc.collect()
         before = _status("VmRSS")
         Path("/proc/self/clear_refs").write_text("5")
+        start = time.perf_counter()
         result = _run(step, path, inputs, out)
+        seconds = time.perf_counter() - start
         peak = _status("VmHWM")
         del result
-    print(json.dumps({"step": step, "baseline_bytes": before, "peak_bytes": peak, "step_peak_bytes": peak - before}))
+    row = {"step": step, "baseline_bytes": before, "peak_bytes": peak, "step_peak_bytes": peak - before}
+    print(json.dumps({**row, "step_seconds": seconds}))
 
 
 if __name__ == "__main__":

@@ -403,6 +403,34 @@ def memory(name: str, path: Path, warmup: Path, steps: tuple[str, ...], nodes: i
     return rows
 
 
+def fresh_times(name: str, path: Path, warmup: Path, runs: int) -> dict[str, dict[str, float]]:
+    """Each step's time in fresh processes (``runs`` of them per step; memstep.py times it), as one
+    use of the CLI pays it: no earlier run of the step has left its memory warm."""
+    times: dict[str, dict[str, float]] = {}
+    for step in STEPS:
+        seconds = []
+        for _ in range(runs):
+            os.sync()
+            proc = subprocess.run(
+                [sys.executable, str(HERE / "memstep.py"), step, str(path), str(warmup)],
+                capture_output=True,
+                text=True,
+                cwd=HERE.parent,
+                check=True,
+            )
+            seconds.append(json.loads(proc.stdout.strip().splitlines()[-1])["step_seconds"])
+        times[step] = stats(seconds)
+        print(f"  fresh  {name:12} {step:9} {fmt_s(times[step]['median'])}", flush=True)
+    return times
+
+
+def gather_reference(g: Graph, repeat: int) -> dict[str, float]:
+    """The memory system alone: numpy's ``values[parent_indices]``, the reads a forward sweep makes
+    (one per edge, at random places), with no graph code around them."""
+    values, parents = np.array(g.values), np.array(g.parent_indices)
+    return stats([timed(lambda: values[parents]) for _ in range(repeat)])
+
+
 def cli_startup(runs: int) -> dict[str, Any]:
     exe = shutil.which("graphsvc")
     ours = [exe, "--help"] if exe else [sys.executable, "-m", "graphsvc", "--help"]
@@ -466,8 +494,10 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             r = steps["chain"][step]["median"] / steps["dag"][step]["median"]
             add(f"deep chain / wide DAG, {step}", r, "<= 3x", r <= 3)
     for row in result["scaling"]:
+        if row["step"] == "gather":  # the hardware's own scaling, for context: not a graphsvc step
+            continue
         add(
-            f"scaling {row['step']} ({row['small']:,} -> {row['large']:,} nodes)",
+            f"scaling {row['step']}, {row['how']} ({row['small']:,} -> {row['large']:,} nodes)",
             row["time_ratio"],
             f"<= {row['limit']:.1f}x",
             row["time_ratio"] <= row["limit"],
@@ -531,6 +561,7 @@ def markdown(result: dict[str, Any]) -> str:
     for graph, steps in result["graphsvc_steps"].items():
         cells = [fmt_s(steps[s]["median"]) if s in steps else "" for s in STEPS]
         lines.append(f"| {graph} | " + " | ".join(cells) + " |")
+    lines += scaling_markdown(result)
     lines += [
         "",
         "## File sizes (bytes per node)",
@@ -583,6 +614,40 @@ def markdown(result: dict[str, Any]) -> str:
     if result["config"]["quick"]:
         lines.insert(2, "**Quick run: smaller sizes than the targets are set for.**\n")
     return "\n".join(lines)
+
+
+def scaling_markdown(result: dict[str, Any]) -> list[str]:
+    rows = result.get("scaling", [])
+    if not rows:
+        return []
+    small, large = rows[0]["small"], rows[0]["large"]
+    names = ["dag", f"dag{large}"]
+    lines = [
+        "",
+        f"## Scaling: random DAG, {small:,} -> {large:,} nodes",
+        "",
+        "In-process: the medians above (rounds in one process, which reuses its warm memory between "
+        "rounds). Fresh processes: each step timed once per process, 3 processes, median (what one CLI "
+        "use pays; benchmarks/memstep.py). Gather: numpy's `values[parent_indices]` alone, the random "
+        "reads a forward sweep makes: how this machine's memory scales when the data outgrows its caches.",
+        "",
+        f"| step | in-process {small:,} | in-process {large:,} | ratio | fresh {small:,} | fresh {large:,} | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    fresh = result.get("fresh_steps", {})
+    for step in STEPS:
+        ratio = {r["how"]: r["time_ratio"] for r in rows if r["step"] == step}
+        ours = result["graphsvc_steps"]
+        cells = [fmt_s(ours[n][step]["median"]) for n in names] + [f"{ratio['in-process rounds']:.1f}x"]
+        if fresh:
+            cells += [fmt_s(fresh[n][step]["median"]) for n in names] + [f"{ratio['fresh processes']:.1f}x"]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    gather = result.get("gather")
+    if gather:
+        r = next(r["time_ratio"] for r in rows if r["step"] == "gather")
+        cells = [fmt_s(gather[n]["median"]) for n in names] + [f"{r:.1f}x", "", "", ""]
+        lines.append("| gather (reference) | " + " | ".join(cells) + " |")
+    return lines
 
 
 # -- main --------------------------------------------------------------------------------------------------
@@ -647,21 +712,30 @@ def main(argv: list[str] | None = None) -> int:
             records = G.to_records(g) if i == 0 else None
             loaded = file_steps(bench, name, g, workdir, registry, i == 0, result["file_sizes"])
             replay_steps(bench, name, loaded, registry, None, None, records, result["checks"])
+            result.setdefault("gather", {})[name] = gather_reference(loaded, repeat)
             del g, records, loaded
             gc.collect()
         result["graphsvc_steps"] = bench.steps
         result["comparisons"] = bench.comparisons
 
         # scaling ---------------------------------------------------------------------------------
-        result["scaling"] = []
         names = ["dag"] + [f"dag{s}" for s in sizes[1:]]
+        print("fresh processes:", flush=True)
+        warm = workdir / "warmup.graphsvc"
+        result["fresh_steps"] = {name: fresh_times(name, workdir / f"{name}.graphsvc", warm, 3) for name in names}
+        result["scaling"] = []
         pairs = list(zip(names, sizes, strict=True))
         for (a, sa), (b_, sb) in itertools.pairwise(pairs):
-            for step in STEPS:
-                r = bench.steps[b_][step]["median"] / bench.steps[a][step]["median"]
-                result["scaling"].append(
-                    {"step": step, "small": sa, "large": sb, "time_ratio": r, "limit": 1.2 * sb / sa}
-                )
+            for how, table in (("in-process rounds", bench.steps), ("fresh processes", result["fresh_steps"])):
+                for step in STEPS:
+                    r = table[b_][step]["median"] / table[a][step]["median"]
+                    result["scaling"].append(
+                        {"step": step, "how": how, "small": sa, "large": sb, "time_ratio": r, "limit": 1.2 * sb / sa}
+                    )
+            r = result["gather"][b_]["median"] / result["gather"][a]["median"]
+            result["scaling"].append(
+                {"step": "gather", "how": "in-process rounds", "small": sa, "large": sb, "time_ratio": r, "limit": None}
+            )
 
         # memory ------------------------------------------------------------------------------------
         if not args.no_memory:
