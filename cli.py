@@ -261,6 +261,12 @@ def _node_line(item: dict[str, Any]) -> str:
     return "\t".join(_node_cells(item))
 
 
+def _echo_lines(lines: list[str]) -> None:
+    """One line each; nothing at all for none (an empty graph prints no blank line)."""
+    if lines:
+        typer.echo("\n".join(lines))
+
+
 #: Table columns (header, justification) of a node line, as _node_cells gives them.
 NODE_COLUMNS = (("id", "right"), ("name", "left"), ("op", "left"), ("parents", "left"))
 
@@ -312,7 +318,7 @@ def order(
     elif _wants_table(len(items)):
         _print_table(NODE_COLUMNS, [_node_cells(item) for item in items])
     else:
-        typer.echo("\n".join(_node_line(item) for item in items))
+        _echo_lines([_node_line(item) for item in items])
 
 
 @app.command()
@@ -572,7 +578,7 @@ def _report(
             if checks:
                 typer.echo("\n".join(checks))
         else:
-            typer.echo("\n".join(["\t".join(row) for row in rows] + checks))
+            _echo_lines(["\t".join(row) for row in rows] + checks)
     if not all(c.ok for c in comparisons):
         raise typer.Exit(1)
 
@@ -711,7 +717,10 @@ def render(
             autocompletion=_complete_node,
         ),
     ] = None,
-    depth: Annotated[int, typer.Option("--depth", help="With --around: at most this many edges away, either way.")] = 2,
+    depth: Annotated[
+        int | None,
+        typer.Option("--depth", help="With --around: at most this many edges away, either way (default 2)."),
+    ] = None,
     replay_first: Annotated[
         bool, typer.Option("--replay", help="Replay forward and backward first, so the boxes show fresh gradients.")
     ] = False,
@@ -735,6 +744,8 @@ def render(
     """
     from graphsvc import render as drawing
 
+    if depth is not None and around is None:
+        raise UsageError("--depth goes with --around NODE: it limits the picture to the nodes near that one")
     graph = _load(file)
     if replay_first:
         from graphsvc import replay
@@ -749,7 +760,7 @@ def render(
     elif output is not None:
         raise UsageError("--output chooses the node to differentiate: it needs --replay")
     with _progress(f"drawing {out}"):
-        drawn = drawing.render(graph, out, around=around, depth=depth)
+        drawn = drawing.render(graph, out, around=around, depth=2 if depth is None else depth)
     typer.echo(f"wrote {out} ({drawn} of {graph.num_nodes} nodes)", err=True)
 
 

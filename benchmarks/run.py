@@ -26,6 +26,11 @@ forms are described in benchmarks/graphs.py. What is timed, and how:
   process (torch_backward.py says why), with the same timing function; its rounds are paired with
   graphsvc's rounds in this process.
 * Peak memory: each step in a fresh process (benchmarks/memstep.py explains the method).
+* Scaling (N -> 10N nodes of the random DAG) is given two ways: the in-process medians above, and
+  each step timed in 3 fresh processes (a process that has not run the step before, as one CLI use;
+  the in-process rounds reuse memory an earlier round warmed up). Beside them, numpy's plain gather
+  ``values[parent_indices]`` (the random reads a forward sweep makes) shows how the machine's memory
+  alone scales once the graph outgrows the caches.
 """
 
 from __future__ import annotations

@@ -217,6 +217,11 @@ class _Loader:
             if impl.wrapper or impl.hookwrapper:
                 self._problem(label, f"bad hook: {_HOOK} must not be a hook wrapper")
                 return None
+            if "register" not in impl.argnames:  # pluggy accepts it; it could never register an op
+                self._problem(
+                    label, f"bad hook: {_HOOK}() takes no argument, so it cannot register ops: {_HOOK}(register)"
+                )
+                return None
         return impls
 
 

@@ -47,6 +47,13 @@ def test_order_defaults_to_dfs_over_the_whole_graph() -> None:
     assert invoke("order", SEED000)[1].splitlines() == SEED000_LINES
 
 
+def test_an_empty_graph_orders_and_replays_to_no_lines(tmp_path: Path) -> None:
+    path = tmp_path / "empty.msgpack"
+    fmt.save(GraphBuilder().build(), path)
+    assert invoke("order", str(path)) == (0, "", "")
+    assert invoke("forward", str(path)) == (0, "", "")
+
+
 @pytest.mark.parametrize("output", ["t3", "4"])
 def test_order_json_from_one_output_by_name_or_id(output: str) -> None:
     code, out, err = invoke("order", SEED000, "--output", output, "--algorithm", "kahn", "--json")

@@ -94,6 +94,16 @@ def test_output_without_replay_is_a_usage_error(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("depth", ["-1", "3"])
+def test_depth_without_around_is_a_usage_error(tmp_path: Path, depth: str) -> None:
+    code, _, stderr = run("render", str(SEED004), "--depth", depth, "-o", str(tmp_path / "g.dot"))
+    assert (code, stderr) == (
+        2,
+        "Error: --depth goes with --around NODE: it limits the picture to the nodes near that one\n",
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("around", "depth", "drawn"),
     [

@@ -236,6 +236,13 @@ BROKEN = {
         def graphsvc_register_ops(registry):
             pass
     """,
+    "no_argument": """
+        from graphsvc.hookspecs import hookimpl
+
+        @hookimpl
+        def graphsvc_register_ops():
+            pass
+    """,
     "malformed_op": """
         from graphsvc.hookspecs import hookimpl
         from graphsvc.ops import Op
@@ -276,6 +283,11 @@ def test_broken_plugins_are_reported_by_name_and_the_rest_still_load(tmp_path: P
         PluginProblem(
             paths["bad_signature"],
             "bad hook: graphsvc_register_ops(registry) must take the one argument the hook passes: "
+            "graphsvc_register_ops(register)",
+        ),
+        PluginProblem(
+            paths["no_argument"],
+            "bad hook: graphsvc_register_ops() takes no argument, so it cannot register ops: "
             "graphsvc_register_ops(register)",
         ),
         PluginProblem(paths["malformed_op"], "malformed op: an op's name must be a non-empty string, not ''"),
