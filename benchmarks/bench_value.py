@@ -10,7 +10,9 @@ benchmarks/results/bench_value.json. What is timed, and how:
   ``micrograd/nn.py`` source runs twice: once as micrograd ships it, once executed into a fresh
   module whose ``Value`` is graphsvc's (``nn.py`` does ``from micrograd.engine import Value`` and
   looks the name up at call time). The same random seed gives both the same weights; the outputs
-  are checked equal. Target: graphsvc at most 1.5x micrograd.
+  are checked equal. Target: graphsvc at most 1.5x micrograd. Then ``backward()`` on each graph
+  (micrograd: build_topo and each value's closure; graphsvc: trace to columns, one replay, and the
+  gradients added back to the values), the gradients checked equal in the first round.
 * Each round runs micrograd, then graphsvc; a ratio is graphsvc time / micrograd time within a
   round; min, median and max are over rounds. The graphs are dropped and ``gc.collect()`` runs
   between builds. The rounds run twice: with the cyclic garbage collector paused during each build
@@ -94,27 +96,49 @@ def mlp_comparison(width: int, repeat: int) -> dict[str, Any]:
     ours_nn = nn_module_with(Value)
     report: dict[str, Any] = {"width": width}
     for pause_gc in (True, False):
-        times: dict[str, list[float]] = {"micrograd": [], "graphsvc": []}
+        times: dict[str, list[float]] = {"micrograd": [], "graphsvc": [], "micrograd_bw": [], "graphsvc_bw": []}
         for round_ in range(repeat):
             t_micro, out_micro = timed(partial(build_mlp, micro_nn, width, round_), pause_gc=pause_gc)
             data_micro = out_micro.data
+            times["micrograd_bw"].append(timed(out_micro.backward, pause_gc=pause_gc)[0])
+            grads_micro = sorted(v.grad for v in _micrograd_values(out_micro)) if round_ == 0 else None
             del out_micro
             t_ours, out_ours = timed(partial(build_mlp, ours_nn, width, round_), pause_gc=pause_gc)
             if out_ours.data != data_micro:
                 raise SystemExit(f"outputs differ: graphsvc {out_ours.data!r}, micrograd {data_micro!r}")
+            times["graphsvc_bw"].append(timed(out_ours.backward, pause_gc=pause_gc)[0])
+            if grads_micro is not None and not _close(sorted(trace(out_ours).grads.tolist()), grads_micro):
+                raise SystemExit("backward(): graphsvc's gradients differ from micrograd's")
             if "nodes" not in report:
                 report["nodes"] = trace(out_ours).num_nodes
             del out_ours
             times["micrograd"].append(t_micro)
             times["graphsvc"].append(t_ours)
-        ratios = [o / m for o, m in zip(times["graphsvc"], times["micrograd"], strict=True)]
         key = "gc_paused" if pause_gc else "gc_running"
-        report[key] = {
-            "micrograd_s": stats(times["micrograd"]),
-            "graphsvc_s": stats(times["graphsvc"]),
-            "ratio": stats(ratios),
-        }
+        report[key] = _paired(times["micrograd"], times["graphsvc"])
+        report[f"backward_{key}"] = _paired(times["micrograd_bw"], times["graphsvc_bw"])
     return report
+
+
+def _paired(micrograd: list[float], ours: list[float]) -> dict[str, Any]:
+    ratios = [o / m for o, m in zip(ours, micrograd, strict=True)]
+    return {"micrograd_s": stats(micrograd), "graphsvc_s": stats(ours), "ratio": stats(ratios)}
+
+
+def _micrograd_values(root: Any) -> list[Any]:
+    seen, stack = {id(root): root}, [root]
+    while stack:
+        for parent in stack.pop()._prev:
+            if id(parent) not in seen:
+                seen[id(parent)] = parent
+                stack.append(parent)
+    return list(seen.values())
+
+
+def _close(ours: list[float], theirs: list[float]) -> bool:
+    if len(ours) != len(theirs):
+        return False
+    return all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip(ours, theirs, strict=True))
 
 
 def random_dag(value_class: Callable[[float], Any], n: int, seed: int) -> Any:
@@ -164,14 +188,18 @@ def show(mlp: dict[str, Any], linear: list[dict[str, Any]]) -> str:
         f"{'gc':10} {'micrograd s (median)':>21} {'graphsvc s (median)':>20} "
         f"{'graphsvc/micrograd min / median / max':>40}",
     ]
-    for key in ("gc_paused", "gc_running"):
+    for key in ("gc_paused", "gc_running", "", "backward_gc_paused", "backward_gc_running"):
+        if not key:
+            lines.append(f"target: at most {TARGET_RATIO}x")
+            lines.append("then backward() on that graph (every node's gradient)")
+            continue
         row = mlp[key]
         r = row["ratio"]
         lines.append(
-            f"{key:10} {row['micrograd_s']['median']:21.3f} {row['graphsvc_s']['median']:20.3f} "
+            f"{key.removeprefix('backward_'):10} {row['micrograd_s']['median']:21.3f} "
+            f"{row['graphsvc_s']['median']:20.3f} "
             f"{r['min']:22.2f}x / {r['median']:.2f}x / {r['max']:.2f}x  (runs {r['runs']})"
         )
-    lines.append(f"target: at most {TARGET_RATIO}x")
     lines.append("")
     lines.append(f"{'step':15} {'nodes':>10} {'min s':>8} {'median s':>9} {'max s':>8} {'us/node (min)':>14}")
     for row in linear:

@@ -285,7 +285,7 @@ def graph_from_lists(
     np.cumsum(counts, out=offsets[1:])
     return Graph(
         op_table=op_table,
-        op_codes=np.fromiter((code_of[tag] for tag in tags), dtype=OP_CODE_DTYPE, count=len(tags)),
+        op_codes=np.fromiter(map(code_of.__getitem__, tags), dtype=OP_CODE_DTYPE, count=len(tags)),
         parent_offsets=offsets,
         parent_indices=np.fromiter(parents, dtype=INDEX_DTYPE, count=int(offsets[-1])),
         values=np.fromiter(values, dtype=FLOAT_DTYPE, count=len(tags)),

@@ -35,7 +35,9 @@ import math
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
 from numbers import Real
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from graphsvc.errors import OpError, UsageError
@@ -370,28 +372,34 @@ def _gc_paused() -> Iterator[None]:
 def _postorder(outputs: Sequence[Value]) -> tuple[list[Value], dict[Value, int]]:
     """Depth-first post-order from each output in turn, parents in stored order, without recursion.
 
-    It is micrograd's ``build_topo`` made iterative: every value comes after its parents, and the
-    order depends only on the graph, so tracing the same expression twice gives the same ids.
-    Returns the order and each value's position in it.
+    It is micrograd's ``build_topo`` made iterative (a stack of (value, iterator over its parents)):
+    every value comes after its parents, and the order depends only on the graph, so tracing the
+    same expression twice gives the same ids. Returns the order and each value's position in it.
     """
     index: dict[Value, int] = {}
     order: list[Value] = []
-    stack = list(reversed(outputs))
-    push, pop, extend, state_of = stack.append, stack.pop, stack.extend, index.get
-    while stack:
-        node = pop()
-        state = state_of(node)
-        if state is None:  # first visit: come back to it after its parents
-            index[node] = -1
-            push(node)
-            parents = node._parents
-            if len(parents) == 1:
-                push(parents[0])
-            elif parents:
-                extend(parents[::-1])
-        elif state == -1:  # its parents are done (a DAG cannot reach it again before this)
-            index[node] = len(order)
-            order.append(node)
+    append = order.append
+    for output in outputs:
+        if output in index:
+            continue
+        index[output] = -1  # on the stack
+        stack = [(output, iter(output._parents))]
+        push, pop = stack.append, stack.pop
+        while stack:
+            node, parents = stack[-1]
+            for parent in parents:
+                if parent not in index:
+                    if not parent._parents:  # a leaf: done at once, no stack entry
+                        index[parent] = len(order)
+                        append(parent)
+                        continue
+                    index[parent] = -1
+                    push((parent, iter(parent._parents)))
+                    break
+            else:  # every parent done (a DAG cannot reach a value on the stack again)
+                pop()
+                index[node] = len(order)
+                append(node)
     return order, index
 
 
@@ -423,12 +431,13 @@ def _graph(
 
     from graphsvc.graph import FLOAT_DTYPE, OpSource, graph_from_lists
 
+    parents = list(map(attrgetter("_parents"), nodes))
     graph = graph_from_lists(
-        [node._op for node in nodes],
-        map(len, (node._parents for node in nodes)),
-        (index[p] for node in nodes for p in node._parents),
-        (node.data for node in nodes),
-        attrs={i: dict(node._attrs) for i, node in enumerate(nodes) if node._attrs},
+        list(map(attrgetter("_op"), nodes)),
+        map(len, parents),
+        map(index.__getitem__, chain.from_iterable(parents)),
+        map(attrgetter("data"), nodes),
+        attrs={i: dict(attrs) for i, attrs in enumerate(map(attrgetter("_attrs"), nodes)) if attrs},
         outputs=list(dict.fromkeys(index[o] for o in outputs)),
     )
     if extras:

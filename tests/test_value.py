@@ -276,6 +276,40 @@ def test_trace_order_is_a_depth_first_post_order() -> None:
     assert graph.grads.tolist() == [22.0, 17.0, 5.0, 5.0, 5.0, 7.0, 1.0]
 
 
+def build_topo(root: Value) -> list[Value]:
+    """micrograd's own build_topo (engine.py), recursive, over graphsvc's parents in order."""
+    topo: list[Value] = []
+    visited: set[int] = set()
+
+    def visit(v: Value) -> None:
+        if id(v) not in visited:
+            visited.add(id(v))
+            for child in v.parents:
+                visit(child)
+            topo.append(v)
+
+    visit(root)
+    return topo
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_trace_order_is_micrograds_build_topo_on_random_graphs(seed: int) -> None:
+    """Shared leaves and inner values, x * x, unary and binary ops, several roots reaching each other."""
+    rng = np.random.default_rng(seed)
+    values = [Value(float(rng.uniform(0.5, 1.5))) for _ in range(6)]
+    for _ in range(300):
+        x, y = (values[int(i)] for i in rng.integers(0, len(values), 2))
+        kind = int(rng.integers(0, 4))
+        values.append(x * y if kind == 0 else x + y if kind == 1 else x.relu() if kind == 2 else x * x)
+    root = values[-1]
+    assert trace(root).values.tolist() == [v.data for v in build_topo(root)]
+    ids = {id(v): i for i, v in enumerate(build_topo(root))}
+    graph = trace(root)
+    assert [graph.parents(i) for i in range(graph.num_nodes)] == [
+        [ids[id(p)] for p in v.parents] for v in build_topo(root)
+    ]
+
+
 def test_trace_of_several_outputs_and_op_sources() -> None:
     needs_example_plugins()
     x = Value(2.0, name="x")
