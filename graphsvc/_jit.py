@@ -109,28 +109,45 @@ def dfs_postorder(starts, offsets, parents, pairs, visited):  # type: ignore[no-
 
 
 @njit(cache=True, nogil=True)
-def child_count_order(starts, offsets, parents, n):  # type: ignore[no-untyped-def]
-    """Twin of ``topo._child_count_order`` (``starts`` already free of repeats)."""
-    counts = np.zeros(n, dtype=np.int64)
-    seen = np.zeros(n, dtype=np.bool_)
-    stack = np.empty(n, dtype=np.int64)
-    top = 0
+def child_count_order(starts, offsets, parents, pairs, counts, reached):  # type: ignore[no-untyped-def]
+    """Twin of ``topo._child_count_order`` (``starts`` already free of repeats). Scratch from the
+    caller: ``pairs`` (2 N int32, see ``inline_parents``), ``counts`` (N int64), ``reached`` (N booleans).
+
+    The counts do not depend on the order they are made in, so they come from one sweep down the
+    ids (parents have smaller ids than their children: a node is reached before it is swept), which
+    can ask for the counters it will update ahead of time; the reference walks a stack instead."""
+    n = len(reached)
+    inline_parents(offsets, parents, pairs)
+    counts[:] = 0
+    reached[:] = False
+    highest = -1
     for start in starts:
-        if not seen[start]:
-            seen[start] = True
-            stack[top] = start
-            top += 1
-    while top > 0:
-        top -= 1
-        node = stack[top]
-        for slot in range(offsets[node], offsets[node + 1]):
-            parent = parents[slot]
-            counts[parent] += 1
-            if not seen[parent]:
-                seen[parent] = True
-                stack[top] = parent
-                top += 1
+        reached[start] = True
+        highest = max(highest, start)
+    for node in range(highest, -1, -1):
+        ahead = node - AHEAD
+        if ahead >= 0 and pairs[2 * ahead] >= 0:
+            _prefetch_write(counts, pairs[2 * ahead])
+            _prefetch_write(reached, pairs[2 * ahead])
+            if pairs[2 * ahead + 1] >= 0:
+                _prefetch_write(counts, pairs[2 * ahead + 1])
+                _prefetch_write(reached, pairs[2 * ahead + 1])
+        if not reached[node]:
+            continue
+        first = pairs[2 * node]
+        if first == MANY:
+            for slot in range(offsets[node], offsets[node + 1]):
+                counts[parents[slot]] += 1
+                reached[parents[slot]] = True
+        elif first >= 0:
+            counts[first] += 1
+            reached[first] = True
+            second = pairs[2 * node + 1]
+            if second >= 0:
+                counts[second] += 1
+                reached[second] = True
     order = np.empty(n, dtype=np.int64)
+    stack = np.empty(n, dtype=np.int64)
     count = 0
     top = 0
     for start in starts:
@@ -142,11 +159,19 @@ def child_count_order(starts, offsets, parents, n):  # type: ignore[no-untyped-d
         node = stack[top]
         order[count] = node
         count += 1
-        for slot in range(offsets[node], offsets[node + 1]):
-            parent = parents[slot]
+        # (inline helpers for "the k-th parent" measured 2x slower here than spelling it out)
+        first = pairs[2 * node]
+        many = first == MANY
+        if many:
+            stop = offsets[node + 1] - offsets[node]
+        else:
+            stop = 0 if first < 0 else (1 if pairs[2 * node + 1] < 0 else 2)
+        for k in range(stop):
+            parent = parents[offsets[node] + k] if many else (first if k == 0 else pairs[2 * node + 1])
             if counts[parent] == 1:
                 stack[top] = parent
                 top += 1
+                _prefetch_read(pairs, 2 * parent)  # popped soon
             else:
                 counts[parent] -= 1
     return order[:count]

@@ -43,11 +43,12 @@ def reverse_topological_order(
     start_array = graph.sinks() if output is None else np.array([output], dtype=np.int64)
     jit = compiled_for(graph.num_nodes)
     if jit is not None:
+        # scratch arrays from numpy, which asks for huge pages: fewer TLB misses on random access
+        n, offsets, parents = graph.num_nodes, graph.parent_offsets, graph.parent_indices
+        pairs, seen = np.empty(2 * n, dtype=np.int32), np.empty(n, dtype=np.bool_)
         if algorithm == "dfs":
-            n = graph.num_nodes
-            pairs, visited = np.empty(2 * n, dtype=np.int32), np.empty(n, dtype=np.bool_)
-            return jit.dfs_postorder(start_array, graph.parent_offsets, graph.parent_indices, pairs, visited)[::-1]
-        return jit.child_count_order(start_array, graph.parent_offsets, graph.parent_indices, graph.num_nodes)
+            return jit.dfs_postorder(start_array, offsets, parents, pairs, seen)[::-1]
+        return jit.child_count_order(start_array, offsets, parents, pairs, np.empty(n, dtype=np.int64), seen)
     starts = start_array.tolist()
     offsets = graph.parent_offsets.tolist()
     parents = graph.parent_indices.tolist()
