@@ -221,44 +221,45 @@ class _NarrowReplay:
 
     def run(self, nodes: npt.NDArray[np.int64], values: FloatArray) -> None:
         jit = compiled_for(self.graph.num_nodes)
-        if self.kinds is None or jit is None:
-            self._run_python(nodes, values)
-            return
-        graph, position = self.graph, 0
-        while position < len(nodes):
-            position = jit.forward_primitives(
-                nodes, self.kinds, graph.parent_offsets, graph.parent_indices, values, position
-            )
-            if position < len(nodes):
-                self._run_python(nodes[position : position + 1], values)
-                position += 1
-
-    def _run_python(self, nodes: npt.NDArray[np.int64], values: FloatArray) -> None:
-        ops, codes, offsets, parents = self.ops, self.codes, self.offsets, self.parents
-        all_attrs = self.graph.attrs
-        empty: dict[str, Any] = {}
-        scalar_types = (float, np.float64)
         with np.errstate(all="ignore"):
-            for node in nodes.tolist():
-                op = ops[codes[node]]
-                assert op is not None and op.forward is not None
-                inputs = [values[p] for p in parents[offsets[node] : offsets[node + 1]]]  # numpy float64s
-                attrs = all_attrs.get(node, empty)
-                try:
-                    if op.vectorized:
-                        result = op.forward(*inputs, **attrs)
-                    else:
-                        result = op.forward(*[float(x) for x in inputs], **attrs)
-                except Exception:
-                    result = None
-                if type(result) not in scalar_types:
-                    # A function that refuses scalars, a result to check, or an error to report:
-                    # call it as the grouped path does, on a group of one node.
-                    try:
-                        result = evaluate(op, [np.array([x]) for x in inputs], attrs)[0]
-                    except ReplayError as exc:
-                        raise ReplayError(f"node {self.graph.label(node)}: {exc}") from exc.__cause__
-                values[node] = result
+            if self.kinds is None or jit is None:
+                for node in nodes.tolist():
+                    self._one(node, values)
+                return
+            graph, position, count = self.graph, 0, len(nodes)
+            while position < count:
+                position = jit.forward_primitives(
+                    nodes, self.kinds, graph.parent_offsets, graph.parent_indices, values, position
+                )
+                if position < count:
+                    self._one(int(nodes[position]), values)
+                    position += 1
+
+    def _one(self, node: int, values: FloatArray) -> None:
+        """Compute one node with its op's function (inside the caller's ``np.errstate``)."""
+        op = self.ops[self.codes[node]]
+        assert op is not None and op.forward is not None
+        offsets = self.offsets
+        inputs = [values[p] for p in self.parents[offsets[node] : offsets[node + 1]]]  # numpy float64s
+        attrs = self.graph.attrs.get(node, _NO_ATTRS)
+        try:
+            if op.vectorized:
+                result = op.forward(*inputs, **attrs)
+            else:
+                result = op.forward(*[float(x) for x in inputs], **attrs)
+        except Exception:
+            result = None
+        if type(result) is not float and type(result) is not np.float64:
+            # A function that refuses scalars, a result to check, or an error to report:
+            # call it as the grouped path does, on a group of one node.
+            try:
+                result = evaluate(op, [np.array([x]) for x in inputs], attrs)[0]
+            except ReplayError as exc:
+                raise ReplayError(f"node {self.graph.label(node)}: {exc}") from exc.__cause__
+        values[node] = result
+
+
+_NO_ATTRS: Mapping[str, Any] = {}
 
 
 def _forward_group(graph: Graph, group: _Group, values: FloatArray) -> None:

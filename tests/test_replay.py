@@ -316,6 +316,26 @@ def test_the_fused_compiled_backward_from_any_node_matches_the_reference(
     assert fused == outputs  # every backward above took the fused pass
 
 
+def test_a_deep_chain_mixing_primitives_and_other_ops_replays_like_the_reference(
+    registry: OpRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """x = tanh(x * w + b), repeated: narrow levels, compiled runs of mul and add between tanh calls."""
+    g = GraphBuilder()
+    x, w, b = g.leaf(0.3, name="x"), g.leaf(0.9, name="w"), g.leaf(0.05, name="b")
+    steps = kernels.JIT_THRESHOLD // 3 + 10
+    for _ in range(steps):
+        x = g.add("tanh", [g.add("add", [g.add("mul", [x, w]), b])])
+    graph = g.build()
+    values = replay.forward(graph, registry)
+    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 10**12)
+    reference = replay.forward(graph, registry)
+    assert same_bits(values, reference)
+    expected = 0.3
+    for _ in range(steps):
+        expected = math.tanh(expected * 0.9 + 0.05)
+    assert values[-1] == pytest.approx(expected, rel=1e-12)
+
+
 def primitives_only(n: int) -> Graph:
     """A random DAG of compiled primitives only (replayed in one compiled sweep)."""
     rng = np.random.default_rng(5)
