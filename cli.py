@@ -575,8 +575,7 @@ def _report(
         if _wants_table(len(rows)):
             columns = [*NODE_COLUMNS, ("value", "right"), *([("grad", "right")] if grads is not None else [])]
             _print_table(columns, rows)
-            if checks:
-                typer.echo("\n".join(checks))
+            _echo_lines(checks)
         else:
             _echo_lines(["\t".join(row) for row in rows] + checks)
     if not all(c.ok for c in comparisons):

@@ -32,7 +32,6 @@ import importlib.util
 import json
 import platform
 import random
-import statistics
 import sys
 import time
 import types
@@ -46,6 +45,8 @@ if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
 import graphsvc  # noqa: E402
+from benchmarks.graphs import micrograd_postorder  # noqa: E402
+from benchmarks.run import stats  # noqa: E402
 from graphsvc.micrograd_import import from_micrograd  # noqa: E402
 from graphsvc.value import Value, trace  # noqa: E402
 
@@ -85,10 +86,6 @@ def timed(fn: Callable[[], Any], *, pause_gc: bool) -> tuple[float, Any]:
     return elapsed, result
 
 
-def stats(xs: list[float]) -> dict[str, float]:
-    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "runs": len(xs)}
-
-
 def mlp_comparison(width: int, repeat: int) -> dict[str, Any]:
     from micrograd import engine
 
@@ -101,7 +98,7 @@ def mlp_comparison(width: int, repeat: int) -> dict[str, Any]:
             t_micro, out_micro = timed(partial(build_mlp, micro_nn, width, round_), pause_gc=pause_gc)
             data_micro = out_micro.data
             times["micrograd_bw"].append(timed(out_micro.backward, pause_gc=pause_gc)[0])
-            grads_micro = sorted(v.grad for v in _micrograd_values(out_micro)) if round_ == 0 else None
+            grads_micro = sorted(v.grad for v in micrograd_postorder(out_micro)) if round_ == 0 else None
             del out_micro
             t_ours, out_ours = timed(partial(build_mlp, ours_nn, width, round_), pause_gc=pause_gc)
             if out_ours.data != data_micro:
@@ -123,16 +120,6 @@ def mlp_comparison(width: int, repeat: int) -> dict[str, Any]:
 def _paired(micrograd: list[float], ours: list[float]) -> dict[str, Any]:
     ratios = [o / m for o, m in zip(ours, micrograd, strict=True)]
     return {"micrograd_s": stats(micrograd), "graphsvc_s": stats(ours), "ratio": stats(ratios)}
-
-
-def _micrograd_values(root: Any) -> list[Any]:
-    seen, stack = {id(root): root}, [root]
-    while stack:
-        for parent in stack.pop()._prev:
-            if id(parent) not in seen:
-                seen[id(parent)] = parent
-                stack.append(parent)
-    return list(seen.values())
 
 
 def _close(ours: list[float], theirs: list[float]) -> bool:

@@ -639,10 +639,9 @@ def scaling_markdown(result: dict[str, Any]) -> list[str]:
         f"| step | in-process {small:,} | in-process {large:,} | ratio | fresh {small:,} | fresh {large:,} | ratio |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    fresh = result.get("fresh_steps", {})
+    fresh, ours = result.get("fresh_steps", {}), result["graphsvc_steps"]
     for step in STEPS:
         ratio = {r["how"]: r["time_ratio"] for r in rows if r["step"] == step}
-        ours = result["graphsvc_steps"]
         cells = [fmt_s(ours[n][step]["median"]) for n in names] + [f"{ratio['in-process rounds']:.1f}x"]
         if fresh:
             cells += [fmt_s(fresh[n][step]["median"]) for n in names] + [f"{ratio['fresh processes']:.1f}x"]
