@@ -1,7 +1,9 @@
 """The property both the atheris harness (fuzz_loads.py) and the hypothesis tests check.
 
 ``graphsvc.format.loads`` either returns a graph or raises a one-line ``FormatError``, never another
-exception, and never one that format.py's safety net caught; and a graph that loads survives what
+exception, and never one that format.py's safety net caught; it decides exactly as the general
+reader does (msgpack decoding the whole document), whether the fast reader of canonical files took
+the bytes or not: the same graph, or the same error; and a graph that loads survives what
 the CLI does with it: encode and reload to the same bytes, both orderings, depth, forward and
 backward replay with the builtin ops, where only a ``GraphsvcError`` may escape.
 """
@@ -17,6 +19,7 @@ from graphsvc.topo import depth, reverse_topological_order
 
 def check_input(data: bytes, registry: OpRegistry) -> None:
     """Raise AssertionError when ``data`` breaks the property."""
+    general = _general_outcome(data)
     try:
         graph = fmt.loads(data)
     except FormatError as exc:
@@ -24,8 +27,10 @@ def check_input(data: bytes, registry: OpRegistry) -> None:
         assert message and "\n" not in message, f"not a one-line error: {message!r}"
         # format.py's safety net turns a bug into "invalid document: ..."; reaching it is a failure
         assert not message.startswith("invalid document: "), f"the safety net caught a bug: {message}"
+        assert general == message, f"the general reader says {general!r}, loads() says {message!r}"
         return
     encoded = fmt.dumps(graph)
+    assert general == encoded, "the general reader decodes another graph than loads()"
     assert fmt.dumps(fmt.loads(encoded)) == encoded, "a loaded graph does not round-trip to the same bytes"
     for algorithm in ("dfs", "kahn"):
         reverse_topological_order(graph, None, algorithm)
@@ -36,3 +41,12 @@ def check_input(data: bytes, registry: OpRegistry) -> None:
             replay.backward(graph, registry, output, values)
     except GraphsvcError:
         pass
+
+
+def _general_outcome(data: bytes) -> bytes | str:
+    """What the general reader makes of ``data``: the graph's canonical bytes, or the error's text."""
+    try:
+        doc = fmt._decode(data, fmt.DEFAULT_LIMITS)
+        return fmt.dumps(fmt._validate_versioned(doc, fmt.DEFAULT_LIMITS)[0])
+    except FormatError as exc:
+        return str(exc)

@@ -13,15 +13,15 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 import msgpack
 import numpy as np
 import numpy.typing as npt
 
+from graphsvc import fastload
 from graphsvc.atomic import atomic_writer
 from graphsvc.errors import FormatError, GraphFileError, GraphStructureError
 from graphsvc.graph import (
@@ -378,13 +378,17 @@ def _read_column(nodes: dict[str, Any], key: str, expected_length: int | None) -
         raise FormatError(f"{where}.length is negative ({length})")
     if expected_length is not None and length != expected_length:
         raise FormatError(f"{where}.length is {length}, expected {expected_length}")
-    data = _expect(column.get("data"), bytes, f"{where}.data")
+    data = column.get("data")
+    if not isinstance(data, np.ndarray):  # read by fastload: a buffer of its own, else bytes
+        data = _expect(data, bytes, f"{where}.data")
     if len(data) != length * expected_dtype.itemsize:
         raise FormatError(
             f"{where}.data holds {len(data)} bytes, but {length} x {expected_dtype.str} needs "
             f"{length * expected_dtype.itemsize}"
         )
-    return np.frombuffer(data, dtype=expected_dtype)
+    array = np.frombuffer(data, dtype=expected_dtype)
+    array.flags.writeable = False  # as a view of bytes is: a loaded graph's columns are read-only
+    return array
 
 
 def _read_version(doc: dict[str, Any]) -> tuple[int, int]:
@@ -473,7 +477,42 @@ def loads(data: bytes, limits: Limits = DEFAULT_LIMITS) -> Graph:
     """Decode and validate a graph. Any problem raises :class:`FormatError`, never another error."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError("loads() takes bytes")
-    return _validate_versioned(_decode(bytes(data), limits), limits)[0]
+    data = bytes(data)
+    return _read(fastload.BytesSource(data), lambda: data, limits)[0]
+
+
+def _read(source: fastload.Source, everything: Callable[[], bytes], limits: Limits) -> tuple[Graph, tuple[int, int]]:
+    """Read a canonical file the fast way; anything else (or any problem) the general way, which
+    gets ``everything`` and words the error."""
+    try:
+        doc = _decode_canonical(source, limits)
+    except (fastload.NotCanonical, FormatError):
+        data = everything()
+        doc = _decode(data, limits)
+        del data  # the decoded columns hold their own copy; free the file's bytes before validating
+    return _validate_versioned(doc, limits)
+
+
+_TAIL_KEYS = _REQUIRED_KEYS[4:]
+
+
+def _decode_canonical(source: fastload.Source, limits: Limits) -> dict[str, Any]:
+    """The document of a file in graphsvc's own layout, each column read into a buffer of its own.
+
+    The parts around the columns are decoded by msgpack with every check, as maps of their own.
+    """
+    layout = fastload.scan(source, tuple(COLUMN_DTYPES)[:4], "grads")
+    head_start, head_end = layout.head
+    head = _decode(b"\x83" + source.read(head_start, head_end - head_start), limits)
+    tail_start, tail_end = layout.tail
+    tail = _decode(bytes([0x80 | len(_TAIL_KEYS)]) + source.read(tail_start, tail_end - tail_start), limits)
+    if tuple(tail) != _TAIL_KEYS:
+        raise fastload.NotCanonical
+    nodes: dict[str, Any] = {"count": layout.count}
+    for span in layout.columns:
+        data = fastload.read_column(source, span)
+        nodes[span.key] = {"dtype": span.dtype, "length": span.length, "data": data}
+    return {**head, "nodes": nodes, **tail}
 
 
 def _validate_versioned(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
@@ -548,16 +587,18 @@ def load(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) -> Graph
 def load_versioned(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) -> tuple[Graph, tuple[int, int]]:
     """Like :func:`load`, and also return the file's format version ``(major, minor)``."""
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb", buffering=0) as file:
+
+            def everything() -> bytes:
+                file.seek(0)
+                return file.read()
+
+            return _read(fastload.FileSource(file.fileno()), everything, limits)
     except FileNotFoundError:
         raise GraphFileError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise GraphFileError(f"{path}: is a folder, not a graph file") from None
     except OSError as exc:
         raise GraphFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        doc = _decode(data, limits)
-        del data  # the decoded columns hold their own copy; free the file's bytes before validating
-        return _validate_versioned(doc, limits)
     except FormatError as exc:
         raise FormatError(f"{path}: {exc}") from None

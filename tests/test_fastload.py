@@ -1,0 +1,170 @@
+"""The fast reader of canonical files: where it finds each part, that it reads exactly what the
+general reader (msgpack decoding the whole document) reads, and that it hands anything else over."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+
+from graphsvc import fastload
+from graphsvc import format as fmt
+from graphsvc.graph import GraphBuilder
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_FILES = sorted((ROOT / "schemas" / "examples").glob("*.msgpack")) + sorted((ROOT / "examples").glob("*.msgpack"))
+COLUMNS = ("op_codes", "parent_offsets", "parent_indices", "values")
+
+
+def scan(data: bytes) -> fastload.Layout:
+    return fastload.scan(fastload.BytesSource(data), COLUMNS, "grads")
+
+
+def general(data: bytes) -> bytes:
+    """The graph the general reader decodes, as its canonical bytes."""
+    doc = fmt._decode(data, fmt.DEFAULT_LIMITS)
+    return fmt.dumps(fmt._validate_versioned(doc, fmt.DEFAULT_LIMITS)[0])
+
+
+def chain(n: int, grads: bool = False) -> bytes:
+    """x, then n - 1 nodes each adding the one before to x; large enough for 4-byte bin headers."""
+    b = GraphBuilder()
+    x = b.leaf(0.5, name="x")
+    node = x
+    for _ in range(n - 1):
+        node = b.add("add", [node, x], value=1.25)
+    graph = b.build(outputs=[node], metadata={"by": "test"})
+    if grads:
+        graph.grads = np.arange(n, dtype=np.float64)
+    return fmt.dumps(graph)
+
+
+@pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_shipped_file_is_canonical_and_reads_as_the_general_reader_does(path: Path) -> None:
+    data = path.read_bytes()
+    document = msgpack.unpackb(data)
+    layout = scan(data)
+    assert [span.key for span in layout.columns] == [*COLUMNS, *(["grads"] if "grads" in document["nodes"] else [])]
+    for span in layout.columns:
+        column = document["nodes"][span.key]
+        assert (span.dtype, span.length) == (column["dtype"], column["length"])
+        assert data[span.offset : span.offset + span.size] == column["data"]
+    assert layout.count == document["nodes"]["count"]
+    assert data[layout.head[0] : layout.head[0] + 7] == b"\xa6format"
+    assert data[layout.tail[0] : layout.tail[0] + 6] == b"\xa5names"
+    assert layout.tail[1] == len(data)
+    doc = fmt._decode_canonical(fastload.BytesSource(data), fmt.DEFAULT_LIMITS)
+    assert all(isinstance(doc["nodes"][span.key]["data"], np.ndarray) for span in layout.columns)
+    assert fmt.dumps(fmt.loads(data)) == general(data) == data
+
+
+def test_large_columns_read_from_a_file_into_aligned_read_only_arrays(tmp_path: Path) -> None:
+    data = chain(70_000, grads=True)  # columns of 140 KB to 560 KB: bin 32 headers, past one read window
+    assert scan(data).columns[3].size == 8 * 70_000
+    path = tmp_path / "chain.msgpack"
+    path.write_bytes(data)
+    graph = fmt.load(path)
+    assert fmt.dumps(graph) == data == general(data)
+    assert graph.grads is not None
+    for array in (graph.op_codes, graph.parent_offsets, graph.parent_indices, graph.values, graph.grads):
+        assert array.flags.aligned and not array.flags.writeable
+    assert graph.values[1] == 1.25 and graph.parents(69_999) == [69_998, 0] and graph.grads[7] == 7.0
+    assert graph.copy().values.flags.writeable
+
+
+def reordered(data: bytes) -> bytes:
+    """The same document with its top-level keys in reverse order: valid, but not canonical."""
+    document = msgpack.unpackb(data)
+    return msgpack.packb(dict(reversed(list(document.items()))), use_bin_type=True)
+
+
+def test_other_key_orders_are_left_to_the_general_reader() -> None:
+    data = chain(100)
+    other = reordered(data)
+    with pytest.raises(fastload.NotCanonical):
+        scan(other)
+    assert fmt.dumps(fmt.loads(other)) == data
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda doc: doc["nodes"].update(extra=1),  # a column map with a key a newer minor may add
+        lambda doc: doc.update(extra=1),  # a top-level key after metadata
+        lambda doc: doc["nodes"]["values"].update(dtype="<f4"),  # a dtype version 1 does not allow
+        lambda doc: doc["nodes"].update(count=-1),
+    ],
+    ids=["column-key", "document-key", "dtype", "negative-count"],
+)
+def test_documents_the_fast_reader_refuses_read_or_fail_as_the_general_reader_says(change: Any) -> None:
+    document = msgpack.unpackb(chain(10))
+    change(document)
+    data = msgpack.packb(document, use_bin_type=True)
+    try:
+        expected: bytes | str = general(data)
+    except fmt.FormatError as exc:
+        expected = str(exc)
+    try:
+        got: bytes | str = fmt.dumps(fmt.loads(data))
+    except fmt.FormatError as exc:
+        got = str(exc)
+    assert got == expected
+
+
+def test_a_file_that_shrinks_while_being_read_is_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "g.msgpack"
+    path.write_bytes(chain(1_000))
+    with open(path, "rb") as file:
+        source = fastload.FileSource(file.fileno())
+        layout = fastload.scan(source, COLUMNS, "grads")
+        path.write_bytes(b"")
+        with pytest.raises(fastload.NotCanonical):
+            fastload.read_column(source, layout.columns[0])
+
+
+def test_skip_object_steps_over_every_kind_of_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fastload, "_SKIP_BUDGET", 200_000)  # for the 32-bit map header: 65,536 entries
+    value = [
+        None,
+        True,
+        False,
+        *(sign * 2**bits for bits in (0, 6, 7, 8, 15, 16, 31, 32, 63) for sign in (1, -1)),
+        2**64 - 1,
+        0.1,
+        "s" * 5,
+        "s" * 40,
+        "s" * 300,
+        "s" * 70_000,
+        b"b" * 5,
+        b"b" * 300,
+        b"b" * 70_000,
+        list(range(20)),
+        {str(i): i for i in range(20)},
+        {str(i): i for i in range(300)},
+        [[[[{"deep": [1.5]}]]]],
+    ]
+    packed = msgpack.packb(value, use_bin_type=True)
+    single = msgpack.packb(1.5, use_single_float=True)
+    for data in (packed, single, msgpack.packb(list(range(70_000))), msgpack.packb({str(i): 0 for i in range(70_000)})):
+        cursor = fastload._Cursor(fastload.BytesSource(data + b"\xc0"))  # one more value after it
+        fastload._skip_object(cursor)
+        assert cursor.pos == len(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        msgpack.packb([0] * (fastload._SKIP_BUDGET + 1)),  # left to msgpack: it is faster at that
+        msgpack.packb([msgpack.ExtType(1, b"x")]),
+        b"\x92\x01\xc1",
+        b"\x92\x01",  # ends early
+        b"\xdb\xff\xff\xff\xff",  # a string longer than the bytes
+    ],
+    ids=["long", "ext", "reserved-byte", "truncated", "long-string"],
+)
+def test_skip_object_refuses_what_graphsvc_never_writes(data: bytes) -> None:
+    with pytest.raises(fastload.NotCanonical):
+        fastload._skip_object(fastload._Cursor(fastload.BytesSource(data)))
