@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -588,6 +589,9 @@ def load_versioned(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS
     """Like :func:`load`, and also return the file's format version ``(major, minor)``."""
     try:
         with open(path, "rb", buffering=0) as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):  # a pipe, say: read it once
+                data = file.read()
+                return _read(fastload.BytesSource(data), lambda: data, limits)
 
             def everything() -> bytes:
                 file.seek(0)

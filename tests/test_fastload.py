@@ -3,6 +3,8 @@ general reader (msgpack decoding the whole document) reads, and that it hands an
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +170,15 @@ def test_skip_object_steps_over_every_kind_of_value(monkeypatch: pytest.MonkeyPa
 def test_skip_object_refuses_what_graphsvc_never_writes(data: bytes) -> None:
     with pytest.raises(fastload.NotCanonical):
         fastload._skip_object(fastload._Cursor(fastload.BytesSource(data)))
+
+
+def test_a_graph_read_from_a_pipe(tmp_path: Path) -> None:
+    data = chain(1_000)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(data,))
+    writer.start()
+    try:
+        assert fmt.dumps(fmt.load(fifo)) == data
+    finally:
+        writer.join()
