@@ -488,6 +488,8 @@ def _read(source: fastload.Source, everything: Callable[[], bytes], limits: Limi
     try:
         doc = _decode_canonical(source, limits)
     except (fastload.NotCanonical, FormatError):
+        doc = None  # decoded below, once the traceback (and any column read so far) is let go
+    if doc is None:
         data = everything()
         doc = _decode(data, limits)
         del data  # the decoded columns hold their own copy; free the file's bytes before validating

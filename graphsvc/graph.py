@@ -58,8 +58,7 @@ class OpSource:
 class Graph:
     """A computation graph as columns. See the module docstring for the layout.
 
-    Arrays of a loaded graph may be read-only views of the file's bytes; use :meth:`copy`
-    before changing one in place.
+    Arrays of a loaded graph are read-only; use :meth:`copy` before changing one in place.
     """
 
     op_table: list[str]
