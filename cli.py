@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -217,8 +217,12 @@ def _progress(description: str) -> Any:
     return progress(description, quiet=STATE.quiet)
 
 
+def _json_text(document: Any) -> str:
+    return json.dumps(document, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _print_json(document: Any) -> None:
-    typer.echo(json.dumps(document, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
+    typer.echo(_json_text(document))
 
 
 def _jsonable(value: Any) -> Any:
@@ -236,29 +240,19 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _node_items(graph: Graph, order: Iterable[int]) -> list[dict[str, Any]]:
-    offsets = graph.parent_offsets.tolist()
-    parents = graph.parent_indices.tolist()
-    codes = graph.op_codes.tolist()
-    names, tags = graph.names, graph.op_table
-    return [
-        {
-            "id": node,
-            "name": names.get(node),
-            "op": tags[codes[node]],
-            "parents": parents[offsets[node] : offsets[node + 1]],
-        }
-        for node in map(int, order)
-    ]
+def _echo_chunks(chunks: Iterable[str]) -> None:
+    for chunk in chunks:
+        typer.echo(chunk, nl=False)
 
 
-def _node_cells(item: dict[str, Any]) -> list[str]:
-    parents = ",".join(str(p) for p in item["parents"]) or "-"
-    return [str(item["id"]), item["name"] or "-", item["op"], parents]
-
-
-def _node_line(item: dict[str, Any]) -> str:
-    return "\t".join(_node_cells(item))
+def _print_json_listing(head: dict[str, Any], nodes: Iterable[str], tail: dict[str, Any]) -> None:
+    """``{**head, "nodes": [...], **tail}`` as ``_print_json`` prints it, the nodes streamed
+    (graphsvc.listing.json_objects) rather than held as one document."""
+    opening = _json_text(head)[:-1] + ("," if head else "") + '"nodes":['
+    closing = "]" + ("," + _json_text(tail)[1:] if tail else "}")
+    _echo_chunks([opening])
+    _echo_chunks(nodes)
+    typer.echo(closing)
 
 
 def _echo_lines(lines: list[str]) -> None:
@@ -267,7 +261,7 @@ def _echo_lines(lines: list[str]) -> None:
         typer.echo("\n".join(lines))
 
 
-#: Table columns (header, justification) of a node line, as _node_cells gives them.
+#: Table columns (header, justification) of a node line, as graphsvc.listing.rows gives them.
 NODE_COLUMNS = (("id", "right"), ("name", "left"), ("op", "left"), ("parents", "left"))
 
 
@@ -278,7 +272,7 @@ def _wants_table(rows: int) -> bool:
     return wants_table(rows)
 
 
-def _print_table(columns: Iterable[tuple[str, str]], rows: list[list[str]], show_header: bool = True) -> None:
+def _print_table(columns: Iterable[tuple[str, str]], rows: Sequence[Sequence[str]], show_header: bool = True) -> None:
     from graphsvc.terminal import print_table
 
     print_table(list(columns), rows, show_header)
@@ -306,19 +300,20 @@ def order(
 
     Example: graphsvc order examples/seed000.msgpack --algorithm kahn
     """
+    from graphsvc import listing
     from graphsvc.topo import ALGORITHMS, reverse_topological_order
 
     if algorithm not in ALGORITHMS:
         raise UsageError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
     graph = _load(file)
     start = None if output is None else graph.node_id(output)
-    items = _node_items(graph, reverse_topological_order(graph, start, algorithm))
+    nodes = reverse_topological_order(graph, start, algorithm)
     if as_json:
-        _print_json({"algorithm": algorithm, "output": start, "nodes": items})
-    elif _wants_table(len(items)):
-        _print_table(NODE_COLUMNS, [_node_cells(item) for item in items])
+        _print_json_listing({"algorithm": algorithm, "output": start}, listing.json_objects(graph, nodes), {})
+    elif _wants_table(len(nodes)):
+        _print_table(NODE_COLUMNS, [row for chunk in listing.rows(graph, nodes) for row in chunk])
     else:
-        _echo_lines([_node_line(item) for item in items])
+        _echo_chunks(listing.text(graph, nodes))
 
 
 @app.command()
@@ -470,24 +465,6 @@ def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, float]:
     return result
 
 
-def _number(x: float | str) -> str:
-    """A replayed number as text: the shortest repr that round-trips; nan, inf, -inf as words."""
-    return x if isinstance(x, str) else repr(x)
-
-
-def _replay_items(graph: Graph, values: Any, grads: Any) -> list[dict[str, Any]]:
-    """Every node in decreasing id order (a reverse topological order), with its numbers."""
-    from graphsvc.jsonio import json_float
-
-    items = _node_items(graph, range(graph.num_nodes - 1, -1, -1))
-    value_list = values.tolist()
-    grad_list = None if grads is None else grads.tolist()
-    for item in items:
-        item["value"] = json_float(value_list[item["id"]])
-        item["grad"] = None if grad_list is None else json_float(grad_list[item["id"]])
-    return items
-
-
 def _comparisons(graph: Graph, values: Any, grads: Any, rtol: float, atol: float) -> list[Any]:
     from graphsvc.replay import compare
 
@@ -544,16 +521,18 @@ def _nonfinite_line(graph: Graph, found: Any) -> str:
 def _report(
     graph: Graph, values: Any, grads: Any, check: bool, rtol: float, atol: float, as_json: bool, extra: dict[str, Any]
 ) -> None:
+    import numpy as np
+
+    from graphsvc import listing
     from graphsvc.jsonio import json_float
 
     comparisons = _comparisons(graph, values, grads, rtol, atol) if check else []
     nonfinite = _nonfinite(values, grads)
+    nodes = np.arange(graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
     if as_json:
-        document = dict(extra)
-        document["nodes"] = _replay_items(graph, values, grads)
-        document["nonfinite"] = {what: _nonfinite_item(graph, found) for what, found in nonfinite.items()}
+        tail: dict[str, Any] = {"nonfinite": {what: _nonfinite_item(graph, found) for what, found in nonfinite.items()}}
         if check:
-            document["check"] = {
+            tail["check"] = {
                 c.what: {
                     "ok": c.ok,
                     "mismatches": c.mismatches,
@@ -564,20 +543,16 @@ def _report(
                 }
                 for c in comparisons
             }
-        _print_json(document)
+        _print_json_listing(dict(extra), listing.json_objects(graph, nodes, values, grads), tail)
     else:
-        rows = []
-        for item in _replay_items(graph, values, grads):
-            grad = [] if item["grad"] is None else [_number(item["grad"])]
-            rows.append([*_node_cells(item), _number(item["value"]), *grad])
         checks = [_nonfinite_line(graph, found) for found in nonfinite.values() if found is not None]
         checks += [_comparison_line(graph, c) for c in comparisons]
-        if _wants_table(len(rows)):
+        if _wants_table(graph.num_nodes):
             columns = [*NODE_COLUMNS, ("value", "right"), *([("grad", "right")] if grads is not None else [])]
-            _print_table(columns, rows)
-            _echo_lines(checks)
+            _print_table(columns, [row for chunk in listing.rows(graph, nodes, values, grads) for row in chunk])
         else:
-            _echo_lines(["\t".join(row) for row in rows] + checks)
+            _echo_chunks(listing.text(graph, nodes, values, grads))
+        _echo_lines(checks)
     if not all(c.ok for c in comparisons):
         raise typer.Exit(1)
 

@@ -1,0 +1,135 @@
+"""Node listings, as the CLI prints them: each node as a row of text cells or as a JSON object.
+
+A listing is made a chunk of :data:`CHUNK` nodes at a time, from the columns, so printing a graph of
+millions of nodes costs a few microseconds a node and a steady amount of memory, whatever its size.
+
+The cells of a node are its id, its name (``-`` when it has none), its op tag, its parents joined by
+commas (``-`` when it has none) and, for a replay, its value and gradient: the shortest text that
+reads back to the same float (``repr``; ``nan``, ``inf``, ``-inf``). The JSON object has the keys
+``id``, ``name``, ``op``, ``parents`` and, for a replay, ``value`` and ``grad`` (null without
+gradients), exactly as ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)`` writes them,
+with nan and the infinities as the strings ``"nan"``, ``"inf"``, ``"-inf"``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import numpy as np
+import numpy.typing as npt
+
+from graphsvc.graph import Graph
+
+#: How many nodes one chunk of a listing holds.
+CHUNK = 1 << 16
+
+
+def _chunks(nodes: npt.ArrayLike) -> Iterator[npt.NDArray[np.int64]]:
+    ids = np.asarray(nodes, dtype=np.int64)
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start : start + CHUNK]
+
+
+def _parent_texts(graph: Graph, ids: npt.NDArray[np.int64]) -> list[str]:
+    """Each node's parents as ``"3,1"`` (empty text for none), gathered for the chunk at once."""
+    starts = graph.parent_offsets[ids]
+    counts = (graph.parent_offsets[ids + 1] - starts).tolist()
+    total = sum(counts)
+    if not total:
+        return [""] * len(counts)
+    # the slots of every node's parents, one after another: start of its run + position in it
+    run_starts = np.repeat(starts - np.cumsum(counts) + counts, counts)
+    flat = list(map(str, graph.parent_indices[run_starts + np.arange(total)].tolist()))
+    texts = []
+    position = 0
+    for count in counts:
+        texts.append(",".join(flat[position : position + count]))
+        position += count
+    return texts
+
+
+def _names(graph: Graph, ids: list[int]) -> list[str | None]:
+    names = graph.names
+    return [names.get(node) for node in ids] if names else [None] * len(ids)
+
+
+def rows(
+    graph: Graph,
+    nodes: npt.ArrayLike,
+    values: npt.NDArray[np.float64] | None = None,
+    grads: npt.NDArray[np.float64] | None = None,
+) -> Iterator[list[tuple[str, ...]]]:
+    """The text cells of ``nodes``, in their order, a chunk of rows at a time."""
+    tags = graph.op_table
+    for ids in _chunks(nodes):
+        id_list = ids.tolist()
+        columns: list[list[str]] = [
+            list(map(str, id_list)),
+            [name or "-" for name in _names(graph, id_list)],
+            [tags[code] for code in graph.op_codes[ids].tolist()],
+            [text or "-" for text in _parent_texts(graph, ids)],
+        ]
+        if values is not None:
+            columns.append(list(map(repr, values[ids].tolist())))
+        if grads is not None:
+            columns.append(list(map(repr, grads[ids].tolist())))
+        yield list(zip(*columns, strict=True))
+
+
+def text(
+    graph: Graph,
+    nodes: npt.ArrayLike,
+    values: npt.NDArray[np.float64] | None = None,
+    grads: npt.NDArray[np.float64] | None = None,
+) -> Iterator[str]:
+    """Tab-separated lines, a chunk at a time; every chunk ends with a newline."""
+    for chunk in rows(graph, nodes, values, grads):
+        yield "\n".join(map("\t".join, chunk)) + "\n"
+
+
+def _json_numbers(numbers: npt.NDArray[np.float64]) -> list[str]:
+    """Floats as JSON text: ``repr`` (as ``json.dumps`` writes them); nan and the infinities as strings."""
+    texts = list(map(repr, numbers.tolist()))
+    for i in np.flatnonzero(~np.isfinite(numbers)).tolist():
+        texts[i] = f'"{texts[i]}"'  # repr gives nan, inf, -inf
+    return texts
+
+
+def _json_names(graph: Graph, ids: list[int]) -> list[str]:
+    if not graph.names:
+        return ["null"] * len(ids)
+    return [json.dumps(name, ensure_ascii=False) for name in _names(graph, ids)]
+
+
+def json_objects(
+    graph: Graph,
+    nodes: npt.ArrayLike,
+    values: npt.NDArray[np.float64] | None = None,
+    grads: npt.NDArray[np.float64] | None = None,
+) -> Iterator[str]:
+    """The nodes as JSON objects joined by commas, a chunk at a time (chunks after the first
+    start with the comma that separates them from the one before): the inside of a JSON array.
+
+    With ``values`` (a replay) each object also has ``value`` and ``grad``."""
+    tags = [json.dumps(tag, ensure_ascii=False) for tag in graph.op_table]
+    separator = ""
+    for ids in _chunks(nodes):
+        id_list = ids.tolist()
+        names = _json_names(graph, id_list)
+        ops = [tags[code] for code in graph.op_codes[ids].tolist()]
+        parents = _parent_texts(graph, ids)
+        if values is None:
+            objects = [
+                f'{{"id":{i},"name":{name},"op":{op},"parents":[{p}]}}'
+                for i, name, op, p in zip(id_list, names, ops, parents, strict=True)
+            ]
+        else:
+            numbers = _json_numbers(values[ids])
+            gradients = ["null"] * len(id_list) if grads is None else _json_numbers(grads[ids])
+            objects = [
+                f'{{"id":{i},"name":{name},"op":{op},"parents":[{p}],"value":{v},"grad":{g}}}'
+                for i, name, op, p, v, g in zip(id_list, names, ops, parents, numbers, gradients, strict=True)
+            ]
+        yield separator + ",".join(objects)
+        separator = ","
