@@ -19,7 +19,7 @@ from graphsvc.topo import depth, reverse_topological_order
 
 def check_input(data: bytes, registry: OpRegistry) -> None:
     """Raise AssertionError when ``data`` breaks the property."""
-    general = _general_outcome(data)
+    general = general_outcome(data)
     try:
         graph = fmt.loads(data)
     except FormatError as exc:
@@ -43,7 +43,7 @@ def check_input(data: bytes, registry: OpRegistry) -> None:
         pass
 
 
-def _general_outcome(data: bytes) -> bytes | str:
+def general_outcome(data: bytes) -> bytes | str:
     """What the general reader makes of ``data``: the graph's canonical bytes, or the error's text."""
     try:
         doc = fmt._decode(data, fmt.DEFAULT_LIMITS)

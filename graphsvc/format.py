@@ -47,6 +47,8 @@ COLUMN_DTYPES: dict[str, np.dtype[Any]] = {
     "values": FLOAT_DTYPE,
     "grads": FLOAT_DTYPE,
 }
+#: The columns every file has, in the order files list them; ``grads`` may follow.
+_COLUMNS = ("op_codes", "parent_offsets", "parent_indices", "values")
 _REQUIRED_KEYS = ("format", "version", "ops", "nodes", "names", "attrs", "outputs", "metadata")
 
 
@@ -86,12 +88,7 @@ def _encode(graph: Graph) -> Iterator[bytes | memoryview]:
     yield pack("format") + pack(FORMAT_NAME)
     yield pack("version") + pack(list(VERSION))
     yield pack("ops") + pack([_op_entry(tag, graph.op_sources.get(tag)) for tag in graph.op_table])
-    columns: list[tuple[str, npt.NDArray[Any]]] = [
-        ("op_codes", graph.op_codes),
-        ("parent_offsets", graph.parent_offsets),
-        ("parent_indices", graph.parent_indices),
-        ("values", graph.values),
-    ]
+    columns: list[tuple[str, npt.NDArray[Any]]] = [(key, getattr(graph, key)) for key in _COLUMNS]
     if graph.grads is not None:
         columns.append(("grads", graph.grads))
     yield pack("nodes") + packer.pack_map_header(len(columns) + 1) + pack("count") + pack(graph.num_nodes)
@@ -504,7 +501,7 @@ def _decode_canonical(source: fastload.Source, limits: Limits) -> dict[str, Any]
 
     The parts around the columns are decoded by msgpack with every check, as maps of their own.
     """
-    layout = fastload.scan(source, tuple(COLUMN_DTYPES)[:4], "grads")
+    layout = fastload.scan(source, _COLUMNS, "grads")
     head_start, head_end = layout.head
     head = _decode(b"\x83" + source.read(head_start, head_end - head_start), limits)
     tail_start, tail_end = layout.tail
