@@ -129,6 +129,7 @@ def test_compiled_structure_check_accepts_and_refuses_what_the_vectorized_one_do
         # kind 5: unchanged
         with monkeypatch.context() as m:
             m.setattr(kernels, "JIT_THRESHOLD", 0)
+            m.setattr(kernels, "_running", True)
             compiled = check_outcome(graph)
         with monkeypatch.context() as m:
             m.setattr(kernels, "JIT_THRESHOLD", 10**12)
@@ -178,3 +179,21 @@ def test_compiled_orders_levels_and_ancestors_match_the_references(seed: int, mo
         assert ours.dtype == theirs.dtype
         assert np.array_equal(ours, theirs)
     assert 1 < len(reference[-2]) < len(reference[-4])  # a partial order was compared too
+
+
+def test_the_structure_check_is_compiled_only_once_numba_runs(jit, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Loading a file must not start numba (about a second) for a check numpy does in milliseconds;
+    once a compiled step has run in the process, the compiled check is used."""
+    from graphsvc.topo import reverse_topological_order
+
+    calls: list[int] = []
+    real = jit.structure_ok
+    monkeypatch.setattr(jit, "structure_ok", lambda *args: calls.append(1) or real(*args))
+    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 0)
+    monkeypatch.setattr(kernels, "_running", False)
+    graph = random_columns(200, 0)
+    graph.check()
+    assert calls == [] and not kernels._running
+    reverse_topological_order(graph)  # a compiled step: numba runs from now on
+    graph.check()
+    assert calls == [1] and kernels._running
