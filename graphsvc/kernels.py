@@ -4,8 +4,8 @@ Each function here is a line-for-line twin of a pure-Python reference kept besid
 tests compare the two on random graphs, bit for bit). They are compiled with numba, cached on disk,
 and used only for graphs of at least :data:`JIT_THRESHOLD` nodes, so small graphs and the CLI's
 start-up never pay numba's import; the structure check that every load runs is compiled only once
-numba runs anyway (:func:`compiled_if_running`), so loading or validating a file never starts it. ``GRAPHSVC_JIT=0`` turns them off; without numba installed the
-references run.
+numba runs anyway, or for very large graphs (:func:`compiled_if_running`). ``GRAPHSVC_JIT=0``
+turns them off; without numba installed the references run.
 
 None of these sweeps recurses: each keeps an explicit stack in an array.
 """
@@ -53,11 +53,17 @@ def compiled_for(num_nodes: int) -> Any:
     return jit
 
 
+#: From this size on, :func:`compiled_if_running` starts numba even when nothing else has: in a fresh
+#: process numpy's structure check of 10,000,000 nodes takes about 1.2 s, numba's start-up 0.9 s.
+START_THRESHOLD = 5_000_000
+
+
 def compiled_if_running(num_nodes: int) -> Any:
-    """Like :func:`compiled_for`, but only once this process already uses the kernels.
+    """Like :func:`compiled_for`, but below :data:`START_THRESHOLD` nodes only once this process
+    already uses the kernels.
 
     For a single pass that numpy does in milliseconds (the structure check: 20 ms at 400,000 nodes,
-    0.3 s at 10,000,000), numba's start-up (its import and first call, about 0.9 s) is not worth
-    paying: ``graphsvc validate`` of a large file would spend most of its time there. Once another
+    40 ms at 1,000,000), numba's start-up (its import and first call, about 0.9 s) is not worth
+    paying: ``graphsvc validate`` of such a file would spend most of its time there. Once another
     step has paid it, the compiled pass is the faster one."""
-    return compiled_for(num_nodes) if _running else None
+    return compiled_for(num_nodes) if _running or num_nodes >= START_THRESHOLD else None

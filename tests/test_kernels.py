@@ -194,6 +194,11 @@ def test_the_structure_check_is_compiled_only_once_numba_runs(jit, monkeypatch: 
     graph = random_columns(200, 0)
     graph.check()
     assert calls == [] and not kernels._running
-    reverse_topological_order(graph)  # a compiled step: numba runs from now on
+    monkeypatch.setattr(kernels, "START_THRESHOLD", 200)  # a graph this large starts numba itself
     graph.check()
     assert calls == [1] and kernels._running
+    monkeypatch.setattr(kernels, "START_THRESHOLD", 10**12)
+    monkeypatch.setattr(kernels, "_running", False)
+    reverse_topological_order(graph)  # a compiled step: numba runs from now on
+    graph.check()
+    assert calls == [1, 1] and kernels._running
