@@ -311,7 +311,7 @@ def order(
     if as_json:
         _print_json_listing({"algorithm": algorithm, "output": start}, listing.json_objects(graph, nodes), {})
     elif _wants_table(len(nodes)):
-        _print_table(NODE_COLUMNS, [row for chunk in listing.rows(graph, nodes) for row in chunk])
+        _print_table(NODE_COLUMNS, listing.all_rows(graph, nodes))
     else:
         _echo_chunks(listing.text(graph, nodes))
 
@@ -549,7 +549,7 @@ def _report(
         checks += [_comparison_line(graph, c) for c in comparisons]
         if _wants_table(graph.num_nodes):
             columns = [*NODE_COLUMNS, ("value", "right"), *([("grad", "right")] if grads is not None else [])]
-            _print_table(columns, [row for chunk in listing.rows(graph, nodes, values, grads) for row in chunk])
+            _print_table(columns, listing.all_rows(graph, nodes, values, grads))
         else:
             _echo_chunks(listing.text(graph, nodes, values, grads))
         _echo_lines(checks)

@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+import graphsvc  # noqa: E402
 from benchmarks import graphs  # noqa: E402
 from benchmarks.run import stats  # noqa: E402
 
@@ -82,10 +84,6 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--nodes", type=int, default=1_000_000)
     args = parser.parse_args()
-    import tempfile
-
-    import graphsvc
-
     results: dict[str, Any] = {"repeat": args.repeat}
     with tempfile.TemporaryDirectory(prefix="graphsvc-bench-cli-") as folder:
         root = graphs.micrograd_mlp(args.width)[1]

@@ -17,7 +17,8 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-#: Graphs with fewer nodes use the pure-Python sweeps (numba's import costs about half a second).
+#: Graphs with fewer nodes use the pure-Python sweeps (numba's start-up, its import and first call,
+#: costs about 0.9 s per process).
 JIT_THRESHOLD = 50_000
 
 #: The primitives the compiled replay knows, by the name an op gives as its ``kernel``; an op may

@@ -77,6 +77,16 @@ def rows(
         yield list(zip(*columns, strict=True))
 
 
+def all_rows(
+    graph: Graph,
+    nodes: npt.ArrayLike,
+    values: npt.NDArray[np.float64] | None = None,
+    grads: npt.NDArray[np.float64] | None = None,
+) -> list[tuple[str, ...]]:
+    """Every row of :func:`rows` in one list (for a table, which is only drawn for a few thousand)."""
+    return [row for chunk in rows(graph, nodes, values, grads) for row in chunk]
+
+
 def text(
     graph: Graph,
     nodes: npt.ArrayLike,
