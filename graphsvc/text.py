@@ -1,0 +1,92 @@
+"""Text from a file, made safe to print: escaped, shortened, one line.
+
+A graph file is data, and so are the names, op tags and metadata in it. Wherever graphsvc prints
+such text (the tab-separated listings, the terminal tables, error messages), it goes through
+:func:`escape` first, so a name cannot add a row to a listing, end an error line early or send the
+terminal an escape sequence. Long lists in messages go through :func:`listed` and whole messages
+through :func:`one_line`, so an error stays one line of useful length.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+#: What :func:`escape` rewrites: the backslash itself (so escaping can be undone and a name that
+#: spells ``\\n`` is not confused with one that holds a newline), C0 and C1 control characters and
+#: DEL (tab, newline, carriage return, ESC...), Unicode's line and paragraph separators, and the
+#: bidirectional controls that can make text display in another order than it reads.
+_CONTROLS = "\x00-\x1f\x7f-\x9f\u0085\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[\\\\{_CONTROLS}]")
+_CONTROL = re.compile(f"[{_CONTROLS}]")
+
+_NAMED = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape(text: str) -> str:
+    """``text`` with every unsafe character spelled as a Python escape (``\\t``, ``\\x1b``,
+    ``\\u202e``) and each backslash doubled; text without any is returned as it is."""
+    if _UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(_escaped, text)
+
+
+def needs_escape(texts: Iterable[str]) -> bool:
+    """Does any of ``texts`` hold a character :func:`escape` would rewrite? (One pass over them all.)"""
+    return _UNSAFE.search("".join(texts)) is not None
+
+
+#: Longest item :func:`listed` shows before cutting it.
+ITEM_CHARS = 60
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    marker = f"... ({len(text):,} characters)"
+    return text[: max(limit - len(marker), 1)] + marker
+
+
+def listed(items: Iterable[str], total: int | None = None, shown: int = 10) -> str:
+    """``a, b, c``, or for a long list its first ``shown`` items and a count:
+    ``y0, y1, ..., y9 and 19,990 more``. Each item is escaped and cut to :data:`ITEM_CHARS`.
+
+    ``total`` is the list's length when ``items`` holds only its start (an iterator over a large
+    column need not be walked to the end).
+    """
+    first: list[str] = []
+    count = 0
+    for item in items:
+        if count < shown:
+            first.append(shorten(escape(item), ITEM_CHARS))
+        count += 1
+        if total is not None and count >= shown:
+            break
+    total = count if total is None else total
+    text = ", ".join(first)
+    if total > len(first):
+        text += f" and {total - len(first):,} more"
+    return text
+
+
+#: Longest error or warning line graphsvc prints.
+LINE_CHARS = 400
+
+
+def one_line(message: str, limit: int = LINE_CHARS) -> str:
+    """A message as one printable line of at most ``limit`` characters: its control characters
+    escaped as :func:`escape` does (backslashes are left alone, so text a message already quoted
+    with ``repr`` is not escaped twice), then cut."""
+    if _CONTROL.search(message) is not None:
+        message = _CONTROL.sub(_escaped, message)
+    return shorten(message, limit)
