@@ -16,19 +16,111 @@ import functools
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from graphsvc.errors import GraphFileError, GraphsvcError, UsageError
+from graphsvc.errors import GraphsvcError, UsageError
 
 if TYPE_CHECKING:
     from graphsvc.graph import Graph
     from graphsvc.ops import OpRegistry
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The global options (see ``main``), which may also follow the command: (option words, takes a value).
+GLOBAL_OPTIONS = {
+    "--plugin": True,
+    "--strict-plugins": False,
+    "--disable-plugins": False,
+    "--debug": False,
+    "--quiet": False,
+    "-q": False,
+}
+
+
+class _Group(TyperGroup):
+    """The app's group: moves global options given after the command to before it, so
+    ``graphsvc backward F -q`` works as ``graphsvc -q backward F`` does (as pip and gh allow)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _globals_first(args, self))
+
+
+def _globals_first(args: list[str], group: Any) -> list[str]:
+    """``args`` with the global options that follow the command name moved in front of it.
+
+    The words after ``--`` and the value of an option of the command (``--output -q`` names a node
+    ``-q``) stay where they are.
+    """
+    position = 0
+    while position < len(args) and args[position].startswith("-"):
+        position += 2 if args[position] == "--plugin" else 1  # a global option, with its value
+    if position >= len(args):
+        return args
+    command = group.commands.get(args[position])
+    if command is None:
+        return args
+    takes_value = {
+        name
+        for param in command.params
+        if param.param_type_name == "option" and not getattr(param, "is_flag", False)
+        for name in param.opts
+    }
+    moved: list[str] = []
+    kept: list[str] = []
+    rest = iter(args[position + 1 :])
+    for word in rest:
+        if word == "--":
+            kept.append(word)
+            kept.extend(rest)
+            break
+        name = word.split("=", 1)[0]
+        is_global = name in GLOBAL_OPTIONS and name not in takes_value
+        taken = moved if is_global else kept
+        taken.append(word)
+        needs_value = GLOBAL_OPTIONS[name] if is_global else word in takes_value
+        if needs_value and "=" not in word:
+            value = next(rest, None)
+            if value is not None:
+                taken.append(value)
+    return [*args[:position], *moved, args[position], *kept] if moved else args
+
+
+class _Command(TyperCommand):
+    """A command whose help names its arguments plainly (``FILE``, not ``{file}`` and ``<path>``)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar or ""]
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                pieces.append(_metavar(param) if param.required else f"[{_metavar(param)}]")
+        return [piece for piece in pieces if piece]
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        params = self.get_params(ctx)
+        arguments = [(_metavar(p), getattr(p, "help", None) or "") for p in params if p.param_type_name == "argument"]
+        options = [
+            record for p in params if p.param_type_name == "option" and (record := p.get_help_record(ctx)) is not None
+        ]
+        if arguments:
+            with formatter.section("Arguments"):
+                formatter.write_dl(arguments)
+        if options:
+            with formatter.section("Options"):
+                formatter.write_dl(options)
+
+
+def _metavar(param: Any) -> str:
+    return str(param.metavar or param.name.upper())
+
+
 app = typer.Typer(
     name="graphsvc",
+    cls=_Group,
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -37,7 +129,16 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
+#: Said at the end of every command's help.
+GLOBALS_EPILOG = (
+    "Global options (graphsvc -h): --plugin, --strict-plugins, --disable-plugins, --debug, --quiet/-q; "
+    "they may come before or after the command."
+)
+
+
+def command(*, name: str | None = None) -> Callable[[F], F]:
+    """``@app.command``, with the help layout and closing line every graphsvc command has."""
+    return app.command(name=name, cls=_Command, epilog=GLOBALS_EPILOG)
 
 
 class _State:
@@ -54,7 +155,9 @@ STATE = _State()
 
 
 def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"Error: {message}", err=True)
+    from graphsvc.text import one_line
+
+    typer.echo(f"Error: {one_line(message)}", err=True)
     return typer.Exit(code)
 
 
@@ -85,6 +188,14 @@ def handles_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from graphsvc import __version__
+
+        typer.echo(f"graphsvc {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def main(
     plugin: Annotated[
@@ -106,6 +217,10 @@ def main(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Show no progress bar (it appears on stderr, after a second).")
     ] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print graphsvc's version and exit."),
+    ] = False,
 ) -> None:
     """Save, reload, inspect and replay computation graphs.
 
@@ -121,8 +236,49 @@ def main(
     STATE.disable_plugins = disable_plugins
 
 
+class Choice(StrEnum):
+    """An option that takes one of a few words: ``-h`` shows ``[a|b]``, the shell completes them,
+    and anything else is a one-line usage error (exit 2) naming the choices."""
+
+    @classmethod
+    def metavar(cls) -> str:
+        return f"[{'|'.join(cls)}]"
+
+    @classmethod
+    def complete(cls, incomplete: str) -> list[str]:
+        return [choice.value for choice in cls if choice.startswith(incomplete)]
+
+    @classmethod
+    def parse(cls, option: str, text: str) -> Choice:
+        try:
+            return cls(text)
+        except ValueError:
+            raise UsageError(f"{option} must be {' or '.join(cls)}, not {text!r}") from None
+
+
+class Algorithm(Choice):
+    """``order --algorithm``."""
+
+    dfs = "dfs"
+    kahn = "kahn"
+
+
+class Form(Choice):
+    """``convert --to``."""
+
+    json = "json"
+    msgpack = "msgpack"
+
+
 # -- helpers -----------------------------------------------------------------------------------
-FileArg = Annotated[Path, typer.Argument(help="A graphsvc graph file (.msgpack).", show_default=False)]
+FileArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="FILE",
+        help="A graph file: msgpack or its JSON form (told apart by content); - reads standard input.",
+        show_default=False,
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
 
 #: Shell completion reads node names from graph files up to this size (a bigger file would stall the shell).
@@ -131,10 +287,16 @@ COMPLETION_MAX_BYTES = 64 << 20
 
 def _completion_graph(ctx: typer.Context) -> Graph | None:
     """The graph named by the command's FILE argument, when completing one of its options."""
+    import stat
+
     from graphsvc.format import load
 
     file = ctx.params.get("file") or _completion_file(ctx)
-    if file is None or Path(file).stat().st_size > COMPLETION_MAX_BYTES:
+    if file is None:
+        return None
+    info = Path(file).stat()
+    # only a regular file of bounded size: a FIFO, a device or standard input could block the shell
+    if not stat.S_ISREG(info.st_mode) or info.st_size > COMPLETION_MAX_BYTES:
         return None
     return load(file)
 
@@ -204,10 +366,30 @@ def _complete_op(incomplete: str) -> list[str]:
 
 
 def _load(path: Path) -> Graph:
-    from graphsvc.format import load
+    return _load_versioned(path)[0]
 
-    with _progress(f"loading {path}"):
-        return load(path)
+
+def _load_versioned(path: Path) -> tuple[Graph, tuple[int, int]]:
+    """The graph in ``path`` (msgpack or JSON, told apart by content; ``-`` is standard input)."""
+    from graphsvc.format import load_versioned
+
+    with _progress(f"loading {_shown(path)}"):
+        return load_versioned(sys.stdin.buffer if _is_stdio(path) else path)
+
+
+def _is_stdio(path: Path | None) -> bool:
+    return path is not None and str(path) == "-"
+
+
+def _shown(path: Path) -> str:
+    return "standard input" if _is_stdio(path) else str(path)
+
+
+def _wrote(path: Path, nodes: int) -> None:
+    """What every command that writes a file says, on stderr."""
+    from graphsvc.text import one_line
+
+    typer.echo(one_line(f"wrote {_shown(path)} ({nodes:,} nodes)"), err=True)
 
 
 def _progress(description: str) -> Any:
@@ -245,13 +427,20 @@ def _echo_chunks(chunks: Iterable[str]) -> None:
         typer.echo(chunk, nl=False)
 
 
-def _print_json_listing(head: dict[str, Any], nodes: Iterable[str], tail: dict[str, Any]) -> None:
+def _echo_listing(chunks: Iterable[str], nodes: int) -> None:
+    """A node listing, chunk by chunk, under a progress bar (printing millions of nodes to a file
+    or a pipe takes seconds)."""
+    with _progress(f"printing {nodes:,} nodes"):
+        _echo_chunks(chunks)
+
+
+def _print_json_listing(head: dict[str, Any], nodes: Iterable[str], count: int, tail: dict[str, Any]) -> None:
     """``{**head, "nodes": [...], **tail}`` as ``_print_json`` prints it, the nodes streamed
     (graphsvc.listing.json_objects) rather than held as one document."""
     opening = _json_text(head)[:-1] + ("," if head else "") + '"nodes":['
     closing = "]" + ("," + _json_text(tail)[1:] if tail else "}")
     _echo_chunks([opening])
-    _echo_chunks(nodes)
+    _echo_listing(nodes, count)
     typer.echo(closing)
 
 
@@ -279,7 +468,7 @@ def _print_table(columns: Iterable[tuple[str, str]], rows: Sequence[Sequence[str
 
 
 # -- inspection commands -------------------------------------------------------------------------
-@app.command()
+@command()
 @handles_errors
 def order(
     file: FileArg,
@@ -287,13 +476,20 @@ def order(
         str | None,
         typer.Option(
             "--output",
+            metavar="NODE",
             help="Order only this node's ancestors (an id or a name). Default: the whole graph.",
             autocompletion=_complete_node,
         ),
     ] = None,
     algorithm: Annotated[
-        str, typer.Option("--algorithm", help="dfs (micrograd's build_topo) or kahn (autograd's child counts).")
-    ] = "dfs",
+        str,
+        typer.Option(
+            "--algorithm",
+            metavar=Algorithm.metavar(),
+            help="dfs (micrograd's build_topo) or kahn (autograd's child counts).",
+            autocompletion=Algorithm.complete,
+        ),
+    ] = Algorithm.dfs.value,
     as_json: JsonOpt = False,
 ) -> None:
     """Print the reverse topological order, one node a line: id, name, op, parents.
@@ -301,34 +497,34 @@ def order(
     Example: graphsvc order examples/seed000.msgpack --algorithm kahn
     """
     from graphsvc import listing
-    from graphsvc.topo import ALGORITHMS, reverse_topological_order
+    from graphsvc.topo import reverse_topological_order
 
-    if algorithm not in ALGORITHMS:
-        raise UsageError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
+    chosen = Algorithm.parse("--algorithm", algorithm)
     graph = _load(file)
     start = None if output is None else graph.node_id(output)
-    nodes = reverse_topological_order(graph, start, algorithm)
+    nodes = reverse_topological_order(graph, start, "dfs" if chosen is Algorithm.dfs else "kahn")
     if as_json:
-        _print_json_listing({"algorithm": algorithm, "output": start}, listing.json_objects(graph, nodes), {})
+        _print_json_listing(
+            {"algorithm": chosen.value, "output": start}, listing.json_objects(graph, nodes), len(nodes), {}
+        )
     elif _wants_table(len(nodes)):
         _print_table(NODE_COLUMNS, listing.all_rows(graph, nodes))
     else:
-        _echo_chunks(listing.text(graph, nodes))
+        _echo_listing(listing.text(graph, nodes), len(nodes))
 
 
-@app.command()
+@command()
 @handles_errors
 def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
     """Summarize a graph file: version, sizes, leaves, outputs, depth, ops, plugins needed.
 
     Example: graphsvc inspect examples/seed004.msgpack --json
     """
-    from graphsvc.format import load_versioned
+    from graphsvc.text import escape, listed
     from graphsvc.topo import depth
 
-    with _progress(f"loading {file}"):
-        graph, version = load_versioned(file)
-    leaves = [int(i) for i in graph.leaves()]
+    graph, version = _load_versioned(file)
+    leaves = graph.leaves().tolist()
     plugins: dict[str, list[str]] = {}
     for tag in graph.op_table:
         source = graph.op_sources.get(tag)
@@ -337,8 +533,8 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
     ops = graph.op_histogram()
     plugin_list = {key: sorted(tags) for key, tags in sorted(plugins.items())}
     info: dict[str, Any] = {
-        "file": str(file),
-        "file_size": file.stat().st_size,
+        "file": _shown(file),
+        "file_size": None if _is_stdio(file) else file.stat().st_size,
         "format_version": list(version),
         "nodes": graph.num_nodes,
         "edges": graph.num_edges,
@@ -353,18 +549,18 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
     if as_json:
         _print_json(info)
         return
-    shown = ", ".join(graph.label(i) for i in leaves[:10]) + (", ..." if len(leaves) > 10 else "")
+    size = "" if info["file_size"] is None else f" ({info['file_size']} bytes)"
     rows = [
-        ["file", f"{file} ({info['file_size']} bytes)"],
+        ["file", f"{escape(info['file'])}{size}"],
         ["format version", f"{version[0]}.{version[1]}"],
         ["nodes", f"{graph.num_nodes}"],
         ["edges", f"{graph.num_edges}"],
-        ["leaves", f"{len(leaves)} ({shown})"],
-        ["outputs", f"{', '.join(graph.label(o) for o in graph.outputs) or '-'}"],
+        ["leaves", f"{len(leaves)} ({listed(map(graph.label, leaves[:10]), total=len(leaves))})" if leaves else "0"],
+        ["outputs", listed(map(graph.label, graph.outputs[:10]), total=len(graph.outputs)) or "-"],
         ["depth", f"{info['depth']}"],
         ["gradients stored", f"{'yes' if graph.grads is not None else 'no'}"],
-        ["ops", ", ".join(f"{tag} {count}" for tag, count in sorted(ops.items()))],
-        ["plugins", "; ".join(f"{key} ({', '.join(tags)})" for key, tags in plugin_list.items())],
+        ["ops", ", ".join(f"{escape(tag)} {count}" for tag, count in sorted(ops.items()))],
+        ["plugins", "; ".join(f"{escape(key)} ({', '.join(map(escape, tags))})" for key, tags in plugin_list.items())],
     ]
     if _wants_table(len(rows)):
         _print_table((("field", "left"), ("value", "left")), rows, show_header=False)
@@ -372,7 +568,7 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
         typer.echo("\n".join(f"{key}: {value}" for key, value in rows))
 
 
-@app.command()
+@command()
 @handles_errors
 def validate(file: FileArg) -> None:
     """Check every structural rule; exit 0 with a summary, or print the error and exit 3.
@@ -383,55 +579,82 @@ def validate(file: FileArg) -> None:
     typer.echo(f"{file}: valid graphsvc graph, {graph.num_nodes} nodes, {graph.num_edges} edges")
 
 
-@app.command()
+@command()
 @handles_errors
 def convert(
-    file: Annotated[Path, typer.Argument(help="A graph file (.msgpack) or its JSON form (.json).")],
-    to: Annotated[str, typer.Option("--to", help="json or msgpack.")],
+    file: FileArg,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            metavar=Form.metavar(),
+            help="The form to write (default: from OUT's extension).",
+            autocompletion=Form.complete,
+        ),
+    ] = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Where to write (default: stdout for json, FILE with .msgpack for msgpack)."),
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="OUT",
+            help="Where to write; - is standard output (default: standard output for json, FILE with .msgpack "
+            "for msgpack).",
+        ),
     ] = None,
 ) -> None:
-    """Convert between the msgpack format and a readable JSON dump.
+    """Convert between the msgpack format and a readable JSON form, either way.
 
-    Example: graphsvc convert examples/seed004.msgpack --to json -o seed004.json
+    Example: graphsvc convert examples/seed004.msgpack -o seed004.json
     """
     from graphsvc import format as fmt
     from graphsvc import jsonio
 
-    if to not in ("json", "msgpack"):
-        raise UsageError(f"--to must be json or msgpack, not {to!r}")
-    target = out if out is not None or to == "json" else file.with_suffix(".msgpack")
-    if target is not None and target.resolve() == file.resolve():
+    form = _form_of(out) if to is None else Form.parse("--to", to)
+    target = out if out is not None else Path("-") if form is Form.json else _msgpack_name(file)
+    if not _is_stdio(target) and not _is_stdio(file) and target.resolve() == file.resolve():
         raise UsageError(f"refusing to overwrite the input {file}; give --out")
-    if to == "json":
-        text = jsonio.dumps(_load(file))
-        if out is None:
-            typer.echo(text, nl=False)
-        else:
-            _write_text_atomically(out, text)
+    if form is Form.msgpack and _is_stdio(target) and sys.stdout.isatty():
+        raise UsageError("msgpack is binary: not written to a terminal; give --out or redirect standard output")
+    graph = _load(file)
+    if form is Form.msgpack and not _is_stdio(target):
+        with _progress(f"writing {target}"):
+            fmt.save(graph, target)
+        _wrote(target, graph.num_nodes)
         return
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise GraphFileError(f"{file}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GraphFileError(f"{file}: cannot read: {exc}") from None
-    try:
-        graph = jsonio.loads(text)
-    except GraphsvcError as exc:
-        raise type(exc)(f"{file}: {exc}") from None
-    assert target is not None
-    fmt.save(graph, target)
-    typer.echo(f"wrote {target} ({graph.num_nodes} nodes)", err=True)
+    with _progress(f"converting to {form.value}"):
+        data = jsonio.dumps(graph).encode() if form is Form.json else fmt.dumps(graph)
+    if _is_stdio(target):
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    _write_bytes_atomically(target, data)
+    _wrote(target, graph.num_nodes)
 
 
-def _write_text_atomically(path: Path, text: str) -> None:
+#: The form each file extension stands for, when convert's --to is not given.
+FORMS = {".json": Form.json, ".msgpack": Form.msgpack, ".mpk": Form.msgpack, ".msgpk": Form.msgpack}
+
+
+def _form_of(out: Path | None) -> Form:
+    form = None if out is None else FORMS.get(out.suffix.lower())
+    if form is None:
+        where = "" if out is None else f" ({out} has no .json or .msgpack extension)"
+        raise UsageError(f"say which form to write: --to json or --to msgpack{where}")
+    return form
+
+
+def _msgpack_name(file: Path) -> Path:
+    if _is_stdio(file):
+        raise UsageError("reading standard input: say where to write with --out (- for standard output)")
+    return file.with_suffix(".msgpack")
+
+
+def _write_bytes_atomically(path: Path, data: bytes) -> None:
     from graphsvc.atomic import atomic_writer
 
-    with atomic_writer(path, "w") as stream:
-        stream.write(text)
+    with atomic_writer(path, "wb") as stream:
+        stream.write(data)
 
 
 # -- replay commands -----------------------------------------------------------------------------
@@ -439,15 +662,17 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
+        metavar="NAME=VALUE",
         help="Replace a leaf's value before replaying: NAME=VALUE (or ID=VALUE). Repeatable.",
         autocompletion=_complete_assignment,
     ),
 ]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Compare with the values/gradients stored in the file.")]
-RtolOpt = Annotated[float, typer.Option("--rtol", help="Relative tolerance for --check.")]
-AtolOpt = Annotated[float, typer.Option("--atol", help="Absolute tolerance for --check.")]
+RtolOpt = Annotated[float, typer.Option("--rtol", metavar="R", help="Relative tolerance for --check.")]
+AtolOpt = Annotated[float, typer.Option("--atol", metavar="A", help="Absolute tolerance for --check.")]
 WriteOpt = Annotated[
-    Path | None, typer.Option("--write", help="Save the graph with the replayed numbers to OUT (atomically).")
+    Path | None,
+    typer.Option("--write", metavar="OUT", help="Save the graph with the replayed numbers to OUT (atomically)."),
 ]
 
 
@@ -476,13 +701,26 @@ def _comparisons(graph: Graph, values: Any, grads: Any, rtol: float, atol: float
 
 def _comparison_line(graph: Graph, c: Any) -> str:
     def at(node: int | None) -> str:
-        return "-" if node is None else graph.label(node)
+        return "-" if node is None else _label(graph, node)
 
     verdict = "ok" if c.ok else f"{c.mismatches} beyond tolerance"
     return (
         f"check {c.what}: worst abs diff {c.worst_abs!r} at {at(c.worst_abs_node)}, "
         f"worst rel diff {c.worst_rel!r} at {at(c.worst_rel_node)}: {verdict}"
     )
+
+
+def _label(graph: Graph, node: int) -> str:
+    """A node's name (or ``#id``) as printed: escaped, since it comes from the file."""
+    from graphsvc.text import escape
+
+    return escape(graph.label(node))
+
+
+def _op(graph: Graph, node: int) -> str:
+    from graphsvc.text import escape
+
+    return escape(graph.op(node))
 
 
 def _nonfinite(values: Any, grads: Any) -> dict[str, Any]:
@@ -513,7 +751,7 @@ def _nonfinite_item(graph: Graph, found: Any) -> dict[str, Any] | None:
 def _nonfinite_line(graph: Graph, found: Any) -> str:
     order = "first in the backward sweep" if found.what == "grads" else "first"
     return (
-        f"nonfinite {found.what}: {order} at {graph.label(found.node)} (node {found.node}, {graph.op(found.node)})"
+        f"nonfinite {found.what}: {order} at {_label(graph, found.node)} (node {found.node}, {_op(graph, found.node)})"
         f" = {found.value!r}; {found.count} of {graph.num_nodes} nodes"
     )
 
@@ -543,7 +781,7 @@ def _report(
                 }
                 for c in comparisons
             }
-        _print_json_listing(dict(extra), listing.json_objects(graph, nodes, values, grads), tail)
+        _print_json_listing(dict(extra), listing.json_objects(graph, nodes, values, grads), graph.num_nodes, tail)
     else:
         checks = [_nonfinite_line(graph, found) for found in nonfinite.values() if found is not None]
         checks += [_comparison_line(graph, c) for c in comparisons]
@@ -551,27 +789,27 @@ def _report(
             columns = [*NODE_COLUMNS, ("value", "right"), *([("grad", "right")] if grads is not None else [])]
             _print_table(columns, listing.all_rows(graph, nodes, values, grads))
         else:
-            _echo_chunks(listing.text(graph, nodes, values, grads))
+            _echo_listing(listing.text(graph, nodes, values, grads), graph.num_nodes)
         _echo_lines(checks)
     if not all(c.ok for c in comparisons):
         raise typer.Exit(1)
 
 
-def _write_replayed(graph: Graph, registry: Any, out: Path, values: Any, grads: Any) -> None:
+def _check_write(write: Path | None) -> None:
+    if _is_stdio(write):
+        raise UsageError("--write -: standard output holds the listing; give a file name")
+
+
+def _write_replayed(graph: Graph, registry: OpRegistry, out: Path, values: Any, grads: Any) -> None:
+    from graphsvc.api import replayed_graph
     from graphsvc.format import save
-    from graphsvc.graph import OpSource
 
-    result = graph.copy()
-    result.values = values
-    result.grads = grads
-    for tag in result.op_table:
-        if tag in registry and not (result.op_sources.get(tag) or OpSource()).plugin:
-            op = registry.get(tag)
-            result.op_sources[tag] = OpSource(op.plugin, op.plugin_version)
+    result = replayed_graph(graph, registry, values, grads)
     save(result, out)
+    _wrote(out, result.num_nodes)
 
 
-@app.command()
+@command()
 @handles_errors
 def forward(
     file: FileArg,
@@ -591,6 +829,7 @@ def forward(
     """
     from graphsvc import replay
 
+    _check_write(write)
     graph = _load(file)
     registry = _registry()
     with _progress("replaying forward"):
@@ -600,14 +839,17 @@ def forward(
     _report(graph, values, None, check, rtol, atol, as_json, {})
 
 
-@app.command()
+@command()
 @handles_errors
 def backward(
     file: FileArg,
     output: Annotated[
         str | None,
         typer.Option(
-            "--output", help="The node to differentiate (default: the single output).", autocompletion=_complete_node
+            "--output",
+            metavar="NODE",
+            help="The node to differentiate (default: the single output).",
+            autocompletion=_complete_node,
         ),
     ] = None,
     set_: SetOpt = None,
@@ -627,6 +869,7 @@ def backward(
     """
     from graphsvc import replay
 
+    _check_write(write)
     graph = _load(file)
     if check and graph.grads is None:
         raise UsageError("--check: the file stores no gradients to compare with")
@@ -663,14 +906,14 @@ def backward(
 def _steps_text(graph: Graph, step_list: list[Any]) -> str:
     lines = []
     for number, step in enumerate(step_list, 1):
-        lines.append(f"step {number}: {graph.label(step.node)} ({graph.op(step.node)}) grad = {step.grad!r}")
+        lines.append(f"step {number}: {_label(graph, step.node)} ({_op(graph, step.node)}) grad = {step.grad!r}")
         for parent, local, adds in step.contributions:
-            lines.append(f"  -> {graph.label(parent)}: local derivative {local!r}, adds {adds!r}")
+            lines.append(f"  -> {_label(graph, parent)}: local derivative {local!r}, adds {adds!r}")
     return "\n".join(lines)
 
 
 # -- drawing -------------------------------------------------------------------------------------
-@app.command()
+@command()
 @handles_errors
 def render(
     file: FileArg,
@@ -679,7 +922,9 @@ def render(
         typer.Option(
             "--out",
             "-o",
-            help="The picture: .svg, .png or .pdf (drawn by Graphviz), or .dot (DOT text).",
+            metavar="OUT",
+            help="The picture: .svg, .png or .pdf (drawn by Graphviz), or .dot (DOT text); - writes DOT text to "
+            "standard output.",
             show_default=False,
         ),
     ],
@@ -687,13 +932,16 @@ def render(
         str | None,
         typer.Option(
             "--around",
+            metavar="NODE",
             help="Draw only the nodes near this one (an id or a name); needed above 2000 nodes.",
             autocompletion=_complete_node,
         ),
     ] = None,
     depth: Annotated[
         int | None,
-        typer.Option("--depth", help="With --around: at most this many edges away, either way (default 2)."),
+        typer.Option(
+            "--depth", metavar="K", help="With --around: at most this many edges away, either way (default 2)."
+        ),
     ] = None,
     replay_first: Annotated[
         bool, typer.Option("--replay", help="Replay forward and backward first, so the boxes show fresh gradients.")
@@ -702,6 +950,7 @@ def render(
         str | None,
         typer.Option(
             "--output",
+            metavar="NODE",
             help="With --replay: the node to differentiate (default: the single output).",
             autocompletion=_complete_node,
         ),
@@ -729,29 +978,36 @@ def render(
         with _progress("replaying forward and backward"):
             values = replay.forward(graph, registry)
             grads = replay.backward(graph, registry, start, values)
-        graph = graph.copy()
-        graph.values, graph.grads = values, grads
+        from graphsvc.api import replayed_graph
+
+        graph = replayed_graph(graph, registry, values, grads)
     elif output is not None:
         raise UsageError("--output chooses the node to differentiate: it needs --replay")
+    depth = 2 if depth is None else depth
+    if _is_stdio(out):  # the DOT text, for a pipe into dot or another tool
+        nodes = drawing.select(graph, around, depth)
+        typer.echo(drawing.to_dot(graph, nodes, None if around is None else graph.node_id(around)), nl=False)
+        return
     with _progress(f"drawing {out}"):
-        drawn = drawing.render(graph, out, around=around, depth=2 if depth is None else depth)
-    typer.echo(f"wrote {out} ({drawn} of {graph.num_nodes} nodes)", err=True)
+        drawn = drawing.render(graph, out, around=around, depth=depth)
+    _wrote(out, drawn)
 
 
 # -- op and plugin commands ----------------------------------------------------------------------
 def _registry() -> OpRegistry:
     """Load the ops with the global plugin options; print each plugin problem as one warning line."""
     from graphsvc.plugins import load_registry
+    from graphsvc.text import one_line
 
     registry, problems = load_registry(
         STATE.plugins, strict=STATE.strict_plugins, disable_third_party=STATE.disable_plugins
     )
     for problem in problems:
-        typer.echo(f"Warning: plugin {problem.plugin}: {problem.message}", err=True)
+        typer.echo(one_line(f"Warning: plugin {problem.plugin}: {problem.message}"), err=True)
     return registry
 
 
-@app.command()
+@command()
 @handles_errors
 def ops(as_json: JsonOpt = False) -> None:
     """List every op by name: arity, version, the plugin (and its version) that registered it, and
@@ -764,10 +1020,12 @@ def ops(as_json: JsonOpt = False) -> None:
         fields = ("name", "arity", "version", "plugin", "plugin_version", "vectorized", "doc")
         _print_json({"ops": [{field: getattr(op, field) for field in fields} for op in registry]})
         return
+    from graphsvc.text import escape
+
     rows = []
     for op in registry:
         kind = "leaf tag" if op.arity == 0 else "vectorized" if op.vectorized else "per element"
-        rows.append([op.name, str(op.arity), str(op.version), op.source, kind])
+        rows.append([escape(op.name), str(op.arity), escape(str(op.version)), escape(op.source), kind])
     if _wants_table(len(rows)):
         columns = (("op", "left"), ("inputs", "right"), ("version", "left"), ("plugin", "left"), ("kind", "left"))
         _print_table(columns, rows)
@@ -776,13 +1034,16 @@ def ops(as_json: JsonOpt = False) -> None:
             typer.echo("\t".join(row))
 
 
-@app.command()
+@command()
 @handles_errors
 def gradcheck(
     op: Annotated[
         list[str] | None,
         typer.Option(
-            "--op", help="Check only this op. Repeatable. Default: every op with inputs.", autocompletion=_complete_op
+            "--op",
+            metavar="OP",
+            help="Check only this op. Repeatable. Default: every op with inputs.",
+            autocompletion=_complete_op,
         ),
     ] = None,
     as_json: JsonOpt = False,

@@ -2,6 +2,11 @@
 
 Attributes are imported lazily (PEP 562), so ``import graphsvc`` and the CLI's start-up do not pay
 for numpy or msgpack until they are used.
+
+>>> import graphsvc
+>>> graph = graphsvc.backward(graphsvc.load("examples/seed004.msgpack"), set={"c": 2.0})  # doctest: +SKIP
+>>> graph.value("L"), graph.grad("a")  # doctest: +SKIP
+(40.0, 23.0)
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ __all__ = [
     "ReplayError",
     "Value",
     "__version__",
+    "backward",
     "dumps",
+    "forward",
     "from_micrograd",
     "hookimpl",
     "load",
@@ -57,7 +64,9 @@ _HOME = {
     "PluginProblem": "graphsvc.plugins",
     "ReplayError": "graphsvc.errors",
     "Value": "graphsvc.value",
+    "backward": "graphsvc.api",
     "dumps": "graphsvc.format",
+    "forward": "graphsvc.api",
     "from_micrograd": "graphsvc.micrograd_import",
     "hookimpl": "graphsvc.hookspecs",
     "load": "graphsvc.format",
@@ -71,6 +80,7 @@ _HOME = {
 }
 
 if TYPE_CHECKING:
+    from graphsvc.api import backward, forward
     from graphsvc.errors import FormatError, GraphsvcError, OpError, PluginError, ReplayError
     from graphsvc.format import Limits, dumps, load, loads
     from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder, OpSource

@@ -106,9 +106,26 @@ class Graph:
             if not _ID_TEXT.fullmatch(ref):
                 raise UsageError(f"no node named {ref!r}")
             ref = int(ref)
+        elif isinstance(ref, bool) or not isinstance(ref, (int, np.integer)):
+            raise TypeError(f"a node is given by its id (an int) or its name (a str), not {type(ref).__name__}")
         if not 0 <= ref < self.num_nodes:
             raise UsageError(f"no node with id {ref} (the graph has {self.num_nodes} nodes)")
-        return ref
+        return int(ref)
+
+    def value(self, ref: NodeRef) -> float:
+        """The value of a node, given by its id or its name."""
+        return float(self.values[self.node_id(ref)])
+
+    def grad(self, ref: NodeRef) -> float:
+        """The gradient of a node, given by its id or its name; :class:`UsageError` when the graph
+        holds no gradients (``graphsvc.backward(graph)`` returns a graph that does)."""
+        node = self.node_id(ref)
+        if self.grads is None:
+            raise UsageError(
+                f"the graph holds no gradients, so node {self.label(node)} has none: "
+                "replay it with graphsvc.backward(graph) first"
+            )
+        return float(self.grads[node])
 
     # -- derived columns ---------------------------------------------------------------------
     def parent_counts(self) -> npt.NDArray[np.int64]:

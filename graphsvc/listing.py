@@ -5,10 +5,17 @@ millions of nodes costs a few microseconds a node and a steady amount of memory,
 
 The cells of a node are its id, its name (``-`` when it has none), its op tag, its parents joined by
 commas (``-`` when it has none) and, for a replay, its value and gradient: the shortest text that
-reads back to the same float (``repr``; ``nan``, ``inf``, ``-inf``). The JSON object has the keys
-``id``, ``name``, ``op``, ``parents`` and, for a replay, ``value`` and ``grad`` (null without
-gradients), exactly as ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)`` writes them,
-with nan and the infinities as the strings ``"nan"``, ``"inf"``, ``"-inf"``.
+reads back to the same float (``repr``; ``nan``, ``inf``, ``-inf``). Names and op tags come from the
+file, so their cells are escaped (:func:`graphsvc.text.escape`): a tab, a newline or a terminal
+escape sequence in a name shows as ``\\t``, ``\\n``, ``\\x1b``, a backslash as two, and no name can
+add a row or a column.
+
+The JSON object has the keys ``id``, ``name``, ``op``, ``parents`` and, for a replay, ``value`` and
+``grad`` (null without gradients), exactly as ``json.dumps(..., separators=(",", ":"),
+ensure_ascii=False)`` writes them, with nan and the infinities as the strings ``"nan"``, ``"inf"``,
+``"-inf"``. ``json.dumps`` escapes the C0 control characters (ESC as ``\\u001b``), so a name cannot
+break the document or start a terminal escape sequence; other characters (DEL, the C1 controls,
+U+2028, the bidi controls) are valid JSON and are written as they are.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from graphsvc.graph import Graph
+from graphsvc.text import escape, needs_escape
 
 #: How many nodes one chunk of a listing holds.
 CHUNK = 1 << 16
@@ -54,19 +62,28 @@ def _names(graph: Graph, ids: list[int]) -> list[str | None]:
     return [names.get(node) for node in ids] if names else [None] * len(ids)
 
 
+def _name_cells(graph: Graph, ids: list[int]) -> list[str]:
+    """The chunk's name cells, escaped; one regex pass over the whole chunk finds the (rare) chunk
+    that needs it, so plain names cost no per-name call."""
+    if not graph.names:
+        return ["-"] * len(ids)
+    cells = [name or "-" for name in _names(graph, ids)]
+    return list(map(escape, cells)) if needs_escape(cells) else cells
+
+
 def rows(
     graph: Graph,
     nodes: npt.ArrayLike,
     values: npt.NDArray[np.float64] | None = None,
     grads: npt.NDArray[np.float64] | None = None,
 ) -> Iterator[list[tuple[str, ...]]]:
-    """The text cells of ``nodes``, in their order, a chunk of rows at a time."""
-    tags = graph.op_table
+    """The text cells of ``nodes``, in their order, a chunk of rows at a time (names and op tags escaped)."""
+    tags = list(map(escape, graph.op_table))
     for ids in _chunks(nodes):
         id_list = ids.tolist()
         columns: list[list[str]] = [
             list(map(str, id_list)),
-            [name or "-" for name in _names(graph, id_list)],
+            _name_cells(graph, id_list),
             [tags[code] for code in graph.op_codes[ids].tolist()],
             [text or "-" for text in _parent_texts(graph, ids)],
         ]

@@ -86,6 +86,13 @@ def from_micrograd(*roots: Any, names: Mapping[Any, str] | None = None) -> Graph
     """
     if not roots:
         raise GraphStructureError("from_micrograd() needs at least one micrograd Value")
+    from graphsvc.terminal import progress
+
+    with progress("importing from micrograd"):  # on stderr, on a terminal, after a second
+        return _from_micrograd(roots, names)
+
+
+def _from_micrograd(roots: Sequence[Any], names: Mapping[Any, str] | None) -> Graph:
     # Pass 1: every node once, parents before children, in whatever order the sets give. When a
     # node's parents are all done, its parents are put in canonical order and its key computed.
     nodes: list[Any] = []  # also keeps every node alive, so id() stays unique

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from graphsvc.text import one_line
+
 FORCE_TERMINAL_ENV = "GRAPHSVC_FORCE_TERMINAL"
 PROGRESS_DELAY_ENV = "GRAPHSVC_PROGRESS_DELAY"
 #: Seconds of work before a progress bar appears.
@@ -57,7 +59,13 @@ def wants_table(rows: int) -> bool:
 
 
 def print_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], show_header: bool = True) -> None:
-    """Print an aligned table to stdout (cells are plain text: no rich markup is interpreted)."""
+    """Print an aligned table to stdout.
+
+    Cells are plain text: no rich markup (``[bold]``, ``[link=...]``) or emoji code is interpreted.
+    Text from a file should come escaped (:func:`graphsvc.text.escape`, as
+    :func:`graphsvc.listing.rows` gives it); any control character still in a cell is escaped here,
+    so none reaches the terminal.
+    """
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -66,9 +74,15 @@ def print_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], show_h
     for header, justify in columns:
         table.add_column(header, justify="right" if justify == "right" else "left", no_wrap=justify == "right")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(_printable, row))
     console = Console(file=sys.stdout, force_terminal=_forced() or None, markup=False, emoji=False, highlight=False)
     console.print(table)
+
+
+def _printable(cell: str) -> str:
+    """``cell`` with its control characters escaped (backslashes left alone: escaped text stays as
+    it is), however long."""
+    return one_line(cell, limit=sys.maxsize)
 
 
 def _progress_delay() -> float:
@@ -109,7 +123,7 @@ def progress(description: str, quiet: bool = False) -> Iterator[None]:
                 redirect_stdout=False,  # never let the bar capture, or write to, stdout
                 redirect_stderr=False,
             )
-            bar.add_task(description, total=None)
+            bar.add_task(one_line(description), total=None)  # a file path can hold anything
             bar.start()
             shown.append(bar)
 

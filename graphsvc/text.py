@@ -42,7 +42,10 @@ def escape(text: str) -> str:
 
 def needs_escape(texts: Iterable[str]) -> bool:
     """Does any of ``texts`` hold a character :func:`escape` would rewrite? (One pass over them all.)"""
-    return _UNSAFE.search("".join(texts)) is not None
+    joined = "".join(texts)
+    if "\\" not in joined and joined.isprintable():  # every character escape() rewrites is unprintable
+        return False
+    return _UNSAFE.search(joined) is not None
 
 
 #: Longest item :func:`listed` shows before cutting it.

@@ -27,6 +27,7 @@ import numpy.typing as npt
 from graphsvc.errors import GraphStructureError, UsageError
 from graphsvc.graph import Graph
 from graphsvc.kernels import compiled_for
+from graphsvc.text import ITEM_CHARS, escape, shorten
 
 Algorithm = Literal["dfs", "kahn"]
 ALGORITHMS: tuple[Algorithm, ...] = ("dfs", "kahn")
@@ -193,9 +194,24 @@ def topological_sort(parents_of: Mapping[K, Sequence[K]], describe: Mapping[K, s
                 heapq.heappush(ready, child)
     if len(order) < len(keys):
         cycle = _find_cycle(keys, parents_of, pending, position)
-        path = " -> ".join(_show(k, describe) for k in cycle)
-        raise GraphStructureError(f"the graph has a cycle: {path}")
+        raise GraphStructureError(f"the graph has a cycle: {_cycle_path([_show(k, describe) for k in cycle])}")
     return [keys[i] for i in order]
+
+
+#: How many nodes of a long cycle its error shows before the count of the rest.
+CYCLE_SHOWN = 10
+
+
+def _cycle_path(loop: list[str]) -> str:
+    """``a -> b -> c -> a``, each node escaped and cut (:func:`graphsvc.text.listed`'s rules); a long
+    cycle shows its first :data:`CYCLE_SHOWN` nodes, the count of the others, and the way back."""
+    shown = [shorten(escape(item), ITEM_CHARS) for item in loop[:CYCLE_SHOWN]]
+    rest = len(loop) - 1 - CYCLE_SHOWN  # the last entry repeats the first
+    if rest > 0:
+        shown += [f"({rest:,} more)", shown[0]]
+    elif len(loop) > CYCLE_SHOWN:
+        shown.append(shown[0])
+    return " -> ".join(shown)
 
 
 def _find_cycle(

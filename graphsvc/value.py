@@ -62,7 +62,9 @@ class Value:
     ``+ - * /``, ``**`` with a number exponent, unary ``-``, the reflected forms (``2 * a``),
     ``relu tanh exp log sigmoid sin cos sqrt abs``, ``a.max(b)``, ``a.min(b)``, and
     ``apply(op_name, *others, **attrs)`` for any registered op. ``name`` travels into saved files
-    and CLI output; it can be set later (``loss.name = "loss"``).
+    and CLI output; it can be set later (``loss.name = "loss"``). ``label`` is another spelling of
+    it, as in micrograd's lecture notebooks: ``Value(2.0, label="a")``, ``e.label = "e"``
+    (an empty label is no name, micrograd's default).
     """
 
     __slots__ = ("_attrs", "_op", "_parents", "data", "grad", "name")
@@ -81,7 +83,11 @@ class Value:
         _op: str = _LEAF,
         _parents: tuple[Value, ...] = (),
         _attrs: dict[str, Any] | None = None,
+        *,
+        label: str | None = None,
     ) -> None:
+        if label is not None:
+            name = _label_as_name(name, label)
         self.data = data if _parents else float(data)
         self.grad = 0.0
         self.name = name
@@ -104,6 +110,15 @@ class Value:
     def attrs(self) -> dict[str, Any]:
         """The op's attributes (``{"exponent": 2.0}`` for ``a ** 2``); a copy."""
         return dict(self._attrs) if self._attrs else {}
+
+    @property
+    def label(self) -> str | None:
+        """micrograd's lecture spelling of :attr:`name` (reads and sets the same thing)."""
+        return self.name
+
+    @label.setter
+    def label(self, label: str | None) -> None:
+        self.name = label or None
 
     @property
     def _prev(self) -> set[Value]:
@@ -273,6 +288,13 @@ class Value:
                 node.grad += grad
 
 
+def _label_as_name(name: str | None, label: str) -> str | None:
+    """The name given as ``label=`` (``""``: none, micrograd's default); both spellings must agree."""
+    if name is not None and name != label:
+        raise TypeError(f"Value() got name={name!r} and label={label!r}: label is another spelling of name, give one")
+    return label or name
+
+
 def _is_number(obj: object) -> bool:
     return obj.__class__ is float or obj.__class__ is int or isinstance(obj, Real)
 
@@ -327,15 +349,17 @@ _registry: OpRegistry | None = None
 def default_registry() -> OpRegistry:
     """The registry :class:`Value` uses, loaded with :func:`graphsvc.plugins.load_registry` on first use.
 
-    A plugin that fails to load is reported as a :class:`RuntimeWarning`, not an error.
+    :func:`graphsvc.forward` and :func:`graphsvc.backward` use it too. A plugin that fails to load
+    is reported as a :class:`RuntimeWarning` of one line, not an error.
     """
     global _registry
     if _registry is None:
         from graphsvc.plugins import load_registry
+        from graphsvc.text import one_line
 
         registry, problems = load_registry()
         for problem in problems:
-            warnings.warn(str(problem), RuntimeWarning, stacklevel=2)
+            warnings.warn(one_line(str(problem)), RuntimeWarning, stacklevel=2)
         _registry = registry
     return _registry
 

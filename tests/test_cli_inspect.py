@@ -98,7 +98,7 @@ def test_order_dfs_and_kahn_differ(tmp_path: Path) -> None:
     [
         (["--output", "nope"], "Error: no node named 'nope'\n"),
         (["--output", "6"], "Error: no node with id 6 (the graph has 6 nodes)\n"),
-        (["--algorithm", "bfs"], "Error: unknown algorithm 'bfs' (choose from dfs, kahn)\n"),
+        (["--algorithm", "bfs"], "Error: --algorithm must be dfs or kahn, not 'bfs'\n"),
     ],
 )
 def test_order_usage_errors_exit_2(args: list[str], message: str) -> None:

@@ -72,6 +72,30 @@ def test_node_id_resolves_names_and_ids() -> None:
             g.node_id(text)
 
 
+def test_value_and_grad_by_id_or_name() -> None:
+    b = GraphBuilder()
+    x = b.leaf(2.0, name="x", grad=0.5)
+    b.add("neg", [x], value=-2.0, name="y", grad=1.0)
+    g = b.build()
+    assert (g.value("x"), g.value(1), g.value("1"), g.grad("x"), g.grad(np.int64(1))) == (2.0, -2.0, -2.0, 0.5, 1.0)
+    assert type(g.value("x")) is float and type(g.grad("y")) is float
+    g.grads = None
+    with pytest.raises(UsageError) as info:
+        g.grad("y")
+    assert str(info.value) == (
+        "the graph holds no gradients, so node y has none: replay it with graphsvc.backward(graph) first"
+    )
+    with pytest.raises(UsageError, match=r"^no node named 'z'$"):
+        g.value("z")
+
+
+@pytest.mark.parametrize("ref", [1.0, True, None, b"x"])
+def test_node_id_refuses_what_is_neither_an_id_nor_a_name(ref: object) -> None:
+    with pytest.raises(TypeError) as info:
+        seed000().node_id(ref)  # type: ignore[arg-type]
+    assert str(info.value) == f"a node is given by its id (an int) or its name (a str), not {type(ref).__name__}"
+
+
 def test_copy_is_deep_and_writable() -> None:
     g = seed000()
     c = g.copy()

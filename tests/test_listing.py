@@ -36,7 +36,7 @@ ORDER = [4, 3, 2, 0, 1]
 TEXT = [
     "4\tout\tsum3\t3,0,2",
     "3\t-\tmul\t2,2",
-    '2\tx "é" \\\tadd\t0,1',
+    '2\tx "é" \\\\\tadd\t0,1',  # the backslash doubled: text cells are escaped
     "0\ta\tleaf\t-",
     "1\t-\tconst\t-",
 ]

@@ -133,6 +133,28 @@ def test_unsupported_operands() -> None:
         a.max("2")  # type: ignore[arg-type]
 
 
+def test_label_is_micrograds_lecture_spelling_of_name() -> None:
+    a, b = Value(2.0, label="a"), Value(-3.0, label="b")
+    c = Value(10.0, label="c")
+    e = a * b
+    e.label = "e"
+    d = e + c
+    d.label = "d"
+    assert (a.name, a.label, e.name, d.label) == ("a", "a", "e", "d")
+    assert trace(d).names == {0: "a", 1: "b", 2: "e", 3: "c", 4: "d"}
+    assert Value(1.0, name="x", label="x").name == "x"
+    assert Value(1.0, label="").name is None  # micrograd's default label: no name
+    d.label = ""
+    assert d.name is None
+    a.name = "renamed"
+    assert a.label == "renamed"
+    with pytest.raises(TypeError) as info:
+        Value(1.0, name="x", label="y")
+    assert str(info.value) == "Value() got name='x' and label='y': label is another spelling of name, give one"
+    with pytest.raises(TypeError, match="label is another spelling of name"):
+        graphsvc.Value(1.0, "x", label="")
+
+
 # -- gradients ---------------------------------------------------------------------------------------
 def test_seed_004_gradients_are_exact() -> None:
     a, b, c, loss = seed004()

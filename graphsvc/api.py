@@ -1,0 +1,121 @@
+"""Replay from Python in one call, without handling a registry: :func:`forward` and :func:`backward`.
+
+>>> import graphsvc
+>>> graph = graphsvc.backward(graphsvc.load("examples/seed004.msgpack"))  # doctest: +SKIP
+>>> graph.grad("a"), graph.grad("b"), graph.grad("c")  # doctest: +SKIP
+(22.0, 17.0, 5.0)
+
+Both return a new :class:`~graphsvc.graph.Graph` holding the replayed numbers and leave the one
+given untouched. The ops come from the registry :class:`~graphsvc.value.Value` uses (builtins and
+installed plugins, loaded once; a plugin that fails to load is a one-line ``RuntimeWarning``;
+:func:`graphsvc.use_registry` replaces it), or from ``registry=``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from numbers import Real
+from typing import TYPE_CHECKING
+
+from graphsvc.errors import UsageError
+from graphsvc.graph import Graph, NodeRef, OpSource
+from graphsvc.text import listed
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from graphsvc.ops import OpRegistry
+
+__all__ = ["backward", "forward", "replayed_graph"]
+
+
+def forward(graph: Graph, set: Mapping[NodeRef, float] | None = None, *, registry: OpRegistry | None = None) -> Graph:
+    """``graph`` with every value recomputed from its leaves; ``graph`` itself is not changed.
+
+    ``set`` gives leaves new values first, ``{"a": 3.0}`` or ``{0: 3.0}`` (a node id or a name,
+    as ``graphsvc forward --set``); setting a node that is not a leaf, or an unknown one, raises
+    :class:`~graphsvc.errors.UsageError`. The result holds no gradients (stored ones would belong
+    to the old values); its op table records the plugin of each op the replay used.
+    """
+    from graphsvc import replay
+
+    registry = _registry(registry)
+    values = replay.forward(graph, registry, _overrides(graph, set))
+    return replayed_graph(graph, registry, values, None)
+
+
+def backward(
+    graph: Graph,
+    output: NodeRef | None = None,
+    set: Mapping[NodeRef, float] | None = None,
+    *,
+    registry: OpRegistry | None = None,
+) -> Graph:
+    """``graph`` replayed forward, then backward from ``output`` seeded with 1, from zero gradients.
+
+    ``output`` is a node id or name; by default the graph's single output. ``set`` is as for
+    :func:`forward`. Returns a new graph whose ``grads`` hold d(output)/d(node) for every node (0
+    for nodes the output does not depend on): ``graphsvc.backward(graph).grad("a")``.
+    """
+    from graphsvc import replay
+
+    registry = _registry(registry)
+    start = _default_output(graph) if output is None else graph.node_id(output)
+    values = replay.forward(graph, registry, _overrides(graph, set))
+    grads = replay.backward(graph, registry, start, values)
+    return replayed_graph(graph, registry, values, grads)
+
+
+def replayed_graph(
+    graph: Graph,
+    registry: OpRegistry,
+    values: npt.NDArray[np.float64],
+    grads: npt.NDArray[np.float64] | None = None,
+) -> Graph:
+    """A copy of ``graph`` holding replayed ``values`` and ``grads`` (``None``: no gradients).
+
+    Each op tag the file does not attribute to a plugin gets the plugin and version of the op
+    ``registry`` replayed it with, so a saved result says where its ops came from; sources the file
+    records are kept.
+    """
+    result = graph.copy()
+    result.values = values
+    result.grads = grads
+    for tag in result.op_table:
+        if tag in registry and not (result.op_sources.get(tag) or OpSource()).plugin:
+            op = registry.get(tag)
+            result.op_sources[tag] = OpSource(op.plugin, op.plugin_version)
+    return result
+
+
+def _registry(registry: OpRegistry | None) -> OpRegistry:
+    if registry is not None:  # not `registry or ...`: an empty registry is falsy
+        return registry
+    from graphsvc.value import default_registry
+
+    return default_registry()
+
+
+def _overrides(graph: Graph, assignments: Mapping[NodeRef, float] | None) -> dict[int, float]:
+    """``set`` as node ids; a number that is not one, or a node given twice, is refused."""
+    result: dict[int, float] = {}
+    for ref, number in (assignments or {}).items():
+        if isinstance(number, bool) or not isinstance(number, Real):
+            raise TypeError(f"set[{ref!r}] must be a number, not {type(number).__name__}")
+        node = graph.node_id(ref)
+        if node in result:
+            raise UsageError(f"set gives node {graph.label(node)} two values")
+        result[node] = float(number)
+    return result
+
+
+def _default_output(graph: Graph) -> int:
+    """The graph's single output (listed once or more); otherwise the caller must name one."""
+    outputs = list(dict.fromkeys(graph.outputs))
+    if len(outputs) == 1:
+        return outputs[0]
+    if not outputs:
+        raise UsageError("the graph lists no outputs: choose the node to differentiate with output=")
+    shown = listed(graph.label(o) for o in outputs)
+    raise UsageError(f"the graph has {len(outputs)} outputs ({shown}): choose one with output=")

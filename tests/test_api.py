@@ -1,0 +1,180 @@
+"""graphsvc.forward and graphsvc.backward: replay from Python without a registry, on seed 004's
+L = (a*b + c)*(a + b) at a=2, b=3, c=1, with gradients worked out by hand."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import graphsvc
+from graphsvc import format as fmt
+from graphsvc.api import replayed_graph
+from graphsvc.errors import OpError, UsageError
+from graphsvc.graph import Graph, GraphBuilder, OpSource
+from graphsvc.ops import OpRegistry
+from graphsvc.plugins import PluginProblem, load_registry
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED004 = ROOT / "examples" / "seed004.msgpack"
+
+
+def seed004() -> Graph:
+    return graphsvc.load(SEED004)
+
+
+def test_backward_gives_seed_004s_gradients() -> None:
+    graph = graphsvc.backward(seed004())
+    # dL/da = b(a+b) + (ab+c) = 15 + 7; dL/db = a(a+b) + (ab+c) = 10 + 7; dL/dc = a+b
+    assert [graph.grad(name) for name in "abc"] == [22.0, 17.0, 5.0]
+    assert (graph.grad("L"), graph.grad("abc"), graph.grad("apb"), graph.grad(3)) == (1.0, 5.0, 7.0, 5.0)
+    assert graph.value("L") == 35.0 and isinstance(graph.value("L"), float)
+
+
+def test_set_changes_leaves_before_the_replay() -> None:
+    graph = graphsvc.backward(seed004(), set={"c": 2.0, 0: 1.0})  # a=1, b=3, c=2
+    # L = (3 + 2) * 4 = 20; dL/da = 3*4 + 5 = 17; dL/db = 1*4 + 5 = 9; dL/dc = 4
+    assert graph.value("L") == 20.0
+    assert [graph.grad(name) for name in "abc"] == [17.0, 9.0, 4.0]
+    assert graphsvc.forward(seed004(), {"a": 3}).values.tolist() == [3.0, 3.0, 1.0, 9.0, 10.0, 6.0, 60.0]
+
+
+def test_output_by_name_or_id() -> None:
+    by_name = graphsvc.backward(seed004(), output="abc")  # abc = a*b + c
+    assert by_name.grads is not None
+    assert by_name.grads.tolist() == [3.0, 2.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    assert graphsvc.backward(seed004(), output=5).grads.tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]  # type: ignore[union-attr]
+
+
+def test_the_input_graph_is_not_changed() -> None:
+    graph = seed004()
+    values, grads = graph.values.copy(), graph.grads.copy()  # type: ignore[union-attr]
+    sources = dict(graph.op_sources)
+    result = graphsvc.backward(graph, set={"a": 10.0})
+    assert result is not graph
+    assert result.value("a") == 10.0
+    assert np.array_equal(graph.values, values) and np.array_equal(graph.grads, grads)  # type: ignore[arg-type]
+    assert graph.op_sources == sources
+    result.op_codes[0] = 1  # the copy's columns are its own
+    assert graph.op_codes[0] == 0
+
+
+def test_forward_drops_the_old_gradients() -> None:
+    graph = graphsvc.forward(seed004(), set={"b": 0.0})
+    assert graph.grads is None
+    assert graph.value("L") == 2.0  # (0 + 1) * 2
+    with pytest.raises(UsageError, match=r"^the graph holds no gradients, so node b has none: replay it with "):
+        graph.grad("b")
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda g: graphsvc.forward(g, set={"ab": 1.0}),
+            UsageError,
+            "node ab is a mul node, not a leaf: only leaves can be set",
+        ),
+        (lambda g: graphsvc.backward(g, set={"nope": 1.0}), UsageError, "no node named 'nope'"),
+        (lambda g: graphsvc.backward(g, set={7: 1.0}), UsageError, "no node with id 7 (the graph has 7 nodes)"),
+        (lambda g: graphsvc.backward(g, output="nope"), UsageError, "no node named 'nope'"),
+        (lambda g: graphsvc.forward(g, set={"a": 1.0, 0: 2.0}), UsageError, "set gives node a two values"),
+        (lambda g: graphsvc.forward(g, set={"a": "3"}), TypeError, "set['a'] must be a number, not str"),
+        (
+            lambda g: graphsvc.backward(g, output=1.5),
+            TypeError,
+            "a node is given by its id (an int) or its name (a str), not float",
+        ),
+        (lambda g: g.value("nope"), UsageError, "no node named 'nope'"),
+    ],
+)
+def test_errors(call, error: type[Exception], message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error) as info:
+        call(seed004())
+    assert str(info.value) == message
+
+
+def test_several_outputs_need_output() -> None:
+    b = GraphBuilder()
+    x = b.leaf(2.0, name="x")
+    b.add("neg", [x], name="y")
+    b.add("exp", [x], name="z\n")
+    graph = b.build()
+    with pytest.raises(UsageError) as info:
+        graphsvc.backward(graph)
+    assert str(info.value) == "the graph has 2 outputs (y, z\\n): choose one with output="
+    assert graphsvc.backward(graph, output="y").grad("x") == -1.0
+    graph.outputs = []
+    with pytest.raises(
+        UsageError, match=r"^the graph lists no outputs: choose the node to differentiate with output=$"
+    ):
+        graphsvc.backward(graph)
+
+
+def test_an_op_not_registered_is_an_op_error() -> None:
+    with pytest.raises(OpError) as info:
+        graphsvc.backward(seed004(), registry=OpRegistry())
+    assert str(info.value) == (
+        "the graph uses ops not registered here: mul (from graphsvc 0.1.0), add (from graphsvc 0.1.0); "
+        "install the plugin that provides them or pass --plugin"
+    )
+
+
+def test_the_result_records_the_plugin_of_each_op_it_used(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    x = b.leaf(0.0, name="x")
+    b.add("softplus", [b.add("mul", [x, b.const(2.0)])], name="y")
+    b.op_sources["mul"] = OpSource("someone", "9")  # a source the file records is kept
+    graph = b.build()
+    registry, _ = load_registry()
+    if "softplus" not in registry:
+        pytest.fail("the example plugins are not installed: the README's test command installs them")
+    result = graphsvc.backward(graph)
+    softplus = registry.get("softplus")
+    assert result.op_sources == {
+        "leaf": OpSource("graphsvc", graphsvc.__version__),
+        "const": OpSource("graphsvc", graphsvc.__version__),
+        "mul": OpSource("someone", "9"),
+        "softplus": OpSource(softplus.plugin, softplus.plugin_version),
+    }
+    assert result.grad("x") == 1.0  # d softplus(2x)/dx at 0 = 2 * sigmoid(0)
+    assert graph.op_sources == {"mul": OpSource("someone", "9")}
+    fmt.save(result, tmp_path / "r.msgpack")
+    assert graphsvc.load(tmp_path / "r.msgpack").op_sources == result.op_sources
+
+
+def test_replayed_graph_is_what_the_cli_writes() -> None:
+    graph = seed004()
+    graph.op_sources = {}
+    registry, _ = load_registry(disable_third_party=True)
+    values = np.arange(7, dtype=np.float64)
+    result = replayed_graph(graph, registry, values)
+    assert result.values is values and result.grads is None
+    assert set(result.op_sources) == {"leaf", "mul", "add"}
+
+
+def test_plugin_problems_are_one_line_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphsvc import plugins, value
+
+    def broken(*args: object, **kwargs: object) -> tuple[OpRegistry, list[PluginProblem]]:
+        registry, _ = load_registry(disable_third_party=True)
+        return registry, [PluginProblem("bad_plugin", "failed\nto import")]
+
+    monkeypatch.setattr(plugins, "load_registry", broken)
+    monkeypatch.setattr(value, "_registry", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert graphsvc.backward(seed004()).grad("a") == 22.0
+    assert [str(w.message) for w in caught] == ["plugin bad_plugin: failed\\nto import"]
+    assert caught[0].category is RuntimeWarning
+    monkeypatch.setattr(value, "_registry", None)  # the next user loads the real one
+
+
+def test_import_graphsvc_stays_lazy() -> None:
+    code = "import sys, graphsvc; print('numpy' in sys.modules, {'forward', 'backward'} <= set(graphsvc.__all__))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout == "False True\n"
+    assert graphsvc.forward is graphsvc.api.forward and graphsvc.backward is graphsvc.api.backward

@@ -1,0 +1,221 @@
+"""Text from a file cannot forge output: names and op tags holding tabs, newlines, terminal escape
+sequences, bidi controls, backslashes and rich markup come out escaped in the piped listings, in the
+tables on a terminal and in error messages, and exactly as json.dumps writes them in --json."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+from graphsvc import format as fmt
+from graphsvc import listing, terminal
+from graphsvc.errors import GraphStructureError
+from graphsvc.graph import Graph, GraphBuilder
+from graphsvc.topo import topological_sort
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+PIPED = {"GRAPHSVC_FORCE_TERMINAL": "0"}
+TERMINAL = {"GRAPHSVC_FORCE_TERMINAL": "1", "NO_COLOR": "1", "COLUMNS": "200"}
+MARKUP = "[bold red]x[/] [link=https://example.com]y[/link] :smile:"
+
+#: seed 004's L = (a*b + c)*(a + b) at a=2, b=3, c=1, every name hostile: (name, how it prints)
+NAMES = [
+    ("tab\there\r", r"tab\there\r"),
+    ("new\nline", r"new\nline"),
+    (MARKUP, MARKUP),
+    ("\x1b]0;pwned\x07", r"\x1b]0;pwned\x07"),  # sets the terminal's title
+    ("\x1b[2J", r"\x1b[2J"),  # clears the screen
+    ("\u202eevil\u2028", r"\u202eevil\u2028"),  # right-to-left override; line separator
+    ("back\\slash", r"back\\slash"),
+]
+SHOWN = [shown for _, shown in NAMES]
+
+
+def hostile_graph() -> Graph:
+    b = GraphBuilder()
+    a, bb, c = (b.leaf(v, name=NAMES[i][0]) for i, v in enumerate((2.0, 3.0, 1.0)))
+    ab = b.add("mul", [a, bb], name=NAMES[3][0], value=6.0)
+    abc = b.add("add", [ab, c], name=NAMES[4][0], value=7.0)
+    apb = b.add("add", [a, bb], name=NAMES[5][0], value=5.0)
+    b.add("mul", [abc, apb], name=NAMES[6][0], value=35.0)
+    return b.build()
+
+
+@pytest.fixture
+def hostile_file(tmp_path: Path) -> Path:
+    path = tmp_path / "hostile.msgpack"
+    fmt.save(hostile_graph(), path)
+    return path
+
+
+def rows(*cells: tuple[str, ...]) -> str:
+    return "".join("\t".join(row) + "\n" for row in cells)
+
+
+# -- piped: tab-separated text ----------------------------------------------------------------------
+def test_order_piped_escapes_every_name(hostile_file: Path) -> None:
+    result = runner.invoke(app, ["order", str(hostile_file)], env=PIPED)
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert result.stdout == rows(
+        ("6", SHOWN[6], "mul", "4,5"),
+        ("5", SHOWN[5], "add", "0,1"),
+        ("4", SHOWN[4], "add", "3,2"),
+        ("2", SHOWN[2], "leaf", "-"),
+        ("3", SHOWN[3], "mul", "0,1"),
+        ("1", SHOWN[1], "leaf", "-"),
+        ("0", SHOWN[0], "leaf", "-"),
+    )
+    assert [len(line.split("\t")) for line in result.stdout.splitlines()] == [4] * 7
+
+
+def test_backward_piped_escapes_every_name(hostile_file: Path) -> None:
+    result = runner.invoke(app, ["--disable-plugins", "backward", str(hostile_file)], env=PIPED)
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert result.stdout == rows(
+        ("6", SHOWN[6], "mul", "4,5", "35.0", "1.0"),
+        ("5", SHOWN[5], "add", "0,1", "5.0", "7.0"),
+        ("4", SHOWN[4], "add", "3,2", "7.0", "5.0"),
+        ("3", SHOWN[3], "mul", "0,1", "6.0", "5.0"),
+        ("2", SHOWN[2], "leaf", "-", "1.0", "5.0"),
+        ("1", SHOWN[1], "leaf", "-", "3.0", "17.0"),
+        ("0", SHOWN[0], "leaf", "-", "2.0", "22.0"),
+    )
+
+
+def test_forward_piped_escapes_every_name(hostile_file: Path) -> None:
+    result = runner.invoke(app, ["--disable-plugins", "forward", str(hostile_file)], env=PIPED)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[:2] == [
+        "6\tback\\\\slash\tmul\t4,5\t35.0",
+        "5\t\\u202eevil\\u2028\tadd\t0,1\t5.0",
+    ]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, listing.CHUNK])
+def test_op_tags_are_escaped_and_only_chunks_that_need_it_change(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(listing, "CHUNK", chunk)
+    b = GraphBuilder()
+    x = b.leaf(1.0, name="x")
+    y = b.add("my\top\x1b[31m", [x], name="plain")
+    b.add("f", [y], name="a\nb")
+    b.add("f", [x])
+    text = "".join(listing.text(b.build(), [3, 2, 1, 0]))
+    assert text == rows(
+        ("3", "-", "f", "0"),
+        ("2", "a\\nb", "f", "1"),
+        ("1", "plain", "my\\top\\x1b[31m", "0"),
+        ("0", "x", "leaf", "-"),
+    )
+
+
+# -- JSON: exactly what json.dumps writes -------------------------------------------------------------
+def test_order_json_escapes_control_characters_as_json_does(hostile_file: Path) -> None:
+    result = runner.invoke(app, ["order", str(hostile_file), "--json"])
+    assert result.exit_code == 0
+    out = result.stdout
+    assert '{"id":3,"name":"\\u001b]0;pwned\\u0007","op":"mul","parents":[0,1]}' in out
+    assert '{"id":0,"name":"tab\\there\\r","op":"leaf","parents":[]}' in out
+    assert '{"id":6,"name":"back\\\\slash","op":"mul","parents":[4,5]}' in out
+    assert '"name":"\u202eevil\u2028"' in out  # valid JSON as they are
+    assert "\x1b" not in out and "\x07" not in out and "\n" not in out[:-1]
+    document = json.loads(out)
+    assert [node["name"] for node in sorted(document["nodes"], key=lambda n: n["id"])] == [n for n, _ in NAMES]
+
+
+# -- on a terminal: rich tables --------------------------------------------------------------------
+def table_rows(stdout: str) -> list[list[str]]:
+    lines = [line.rstrip() for line in stdout.splitlines()]
+    start = next(i for i, line in enumerate(lines) if set(line) == {"─"}) + 1
+    return [re.split(r"\s{2,}", line.strip()) for line in lines[start:]]
+
+
+def assert_nothing_raw(stdout: str) -> None:
+    for raw in ("\x1b]", "\x07", "\x1b[2J", "\u202e", "\u2028", "\r", "\t"):
+        assert raw not in stdout, repr(raw)
+
+
+def test_backward_table_shows_escaped_names_and_markup_literally(hostile_file: Path) -> None:
+    result = runner.invoke(app, ["--disable-plugins", "backward", str(hostile_file)], env=TERMINAL)
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert_nothing_raw(result.stdout)
+    assert table_rows(result.stdout) == [
+        ["6", SHOWN[6], "mul", "4,5", "35.0", "1.0"],
+        ["5", SHOWN[5], "add", "0,1", "5.0", "7.0"],
+        ["4", SHOWN[4], "add", "3,2", "7.0", "5.0"],
+        ["3", SHOWN[3], "mul", "0,1", "6.0", "5.0"],
+        ["2", SHOWN[2], "leaf", "-", "1.0", "5.0"],
+        ["1", SHOWN[1], "leaf", "-", "3.0", "17.0"],
+        ["0", SHOWN[0], "leaf", "-", "2.0", "22.0"],
+    ]
+
+
+def test_order_table_shows_escaped_names(hostile_file: Path) -> None:
+    result = runner.invoke(app, ["order", str(hostile_file), "--output", "\x1b[2J"], env=TERMINAL)
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert_nothing_raw(result.stdout)
+    assert table_rows(result.stdout) == [
+        ["4", SHOWN[4], "add", "3,2"],
+        ["2", SHOWN[2], "leaf", "-"],
+        ["3", SHOWN[3], "mul", "0,1"],
+        ["1", SHOWN[1], "leaf", "-"],
+        ["0", SHOWN[0], "leaf", "-"],
+    ]
+
+
+def test_print_table_escapes_control_characters_left_in_cells(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setenv("GRAPHSVC_FORCE_TERMINAL", "0")
+    terminal.print_table([("name", "left"), ("n", "right")], [["a\x1b]0;t\x07 \\ " + MARKUP, "1"]], show_header=False)
+    assert out.getvalue().rstrip() == "a\\x1b]0;t\\x07 \\ " + MARKUP + "   1"
+
+
+def test_progress_description_is_escaped() -> None:
+    script = "from graphsvc.terminal import progress\nwith progress('loading /tmp/\\x1b]0;pwned\\x07x'): pass"
+    master, slave = pty.openpty()
+    env = {**os.environ, "GRAPHSVC_PROGRESS_DELAY": "0", "COLUMNS": "100"}
+    process = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert process.wait() == 0
+    tty = seen.decode(errors="replace")
+    assert "loading /tmp/\\x1b]0;pwned\\x07x" in tty
+    assert "\x1b]0;" not in tty
+
+
+# -- messages --------------------------------------------------------------------------------------
+def test_a_long_cycle_is_cut_and_its_nodes_escaped() -> None:
+    ring = {i: [(i - 1) % 25] for i in range(25)}
+    with pytest.raises(GraphStructureError) as info:
+        topological_sort(ring)
+    assert str(info.value) == "the graph has a cycle: 0 -> 1 -> 2 -> 3 -> 4 -> 5 -> 6 -> 7 -> 8 -> 9 -> (15 more) -> 0"
+    with pytest.raises(GraphStructureError) as info:
+        topological_sort({0: [1], 1: [0]}, {0: "0 (a\nb\x1b[2J)", 1: "1 (" + "x" * 100 + ")"})
+    long = "1 (" + "x" * 37 + "... (104 characters)"
+    assert str(info.value) == f"the graph has a cycle: 0 (a\\nb\\x1b[2J) -> {long} -> 0 (a\\nb\\x1b[2J)"
+
+
+def test_a_cycle_of_exactly_ten_nodes_is_shown_whole() -> None:
+    with pytest.raises(GraphStructureError) as info:
+        topological_sort({i: [(i - 1) % 10] for i in range(10)})
+    assert str(info.value) == "the graph has a cycle: 0 -> 1 -> 2 -> 3 -> 4 -> 5 -> 6 -> 7 -> 8 -> 9 -> 0"
