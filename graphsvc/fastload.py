@@ -1,16 +1,19 @@
 """The fast way into a graph file: its columns read straight into their own buffers.
 
-graphsvc writes every file in one canonical layout (``schemas/FORMAT.md`` §8): the same keys in the
-same order, each column a map of ``dtype``, ``length`` and ``data``. :func:`scan` walks that layout
-byte by byte, without msgpack, and finds each column's payload; :func:`read_column` then reads the
-payload from the file into a fresh, aligned buffer (one copy, no intermediate ``bytes``). Everything
-that is not a column payload (the format, version and op table before the columns; names,
-attributes, outputs and metadata after them) is handed back as byte ranges, for ``format.py`` to
-decode with msgpack and all its checks.
+graphsvc writes every file in one canonical layout (``schemas/FORMAT.md`` §8), and other writers
+mostly differ from it only in key order or header widths. :func:`scan` walks the document's top
+level and its ``nodes`` map byte by byte, without msgpack, in any key order and with any header
+widths, and finds each column's payload; :func:`read_column` then reads the payload from the file
+into a fresh, aligned buffer (one copy, no intermediate ``bytes``). Everything that is not in
+``nodes`` (format, version, ops, names, attributes, outputs, metadata, and any key a newer minor
+version adds) is handed back as byte ranges, for ``format.py`` to decode with msgpack and all its
+checks.
 
-The walk accepts only what graphsvc itself writes and says :class:`NotCanonical` at the first byte
-that differs. The caller then reads the file the general way, which accepts any valid key order and
-words every error, so this module never decides what a bad file's error message says.
+The walk accepts only documents whose ``nodes`` map holds nothing but ``count`` and the known
+columns, each column a map of exactly ``dtype``, ``length`` and ``data``, and says
+:class:`NotCanonical` at the first byte that differs. The caller then reads the file the general
+way, which accepts any valid document and words every error, so this module never decides what a
+bad file's error message says.
 """
 
 from __future__ import annotations
@@ -70,12 +73,12 @@ class FileSource:
 class BytesSource:
     """Bytes already in memory."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | bytearray) -> None:
         self._data = data
         self.size = len(data)
 
     def read(self, offset: int, count: int) -> bytes:
-        return self._data[offset : offset + count]
+        return bytes(self._data[offset : offset + count])
 
     def read_into(self, offset: int, out: npt.NDArray[np.uint8]) -> None:
         out[:] = np.frombuffer(self._data, dtype=np.uint8, count=len(out), offset=offset)
@@ -94,45 +97,39 @@ class ColumnSpan:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where the parts of a canonical file are.
+    """Where the parts of a graph file are.
 
-    ``head`` spans the values of ``format``, ``version`` and ``ops`` with their keys (the
-    document's first three entries); ``tail`` spans the last four entries, ``names`` to
-    ``metadata``, up to the end of the file.
+    ``rest`` spans the document's entries other than ``nodes`` (their keys and values, in file
+    order): those before ``nodes`` and those after it, up to the end of the file; ``rest_entries``
+    says how many entries they hold. ``columns`` are in file order.
     """
 
-    head: tuple[int, int]
+    rest: tuple[tuple[int, int], ...]
+    rest_entries: int
     count: int
     columns: tuple[ColumnSpan, ...]
-    tail: tuple[int, int]
 
 
-def _fixstr(text: str) -> bytes:
-    data = text.encode("ascii")
-    return bytes([0xA0 | len(data)]) + data
-
-
-_HEAD_KEYS = tuple(_fixstr(key) for key in ("format", "version", "ops"))
-_NODES = _fixstr("nodes")
-_COUNT = _fixstr("count")
-_COLUMN_KEYS = (_fixstr("dtype"), _fixstr("length"), _fixstr("data"))
-#: Map headers the canonical layout uses: the document (8 entries), a column (3).
-_DOCUMENT_MAP = b"\x88"
-_COLUMN_MAP = b"\x83"
 _UINT = {0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q"}
 _BIN = {0xC4: ">B", 0xC5: ">H", 0xC6: ">I"}
+_STR = {0xD9: ">B", 0xDA: ">H", 0xDB: ">I"}
+_MAP = {0xDE: ">H", 0xDF: ">I"}
+_COLUMN_FIELDS = ("dtype", "length", "data")
 
 
 class _Cursor:
-    """Reads the bytes of a source in order through a small window."""
+    """Reads the bytes of a source in order through a small window, within a budget of items."""
 
     def __init__(self, source: Source) -> None:
         self._source = source
         self.pos = 0
         self._base = 0
         self._window = b""
+        self.budget = _SKIP_BUDGET
 
     def take(self, count: int) -> bytes:
+        if self.pos + count > self._source.size:  # before reading: a declared size may be huge
+            raise NotCanonical
         start = self.pos - self._base
         if start < 0 or start + count > len(self._window):
             self._window = self._source.read(self.pos, max(count, _WINDOW))
@@ -143,14 +140,19 @@ class _Cursor:
         self.pos += count
         return self._window[start : start + count]
 
+    def peek(self) -> int:
+        first = self.take(1)[0]
+        self.pos -= 1
+        return first
+
     def skip(self, count: int) -> None:
         if self.pos + count > self._source.size:
             raise NotCanonical
         self.pos += count
 
-    def expect(self, data: bytes) -> None:
-        if self.take(len(data)) != data:
-            raise NotCanonical
+    def _number(self, fmt: str) -> int:
+        value: int = struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+        return value
 
     def unsigned(self) -> int:
         first = self.take(1)[0]
@@ -159,18 +161,47 @@ class _Cursor:
         fmt = _UINT.get(first)
         if fmt is None:
             raise NotCanonical
-        value: int = struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
-        return value
+        return self._number(fmt)
+
+    def map_header(self) -> int:
+        first = self.take(1)[0]
+        if 0x80 <= first <= 0x8F:
+            return first & 0x0F
+        fmt = _MAP.get(first)
+        if fmt is None:
+            raise NotCanonical
+        return self._number(fmt)
+
+    def string(self, max_length: int) -> str:
+        """A str of at most ``max_length`` bytes of valid UTF-8."""
+        first = self.take(1)[0]
+        if 0xA0 <= first <= 0xBF:
+            length = first & 0x1F
+        elif first in _STR:
+            length = self._number(_STR[first])
+        else:
+            raise NotCanonical
+        if length > max_length:
+            raise NotCanonical
+        try:
+            return self.take(length).decode("utf-8")
+        except UnicodeDecodeError:
+            raise NotCanonical from None
+
+    def bin_header(self) -> int:
+        fmt = _BIN.get(self.take(1)[0])
+        if fmt is None:
+            raise NotCanonical
+        return self._number(fmt)
 
 
 def _skip_object(cursor: _Cursor) -> None:
     """Step over one msgpack value, iteratively; very long or unusual values are not canonical."""
     pending = 1
-    budget = _SKIP_BUDGET
     while pending:
         pending -= 1
-        budget -= 1
-        if budget < 0:
+        cursor.budget -= 1
+        if cursor.budget < 0:
             raise NotCanonical
         first = cursor.take(1)[0]
         if first <= 0x7F or first >= 0xE0 or first in (0xC0, 0xC2, 0xC3):
@@ -196,47 +227,77 @@ def _skip_object(cursor: _Cursor) -> None:
             raise NotCanonical
 
 
-def scan(source: Source, column_keys: tuple[str, ...], optional_last: str) -> Layout:
-    """Walk a canonical file and say where its parts are; raise :class:`NotCanonical` otherwise.
+def scan(source: Source, column_keys: tuple[str, ...], optional: str, max_string_length: int) -> Layout:
+    """Find the parts of a graph document; raise :class:`NotCanonical` when the walk cannot.
 
-    ``column_keys`` are the columns every file has, in order; ``optional_last`` may follow them.
+    ``column_keys`` are the columns every file has; ``optional`` may be there too, or be nil.
+    Keys and dtypes longer than ``max_string_length`` bytes are left to the general reader, which
+    words that limit's error.
     """
     cursor = _Cursor(source)
-    cursor.expect(_DOCUMENT_MAP)
-    head_start = cursor.pos
-    for head_key in _HEAD_KEYS:
-        cursor.expect(head_key)
-        _skip_object(cursor)
-    head_end = cursor.pos
-    cursor.expect(_NODES)
-    entries = cursor.take(1)[0]
-    keys = (*column_keys, optional_last) if entries == 0x81 + len(column_keys) + 1 else column_keys
-    if entries != 0x81 + len(keys):  # count and the columns, in a fixmap
+    entries = cursor.map_header()
+    before = cursor.pos
+    for _ in range(entries):
+        start = cursor.pos
+        first = cursor.peek()
+        if (0xA0 <= first <= 0xBF or first in _STR) and cursor.string(max_string_length) == "nodes":
+            nodes_at = start
+            break
+        cursor.pos = start
+        _skip_object(cursor)  # the key
+        _skip_object(cursor)  # its value
+    else:
+        raise NotCanonical  # no nodes: the general reader says so
+    count, columns = _scan_nodes(cursor, (*column_keys, optional), optional, max_string_length)
+    if {span.key for span in columns} < set(column_keys):
         raise NotCanonical
-    cursor.expect(_COUNT)
-    count = cursor.unsigned()
-    columns = []
-    for key in keys:
-        cursor.expect(_fixstr(key))
-        cursor.expect(_COLUMN_MAP)
-        cursor.expect(_COLUMN_KEYS[0])
-        dtype_header = cursor.take(1)[0]
-        if not 0xA0 <= dtype_header <= 0xBF:
+    return Layout(((before, nodes_at), (cursor.pos, source.size)), entries - 1, count, tuple(columns))
+
+
+def _scan_nodes(
+    cursor: _Cursor, known: tuple[str, ...], optional: str, max_string_length: int
+) -> tuple[int, list[ColumnSpan]]:
+    count: int | None = None
+    columns: list[ColumnSpan] = []
+    seen: set[str] = set()
+    for _ in range(cursor.map_header()):
+        key = cursor.string(max_string_length)
+        if key in seen:
             raise NotCanonical
-        try:
-            dtype = cursor.take(dtype_header & 0x1F).decode("ascii")
-        except UnicodeDecodeError:
-            raise NotCanonical from None
-        cursor.expect(_COLUMN_KEYS[1])
-        length = cursor.unsigned()
-        cursor.expect(_COLUMN_KEYS[2])
-        fmt = _BIN.get(cursor.take(1)[0])
-        if fmt is None:
+        seen.add(key)
+        if key == "count":
+            count = cursor.unsigned()
+        elif key == optional and cursor.peek() == 0xC0:  # nil: no such column
+            cursor.skip(1)
+        elif key in known:
+            columns.append(_scan_column(cursor, key, max_string_length))
+        else:  # a key of a newer minor version: for msgpack to check
             raise NotCanonical
-        size = struct.unpack(fmt, cursor.take(struct.calcsize(fmt)))[0]
-        columns.append(ColumnSpan(key, dtype, length, cursor.pos, size))
-        cursor.skip(size)
-    return Layout((head_start, head_end), count, tuple(columns), (cursor.pos, source.size))
+    if count is None:
+        raise NotCanonical
+    return count, columns
+
+
+def _scan_column(cursor: _Cursor, key: str, max_string_length: int) -> ColumnSpan:
+    if cursor.map_header() != len(_COLUMN_FIELDS):
+        raise NotCanonical
+    dtype: str | None = None
+    length: int | None = None
+    payload: tuple[int, int] | None = None
+    for _ in _COLUMN_FIELDS:
+        field = cursor.string(max_string_length)
+        if field == "dtype" and dtype is None:
+            dtype = cursor.string(max_string_length)
+        elif field == "length" and length is None:
+            length = cursor.unsigned()
+        elif field == "data" and payload is None:
+            size = cursor.bin_header()
+            payload = (cursor.pos, size)
+            cursor.skip(size)
+        else:
+            raise NotCanonical
+    assert dtype is not None and length is not None and payload is not None
+    return ColumnSpan(key, dtype, length, *payload)
 
 
 def read_column(source: Source, span: ColumnSpan) -> npt.NDArray[np.uint8]:

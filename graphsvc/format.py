@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import stat
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 import msgpack
 import numpy as np
@@ -34,6 +35,7 @@ from graphsvc.graph import (
     Graph,
     OpSource,
 )
+from graphsvc.text import one_line
 
 FORMAT_NAME = "graphsvc"
 #: The version this module writes. A reader refuses a newer major and reads a newer minor.
@@ -60,6 +62,14 @@ class Limits:
     max_edges: int = MAX_NODES
     max_string_length: int = 1 << 20
     max_attr_depth: int = 32
+    #: The most bytes read from any file or stream: a regular file is refused by its size, a pipe,
+    #: device or stream as soon as it passes the limit (it is read in chunks, never all at once).
+    max_file_bytes: int = 16 << 30
+    #: The most bytes read from a pipe, a device or a stream, whose size cannot be known first (so
+    #: /dev/urandom costs at most this much memory and time before it is refused).
+    max_stream_bytes: int = 1 << 30
+    #: How long a FIFO is waited for before its first byte; then it is refused as having no writer.
+    max_fifo_wait_seconds: float = 5.0
 
 
 DEFAULT_LIMITS = Limits()
@@ -113,6 +123,15 @@ def _bin_header(length: int) -> bytes:
     if length < 1 << 32:
         return struct.pack(">BI", 0xC6, length)
     raise FormatError(f"a column of {length} bytes is larger than msgpack allows (4 GiB)")
+
+
+def _map_header(entries: int) -> bytes:
+    """The msgpack map header for ``entries`` entries (what ``packb(dict)`` writes before them)."""
+    if entries < 16:
+        return bytes([0x80 | entries])
+    if entries < 1 << 16:
+        return struct.pack(">BH", 0xDE, entries)
+    return struct.pack(">BI", 0xDF, entries)
 
 
 def _sorted_map(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -207,7 +226,7 @@ def _pairs_to_dict(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
     return result
 
 
-def _decode(data: bytes, limits: Limits) -> Any:
+def _decode(data: bytes | bytearray, limits: Limits) -> Any:
     size = len(data)
     if not size:
         raise FormatError("the file is truncated: it is empty")
@@ -263,6 +282,8 @@ def _decode(data: bytes, limits: Limits) -> Any:
         if "not allowed for map key" in text:
             raise FormatError(_locate_bad_key_or_string(data, limits) or _NON_STRING_KEY) from None
         raise FormatError(f"not a valid msgpack document: {text}") from None
+    except MemoryError:
+        raise  # the caller says how large the file was
     except Exception as exc:  # msgpack's own errors: FormatError, StackError, ...
         raise FormatError(f"not a valid msgpack document: {type(exc).__name__}: {exc}") from None
 
@@ -275,7 +296,7 @@ class _Pairs(list[tuple[Any, Any]]):
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
 
-def _locate_bad_key_or_string(data: bytes, limits: Limits) -> str | None:
+def _locate_bad_key_or_string(data: bytes | bytearray, limits: Limits) -> str | None:
     """Say where the first repeated key, non-string key or invalid UTF-8 is, as a path such as
     ``metadata.notes[2]``; None when it cannot tell.
 
@@ -300,26 +321,50 @@ def _locate_bad_key_or_string(data: bytes, limits: Limits) -> str | None:
         )
     except Exception:  # another problem comes first: the caller keeps its plain message
         return None
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(doc, ())]
-    while stack:
-        value, path = stack.pop()
+    # One iterator per open container and the key that leads into it: memory grows with the depth
+    # and the document, never with their product; a path is spelled only once a problem is found.
+    path: list[str | int] = []
+    open_containers: list[Iterator[tuple[str | int, Any]]] = [iter([("", doc)])]
+    while open_containers:
+        entry = next(open_containers[-1], None)
+        if entry is None:
+            open_containers.pop()
+            if path:
+                path.pop()
+            continue
+        key, value = entry
         if isinstance(value, str):
             if _ESCAPED_BYTE.search(value):
-                return f"the string at {_path(path)} is not valid UTF-8"
+                return f"the string at {_path(_where(path, key))} is not valid UTF-8"
         elif isinstance(value, _Pairs):
-            where = f"the map at {_path(path)}" if path else "the document"
-            seen: set[str] = set()
-            for i, (key, _) in enumerate(value):
-                if type(key) is not str:
-                    return f"{where} has a key that is not a string ({_describe(key)}, entry {i})"
-                if _ESCAPED_BYTE.search(key):
-                    return f"{where} has a key that is not valid UTF-8 (entry {i})"
-                if key in seen:
-                    return f"{where} repeats the key {key!r}"
-                seen.add(key)
-            stack.extend((item, (*path, key)) for key, item in reversed(value))
+            problem = _bad_key(value)
+            if problem is not None:
+                where = _where(path, key)
+                return f"{f'the map at {_path(where)}' if where else 'the document'} {problem}"
+            path.append(key)
+            open_containers.append(iter(value))
         elif isinstance(value, list):
-            stack.extend((item, (*path, i)) for i, item in reversed(list(enumerate(value))))
+            path.append(key)
+            open_containers.append(enumerate(value))
+    return None
+
+
+def _where(path: list[str | int], key: str | int) -> tuple[str | int, ...]:
+    """The segments from the document to ``key`` (the first of ``path`` leads into the document)."""
+    return tuple([*path, key][1:])
+
+
+def _bad_key(pairs: _Pairs) -> str | None:
+    """What is wrong with a map's keys (as the end of a sentence), or None."""
+    seen: set[str] = set()
+    for i, (key, _) in enumerate(pairs):
+        if type(key) is not str:
+            return f"has a key that is not a string ({_describe(key)}, entry {i})"
+        if _ESCAPED_BYTE.search(key):
+            return f"has a key that is not valid UTF-8 (entry {i})"
+        if key in seen:
+            return f"repeats the key {key!r}"
+        seen.add(key)
     return None
 
 
@@ -476,14 +521,27 @@ def loads(data: bytes, limits: Limits = DEFAULT_LIMITS) -> Graph:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError("loads() takes bytes")
     data = bytes(data)
-    return _read(fastload.BytesSource(data), lambda: data, limits)[0]
-
-
-def _read(source: fastload.Source, everything: Callable[[], bytes], limits: Limits) -> tuple[Graph, tuple[int, int]]:
-    """Read a canonical file the fast way; anything else (or any problem) the general way, which
-    gets ``everything`` and words the error."""
     try:
-        doc = _decode_canonical(source, limits)
+        return _read_msgpack(data, limits)[0]
+    except MemoryError:
+        raise FormatError(_no_memory(len(data))) from None
+
+
+def _no_memory(size: int) -> str:
+    return f"not enough memory to load a graph of {size:,} bytes"
+
+
+def _read_msgpack(data: bytes | bytearray, limits: Limits) -> tuple[Graph, tuple[int, int]]:
+    return _read(fastload.BytesSource(data), lambda: data, limits)
+
+
+def _read(
+    source: fastload.Source, everything: Callable[[], bytes | bytearray], limits: Limits
+) -> tuple[Graph, tuple[int, int]]:
+    """Read the columns straight into arrays when :func:`fastload.scan` finds them; anything else
+    (or any problem) the general way, which gets ``everything`` and words the error."""
+    try:
+        doc = _decode_fast(source, limits)
     except (fastload.NotCanonical, FormatError):
         doc = None  # decoded below, once the traceback (and any column read so far) is let go
     if doc is None:
@@ -493,26 +551,23 @@ def _read(source: fastload.Source, everything: Callable[[], bytes], limits: Limi
     return _validate_versioned(doc, limits)
 
 
-_TAIL_KEYS = _REQUIRED_KEYS[4:]
+def _decode_fast(source: fastload.Source, limits: Limits) -> dict[str, Any]:
+    """The document, each column read into a buffer of its own (the file's bytes are copied once).
 
-
-def _decode_canonical(source: fastload.Source, limits: Limits) -> dict[str, Any]:
-    """The document of a file in graphsvc's own layout, each column read into a buffer of its own.
-
-    The parts around the columns are decoded by msgpack with every check, as maps of their own.
+    Everything outside ``nodes`` is decoded by msgpack with every check, as one map of its own.
     """
-    layout = fastload.scan(source, _COLUMNS, "grads")
-    head_start, head_end = layout.head
-    head = _decode(b"\x83" + source.read(head_start, head_end - head_start), limits)
-    tail_start, tail_end = layout.tail
-    tail = _decode(bytes([0x80 | len(_TAIL_KEYS)]) + source.read(tail_start, tail_end - tail_start), limits)
-    if tuple(tail) != _TAIL_KEYS:
+    layout = fastload.scan(source, _COLUMNS, "grads", limits.max_string_length)
+    rest = _decode(
+        _map_header(layout.rest_entries) + b"".join(source.read(start, end - start) for start, end in layout.rest),
+        limits,
+    )
+    if not isinstance(rest, dict) or "nodes" in rest:  # a second "nodes": the general reader words it
         raise fastload.NotCanonical
     nodes: dict[str, Any] = {"count": layout.count}
     for span in layout.columns:
         data = fastload.read_column(source, span)
         nodes[span.key] = {"dtype": span.dtype, "length": span.length, "data": data}
-    return {**head, "nodes": nodes, **tail}
+    return {**rest, "nodes": nodes}
 
 
 def _validate_versioned(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
@@ -579,29 +634,190 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
     return graph, version
 
 
-def load(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) -> Graph:
-    """Read and validate the graph file at ``path``."""
-    return load_versioned(path, limits)[0]
+#: A graph source: a path, or an open binary stream (``sys.stdin.buffer``) read to its end.
+GraphSource = str | os.PathLike[str] | BinaryIO
+#: How many bytes one read from a pipe, a device or a stream asks for.
+_CHUNK = 1 << 20
+_MAP_HEADERS = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
+_BOM = b"\xef\xbb\xbf"
+_NOT_JSON_SPACE = re.compile(rb"[^ \t\n\r]")
 
 
-def load_versioned(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) -> tuple[Graph, tuple[int, int]]:
-    """Like :func:`load`, and also return the file's format version ``(major, minor)``."""
+def load(source: GraphSource, limits: Limits = DEFAULT_LIMITS) -> Graph:
+    """Read and validate the graph at ``source``: a path, or a binary stream read to its end.
+
+    The file may be a msgpack graph file or its JSON form (:mod:`graphsvc.jsonio`), told apart by
+    content: msgpack starts with a map, JSON with ``{``. Raises :class:`GraphFileError` when the
+    file cannot be read, :class:`FormatError` (a subclass) when it is not a valid graph; every
+    message starts with the file's name.
+    """
+    return load_versioned(source, limits)[0]
+
+
+def load_versioned(source: GraphSource, limits: Limits = DEFAULT_LIMITS) -> tuple[Graph, tuple[int, int]]:
+    """Like :func:`load`, and also return the version the file declares ``(major, minor)``: the
+    msgpack format's, or for the JSON form the JSON document's."""
+    if isinstance(source, (str, os.PathLike)):
+        label = os.fspath(source)
+        read: Callable[[], tuple[Graph, tuple[int, int]]] = lambda: _load_path(label, limits)  # noqa: E731
+    else:
+        label = _stream_label(source)
+        read = lambda: _load_stream(source.read, limits)  # noqa: E731
     try:
-        with open(path, "rb", buffering=0) as file:
-            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):  # a pipe, say: read it once
-                data = file.read()
-                return _read(fastload.BytesSource(data), lambda: data, limits)
+        return read()
+    except GraphFileError as exc:  # FormatError is one
+        raise type(exc)(one_line(f"{label}: {exc}")) from None
 
-            def everything() -> bytes:
-                file.seek(0)
-                return file.read()
 
-            return _read(fastload.FileSource(file.fileno()), everything, limits)
+def _stream_label(stream: BinaryIO) -> str:
+    name = getattr(stream, "name", None)
+    if name in ("<stdin>", 0):
+        return "standard input"
+    return name if isinstance(name, str) else "the stream"
+
+
+def _load_path(path: str, limits: Limits) -> tuple[Graph, tuple[int, int]]:
+    try:
+        # Non-blocking, so that opening a FIFO with no writer returns (and can be waited for).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise GraphFileError(f"{path}: no such file") from None
+        raise GraphFileError("no such file") from None
     except IsADirectoryError:
-        raise GraphFileError(f"{path}: is a folder, not a graph file") from None
+        raise GraphFileError("is a folder, not a graph file") from None
     except OSError as exc:
-        raise GraphFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except FormatError as exc:
-        raise FormatError(f"{path}: {exc}") from None
+        raise GraphFileError(f"cannot read: {exc.strerror or exc}") from None
+    try:
+        with open(fd, "rb", buffering=0) as file:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise GraphFileError("is a folder, not a graph file")
+            if stat.S_ISREG(mode):
+                return _load_regular(file, limits)
+            if stat.S_ISFIFO(mode):
+                _wait_for_data(fd, limits.max_fifo_wait_seconds)
+            os.set_blocking(fd, True)
+            return _load_stream(file.read, limits)
+    except IsADirectoryError:
+        raise GraphFileError("is a folder, not a graph file") from None
+    except OSError as exc:
+        raise GraphFileError(f"cannot read: {exc.strerror or exc}") from None
+
+
+def _wait_for_data(fd: int, seconds: float) -> None:
+    """Wait up to ``seconds`` for a FIFO's first byte (or its writer closing it)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    if not poller.poll(max(int(seconds * 1000), 0)):
+        raise FormatError(f"a FIFO with nothing writing to it (no data within {seconds:g} seconds)")
+
+
+def _too_large(limit: int, field: str = "max_file_bytes") -> str:
+    return f"it holds more than {limit:,} bytes, the limit (Limits.{field})"
+
+
+def _load_regular(file: IO[bytes], limits: Limits) -> tuple[Graph, tuple[int, int]]:
+    fd = file.fileno()
+    size = os.fstat(fd).st_size
+    if size > limits.max_file_bytes:
+        raise FormatError(_too_large(limits.max_file_bytes))
+
+    def everything() -> bytearray:
+        """The whole file, in one buffer of its size (read in chunks; a file that grew is cut)."""
+        data = bytearray(size)
+        view = memoryview(data)
+        done = 0
+        while done < size:
+            got = os.preadv(fd, [view[done : done + _CHUNK]], done)
+            if got <= 0:  # the file got shorter since its size was read
+                break
+            done += got
+        view.release()
+        del data[done:]
+        return data
+
+    try:
+        head = os.pread(fd, min(size, _CHUNK), 0)
+        try:
+            kind = _kind(head, at_end=len(head) == size)
+        except FormatError:  # neither form: the msgpack reader says what is wrong, as loads() does
+            kind = "msgpack"
+        if kind == "msgpack":
+            return _read(fastload.FileSource(fd), everything, limits)
+        data = everything()
+        if kind is None:  # only whitespace in the first chunk
+            try:
+                _kind(data, at_end=True, checked=len(head))
+            except FormatError:
+                return _read_msgpack(data, limits)
+        return _read_json(data, limits)
+    except MemoryError:
+        raise FormatError(_no_memory(size)) from None
+
+
+def _load_stream(read: Callable[[int], bytes], limits: Limits) -> tuple[Graph, tuple[int, int]]:
+    """Read a pipe, a device or a stream to its end in chunks, refusing it as soon as it passes
+    ``max_stream_bytes`` (or ``max_file_bytes``, when smaller) or its first bytes show it is neither
+    form."""
+    data = bytearray()
+    kind: str | None = None
+    field = "max_stream_bytes" if limits.max_stream_bytes < limits.max_file_bytes else "max_file_bytes"
+    limit = getattr(limits, field)
+    try:
+        while True:
+            # a small first read: most refusals need only the first bytes
+            chunk = read(min(_CHUNK, max(len(data), 1 << 12), limit + 1 - len(data)))
+            if not chunk:
+                break
+            data += chunk
+            if len(data) > limit:
+                raise FormatError(_too_large(limit, field))
+            if kind is None:
+                kind = _kind(data, at_end=False, checked=len(data) - len(chunk))
+        if _kind(data, at_end=True) == "msgpack":
+            return _read_msgpack(data, limits)
+        return _read_json(data, limits)
+    except MemoryError:
+        raise FormatError(_no_memory(len(data))) from None
+
+
+def _kind(head: bytes | bytearray, at_end: bool, checked: int = 0) -> str | None:
+    """ "msgpack" or "json" from a file's first bytes (None: more are needed); FormatError when it is
+    neither. A msgpack graph starts with a map header; JSON with ``{`` after an optional UTF-8 BOM
+    and whitespace: ``{`` (0x7b) is a msgpack positive fixint, never a graph document.
+    ``head[:checked]`` is known to be a BOM and whitespace (so a long run is scanned once)."""
+    if not head:
+        if at_end:
+            raise FormatError("the file is truncated: it is empty")
+        return None
+    if head[0] in _MAP_HEADERS:
+        return "msgpack"
+    if not at_end and len(head) < len(_BOM) and _BOM.startswith(head):
+        return None
+    start = max(checked, len(_BOM) if head.startswith(_BOM) else 0)
+    found = _NOT_JSON_SPACE.search(head, start)
+    if found is None:
+        if not at_end:
+            return None
+        raise FormatError("not a graphsvc file: it holds only whitespace")
+    if head[found.start()] == ord("{"):
+        return "json"
+    raise FormatError(f"not a graphsvc file: it starts with {bytes(head[:8])!r}, not a msgpack map or a JSON object")
+
+
+def _read_json(data: bytes | bytearray, limits: Limits) -> tuple[Graph, tuple[int, int]]:
+    from graphsvc import jsonio
+
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"the JSON text is not valid UTF-8 (at byte {exc.start})") from None
+    graph, version = jsonio.loads_versioned(text)
+    del text
+    if graph.num_nodes > limits.max_nodes:
+        raise FormatError(f"the graph has {graph.num_nodes} nodes, over the limit {limits.max_nodes}")
+    if len(graph.parent_indices) > limits.max_edges:
+        raise FormatError(f"the graph has {len(graph.parent_indices)} edges, over the limit {limits.max_edges}")
+    for node in sorted(graph.attrs):
+        _check_nesting(graph.attrs[node], limits.max_attr_depth, f"attributes of node {node}")
+    _check_nesting(graph.metadata, limits.max_attr_depth, "metadata")
+    return graph, version

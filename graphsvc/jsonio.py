@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
-from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, OpSource
+from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, MAX_OPS, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, OpSource
+from graphsvc.text import shorten
 from graphsvc.topo import topological_sort
 
 JSON_FORMAT_NAME = "graphsvc-json"
@@ -38,8 +39,13 @@ def json_float(x: float) -> float | str:
 def _float_in(x: Any, where: str) -> float:
     if isinstance(x, str) and x in _SPECIAL:
         return _SPECIAL[x]
-    if isinstance(x, (int, float)) and not isinstance(x, bool):
-        return float(x)
+    if isinstance(x, float):
+        return x
+    if isinstance(x, int) and not isinstance(x, bool):
+        try:
+            return float(x)
+        except OverflowError:
+            raise FormatError(f"{where} is an integer too large for a float64 ({len(str(abs(x)))} digits)") from None
     raise FormatError(f'{where} must be a number or one of "nan", "inf", "-inf", not {x!r}')
 
 
@@ -89,16 +95,38 @@ def dumps(graph: Graph) -> str:
 
 def loads(text: str) -> Graph:
     """Read a graph from JSON text; any problem raises :class:`FormatError`."""
+    return loads_versioned(text)[0]
+
+
+def loads_versioned(text: str) -> tuple[Graph, tuple[int, int]]:
+    """Like :func:`loads`, and also return the version the document declares ``(major, minor)``."""
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise FormatError(f"not valid JSON: {exc}") from None
     except RecursionError:
         raise FormatError("not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4300 by default)
+        raise FormatError(f"not valid JSON: {shorten(str(exc).split(';')[0], 120)}") from None
+    except MemoryError:
+        raise FormatError(f"not enough memory to read {len(text):,} characters of JSON") from None
     try:
-        return from_document(doc)
+        graph = from_document(doc)
     except GraphStructureError as exc:
         raise FormatError(str(exc)) from None
+    except MemoryError:
+        raise FormatError(f"not enough memory to build the graph of {len(text):,} characters of JSON") from None
+    major, minor = doc["version"]
+    return graph, (major, minor)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise FormatError(
+            f'the number {shorten(literal, 40)} is too large for a float64 (write "inf" or "-inf" for an infinity)'
+        )
+    return value
 
 
 def _reject_constant(name: str) -> Any:
@@ -110,7 +138,11 @@ def from_document(doc: Any) -> Graph:
     if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT_NAME:
         raise FormatError(f'not a graphsvc JSON document (expected "format": "{JSON_FORMAT_NAME}")')
     version = doc.get("version")
-    if not isinstance(version, list) or len(version) != 2 or not all(isinstance(v, int) for v in version):
+    if (
+        not isinstance(version, list)
+        or len(version) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in version)
+    ):
         raise FormatError("version must be [major, minor]")
     if version[0] > JSON_VERSION[0]:
         raise FormatError(f"the document uses JSON version {version[0]}.{version[1]}, newer than this graphsvc reads")
@@ -185,6 +217,8 @@ def _assemble(
         op = item.get("op")
         if not isinstance(op, str) or not op:
             raise FormatError(f"node {old}: op must be a non-empty string")
+        if op not in op_index and len(op_index) == MAX_OPS:
+            raise FormatError(f"the graph uses more than {MAX_OPS:,} op tags, the most the format holds")
         op_codes.append(op_index.setdefault(op, len(op_index)))
         parents.extend(new_id[p] for p in parents_of[old])
         offsets.append(len(parents))

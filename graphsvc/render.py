@@ -145,7 +145,8 @@ def render(
 
     The format comes from the suffix: ``.svg``, ``.png``, ``.pdf`` (through Graphviz) or ``.dot``.
     Raises :class:`UsageError` for another suffix or too many nodes, :class:`RenderError` when
-    Graphviz is missing or fails.
+    Graphviz is missing or fails, :class:`GraphFileError` when ``path`` cannot be written (it names
+    a device, FIFO, socket or directory, or its folder is missing); then nothing is written.
     """
     from graphsvc.atomic import atomic_writer
 
@@ -156,9 +157,10 @@ def render(
     nodes = select(graph, around, depth, limit)
     center = None if around is None else graph.node_id(around)
     text = to_dot(graph, nodes, highlight=center)
-    data = text.encode("utf-8") if kind == "dot" else draw(text, kind)
+    # The writer checks the target (a regular file or none; never a device, FIFO or directory)
+    # before Graphviz runs, and the file appears only once whole.
     with atomic_writer(path, "wb") as stream:
-        stream.write(data)
+        stream.write(text.encode("utf-8") if kind == "dot" else draw(text, kind))
     return len(nodes)
 
 

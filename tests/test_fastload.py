@@ -23,7 +23,7 @@ COLUMNS = ("op_codes", "parent_offsets", "parent_indices", "values")
 
 
 def scan(data: bytes) -> fastload.Layout:
-    return fastload.scan(fastload.BytesSource(data), COLUMNS, "grads")
+    return fastload.scan(fastload.BytesSource(data), COLUMNS, "grads", fmt.DEFAULT_LIMITS.max_string_length)
 
 
 def chain(n: int, grads: bool = False) -> bytes:
@@ -50,10 +50,13 @@ def test_every_shipped_file_is_canonical_and_reads_as_the_general_reader_does(pa
         assert (span.dtype, span.length) == (column["dtype"], column["length"])
         assert data[span.offset : span.offset + span.size] == column["data"]
     assert layout.count == document["nodes"]["count"]
-    assert data[layout.head[0] : layout.head[0] + 7] == b"\xa6format"
-    assert data[layout.tail[0] : layout.tail[0] + 6] == b"\xa5names"
-    assert layout.tail[1] == len(data)
-    doc = fmt._decode_canonical(fastload.BytesSource(data), fmt.DEFAULT_LIMITS)
+    (head_start, head_end), (tail_start, tail_end) = layout.rest
+    assert (head_start, layout.rest_entries) == (1, 7)
+    assert data[head_start : head_start + 7] == b"\xa6format"
+    assert data[head_end : head_end + 6] == b"\xa5nodes"
+    assert data[tail_start : tail_start + 6] == b"\xa5names"
+    assert tail_end == len(data)
+    doc = fmt._decode_fast(fastload.BytesSource(data), fmt.DEFAULT_LIMITS)
     assert all(isinstance(doc["nodes"][span.key]["data"], np.ndarray) for span in layout.columns)
     assert fmt.dumps(fmt.loads(data)) == general_outcome(data) == data
 
@@ -78,12 +81,47 @@ def reordered(data: bytes) -> bytes:
     return msgpack.packb(dict(reversed(list(document.items()))), use_bin_type=True)
 
 
-def test_other_key_orders_are_left_to_the_general_reader() -> None:
-    data = chain(100)
-    other = reordered(data)
+def test_other_key_orders_and_header_widths_are_read_the_fast_way() -> None:
+    data = chain(100, grads=True)
+    document = msgpack.unpackb(data)
+    document["nodes"] = {
+        key: dict(reversed(column.items())) if isinstance(column, dict) else column
+        for key, column in reversed(document["nodes"].items())
+    }
+    other = reordered(msgpack.packb(document, use_bin_type=True))
+    # non-smallest headers too: the document as a map16, "nodes" as a str8
+    wide = b"\xde\x00\x08" + other[1:].replace(b"\xa5nodes", b"\xd9\x05nodes")
+    for variant in (other, wide):
+        layout = scan(variant)
+        assert [span.key for span in layout.columns] == [
+            "grads",
+            "values",
+            "parent_indices",
+            "parent_offsets",
+            "op_codes",
+        ]
+        doc = fmt._decode_fast(fastload.BytesSource(variant), fmt.DEFAULT_LIMITS)
+        assert isinstance(doc["nodes"]["values"]["data"], np.ndarray)
+        assert fmt.dumps(fmt.loads(variant)) == data == general_outcome(variant)
+
+
+@pytest.mark.parametrize(
+    ("change", "old", "new"),
+    [
+        (lambda doc: doc["nodes"].update(extra=1), b"", b""),  # a nodes key of a newer minor version
+        (lambda doc: doc["nodes"]["values"].update(extra=1), b"", b""),  # a column key of one
+        (lambda doc: None, b"\xa5count\x64", b"\xa5count\xd0\x64"),  # count as a signed int
+        (lambda doc: None, b"\xa4data\xc5", b"\xa4data\xda"),  # a column's data as a str
+        (lambda doc: doc.pop("nodes"), b"", b""),
+    ],
+    ids=["nodes-key", "column-key", "signed-count", "str-data", "no-nodes"],
+)
+def test_what_the_walk_does_not_know_is_left_to_the_general_reader(change: Any, old: bytes, new: bytes) -> None:
+    document = msgpack.unpackb(chain(100))
+    change(document)
+    data = msgpack.packb(document, use_bin_type=True).replace(old, new)
     with pytest.raises(fastload.NotCanonical):
-        scan(other)
-    assert fmt.dumps(fmt.loads(other)) == data
+        scan(data)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +151,7 @@ def test_a_file_that_shrinks_while_being_read_is_read_again(tmp_path: Path) -> N
     path.write_bytes(chain(1_000))
     with open(path, "rb") as file:
         source = fastload.FileSource(file.fileno())
-        layout = fastload.scan(source, COLUMNS, "grads")
+        layout = fastload.scan(source, COLUMNS, "grads", 1 << 20)
         path.write_bytes(b"")
         with pytest.raises(fastload.NotCanonical):
             fastload.read_column(source, layout.columns[0])

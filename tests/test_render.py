@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
+import importlib.util
+import os
+import stat
 import sys
 from pathlib import Path
 
@@ -10,19 +12,15 @@ import numpy as np
 import pytest
 
 from graphsvc import render
-from graphsvc.errors import RenderError, UsageError
+from graphsvc.errors import GraphFileError, RenderError, UsageError
 from graphsvc.format import load
 from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, GraphBuilder
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SEED004 = EXAMPLES / "seed004.msgpack"
-# Rendering is tested for real: .ci/run installs Graphviz, so a missing `dot` fails rather than skips.
+# Rendering is tested for real where Graphviz is installed; without it these tests are skipped, except
+# in CI (.ci/run sets GRAPHSVC_REQUIRE_GRAPHVIZ=1), where they fail. See tests/conftest.py.
 needs_dot = pytest.mark.usefixtures("graphviz_dot")
-
-
-@pytest.fixture
-def graphviz_dot() -> None:
-    assert shutil.which("dot"), "these tests need Graphviz: apt-get install graphviz (.ci/run installs it)"
 
 
 SEED004_DOT = """\
@@ -253,3 +251,104 @@ def test_missing_python_package_says_how_to_install_it(tmp_path: Path, monkeypat
     expected = r"^drawing \.png needs the graphviz Python package; .*`pip install graphviz`"
     with pytest.raises(RenderError, match=expected):
         render.render(load(SEED004), tmp_path / "g.png")
+
+
+# -- where a picture goes --------------------------------------------------------------------------
+def test_a_picture_goes_to_the_file_a_link_points_to_and_the_link_stays(tmp_path: Path) -> None:
+    (tmp_path / "pictures").mkdir()
+    link = tmp_path / "latest.dot"
+    link.symlink_to("pictures/seed004.dot")  # dangling: the picture is new
+    assert render.render(load(SEED004), link) == 7
+    assert os.readlink(link) == "pictures/seed004.dot"
+    assert (tmp_path / "pictures" / "seed004.dot").read_text() == SEED004_DOT
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.dot", "pictures"]
+
+
+def test_a_picture_is_never_written_onto_a_device_fifo_or_folder_and_graphviz_does_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_drawing(dot_text: str, kind: str) -> bytes:
+        raise AssertionError("Graphviz ran for a picture that cannot be written")
+
+    monkeypatch.setattr(render, "draw", no_drawing)
+    os.mkfifo(tmp_path / "pipe.svg")
+    (tmp_path / "folder.png").mkdir()
+    (tmp_path / "null.pdf").symlink_to(os.devnull)
+    expected = {
+        "pipe.svg": "not a regular file (a FIFO)",
+        "folder.png": "not a regular file (a directory)",
+        "null.pdf": f"not a regular file (it links to {os.devnull}, a character device)",
+    }
+    for name, why in expected.items():
+        with pytest.raises(GraphFileError) as caught:
+            render.render(load(SEED004), tmp_path / name)
+        assert str(caught.value) == f"cannot write {tmp_path / name}: {why}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.png", "null.pdf", "pipe.svg"]
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "pipe.svg").st_mode)
+    assert list((tmp_path / "folder.png").iterdir()) == []
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+def test_a_failing_graphviz_leaves_the_old_picture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(dot_text: str, kind: str) -> bytes:
+        raise RenderError("Graphviz dot failed: syntax error in line 1")
+
+    monkeypatch.setattr(render, "draw", failing)
+    out = tmp_path / "g.svg"
+    out.write_bytes(b"<svg>old</svg>")
+    with pytest.raises(RenderError, match=r"^Graphviz dot failed: syntax error in line 1$"):
+        render.render(load(SEED004), out)
+    assert out.read_bytes() == b"<svg>old</svg>"
+    assert list(tmp_path.iterdir()) == [out]
+
+
+# -- the graphviz_dot fixture (tests/conftest.py) ----------------------------------------------------
+@pytest.mark.parametrize("required", [None, "1"])
+def test_without_dot_the_graphviz_fixture_skips_but_fails_where_graphviz_is_required(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, required: str | None
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no dot here
+    if required is None:
+        monkeypatch.delenv("GRAPHSVC_REQUIRE_GRAPHVIZ", raising=False)
+    else:
+        monkeypatch.setenv("GRAPHSVC_REQUIRE_GRAPHVIZ", required)
+    outcome = pytest.skip.Exception if required is None else pytest.fail.Exception
+    with pytest.raises(outcome) as caught:
+        request.getfixturevalue("graphviz_dot")
+    reason = (
+        "this test draws with Graphviz and needs Graphviz's `dot` program, which is not on PATH "
+        "(`apt-get install graphviz` on Debian and Ubuntu, `brew install graphviz` on macOS)"
+    )
+    if importlib.util.find_spec("graphviz") is None:
+        reason += ' and the graphviz Python package (`pip install graphviz`, or `pip install -e ".[test]"`)'
+    if required is not None:
+        reason += "; GRAPHSVC_REQUIRE_GRAPHVIZ=1 makes that a failure, not a skip"
+    assert caught.value.msg == reason
+
+
+def test_the_graphviz_fixture_names_a_missing_python_package(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "dot").write_text("#!/bin/sh\n")
+    (tmp_path / "dot").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))  # a dot, but no Python package
+    monkeypatch.setitem(sys.modules, "graphviz", None)
+    monkeypatch.setenv("GRAPHSVC_REQUIRE_GRAPHVIZ", "1")
+    with pytest.raises(pytest.fail.Exception) as caught:
+        request.getfixturevalue("graphviz_dot")
+    assert caught.value.msg == (
+        "this test draws with Graphviz and needs the graphviz Python package "
+        '(`pip install graphviz`, or `pip install -e ".[test]"`); '
+        "GRAPHSVC_REQUIRE_GRAPHVIZ=1 makes that a failure, not a skip"
+    )
+
+
+def test_with_graphviz_installed_the_graphviz_fixture_lets_the_test_run(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("graphviz")
+    (tmp_path / "dot").write_text("#!/bin/sh\n")
+    (tmp_path / "dot").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("GRAPHSVC_REQUIRE_GRAPHVIZ", "1")
+    assert request.getfixturevalue("graphviz_dot") is None
