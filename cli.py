@@ -704,8 +704,9 @@ def _comparison_line(graph: Graph, c: Any) -> str:
         return "-" if node is None else _label(graph, node)
 
     verdict = "ok" if c.ok else f"{c.mismatches} beyond tolerance"
+    missing = f"{c.unstored} of {c.nodes} nodes have no stored value; " if c.unstored else ""
     return (
-        f"check {c.what}: worst abs diff {c.worst_abs!r} at {at(c.worst_abs_node)}, "
+        f"check {c.what}: {missing}worst abs diff {c.worst_abs!r} at {at(c.worst_abs_node)}, "
         f"worst rel diff {c.worst_rel!r} at {at(c.worst_rel_node)}: {verdict}"
     )
 
@@ -774,6 +775,8 @@ def _report(
                 c.what: {
                     "ok": c.ok,
                     "mismatches": c.mismatches,
+                    "nodes": c.nodes,
+                    "unstored": c.unstored,
                     "worst_abs": json_float(c.worst_abs),
                     "worst_abs_node": c.worst_abs_node,
                     "worst_rel": json_float(c.worst_rel),

@@ -3,9 +3,10 @@
 ``graphsvc.format.loads`` either returns a graph or raises a one-line ``FormatError``, never another
 exception, and never one that format.py's safety net caught; it decides exactly as the general
 reader does (msgpack decoding the whole document), whether the fast reader (which reads the columns
-of a document in any key order straight into arrays) took the bytes or not: the same graph, or the same error; and a graph that loads survives what
-the CLI does with it: encode and reload to the same bytes, both orderings, depth, forward and
-backward replay with the builtin ops, where only a ``GraphsvcError`` may escape.
+of a document in any key order straight into arrays) took the bytes or not: the same graph, or the
+same error; and a graph that loads survives what the CLI does with it: encode and reload to the
+same bytes, both orderings, depth, forward and backward replay with the builtin ops, where only a
+``GraphsvcError`` may escape.
 """
 
 from __future__ import annotations

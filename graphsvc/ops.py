@@ -12,12 +12,20 @@ side::
 - Attributes stored with a node (``{"exponent": 2.0}`` on a ``pow`` node) are passed as keyword
   arguments to both functions.
 - A *vectorized* op (the default) receives float64 numpy arrays holding every node of that op at once
-  and may return an array or a scalar (a scalar is broadcast: ``add`` returns ``(1.0, 1.0)``).
+  (one-element arrays along a deep chain, where nodes are replayed one at a time) and may return an
+  array or a scalar (a scalar is broadcast: ``add`` returns ``(1.0, 1.0)``). During replay the input
+  arrays are read-only: return a new array, do not write into them.
   An op with ``vectorized=False`` receives Python floats and returns floats; the engine calls it
   once per element.
 - nan and inf are values, not errors: numpy warnings are silenced while an op runs. An exception
-  or an output of the wrong shape is a :class:`~graphsvc.errors.ReplayError` naming the op and its
-  plugin.
+  (any ``BaseException``: ``sys.exit``, a ``KeyboardInterrupt`` the op raises itself, ``MemoryError``),
+  an output of the wrong shape, or an output that is not a number (``None``, a string, an object
+  array, an integer beyond float64's range) is a :class:`~graphsvc.errors.ReplayError` naming the op
+  and its plugin. Only the user's own Ctrl-C stops a replay as an interrupt (see
+  :func:`interrupts_told_apart`).
+- ``forward`` must accept ``arity`` positional arguments and ``derivatives`` ``arity + 1``; an op
+  whose functions cannot is refused when it is registered (functions without an inspectable
+  signature, and ``*args``, are taken on trust).
 - Arity 0 is for the leaf tags (``leaf``, ``const``): their values come from the file, so they
   have no functions.
 
@@ -30,22 +38,35 @@ they call the ``register`` callback of the ``graphsvc_register_ops`` hook (see
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import numbers
+import signal
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import numpy as np
 
 from graphsvc.errors import OpError, ReplayError
+from graphsvc.text import shorten
 
 __all__ = [
     "Op",
     "OpRegistry",
+    "UserInterrupt",
     "check_op_declaration",
     "describe_source",
     "evaluate",
+    "evaluate_node",
+    "interrupts_told_apart",
     "local_derivatives",
 ]
+
+#: Longest part of a plugin's exception text that goes into a message.
+EXCEPTION_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -118,7 +139,28 @@ def check_op_declaration(op: object) -> Op:
         if not isinstance(op.kernel, str) or PRIMITIVE_ARITY.get(op.kernel) != op.arity:
             known = ", ".join(PRIMITIVE_ARITY)
             raise OpError(f"op {op.name!r}: kernel {op.kernel!r} is not a primitive of arity {op.arity} ({known})")
+    if op.arity > 0:
+        _check_positionals(op, "forward", op.forward, op.arity, "its inputs")
+        _check_positionals(op, "derivatives", op.derivatives, op.arity + 1, "its inputs and out")
     return op
+
+
+def _check_positionals(op: Op, field: str, function: Any, count: int, what: str) -> None:
+    """Refuse a function that cannot take ``count`` positional arguments (``*args`` and functions
+    without an inspectable signature, such as some builtins, are taken on trust)."""
+    try:
+        signature = inspect.signature(function)
+    except Exception:  # builtins without a signature (TypeError, ValueError), odd callables
+        return
+    try:
+        signature.bind_partial(*range(count))
+    except TypeError:
+        source = f" ({op.source})" if op.plugin is not None else ""
+        plural = "s" if count != 1 else ""
+        raise OpError(
+            f"op {op.name!r}{source}: {field}{shorten(str(signature), 80)} cannot take {what} as "
+            f"{count} positional argument{plural} (arity {op.arity})"
+        ) from None
 
 
 class OpRegistry:
@@ -133,9 +175,9 @@ class OpRegistry:
         Raises :class:`OpError` for a malformed op or a name that is already registered; the
         message names both plugins, and the registry is left unchanged.
         """
-        check_op_declaration(op)
-        if plugin is not None:
+        if plugin is not None and isinstance(op, Op):
             op = dataclasses.replace(op, plugin=plugin, plugin_version=plugin_version)
+        check_op_declaration(op)
         existing = self._ops.get(op.name)
         if existing is not None:
             raise OpError(duplicate_message(existing, op))
@@ -168,6 +210,60 @@ def duplicate_message(first: Op, second: Op) -> str:
     return f"op {first.name!r} is registered by both {first.source} and {second.source} (the first one is kept)"
 
 
+# -- telling the user's Ctrl-C from a KeyboardInterrupt that plugin code raises ------------------
+class UserInterrupt(KeyboardInterrupt):
+    """The user's Ctrl-C (SIGINT) while :func:`interrupts_told_apart` was active: it stops the tool,
+    where a ``KeyboardInterrupt`` that plugin code raises itself is that plugin's failure."""
+
+
+def _raise_user_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise UserInterrupt
+
+
+@contextmanager
+def interrupts_told_apart() -> Iterator[None]:
+    """While plugin code runs, make SIGINT raise :class:`UserInterrupt`.
+
+    A ``KeyboardInterrupt`` raised synchronously by a plugin (at import, in its hook, in an op) is
+    then a plugin failure like any other exception, while the user's Ctrl-C still stops the tool.
+    It acts only in the main thread (the only one Python delivers signals to) and only when SIGINT
+    has Python's default handler; nested uses cost a lookup. Without it (another handler installed),
+    a plain ``KeyboardInterrupt`` is taken to be the user's, never swallowed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    signal.signal(signal.SIGINT, _raise_user_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def is_user_interrupt(exc: BaseException) -> bool:
+    """Did ``exc``, raised while plugin code ran, come from the user's Ctrl-C? Everything else
+    (``SystemExit``, ``GeneratorExit``, a ``KeyboardInterrupt`` the plugin raised, any exception) is
+    the plugin's failure."""
+    if isinstance(exc, UserInterrupt):
+        return True
+    if not isinstance(exc, KeyboardInterrupt) or threading.current_thread() is not threading.main_thread():
+        return False
+    return signal.getsignal(signal.SIGINT) is not _raise_user_interrupt  # nobody told them apart
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"ValueError: text"`` for a message, the text cut to :data:`EXCEPTION_CHARS`."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(its message cannot be printed)"
+    name = type(exc).__name__
+    return f"{name}: {shorten(text, EXCEPTION_CHARS)}" if text else name
+
+
 # -- calling an op over many nodes at once -------------------------------------------------------
 def evaluate(op: Op, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
     """Run ``op.forward`` on ``m`` nodes at once.
@@ -177,7 +273,7 @@ def evaluate(op: Op, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> 
     broadcast), so do not change it in place. Raises :class:`ReplayError` naming the op and its plugin.
     """
     m = _length(op, inputs)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), interrupts_told_apart():
         if op.vectorized:
             result = _call(op, "forward", inputs, attrs)
             return _as_column(op, "forward", result, m)
@@ -189,6 +285,31 @@ def evaluate(op: Op, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> 
         return column
 
 
+def evaluate_node(op: Op, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> float:
+    """:func:`evaluate` for one node: ``inputs`` are one-element float64 arrays; returns its value.
+
+    A vectorized op gets the same call as for a group of nodes (one-element arrays, never numpy
+    scalars: numpy computes ``x ** 3.0`` with libm's ``pow`` for a scalar but with its own SIMD loop
+    for an array on some CPUs, and the two can differ in the last bit), so a node replayed on its
+    own gets the bits it gets in a group. Only the fast path's checks are inline. The caller holds
+    ``np.errstate(all="ignore")`` and :func:`interrupts_told_apart` (replay does, once per replay).
+    """
+    forward = op.forward
+    assert forward is not None
+    vectorized = op.vectorized
+    try:  # _call_one, inlined: this runs once per node along a deep chain
+        result = forward(*inputs, **attrs) if vectorized else forward(*[float(x[0]) for x in inputs], **attrs)
+    except BaseException as exc:
+        if is_user_interrupt(exc):
+            raise
+        raise _call_failure(op, "forward", exc) from exc
+    if not vectorized:
+        return _as_float(op, "forward", result)
+    if type(result) is np.ndarray and result.dtype == _FLOAT64 and result.shape == (1,):
+        return result[0]
+    return _as_column(op, "forward", result, 1)[0]
+
+
 def local_derivatives(
     op: Op, inputs: Sequence[np.ndarray], out: np.ndarray, attrs: Mapping[str, Any]
 ) -> list[np.ndarray]:
@@ -197,7 +318,7 @@ def local_derivatives(
     Entry ``i`` holds ``d out / d input_i`` for every node. The same rules as :func:`evaluate` apply.
     """
     m = _length(op, inputs)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), interrupts_told_apart():
         if op.vectorized:
             result = _call(op, "derivatives", [*inputs, out], attrs)
             return [_as_column(op, "derivatives", d, m) for d in _partials(op, result)]
@@ -209,6 +330,11 @@ def local_derivatives(
             for column, d in zip(columns, partials, strict=True):
                 column[i] = _as_float(op, "derivatives", d)
         return columns
+
+
+_FLOAT64 = np.dtype(np.float64)
+#: numpy kinds that are real numbers: bool, signed and unsigned integers, floats.
+_REAL_KINDS = frozenset("biuf")
 
 
 def _length(op: Op, inputs: Sequence[np.ndarray]) -> int:
@@ -228,8 +354,14 @@ def _call(op: Op, what: str, args: Sequence[Any], attrs: Mapping[str, Any]) -> A
 def _call_one(op: Op, what: str, function: Callable[..., Any], args: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     try:
         return function(*args, **attrs)
-    except Exception as exc:
-        raise ReplayError(f"op {op.name!r} ({op.source}): {what} raised {type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:  # sys.exit and a KeyboardInterrupt of the plugin's own are its failures too
+        if is_user_interrupt(exc):
+            raise
+        raise _call_failure(op, what, exc) from exc
+
+
+def _call_failure(op: Op, what: str, exc: BaseException) -> ReplayError:
+    return ReplayError(f"op {op.name!r} ({op.source}): {what} raised {describe_exception(exc)}")
 
 
 def _partials(op: Op, result: Any) -> Sequence[Any]:
@@ -247,14 +379,23 @@ def _partials(op: Op, result: Any) -> Sequence[Any]:
 
 
 def _as_column(op: Op, what: str, result: Any, m: int) -> np.ndarray:
-    try:
-        if np.iscomplexobj(result):
-            raise TypeError("complex")
-        array = np.asarray(result, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ReplayError(
-            f"op {op.name!r} ({op.source}): {what} returned {type(result).__name__}, not real numbers"
-        ) from None
+    if type(result) is np.ndarray and result.dtype == _FLOAT64:
+        array = result
+    else:
+        # numpy would parse a string ("1.5") and call float() on objects if asked for float64
+        # directly; only arrays (and scalars) of real numbers are results.
+        try:
+            array = np.asarray(result)
+            if array.dtype.kind not in _REAL_KINDS:
+                raise TypeError(array.dtype)
+            array = array.astype(np.float64, copy=False)
+        except Exception:  # ragged lists, objects numpy cannot convert, complex, strings
+            if isinstance(result, int) and not isinstance(result, bool):
+                raise ReplayError(
+                    f"op {op.name!r} ({op.source}): {what} returned an integer out of float64's range"
+                ) from None
+            kind = f"ndarray of {result.dtype}" if isinstance(result, np.ndarray) else type(result).__name__
+            raise ReplayError(f"op {op.name!r} ({op.source}): {what} returned {kind}, not real numbers") from None
     if array.shape == (m,):
         return array
     if array.ndim == 0 or array.shape == (1,):
@@ -265,12 +406,21 @@ def _as_column(op: Op, what: str, result: Any, m: int) -> np.ndarray:
 
 
 def _as_float(op: Op, what: str, value: Any) -> float:
-    try:
-        if isinstance(value, complex):
-            raise TypeError("complex")
-        return float(value)
-    except (TypeError, ValueError):
-        raise ReplayError(
-            f"op {op.name!r} ({op.source}): {what} returned {type(value).__name__}, not a float "
-            "(a per-element op returns Python floats)"
-        ) from None
+    if type(value) is float:
+        return value
+    real = isinstance(value, (numbers.Real, np.bool_)) or (
+        isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in _REAL_KINDS
+    )
+    if real:
+        try:
+            return float(value)
+        except OverflowError:
+            raise ReplayError(
+                f"op {op.name!r} ({op.source}): {what} returned a number out of float64's range"
+            ) from None
+        except Exception:  # a numbers.Real whose __float__ fails
+            pass
+    raise ReplayError(
+        f"op {op.name!r} ({op.source}): {what} returned {type(value).__name__}, not a float "
+        "(a per-element op returns Python floats)"
+    )

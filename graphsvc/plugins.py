@@ -12,6 +12,10 @@ Nothing is loaded at import time. Each call builds a fresh pluggy ``PluginManage
 
 Each third-party plugin is imported here, inside ``try``, so one broken plugin cannot stop the
 others (the lesson of simonw/llm issue #1280, where one bad entry point took the whole tool down).
+"Broken" includes a plugin that calls ``sys.exit`` or raises ``KeyboardInterrupt`` (or any
+``BaseException``) at import or in its hook; only the user's own Ctrl-C stops loading (see
+:func:`graphsvc.ops.interrupts_told_apart`). Whatever plugin code prints while it is imported or its
+hook runs goes to stderr (:func:`plugin_output_to_stderr`), so it cannot corrupt ``--json`` output.
 A plugin's hook gets its own ``register`` callback, so every op is recorded with the plugin that
 registered it; its ops are staged and committed only if the hook returns without raising. Problems
 (an import that fails, a hook that raises, a hook with the wrong signature, a malformed op, an op
@@ -21,6 +25,7 @@ one raises :class:`~graphsvc.errors.PluginError` (exit code 4).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -28,7 +33,8 @@ import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -38,9 +44,18 @@ from typing import Any
 import pluggy
 
 from graphsvc.errors import OpError, PluginError
-from graphsvc.ops import Op, OpRegistry, check_op_declaration, duplicate_message
+from graphsvc.ops import (
+    Op,
+    OpRegistry,
+    check_op_declaration,
+    describe_exception,
+    duplicate_message,
+    interrupts_told_apart,
+    is_user_interrupt,
+)
+from graphsvc.text import listed, shorten
 
-__all__ = ["ENTRY_POINT_GROUP", "PluginProblem", "load_registry"]
+__all__ = ["ENTRY_POINT_GROUP", "PluginProblem", "load_registry", "plugin_output_to_stderr", "running_plugin_code"]
 
 #: The entry-point group third-party distributions declare their plugin module in.
 ENTRY_POINT_GROUP = "graphsvc"
@@ -48,6 +63,9 @@ ENTRY_POINT_GROUP = "graphsvc"
 PLUGINS_ENV = "GRAPHSVC_PLUGINS"
 #: Set to 1 to load graphsvc's builtin ops only.
 DISABLE_ENV = "GRAPHSVC_DISABLE_PLUGINS"
+
+#: Longest message a :class:`PluginProblem` carries (the plugin's exception text is cut shorter).
+PROBLEM_CHARS = 300
 
 _HOOK = "graphsvc_register_ops"
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -89,11 +107,78 @@ def load_registry(
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     loader = _Loader(manager, OpRegistry(), strict)
-    loader.load(_Candidate("graphsvc", lambda: builtin_ops, "graphsvc", graphsvc.__version__))
-    if not (disable_third_party or os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUE):
-        for candidate in _third_party(extra):
-            loader.load(candidate)
+    with running_plugin_code():
+        loader.load(_Candidate("graphsvc", lambda: builtin_ops, "graphsvc", graphsvc.__version__))
+        if not (disable_third_party or os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUE):
+            for candidate in _third_party(extra):
+                loader.load(candidate)
     return loader.registry, loader.problems
+
+
+@contextlib.contextmanager
+def plugin_output_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout to stderr while plugin code runs, so a plugin's ``print``
+    cannot corrupt ``--json`` or the tab-separated listings.
+
+    ``sys.stdout`` is set to ``sys.stderr`` (as :func:`contextlib.redirect_stdout` does); when
+    stdout is a real file descriptor (fd 1), fd 1 is pointed at fd 2 as well (flushing first,
+    restored after), which catches C extensions and ``os.write(1, ...)``. Meant to be entered once
+    around a whole load or replay, not per op call. Uses nest and may overlap across threads: the
+    first one in redirects, the last one out restores. Output of other threads written meanwhile
+    goes to stderr too.
+    """
+    global _redirects, _saved_stdout, _saved_fd
+    with _redirect_lock:
+        if _redirects == 0:
+            _saved_stdout, _saved_fd = sys.stdout, None
+            if _is_fd(sys.stdout, 1) and _is_fd(sys.stderr, 2):
+                _flush(sys.stdout, sys.stderr)
+                _saved_fd = os.dup(1)
+                os.dup2(2, 1)
+            sys.stdout = sys.stderr
+        _redirects += 1
+    try:
+        yield
+    finally:
+        with _redirect_lock:
+            _redirects -= 1
+            if _redirects == 0:
+                if _saved_fd is not None:
+                    _flush(sys.stdout, sys.stderr, sys.__stdout__)
+                    os.dup2(_saved_fd, 1)
+                    os.close(_saved_fd)
+                sys.stdout, _saved_stdout, _saved_fd = _saved_stdout, None, None
+
+
+_redirect_lock = threading.Lock()
+_redirects = 0  # how many plugin_output_to_stderr() are active, in every thread
+_saved_stdout: Any = None
+_saved_fd: int | None = None
+
+
+def _is_fd(stream: Any, fd: int) -> bool:
+    try:
+        return stream is not None and stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):  # a StringIO, a CliRunner capture, a closed stream
+        return False
+
+
+def _flush(*streams: Any) -> None:
+    for stream in streams:
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+@contextlib.contextmanager
+def running_plugin_code() -> Iterator[None]:
+    """Around a load or a replay, anything that calls plugin code: :func:`plugin_output_to_stderr`
+    and :func:`graphsvc.ops.interrupts_told_apart` (the user's Ctrl-C stops the tool; a
+    ``KeyboardInterrupt`` the plugin raises is its failure). Nesting costs a few microseconds."""
+    with plugin_output_to_stderr(), interrupts_told_apart():
+        yield
 
 
 def _third_party(extra: Sequence[str]) -> Iterable[_Candidate]:
@@ -159,19 +244,26 @@ class _Loader:
 
     def load(self, candidate: _Candidate) -> None:
         before = len(self.problems)
-        self._load(candidate)
+        try:
+            self._load(candidate)
+        except BaseException as exc:  # plugin code run by pluggy's inspection (a module __getattr__...)
+            if is_user_interrupt(exc):
+                raise
+            self._problem(candidate.label, f"failed while loading: {describe_exception(exc)}")
         if self.strict and len(self.problems) > before:
             raise PluginError(str(self.problems[before]))
 
     def _problem(self, plugin: str, message: str) -> None:
-        self.problems.append(PluginProblem(plugin, message))
+        self.problems.append(PluginProblem(plugin, shorten(message, PROBLEM_CHARS)))
 
     def _load(self, candidate: _Candidate) -> None:
         label = candidate.label
         try:
             module = candidate.load()
-        except Exception as exc:
-            self._problem(label, f"cannot import: {type(exc).__name__}: {exc}")
+        except BaseException as exc:  # sys.exit and a KeyboardInterrupt of the plugin's own are failures too
+            if is_user_interrupt(exc):
+                raise
+            self._problem(label, f"cannot import: {describe_exception(exc)}")
             return
         if self.manager.is_registered(module):  # the same module listed twice: load it once
             return
@@ -191,11 +283,15 @@ class _Loader:
         for impl in impls:
             try:
                 impl.function(**dict.fromkeys(impl.argnames, register))
-            except Exception as exc:
-                self._problem(label, f"{_HOOK} raised {type(exc).__name__}: {exc} (none of its ops were registered)")
+            except BaseException as exc:
+                if is_user_interrupt(exc):
+                    raise
+                self._problem(label, f"{_HOOK} raised {describe_exception(exc)} (none of its ops were registered)")
                 register.staged.clear()
+                register.duplicates.clear()
                 break
         register.closed = True
+        register.report_duplicates()
         for op in register.staged:
             try:
                 self.registry.register(op, plugin=plugin, plugin_version=version)
@@ -234,6 +330,7 @@ class _Registration:
         self.plugin = plugin
         self.version = version
         self.staged: list[Op] = []
+        self.duplicates: list[tuple[Op, Op]] = []  # (the op kept, the one refused)
         self.closed = False
 
     def __call__(self, op: Op) -> None:
@@ -249,9 +346,31 @@ class _Registration:
         first = registry.get(op.name) if op.name in registry else None
         first = first or next((s for s in self.staged if s.name == op.name), None)
         if first is not None:
-            self.loader._problem(self.label, duplicate_message(first, recorded))
+            self.duplicates.append((first, recorded))
             return
         self.staged.append(recorded)
+
+    def report_duplicates(self) -> None:
+        """One problem per plugin whose names this one repeated (a list cut with a count), not one per op."""
+        by_source: dict[str, list[tuple[Op, Op]]] = {}
+        for first, second in self.duplicates:
+            by_source.setdefault(first.source, []).append((first, second))
+        for pairs in by_source.values():
+            first, second = pairs[0]
+            if len(pairs) == 1:
+                self.loader._problem(self.label, duplicate_message(first, second))
+                continue
+            names = listed(first.name for first, _ in pairs)
+            if (first.plugin, first.plugin_version) == (second.plugin, second.plugin_version):
+                message = (
+                    f"{len(pairs):,} ops are registered twice by {first.source} (the first ones are kept): {names}"
+                )
+            else:
+                message = (
+                    f"{len(pairs):,} ops are registered by both {first.source} and {second.source} "
+                    f"(the first ones are kept): {names}"
+                )
+            self.loader._problem(self.label, message)
 
 
 def _module_version(module: ModuleType) -> str | None:

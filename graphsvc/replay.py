@@ -10,13 +10,23 @@ This module never names a concrete op: every op comes from the registry.
   (a reverse topological order, since parents have smaller ids), adding
   ``grad[child] * local[edge]`` to each parent. Every replay starts from zero gradients, so the
   seeds' zero-gradient trap cannot happen here.
+
+What is promised bit for bit, on every CPU numpy dispatches to: a graph's replay does not depend on
+the path its nodes take. Grouped nodes and nodes replayed one at a time (narrow levels) make the
+same call, an op's function on float64 arrays (one-element arrays node by node), so numpy runs the
+same loop for them; the compiled kernels compute only correctly rounded IEEE operations (``+ - * /``,
+``neg``, ``abs``, ``relu``, ``max``, ``min``, and the sweeps' unfused multiply-adds), which give one
+answer everywhere. What is not promised: the last bits of ops that are not correctly rounded
+(``exp``, ``log``, ``tanh``, ``pow``, ``sin``...) from one machine (or numpy version) to another,
+or against Python's ``math``; and nan's sign and payload.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -24,10 +34,26 @@ import numpy.typing as npt
 from graphsvc.errors import OpError, ReplayError, UsageError
 from graphsvc.graph import LEAF_TAGS, Graph
 from graphsvc.kernels import PRIMITIVES, compiled_for
-from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
+from graphsvc.ops import Op, OpRegistry, evaluate, evaluate_node, local_derivatives
+from graphsvc.plugins import running_plugin_code
+from graphsvc.text import ITEM_CHARS, escape, listed, shorten
 from graphsvc.topo import ancestors, levels
 
 FloatArray = npt.NDArray[np.float64]
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _runs_plugin_code(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run ``function`` inside :func:`graphsvc.plugins.running_plugin_code`: once per replay, not
+    per op call (an op's prints go to stderr; a KeyboardInterrupt it raises is its failure)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with running_plugin_code():
+            return function(*args, **kwargs)
+
+    return wrapper
 
 
 @dataclass(frozen=True)
@@ -47,17 +73,21 @@ def resolve_ops(graph: Graph, registry: OpRegistry) -> list[Op | None]:
     """
     missing = [tag for tag in graph.op_table if tag not in LEAF_TAGS and tag not in registry]
     if missing:
+        # listed() would cut "tag (from plugin version)" as one item: each part is cut on its own
         described = []
-        for tag in missing:
+        for tag in missing[:_LISTED]:
             source = graph.op_sources.get(tag)
             if source is not None and source.plugin:
-                version = f" {source.version}" if source.version else ""
-                described.append(f"{tag} (from {source.plugin}{version})")
+                version = f" {_item(source.version)}" if source.version else ""
+                described.append(f"{_item(tag)} (from {_item(source.plugin)}{version})")
             else:
-                described.append(f"{tag} (plugin unknown)")
+                described.append(f"{_item(tag)} (plugin unknown)")
         plural = "s" if len(missing) > 1 else ""
+        count, more = "", ""
+        if len(missing) > _LISTED:
+            count, more = f"{len(missing):,} ", f" and {len(missing) - _LISTED:,} more"
         raise OpError(
-            f"the graph uses op{plural} not registered here: {', '.join(described)}; "
+            f"the graph uses {count}op{plural} not registered here: {', '.join(described)}{more}; "
             "install the plugin that provides them or pass --plugin"
         )
     ops: list[Op | None] = [None if tag in LEAF_TAGS else registry.get(tag) for tag in graph.op_table]
@@ -80,6 +110,15 @@ def resolve_ops(graph: Graph, registry: OpRegistry) -> list[Op | None]:
             f"but the node has {int(counts[node])} parent{'s' if counts[node] != 1 else ''}"
         )
     return ops
+
+
+#: How many names a message lists before it says "and N more".
+_LISTED = 10
+
+
+def _item(text: str) -> str:
+    """A name from the file as :func:`graphsvc.text.listed` shows one: escaped, cut."""
+    return shorten(escape(text), ITEM_CHARS)
 
 
 def _primitive_table(ops: list[Op | None]) -> npt.NDArray[np.int8]:
@@ -140,6 +179,14 @@ def _parent_columns(graph: Graph, nodes: npt.NDArray[np.int64], arity: int) -> l
     return [graph.parent_indices[starts + k].astype(np.int64) for k in range(arity)]
 
 
+def _gather(values: FloatArray, nodes: npt.NDArray[np.int64]) -> FloatArray:
+    """``values[nodes]``, read-only: an op gets read-only inputs on every path (node by node they
+    are views of the values being replayed), so one that writes into them fails the same way on each."""
+    gathered = values[nodes]
+    gathered.flags.writeable = False
+    return gathered
+
+
 def _locate_failure(graph: Graph, group: _Group, run: Any, error: Exception) -> ReplayError:
     """Find the first node of a failed group call and name it in the error.
 
@@ -162,6 +209,7 @@ def _locate_failure(graph: Graph, group: _Group, run: Any, error: Exception) -> 
 NARROW_LEVEL = 32
 
 
+@_runs_plugin_code
 def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] | None = None) -> FloatArray:
     """Recompute every non-leaf value from the leaves; ``overrides`` replaces leaf values first."""
     ops = resolve_ops(graph, registry)
@@ -218,9 +266,12 @@ class _NarrowReplay:
         self.codes = graph.op_codes.tolist()
         self.offsets = graph.parent_offsets.tolist()
         self.parents = graph.parent_indices.tolist()
+        self.readonly: FloatArray = np.empty(0)  # run() sets it: a read-only view of the values
 
     def run(self, nodes: npt.NDArray[np.int64], values: FloatArray) -> None:
         jit = compiled_for(self.graph.num_nodes)
+        self.readonly = values.view()
+        self.readonly.flags.writeable = False
         with np.errstate(all="ignore"):
             if self.kinds is None or jit is None:
                 for node in nodes.tolist():
@@ -236,27 +287,21 @@ class _NarrowReplay:
                     position += 1
 
     def _one(self, node: int, values: FloatArray) -> None:
-        """Compute one node with its op's function (inside the caller's ``np.errstate``)."""
+        """Compute one node with its op's function (inside the caller's ``np.errstate``).
+
+        The op gets one-element arrays, the call it gets for a group of nodes, so a node computed
+        here has the bits it would have in a group (numpy scalars would take other code paths:
+        ``x ** 3.0`` on a numpy scalar is libm's ``pow``, on an array numpy's own loop). The
+        arrays are read-only views of ``values``: an op cannot change its parents' values.
+        """
         op = self.ops[self.codes[node]]
-        assert op is not None and op.forward is not None
-        offsets = self.offsets
-        inputs = [values[p] for p in self.parents[offsets[node] : offsets[node + 1]]]  # numpy float64s
-        attrs = self.graph.attrs.get(node, _NO_ATTRS)
+        assert op is not None
+        offsets, readonly = self.offsets, self.readonly
+        inputs = [readonly[p : p + 1] for p in self.parents[offsets[node] : offsets[node + 1]]]
         try:
-            if op.vectorized:
-                result = op.forward(*inputs, **attrs)
-            else:
-                result = op.forward(*[float(x) for x in inputs], **attrs)
-        except Exception:
-            result = None
-        if type(result) is not float and type(result) is not np.float64:
-            # A function that refuses scalars, a result to check, or an error to report:
-            # call it as the grouped path does, on a group of one node.
-            try:
-                result = evaluate(op, [np.array([x]) for x in inputs], attrs)[0]
-            except ReplayError as exc:
-                raise ReplayError(f"node {self.graph.label(node)}: {exc}") from exc.__cause__
-        values[node] = result
+            values[node] = evaluate_node(op, inputs, self.graph.attrs.get(node, _NO_ATTRS))
+        except ReplayError as exc:
+            raise ReplayError(f"node {self.graph.label(node)}: {exc}") from exc.__cause__
 
 
 _NO_ATTRS: Mapping[str, Any] = {}
@@ -264,7 +309,7 @@ _NO_ATTRS: Mapping[str, Any] = {}
 
 def _forward_group(graph: Graph, group: _Group, values: FloatArray) -> None:
     def run(nodes: npt.NDArray[np.int64]) -> FloatArray:
-        inputs = [values[col] for col in _parent_columns(graph, nodes, group.op.arity)]
+        inputs = [_gather(values, col) for col in _parent_columns(graph, nodes, group.op.arity)]
         return evaluate(group.op, inputs, group.attrs)
 
     try:
@@ -274,6 +319,7 @@ def _forward_group(graph: Graph, group: _Group, values: FloatArray) -> None:
         raise failure from failure.__cause__
 
 
+@_runs_plugin_code
 def edge_derivatives(
     graph: Graph, registry: OpRegistry, values: FloatArray, nodes: npt.NDArray[np.int64] | None = None
 ) -> FloatArray:
@@ -300,8 +346,8 @@ def _edge_derivatives(
         starts = graph.parent_offsets[group.nodes]
 
         def run(ids: npt.NDArray[np.int64], group: _Group = group) -> list[FloatArray]:
-            inputs = [values[col] for col in _parent_columns(graph, ids, group.op.arity)]
-            return local_derivatives(group.op, inputs, values[ids], group.attrs)
+            inputs = [_gather(values, col) for col in _parent_columns(graph, ids, group.op.arity)]
+            return local_derivatives(group.op, inputs, _gather(values, ids), group.attrs)
 
         try:
             partials = run(group.nodes)
@@ -313,6 +359,7 @@ def _edge_derivatives(
     return local
 
 
+@_runs_plugin_code
 def backward(graph: Graph, registry: OpRegistry, output: int, values: FloatArray | None = None) -> FloatArray:
     """The gradient of ``output`` with respect to every node (0 for nodes it does not depend on)."""
     values = graph.values if values is None else values
@@ -368,6 +415,7 @@ class Step:
     contributions: list[tuple[int, float, float]]  # (parent, local derivative, grad * local)
 
 
+@_runs_plugin_code
 def backward_steps(
     graph: Graph, registry: OpRegistry, output: int, values: FloatArray | None = None
 ) -> tuple[FloatArray, list[Step]]:
@@ -387,13 +435,18 @@ def default_output(graph: Graph) -> int:
         return outputs[0]
     if not outputs:
         raise UsageError("the graph lists no outputs: choose one with --output")
-    shown = ", ".join(graph.label(o) for o in outputs)
-    raise UsageError(f"the graph has {len(outputs)} outputs ({shown}): choose one with --output")
+    shown = listed((graph.label(o) for o in outputs[:_LISTED]), total=len(outputs), shown=_LISTED)
+    raise UsageError(f"the graph has {len(outputs):,} outputs ({shown}): choose one with --output")
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """How far replayed numbers are from stored ones (``nan`` equals ``nan``, ``inf`` equals ``inf``)."""
+    """How far replayed numbers are from stored ones.
+
+    A stored nan is the format's "no stored value" (FORMAT.md: values not computed yet, no gradient),
+    so those nodes are counted in ``unstored`` and not compared; ``inf`` equals ``inf``. The worst
+    differences are over the compared nodes (``None`` nodes when none was compared).
+    """
 
     what: str
     worst_abs: float
@@ -401,24 +454,38 @@ class Comparison:
     worst_rel: float
     worst_rel_node: int | None
     mismatches: int
+    #: How many nodes have no stored number (nan in the file): not compared, not mismatches.
+    unstored: int = 0
+    #: How many nodes the columns hold (``nodes - unstored`` were compared).
+    nodes: int = 0
 
     @property
     def ok(self) -> bool:
         return self.mismatches == 0
 
+    @property
+    def compared(self) -> int:
+        """How many nodes had a stored number to compare with."""
+        return self.nodes - self.unstored
+
 
 def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, atol: float) -> Comparison:
-    """Compare two columns; a node mismatches when ``|replayed - stored| > atol + rtol * |stored|``."""
-    close = np.isclose(replayed, stored, rtol=rtol, atol=atol, equal_nan=True)
-    same_special = (np.isnan(replayed) & np.isnan(stored)) | (replayed == stored)
+    """Compare two columns; a node mismatches when ``|replayed - stored| > atol + rtol * |stored|``.
+
+    Nodes whose stored number is nan have no stored value: they are counted, not compared.
+    """
+    has_value = ~np.isnan(stored)
+    close = np.isclose(replayed, stored, rtol=rtol, atol=atol, equal_nan=True) | ~has_value
     with np.errstate(all="ignore"):
-        diff = np.where(same_special, 0.0, np.abs(replayed - stored))
-        diff = np.where(np.isnan(diff), np.inf, diff)
+        diff = np.where(~has_value | (replayed == stored), 0.0, np.abs(replayed - stored))
+        diff = np.where(np.isnan(diff), np.inf, diff)  # a replayed nan where a number is stored
         rel = np.where(diff == 0.0, 0.0, diff / np.maximum(np.abs(stored), np.finfo(np.float64).tiny))
         rel = np.where(np.isnan(rel), np.inf, rel)
     n = len(diff)
-    abs_node = int(np.argmax(diff)) if n else None
-    rel_node = int(np.argmax(rel)) if n else None
+    unstored = n - int(np.count_nonzero(has_value))
+    compared = n > unstored
+    abs_node = int(np.argmax(np.where(has_value, diff, -1.0))) if compared else None
+    rel_node = int(np.argmax(np.where(has_value, rel, -1.0))) if compared else None
     return Comparison(
         what=what,
         worst_abs=float(diff[abs_node]) if abs_node is not None else 0.0,
@@ -426,6 +493,8 @@ def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, at
         worst_rel=float(rel[rel_node]) if rel_node is not None else 0.0,
         worst_rel_node=rel_node,
         mismatches=int(np.count_nonzero(~close)),
+        unstored=unstored,
+        nodes=n,
     )
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -30,8 +31,9 @@ import numpy as np
 
 from graphsvc.errors import GraphsvcError
 from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
+from graphsvc.plugins import running_plugin_code
 
-__all__ = ["ATTRIBUTE_SAMPLES", "SAMPLE_VALUES", "GradcheckResult", "check_op", "check_registry"]
+__all__ = ["ATTRIBUTE_SAMPLES", "SAMPLE_VALUES", "GradcheckResult", "check_op", "check_registry", "ulp_distance"]
 
 #: Input values the sample points are drawn from.
 SAMPLE_VALUES: tuple[float, ...] = (-1.7, -0.6, 0.3, 0.9, 2.2)
@@ -79,8 +81,22 @@ def check_op(
     ``points`` holds tuples of ``op.arity`` inputs (default: drawn from :data:`SAMPLE_VALUES`).
     The step for an input ``x`` is ``eps * max(1, |x|)``. A point passes when
     ``|analytic - numeric| <= atol + rtol * |numeric|`` for every input. ``attrs`` fixes the node
-    attributes (default: see the module docstring).
+    attributes (default: see the module docstring). An op that raises (anything, ``sys.exit``
+    included) or returns something other than numbers fails with the :class:`~graphsvc.errors.ReplayError` text;
+    what it prints goes to stderr.
     """
+    with running_plugin_code():
+        return _check_op(op, points, eps, rtol, atol, attrs)
+
+
+def _check_op(
+    op: Op,
+    points: Sequence[Sequence[float]] | None,
+    eps: float,
+    rtol: float,
+    atol: float,
+    attrs: Mapping[str, Any] | None,
+) -> GradcheckResult:
 
     def result(ok: bool, checked: int, skipped: int, abs_err: float, rel_err: float, message: str) -> GradcheckResult:
         return GradcheckResult(op.name, op.plugin, op.plugin_version, ok, checked, skipped, abs_err, rel_err, message)
@@ -117,7 +133,8 @@ def check_registry(registry: OpRegistry, names: Iterable[str] | None = None, **o
     ``options`` go to :func:`check_op` (``eps``, ``rtol``, ``atol``).
     """
     ops = [op for op in registry if op.arity > 0] if names is None else [registry.get(n) for n in dict.fromkeys(names)]
-    return [check_op(op, **options) for op in ops]
+    with running_plugin_code():  # once, around every op's check
+        return [check_op(op, **options) for op in ops]
 
 
 @dataclass
@@ -181,7 +198,7 @@ def _attribute_samples(op: Op) -> list[dict[str, Any]]:
     """One attribute dict per value in ATTRIBUTE_SAMPLES for the forward's keywords without a default."""
     try:
         parameters = list(inspect.signature(op.forward).parameters.values())  # type: ignore[arg-type]
-    except (TypeError, ValueError):  # numpy ufuncs and builtins have no inspectable signature
+    except Exception:  # builtins without an inspectable signature (TypeError, ValueError), odd callables
         return [{}]
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     inputs = 0
@@ -196,3 +213,25 @@ def _attribute_samples(op: Op) -> list[dict[str, Any]]:
     if not required:
         return [{}]
     return [dict.fromkeys(required, value) for value in ATTRIBUTE_SAMPLES]
+
+
+def ulp_distance(a: float, b: float) -> int:
+    """How many steps of one float64 apart ``a`` and ``b`` are: 0 for the same number (``0.0`` and
+    ``-0.0``, or two nans), 1 for neighbours. A nan against a number raises ``ValueError``.
+
+    For comparing results that need not agree bit for bit: ``exp``, ``tanh``, ``pow``... are not
+    correctly rounded, and numpy's SIMD loops, libm (``math``) and numba may differ in the last bit
+    or two, from one CPU to another (``+ - * /``, ``sqrt``, ``abs``, ``min`` and ``max`` are exact
+    in IEEE 754 and agree everywhere).
+    """
+    if math.isnan(a) or math.isnan(b):
+        if math.isnan(a) and math.isnan(b):
+            return 0
+        raise ValueError(f"ulp_distance({a!r}, {b!r}): a nan is no number of steps from a number")
+    return abs(_ordered(a) - _ordered(b))
+
+
+def _ordered(x: float) -> int:
+    """The float64's position on the number line, as an integer (``-0.0`` and ``0.0`` both 0)."""
+    (bits,) = struct.unpack("<q", struct.pack("<d", x))
+    return bits if bits >= 0 else -(bits & 0x7FFF_FFFF_FFFF_FFFF)

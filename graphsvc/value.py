@@ -10,8 +10,9 @@ A ``Value`` records what made it: an op tag of the registry (``"add"``, ``"sub"`
 parents in order (``a * a`` has two parents, both ``a``) and the op's attributes (``{"exponent":
 2.0}``). Numbers in expressions become ``const`` nodes. The builtin operators compute ``.data`` with
 plain Python floats, following IEEE rules as numpy does (``x / 0`` is inf, ``log(-1)`` is nan), so a
-replay of a saved graph reproduces the same values. :meth:`Value.apply` runs any registered op,
-plugin ops included.
+replay of a saved graph reproduces the same values: exactly for + - * / and sqrt, within an ulp or
+two for exp, log, tanh, sin, cos and pow (``math`` here, numpy's vectorized code in a replay).
+:meth:`Value.apply` runs any registered op, plugin ops included.
 
 :meth:`Value.backward` does not walk the graph recursively and keeps no per-op derivative code:
 it traces the graph (:func:`trace`) and runs :func:`graphsvc.replay.backward` with the op registry's

@@ -1,7 +1,7 @@
 """The `ops` and `gradcheck` commands: exit codes and exact output, plugin warnings and strict mode.
 
-Installed entry points never leak in: the entry-point lookup is replaced by an empty list unless a test
-restores it.
+Installed entry points never leak in: conftest's ``no_installed_plugins`` replaces the entry-point lookup
+with an empty list; the tests of the installed example plugins use ``installed_plugins``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from graphsvc import plugins
 
-REAL_ENTRY_POINTS = plugins._entry_points
 runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("no_installed_plugins")
 
 BUILTIN_LINES = [
     "abs\t1\t1\tgraphsvc 0.1.0\tvectorized",
@@ -62,13 +61,6 @@ OK_LINE = re.compile(
     r"^(?P<op>\w+) \((?P<source>[^)]*)\): ok \((?P<points>\d+) points(?P<skipped>, \d+ skipped where the forward "
     r"is not finite)?; max abs error \d\.\de[-+]\d\d, max rel error \d\.\de[-+]\d\d\)$"
 )
-
-
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GRAPHSVC_PLUGINS", raising=False)
-    monkeypatch.delenv("GRAPHSVC_DISABLE_PLUGINS", raising=False)
-    monkeypatch.setattr(plugins, "_entry_points", lambda: [])
 
 
 @pytest.fixture
@@ -132,6 +124,41 @@ def test_strict_plugins_makes_a_broken_plugin_exit_4(broken_file: str) -> None:
     assert result.exit_code == 4
     assert result.stdout == ""
     assert result.stderr == f"Error: plugin {broken_file}: cannot import: RuntimeError: boom\n"
+
+
+@pytest.mark.parametrize(
+    ("statement", "described"),
+    [("import sys; sys.exit(0)", "SystemExit: 0"), ("raise KeyboardInterrupt", "KeyboardInterrupt")],
+)
+def test_a_plugin_that_exits_at_import_is_a_warning_not_a_silent_exit(
+    tmp_path: Path, plugin_file: str, statement: str, described: str
+) -> None:
+    quitter = tmp_path / "quitter.py"
+    quitter.write_text(f'print("hello from quitter")\n{statement}\n', encoding="utf-8")
+    result = runner.invoke(app, ["--plugin", str(quitter), "--plugin", plugin_file, "ops", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "cube" in [op["name"] for op in json.loads(result.stdout)["ops"]]
+    assert result.stderr == f"hello from quitter\nWarning: plugin {quitter}: cannot import: {described}\n"
+    strict = runner.invoke(app, ["--strict-plugins", "--plugin", str(quitter), "ops"])
+    assert (strict.exit_code, strict.stdout) == (4, "")
+    assert strict.stderr == f"hello from quitter\nError: plugin {quitter}: cannot import: {described}\n"
+
+
+def test_gradcheck_of_an_op_that_exits_fails_with_exit_1(tmp_path: Path) -> None:
+    path = tmp_path / "exits.py"
+    path.write_text(
+        "import sys\n"
+        "from graphsvc.hookspecs import hookimpl\n"
+        "from graphsvc.ops import Op\n"
+        "@hookimpl\n"
+        "def graphsvc_register_ops(register):\n"
+        "    register(Op('quit', 1, forward=lambda x: sys.exit(2), derivatives=lambda x, out: (1.0,)))\n",
+        encoding="utf-8",
+    )
+    result = runner.invoke(app, ["--plugin", str(path), "gradcheck", "--op", "quit"])
+    assert result.exit_code == 1
+    assert result.stdout == "quit (exits): FAIL: op 'quit' (exits): forward raised SystemExit: 2\n"
+    assert result.stderr == "Error: gradcheck failed for 1 of 1 ops: quit\n"
 
 
 def test_disable_plugins_by_option_or_environment(plugin_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,8 +238,8 @@ def test_gradcheck_of_an_unknown_op_exits_4() -> None:
     assert result.stderr == "Error: unknown op 'softplus': no loaded plugin registers it (see `graphsvc ops`)\n"
 
 
-def test_the_installed_example_plugins_pass_gradcheck(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plugins, "_entry_points", REAL_ENTRY_POINTS)
+@pytest.mark.usefixtures("installed_plugins")
+def test_the_installed_example_plugins_pass_gradcheck() -> None:
     names = ["softplus", "gelu", "silu", "leaky_relu", "elu", "hypot", "atan2"]
     result = runner.invoke(app, ["gradcheck", *(arg for name in names for arg in ("--op", name))])
     assert result.exit_code == 0, result.output

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from graphsvc.errors import OpError, ReplayError
-from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
+from graphsvc.ops import (
+    Op,
+    OpRegistry,
+    UserInterrupt,
+    evaluate,
+    evaluate_node,
+    interrupts_told_apart,
+    local_derivatives,
+)
 
 CUBE = Op("cube", 1, forward=lambda x: x**3, derivatives=lambda x, out: (3 * x**2,))
 HYPOT = Op("hypot", 2, forward=np.hypot, derivatives=lambda x, y, out: (x / out, y / out))
@@ -215,7 +224,7 @@ def test_a_missing_attribute_is_reported_through_the_exception() -> None:
             "op 'bad' (an unnamed plugin): forward returned an array of shape (2,), expected (3,) or a scalar",
         ),
         (lambda x: "text", "op 'bad' (an unnamed plugin): forward returned str, not real numbers"),
-        (lambda x: x + 1j, "op 'bad' (an unnamed plugin): forward returned ndarray, not real numbers"),
+        (lambda x: x + 1j, "op 'bad' (an unnamed plugin): forward returned ndarray of complex128, not real numbers"),
     ],
 )
 def test_a_forward_of_the_wrong_shape_or_type_is_a_replay_error(forward: object, message: str) -> None:
@@ -266,3 +275,149 @@ def test_a_leaf_tag_cannot_be_evaluated() -> None:
     with pytest.raises(ReplayError) as info:
         evaluate(leaf, [], {})
     assert str(info.value) == "op 'leaf' (graphsvc 0.1.0) is a leaf tag: it has no forward or derivatives"
+
+
+# -- plugin code that misbehaves: BaseExceptions, results that are not numbers, arity -------------------
+class CustomBaseError(BaseException):
+    pass
+
+
+def _raising(exc: BaseException) -> object:
+    def function(*args: object, **kwargs: object) -> object:
+        raise exc
+
+    return function
+
+
+@pytest.mark.parametrize(
+    ("exc", "described"),
+    [
+        (SystemExit(0), "SystemExit: 0"),
+        (SystemExit(), "SystemExit"),
+        (KeyboardInterrupt(), "KeyboardInterrupt"),
+        (GeneratorExit("closing"), "GeneratorExit: closing"),
+        (CustomBaseError("mine"), "CustomBaseError: mine"),
+        (MemoryError(), "MemoryError"),
+        (OverflowError("math range error"), "OverflowError: math range error"),
+    ],
+)
+@pytest.mark.parametrize("vectorized", [True, False], ids=["vectorized", "per element"])
+def test_any_base_exception_from_an_op_is_a_replay_error_naming_it(
+    exc: BaseException, described: str, vectorized: bool
+) -> None:
+    source = {"plugin": "p", "plugin_version": "0.3"}
+    raising = Op("x", 1, forward=_raising(exc), derivatives=lambda x, out: (1.0,), vectorized=vectorized, **source)
+    with pytest.raises(ReplayError) as info:
+        evaluate(raising, [column(1.0, 2.0)], {})
+    assert str(info.value) == f"op 'x' (p 0.3): forward raised {described}"
+    assert info.value.__cause__ is exc
+    slope = Op("x", 1, forward=lambda x: x, derivatives=_raising(exc), vectorized=vectorized, **source)
+    with pytest.raises(ReplayError) as info:
+        local_derivatives(slope, [column(1.0)], column(1.0), {})
+    assert str(info.value) == f"op 'x' (p 0.3): derivatives raised {described}"
+    with pytest.raises(ReplayError) as info, interrupts_told_apart():  # replay holds it around evaluate_node
+        evaluate_node(raising, [column(1.0)], {})
+    assert str(info.value) == f"op 'x' (p 0.3): forward raised {described}"
+
+
+def test_a_long_exception_message_is_cut() -> None:
+    op = Op("x", 1, forward=_raising(ValueError("y" * 10_000)), derivatives=lambda x, out: (1.0,))
+    with pytest.raises(ReplayError) as info:
+        evaluate(op, [column(1.0)], {})
+    assert (
+        str(info.value)
+        == "op 'x' (an unnamed plugin): forward raised ValueError: " + "y" * 177 + "... (10,000 characters)"
+    )
+
+
+def test_the_users_ctrl_c_is_not_an_op_failure() -> None:
+    op = Op("x", 1, forward=_raising(UserInterrupt()), derivatives=lambda x, out: (1.0,))
+    with pytest.raises(UserInterrupt):
+        evaluate(op, [column(1.0)], {})
+
+
+@pytest.mark.parametrize(
+    ("result", "message"),
+    [
+        (None, "forward returned NoneType, not real numbers"),
+        ("1.5", "forward returned str, not real numbers"),  # numpy would parse it as 1.5
+        (["1.5", "2.5"], "forward returned list, not real numbers"),
+        ([1.0, 2.0], "forward returned an array of shape (2,), expected (3,) or a scalar"),
+        (np.array([1.0, None, 3.0], dtype=object), "forward returned ndarray of object, not real numbers"),
+        (np.array([1.0, 2.0, 3.0], dtype=object), "forward returned ndarray of object, not real numbers"),
+        (10**400, "forward returned an integer out of float64's range"),
+        ([1.0, [2.0], 3.0], "forward returned list, not real numbers"),  # ragged
+    ],
+)
+def test_a_result_that_is_not_numbers_is_a_replay_error(result: object, message: str) -> None:
+    op = Op("bad", 1, forward=lambda x: result, derivatives=lambda x, out: (1.0,), plugin="p")
+    with pytest.raises(ReplayError) as info:
+        evaluate(op, [column(1.0, 2.0, 3.0)], {})
+    assert str(info.value) == f"op 'bad' (p): {message}"
+
+
+@pytest.mark.parametrize(
+    ("result", "message"),
+    [
+        (None, "returned NoneType, not a float"),
+        ("1.5", "returned str, not a float"),
+        (np.array([1.0, 2.0]), "returned ndarray, not a float"),
+        (10**400, "returned a number out of float64's range"),
+    ],
+)
+def test_a_per_element_result_that_is_not_a_float_is_a_replay_error(result: object, message: str) -> None:
+    op = Op("bad", 1, forward=lambda x: result, derivatives=lambda x, out: (result,), vectorized=False, plugin="p")
+    suffix = "" if "range" in message else " (a per-element op returns Python floats)"
+    with pytest.raises(ReplayError) as info:
+        evaluate(op, [column(1.0)], {})
+    assert str(info.value) == f"op 'bad' (p): forward {message}{suffix}"
+    with pytest.raises(ReplayError) as info:
+        local_derivatives(op, [column(1.0)], column(1.0), {})
+    assert str(info.value) == f"op 'bad' (p): derivatives {message}{suffix}"
+
+
+def test_numbers_of_other_real_types_are_accepted() -> None:
+    per_element = Op(
+        "f", 1, forward=lambda x: Fraction(1, 4), derivatives=lambda x, out: (np.int64(2),), vectorized=False
+    )
+    assert evaluate(per_element, [column(1.0)], {}).tolist() == [0.25]
+    assert local_derivatives(per_element, [column(1.0)], column(0.25), {})[0].tolist() == [2.0]
+    ints = Op("g", 1, forward=lambda x: np.array([1, 2], dtype=np.int32), derivatives=lambda x, out: (True,))
+    assert evaluate(ints, [column(5.0, 6.0)], {}).tolist() == [1.0, 2.0]
+
+
+def test_evaluate_node_makes_the_call_a_group_gets() -> None:
+    seen: list[tuple[type, tuple[int, ...]]] = []
+
+    def forward(x: np.ndarray, exponent: float) -> np.ndarray:
+        seen.append((type(x), x.shape))
+        return x**exponent
+
+    op = Op("pow", 1, forward=forward, derivatives=lambda x, out, exponent: (x,))
+    x = -1.3275170599102342  # where libm's pow(x, 2.0) and numpy's x * x differ by one ulp
+    assert evaluate_node(op, [column(x)], {"exponent": 2.0}) == x * x == 1.7623015443527121
+    assert seen == [(np.ndarray, (1,))]
+
+
+def test_an_op_is_refused_at_registration_when_its_functions_cannot_take_arity_arguments() -> None:
+    registry = OpRegistry()
+    two = Op("two", 2, forward=lambda x: x, derivatives=lambda x, y, out: (1.0, 1.0))
+    with pytest.raises(OpError) as info:
+        registry.register(two, plugin="p", plugin_version="1.0")
+    assert str(info.value) == "op 'two' (p 1.0): forward(x) cannot take its inputs as 2 positional arguments (arity 2)"
+    no_out = Op("one", 1, forward=lambda x: x, derivatives=lambda x: (1.0,))
+    with pytest.raises(OpError) as info:
+        registry.register(no_out)
+    assert (
+        str(info.value) == "op 'one': derivatives(x) cannot take its inputs and out as 2 positional arguments (arity 1)"
+    )
+    assert len(registry) == 0
+
+
+def test_star_args_keywords_and_builtins_without_a_signature_are_taken_on_trust() -> None:
+    registry = OpRegistry()
+    registry.register(Op("a", 3, forward=lambda *xs: xs[0], derivatives=lambda *a: (1.0, 1.0, 1.0)))
+    registry.register(Op("b", 1, forward=lambda x, exponent: x**exponent, derivatives=lambda x, out, *, k=1: (k,)))
+    registry.register(Op("c", 2, forward=math.hypot, derivatives=lambda x, y, out: (x / out, y / out)))
+    registry.register(Op("d", 2, forward=np.hypot, derivatives=lambda x, y, out: (x / out, y / out)))
+    assert [op.name for op in registry] == ["a", "b", "c", "d"]

@@ -1,16 +1,18 @@
 """Plugin wiring: the fixed load order, provenance, broken plugins reported while the rest load, strict
 mode, GRAPHSVC_DISABLE_PLUGINS, and the installed example plugins found through their entry points.
 
-Installed entry points never leak into a test: an autouse fixture replaces the entry-point lookup with
-an empty list, and the few tests that want the real ones restore it explicitly.
+Installed entry points never leak into a test: conftest's ``no_installed_plugins`` replaces the
+entry-point lookup with an empty list, and the few tests that want the real ones use ``installed_plugins``.
 """
 
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -27,7 +29,8 @@ from graphsvc.ops import Op, evaluate, local_derivatives
 from graphsvc.plugins import PluginProblem, load_registry
 from graphsvc.testing import check_registry
 
-REAL_ENTRY_POINTS = plugins._entry_points
+pytestmark = pytest.mark.usefixtures("no_installed_plugins")
+
 BUILTIN_NAMES = sorted(op.name for op in BUILTIN_OPS)
 EXAMPLE_OPS = {
     "softplus": "graphsvc-activations",
@@ -49,14 +52,6 @@ CUBE_PLUGIN = """
     def graphsvc_register_ops(register):
         register(Op("cube", 1, forward=lambda x: x**3, derivatives=lambda x, out: (3 * x**2,)))
 """
-
-
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("GRAPHSVC_PLUGINS", raising=False)
-    monkeypatch.delenv("GRAPHSVC_DISABLE_PLUGINS", raising=False)
-    monkeypatch.setattr(plugins, "_entry_points", lambda: [])
-    yield
 
 
 def write_plugin(tmp_path: Path, name: str, body: str) -> str:
@@ -362,13 +357,160 @@ def test_register_cannot_be_called_after_the_hook_returned() -> None:
     assert str(info.value) == "register() was called after graphsvc_register_ops returned; call it inside the hook"
 
 
+# -- plugins that exit, interrupt or print ------------------------------------------------------------
+#: Statements that end a plugin's import or hook without an ordinary exception, and how each is described.
+ENDINGS = [
+    ("import sys; sys.exit(0)", "SystemExit: 0"),
+    ("import sys; sys.exit()", "SystemExit"),
+    ("raise KeyboardInterrupt", "KeyboardInterrupt"),
+    ("raise GeneratorExit('bye')", "GeneratorExit: bye"),
+    ("raise type('PluginBaseError', (BaseException,), {})('mine')", "PluginBaseError: mine"),
+]
+
+
+@pytest.mark.parametrize(("statement", "described"), ENDINGS, ids=[e[1] for e in ENDINGS])
+def test_a_plugin_that_exits_or_interrupts_at_import_is_a_broken_plugin(
+    tmp_path: Path, statement: str, described: str
+) -> None:
+    quitter = write_plugin(tmp_path, "quitter", statement)
+    registry, problems = load_registry([quitter, write_plugin(tmp_path, "cube_plugin", CUBE_PLUGIN)])
+    assert problems == [PluginProblem(quitter, f"cannot import: {described}")]
+    assert registry.get("cube").plugin == "cube_plugin"  # the plugins after it still load
+    with pytest.raises(PluginError) as info:
+        load_registry([quitter], strict=True)
+    assert str(info.value) == f"plugin {quitter}: cannot import: {described}"
+
+
+@pytest.mark.parametrize(("statement", "described"), ENDINGS, ids=[e[1] for e in ENDINGS])
+def test_a_hook_that_exits_or_interrupts_is_a_broken_plugin(tmp_path: Path, statement: str, described: str) -> None:
+    body = f"""
+        from graphsvc.hookspecs import hookimpl
+        from graphsvc.ops import Op
+
+        @hookimpl
+        def graphsvc_register_ops(register):
+            register(Op("staged", 1, forward=abs, derivatives=lambda x, out: (1.0,)))
+            {statement}
+    """
+    quitter = write_plugin(tmp_path, "quitter", body)
+    registry, problems = load_registry([quitter, write_plugin(tmp_path, "cube_plugin", CUBE_PLUGIN)])
+    assert problems == [
+        PluginProblem(quitter, f"graphsvc_register_ops raised {described} (none of its ops were registered)")
+    ]
+    assert "staged" not in registry and "cube" in registry
+
+
+def test_the_users_ctrl_c_while_a_plugin_is_imported_stops_loading(tmp_path: Path) -> None:
+    # A real SIGINT, delivered while the plugin's code runs: not the plugin's failure.
+    sleeper = write_plugin(
+        tmp_path, "sleeper", "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n"
+    )
+    with pytest.raises(KeyboardInterrupt):
+        load_registry([sleeper])
+
+
+def test_a_module_getattr_that_exits_while_pluggy_inspects_it_is_a_broken_plugin(tmp_path: Path) -> None:
+    body = """
+        import sys
+
+        def __getattr__(name):
+            sys.exit(3)
+    """
+    path = write_plugin(tmp_path, "lazy", body)
+    registry, problems = load_registry([path])
+    assert [p.plugin for p in problems] == [path]
+    assert "SystemExit: 3" in problems[0].message
+    assert len(registry) == len(BUILTIN_OPS)
+
+
+def test_what_a_plugin_prints_at_import_and_in_its_hook_goes_to_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = """
+        print("importing chatty")
+        from graphsvc.hookspecs import hookimpl
+        from graphsvc.ops import Op
+
+        @hookimpl
+        def graphsvc_register_ops(register):
+            print("registering")
+            register(Op("chatty", 1, forward=lambda x: x, derivatives=lambda x, out: (1.0,)))
+    """
+    registry, problems = load_registry([write_plugin(tmp_path, "chatty", body)])
+    assert (problems, "chatty" in registry) == ([], True)
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", "importing chatty\nregistering\n")
+
+
+def test_plugin_output_to_stderr_moves_file_descriptor_1_too(tmp_path: Path) -> None:
+    code = """
+import os, sys
+from graphsvc.plugins import plugin_output_to_stderr
+print("before")
+with plugin_output_to_stderr():
+    print("python print")
+    sys.stdout.write("sys.stdout write\\n")
+    os.write(1, b"fd 1 write\\n")
+    print("to sys.__stdout__", file=sys.__stdout__)
+print("after")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout == "before\nafter\n"
+    assert sorted(result.stderr.splitlines()) == ["fd 1 write", "python print", "sys.stdout write", "to sys.__stdout__"]
+
+
+def test_many_duplicates_are_one_problem_with_a_count(tmp_path: Path) -> None:
+    body = """
+        from graphsvc.hookspecs import hookimpl
+        from graphsvc.ops import Op
+
+        @hookimpl
+        def graphsvc_register_ops(register):
+            for _ in range(2):
+                for i in range(25):
+                    register(Op(f"dup{i}", 1, forward=abs, derivatives=lambda x, out: (1.0,)))
+            for name in ("add", "sub", "mul"):
+                register(Op(name, 2, forward=max, derivatives=lambda x, y, out: (1.0, 1.0)))
+    """
+    path = write_plugin(tmp_path, "dups", body)
+    registry, problems = load_registry([path])
+    assert problems == [
+        PluginProblem(
+            path,
+            "25 ops are registered twice by dups (the first ones are kept): "
+            "dup0, dup1, dup2, dup3, dup4, dup5, dup6, dup7, dup8, dup9 and 15 more",
+        ),
+        PluginProblem(
+            path,
+            f"3 ops are registered by both graphsvc {graphsvc.__version__} and dups (the first ones are kept): "
+            "add, sub, mul",
+        ),
+    ]
+    assert registry.get("dup24").plugin == "dups"
+
+
+def test_an_op_whose_functions_cannot_take_its_inputs_is_refused_at_registration(tmp_path: Path) -> None:
+    body = """
+        from graphsvc.hookspecs import hookimpl
+        from graphsvc.ops import Op
+
+        @hookimpl
+        def graphsvc_register_ops(register):
+            register(Op("binary", 2, forward=lambda x: x, derivatives=lambda x, y, out: (1.0, 1.0)))
+            register(Op("unary", 1, forward=lambda x: x, derivatives=lambda x, out: (1.0,)))
+    """
+    path = write_plugin(tmp_path, "arity", body)
+    registry, problems = load_registry([path])
+    assert problems == [
+        PluginProblem(
+            path, "malformed op: op 'binary': forward(x) cannot take its inputs as 2 positional arguments (arity 2)"
+        )
+    ]
+    assert "unary" in registry and "binary" not in registry
+
+
 # -- the installed example plugins ---------------------------------------------------------------------
-@pytest.fixture
-def installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plugins, "_entry_points", REAL_ENTRY_POINTS)
-
-
-@pytest.mark.usefixtures("installed")
+@pytest.mark.usefixtures("installed_plugins")
 def test_the_example_plugins_are_found_through_their_entry_points() -> None:
     registry, problems = load_registry()
     assert problems == []
@@ -377,14 +519,14 @@ def test_the_example_plugins_are_found_through_their_entry_points() -> None:
     assert [op.name for op in registry if not op.vectorized] == ["gelu"]
 
 
-@pytest.mark.usefixtures("installed")
+@pytest.mark.usefixtures("installed_plugins")
 def test_the_example_plugins_ops_pass_gradcheck() -> None:
     registry, _ = load_registry()
     results = check_registry(registry, EXAMPLE_OPS)
     assert [(r.op, r.ok, r.message) for r in results] == [(name, True, "") for name in EXAMPLE_OPS]
 
 
-@pytest.mark.usefixtures("installed")
+@pytest.mark.usefixtures("installed_plugins")
 def test_the_per_element_gelu_matches_hand_values_and_a_vectorized_equivalent() -> None:
     registry, _ = load_registry()
     gelu = registry.get("gelu")
@@ -396,7 +538,7 @@ def test_the_per_element_gelu_matches_hand_values_and_a_vectorized_equivalent() 
     assert local_derivatives(gelu, [x], out, {})[0][1] == 0.5
 
 
-@pytest.mark.usefixtures("installed")
+@pytest.mark.usefixtures("installed_plugins")
 def test_the_alpha_attribute_of_the_example_activations() -> None:
     registry, _ = load_registry()
     x = np.array([-2.0, 3.0])
@@ -412,3 +554,39 @@ def test_the_alpha_attribute_of_the_example_activations() -> None:
     y, xx = np.array([1.0]), np.array([1.0])
     assert evaluate(atan2, [y, xx], {})[0] == pytest.approx(math.pi / 4)
     assert [d[0] for d in local_derivatives(atan2, [y, xx], np.array([math.pi / 4]), {})] == [0.5, -0.5]
+
+
+def test_a_huge_multi_line_exception_is_cut_to_one_short_problem(tmp_path: Path) -> None:
+    path = write_plugin(tmp_path, "verbose", 'raise ValueError("line\\n" * 10_000)')
+    _, problems = load_registry([path])
+    assert [p.message for p in problems] == [
+        "cannot import: ValueError: " + "line\n" * 35 + "li... (50,000 characters)"
+    ]
+
+
+def test_overlapping_redirects_in_two_threads_restore_stdout_once_both_end() -> None:
+    original = sys.stdout
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def first() -> None:
+        with plugins.plugin_output_to_stderr():
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def second() -> None:
+        a_in.wait(5)
+        with plugins.plugin_output_to_stderr():
+            b_in.set()
+            a_out.wait(5)
+            seen.append(sys.stdout is sys.stderr)  # the first one out must not restore it yet
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert seen == [True]
+    assert sys.stdout is original
+    assert plugins._redirects == 0

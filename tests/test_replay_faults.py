@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +23,7 @@ from graphsvc import format as fmt
 from graphsvc import replay
 from graphsvc.errors import ReplayError
 from graphsvc.graph import Graph, GraphBuilder
-from graphsvc.ops import Op, OpRegistry
+from graphsvc.ops import Op, OpRegistry, UserInterrupt
 from graphsvc.plugins import load_registry
 
 runner = CliRunner()
@@ -216,3 +221,160 @@ def test_check_shows_nonfinite_before_the_comparison_and_keeps_its_exit_code(tmp
     )
     assert as_json["check"]["values"]["ok"] is True
     assert as_json["nonfinite"]["values"]["node"] == 2
+
+
+# -- ops that exit, interrupt, print or return what is not a number -------------------------------------
+def _exits(x: Any) -> Any:
+    if np.any(np.asarray(x) == 3.0):
+        raise SystemExit(0)
+    return x
+
+
+def _interrupts(x: Any) -> Any:
+    if np.any(np.asarray(x) == 3.0):
+        raise KeyboardInterrupt
+    return x
+
+
+class _PluginStop(BaseException):
+    pass
+
+
+def _custom_base(x: Any, out: Any) -> Any:
+    if np.any(np.asarray(x) == 3.0):
+        raise _PluginStop("stop")
+    return (np.ones_like(x),)
+
+
+def _out_of_memory(x: Any) -> Any:
+    if np.any(np.asarray(x) == 3.0):
+        raise MemoryError
+    return x
+
+
+def _huge(x: float) -> Any:
+    return 10**400 if x == 3.0 else x
+
+
+def _text(x: Any) -> Any:
+    return "1.5" if np.any(np.asarray(x) == 3.0) else x
+
+
+def _nothing(x: Any) -> Any:
+    return None if np.any(np.asarray(x) == 3.0) else x
+
+
+BASE_FAULTS = [
+    ("sys.exit", Op("bad", 1, _exits, lambda x, out: (1.0,)), "forward raised SystemExit: 0"),
+    ("KeyboardInterrupt", Op("bad", 1, _interrupts, lambda x, out: (1.0,)), "forward raised KeyboardInterrupt"),
+    ("custom BaseException", Op("bad", 1, lambda x: x, _custom_base), "derivatives raised _PluginStop: stop"),
+    ("MemoryError", Op("bad", 1, _out_of_memory, lambda x, out: (1.0,)), "forward raised MemoryError"),
+    (
+        "an integer out of range",
+        Op("bad", 1, _huge, lambda x, out: (1.0,), vectorized=False),
+        "forward returned a number out of float64's range",
+    ),
+    ("a string", Op("bad", 1, _text, lambda x, out: (1.0,)), "forward returned str, not real numbers"),
+    ("None", Op("bad", 1, _nothing, lambda x, out: (1.0,)), "forward returned NoneType, not real numbers"),
+]
+
+
+@pytest.mark.parametrize("width", [5, 40], ids=["node by node", "numpy groups"])
+@pytest.mark.parametrize(("op", "message"), [f[1:] for f in BASE_FAULTS], ids=[f[0] for f in BASE_FAULTS])
+def test_an_op_that_exits_interrupts_or_returns_no_number_is_a_replay_error(op: Op, message: str, width: int) -> None:
+    graph, _ = _graph(width, 3.0)
+    registry = _registry_with(op)
+    with pytest.raises(ReplayError) as info:
+        values = replay.forward(graph, registry)
+        replay.backward(graph, registry, graph.outputs[0], values)
+    assert str(info.value) == f"node n3: op 'bad' (demo 1.0): {message}"
+
+
+def test_the_users_ctrl_c_during_a_replay_stops_it() -> None:
+    """A real SIGINT while an op runs is the user's: it is not turned into the op's ReplayError."""
+
+    def forward(x: Any) -> Any:
+        if np.any(np.asarray(x) == 3.0):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler raises here, long before the sleep ends
+        return x
+
+    graph, _ = _graph(5, 3.0)
+    registry = _registry_with(Op("bad", 1, forward, lambda x, out: (1.0,)))
+    with pytest.raises(KeyboardInterrupt) as info:
+        replay.forward(graph, registry)
+    assert type(info.value) is UserInterrupt
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+
+@pytest.mark.parametrize("width", [5, 40], ids=["node by node", "numpy groups"])
+def test_what_an_op_prints_during_a_replay_goes_to_stderr(width: int, capsys: pytest.CaptureFixture[str]) -> None:
+    def loud(x: Any) -> Any:
+        print("forward!")
+        return x
+
+    def loud_slope(x: Any, out: Any) -> Any:
+        print("slope!")
+        return (1.0,)
+
+    graph, _ = _graph(width, 3.0)
+    registry = _registry_with(Op("bad", 1, loud, loud_slope))
+    values = replay.forward(graph, registry)
+    replay.backward(graph, registry, graph.outputs[0], values)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert set(captured.err.splitlines()) == {"forward!", "slope!"}
+
+
+NOISY_PLUGIN = """
+import os, sys
+import numpy as np
+from graphsvc.hookspecs import hookimpl
+from graphsvc.ops import Op
+
+print("noise at import")
+os.write(1, b"fd noise at import\\n")
+
+def forward(x):
+    print("noise in forward")
+    os.write(1, b"fd noise in forward\\n")
+    return x * 2.0
+
+def derivatives(x, out):
+    sys.stdout.write("noise in derivatives\\n")
+    return (2.0,)
+
+@hookimpl
+def graphsvc_register_ops(register):
+    print("noise in the hook")
+    register(Op("noisy", 1, forward=forward, derivatives=derivatives))
+"""
+
+
+def test_a_noisy_plugin_cannot_corrupt_json_output_of_a_real_process(tmp_path: Path) -> None:
+    plugin = tmp_path / "noisy.py"
+    plugin.write_text(NOISY_PLUGIN, encoding="utf-8")
+    b = GraphBuilder()
+    b.add("noisy", [b.leaf(1.5, name="x")], name="y")
+    path = tmp_path / "g.msgpack"
+    fmt.save(b.build(), path)
+    env = {**os.environ, "GRAPHSVC_DISABLE_PLUGINS": "0"}
+    env.pop("GRAPHSVC_PLUGINS", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "graphsvc", "--plugin", str(plugin), "backward", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).parents[1],
+    )
+    assert result.returncode == 0, result.stderr
+    nodes = {node["name"]: node for node in json.loads(result.stdout)["nodes"]}
+    assert (nodes["y"]["value"], nodes["x"]["grad"]) == (3.0, 2.0)
+    assert {
+        "noise at import",
+        "fd noise at import",
+        "noise in the hook",
+        "noise in forward",
+        "fd noise in forward",
+        "noise in derivatives",
+    } <= set(result.stderr.splitlines())

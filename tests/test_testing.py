@@ -10,7 +10,14 @@ import pytest
 
 from graphsvc.errors import OpError
 from graphsvc.ops import Op, OpRegistry
-from graphsvc.testing import ATTRIBUTE_SAMPLES, SAMPLE_VALUES, GradcheckResult, check_op, check_registry
+from graphsvc.testing import (
+    ATTRIBUTE_SAMPLES,
+    SAMPLE_VALUES,
+    GradcheckResult,
+    check_op,
+    check_registry,
+    ulp_distance,
+)
 
 SQUARE = Op("square", 1, forward=lambda x: x * x, derivatives=lambda x, out: (2 * x,))
 WRONG_SQUARE = Op("square", 1, forward=lambda x: x * x, derivatives=lambda x, out: (x,), plugin="p", plugin_version="1")
@@ -149,3 +156,43 @@ def test_to_dict_is_json_ready() -> None:
         "max_rel_error": "inf",
         "message": "d/d(input 0) at (1): derivatives give nan, finite differences give 1",
     }
+
+
+def test_an_op_that_exits_fails_its_check_instead_of_ending_the_process() -> None:
+    def forward(x: np.ndarray) -> np.ndarray:
+        raise SystemExit(0)
+
+    quitter = Op("quit", 1, forward=forward, derivatives=lambda x, out: (1.0,), plugin="p", plugin_version="2")
+    (result,) = check_registry(_registry_of(quitter))
+    assert (result.ok, result.points, result.message) == (False, 0, "op 'quit' (p 2): forward raised SystemExit: 0")
+
+
+def test_what_an_op_prints_while_it_is_checked_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    def forward(x: np.ndarray) -> np.ndarray:
+        print("computing")
+        return x * x
+
+    result = check_op(Op("loud", 1, forward=forward, derivatives=lambda x, out: (2 * x,)))
+    assert result.ok
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == ["computing"] * 3  # the point, then one step either side
+
+
+def _registry_of(op: Op) -> OpRegistry:
+    registry = OpRegistry()
+    registry.register(op, plugin=op.plugin, plugin_version=op.plugin_version)
+    return registry
+
+
+def test_ulp_distance_counts_float64_steps() -> None:
+    assert ulp_distance(1.0, 1.0) == 0
+    assert ulp_distance(0.0, -0.0) == 0
+    assert ulp_distance(math.nan, -math.nan) == 0
+    assert ulp_distance(1.0, math.nextafter(1.0, 2.0)) == 1
+    assert ulp_distance(-5e-324, 5e-324) == 2  # across zero: -min, 0, +min
+    assert ulp_distance(1.3176906300700788e-10, 1.317690630070079e-10) == 1  # numpy's SIMD pow and libm's
+    assert ulp_distance(math.inf, 1.7976931348623157e308) == 1
+    assert ulp_distance(1.0, 2.0) == 2**52
+    with pytest.raises(ValueError, match=r"^ulp_distance\(nan, 1\.0\): a nan is no number of steps from a number$"):
+        ulp_distance(math.nan, 1.0)

@@ -20,6 +20,7 @@ from graphsvc.errors import GraphStructureError, OpError
 from graphsvc.graph import Graph, OpSource
 from graphsvc.ops import OpRegistry
 from graphsvc.plugins import load_registry
+from graphsvc.testing import ulp_distance
 from graphsvc.value import Value, default_registry, save, trace, zero_grad
 
 runner = CliRunner()
@@ -250,7 +251,8 @@ def test_plugin_ops_with_hand_derived_gradients() -> None:
     x = Value(0.0, name="x")
     soft = x.apply("softplus")  # log(1 + e^x): log 2 at 0, slope sigmoid(0) = 1/2
     soft.backward()
-    assert (soft.op, soft.data, x.grad) == ("softplus", math.log(2.0), 0.5)
+    assert (soft.op, x.grad) == ("softplus", 0.5)
+    assert ulp_distance(soft.data, math.log(2.0)) <= 1  # numpy's log in the plugin, libm's in math
 
     a, b = Value(3.0), Value(4.0)
     h = a.apply("hypot", b)  # 5; d/da = a/5, d/db = b/5
