@@ -12,9 +12,10 @@ None of these sweeps recurses: each keeps an explicit stack in an array.
 
 from __future__ import annotations
 
+import importlib
 import os
 from functools import cache
-from types import ModuleType
+from types import SimpleNamespace
 from typing import Any
 
 #: Graphs with fewer nodes use the pure-Python sweeps (numba's start-up, its import and first call,
@@ -29,15 +30,33 @@ PRIMITIVES = ("add", "sub", "mul", "div", "neg", "relu", "abs", "max", "min")
 PRIMITIVE_ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "neg": 1, "relu": 1, "abs": 1, "max": 2, "min": 2}
 
 
+#: The modules of compiled kernels written in C (each wraps one extension built from ``csrc/``), in
+#: the order they are looked in; numba's ``_jit`` supplies what none of them has yet.
+NATIVE = ("graphsvc._topo_kernels", "graphsvc._replay_kernels")
+
+
 @cache
-def _compiled() -> ModuleType | None:
+def _compiled() -> Any:
+    """A namespace of every compiled kernel, or None when they are turned off or none is available."""
     if os.environ.get("GRAPHSVC_JIT", "1") == "0":
         return None
+    found: dict[str, Any] = {}
+    for name in NATIVE:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # that extension was not built here
+            continue
+        found.update({key: getattr(module, key) for key in module.__all__})
     try:
-        from graphsvc import _jit
+        numba_kernels: Any = importlib.import_module("graphsvc._jit")
     except ImportError:
+        numba_kernels = None
+    if numba_kernels is not None:
+        for key, value in vars(numba_kernels).items():
+            found.setdefault(key, value)
+    if not found:
         return None
-    return _jit
+    return SimpleNamespace(**found)
 
 
 #: Set once a caller has been handed the compiled kernels: numba is then running in this process.
