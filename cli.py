@@ -12,10 +12,11 @@ fast.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -58,7 +59,7 @@ def _globals_first(args: list[str], group: Any) -> list[str]:
     """
     position = 0
     while position < len(args) and args[position].startswith("-"):
-        position += 2 if args[position] == "--plugin" else 1  # a global option, with its value
+        position += 2 if GLOBAL_OPTIONS.get(args[position]) else 1  # a global option, with its value
     if position >= len(args):
         return args
     command = group.commands.get(args[position])
@@ -80,13 +81,14 @@ def _globals_first(args: list[str], group: Any) -> list[str]:
             break
         name = word.split("=", 1)[0]
         is_global = name in GLOBAL_OPTIONS and name not in takes_value
+        needs_value = GLOBAL_OPTIONS[name] if is_global else word in takes_value
+        value = next(rest, None) if needs_value and "=" not in word else None
+        if is_global and needs_value and value is None and "=" not in word:
+            is_global = False  # `--plugin` with nothing after it: leave it for Click to report
         taken = moved if is_global else kept
         taken.append(word)
-        needs_value = GLOBAL_OPTIONS[name] if is_global else word in takes_value
-        if needs_value and "=" not in word:
-            value = next(rest, None)
-            if value is not None:
-                taken.append(value)
+        if value is not None:
+            taken.append(value)
     return [*args[:position], *moved, args[position], *kept] if moved else args
 
 
@@ -178,6 +180,11 @@ def handles_errors(command: F) -> F:
         except BrokenPipeError:
             sys.stderr.close()
             raise typer.Exit(1) from None
+        except OSError as exc:  # the library words its own file errors; this is writing stdout (/dev/full)
+            if STATE.debug:
+                raise
+            where = "standard output" if exc.filename is None else str(exc.filename)
+            raise _fail(f"cannot write {where}: {exc.strerror or exc}", 1) from None
         except Exception as exc:
             if STATE.debug:
                 raise
@@ -359,7 +366,8 @@ def _complete_op(incomplete: str) -> list[str]:
     try:
         from graphsvc.plugins import load_registry
 
-        registry, _ = load_registry()
+        with _plugin_code():
+            registry, _ = load_registry()
         return [op.name for op in registry if op.arity > 0 and op.name.startswith(incomplete)]
     except Exception:
         return []
@@ -397,6 +405,21 @@ def _progress(description: str) -> Any:
     from graphsvc.terminal import progress
 
     return progress(description, quiet=STATE.quiet)
+
+
+def _plugin_code() -> Any:
+    """Around anything that runs plugin code (loading plugins, replaying, checking ops): what it
+    writes to stdout, through ``sys.stdout`` or file descriptor 1, goes to stderr, so it cannot
+    corrupt a listing or ``--json``."""
+    from graphsvc.plugins import plugin_output_to_stderr
+
+    return plugin_output_to_stderr()
+
+
+@contextlib.contextmanager
+def _replaying(description: str) -> Iterator[None]:
+    with _progress(description), _plugin_code():
+        yield
 
 
 def _json_text(document: Any) -> str:
@@ -559,8 +582,12 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
         ["outputs", listed(map(graph.label, graph.outputs[:10]), total=len(graph.outputs)) or "-"],
         ["depth", f"{info['depth']}"],
         ["gradients stored", f"{'yes' if graph.grads is not None else 'no'}"],
-        ["ops", ", ".join(f"{escape(tag)} {count}" for tag, count in sorted(ops.items()))],
-        ["plugins", "; ".join(f"{escape(key)} ({', '.join(map(escape, tags))})" for key, tags in plugin_list.items())],
+        ["ops", listed((f"{tag} {count}" for tag, count in sorted(ops.items())), total=len(ops), shown=40)],
+        [
+            "plugins",
+            "; ".join(f"{escape(key)} ({listed(tags, shown=40)})" for key, tags in list(plugin_list.items())[:20])
+            + (f"; and {len(plugin_list) - 20:,} more" if len(plugin_list) > 20 else ""),
+        ],
     ]
     if _wants_table(len(rows)):
         _print_table((("field", "left"), ("value", "left")), rows, show_header=False)
@@ -576,7 +603,9 @@ def validate(file: FileArg) -> None:
     Example: graphsvc validate examples/seed002.msgpack
     """
     graph = _load(file)
-    typer.echo(f"{file}: valid graphsvc graph, {graph.num_nodes} nodes, {graph.num_edges} edges")
+    from graphsvc.text import escape
+
+    typer.echo(f"{escape(_shown(file))}: valid graphsvc graph, {graph.num_nodes} nodes, {graph.num_edges} edges")
 
 
 @command()
@@ -835,7 +864,7 @@ def forward(
     _check_write(write)
     graph = _load(file)
     registry = _registry()
-    with _progress("replaying forward"):
+    with _replaying("replaying forward"):
         values = replay.forward(graph, registry, _overrides(graph, set_))
     if write is not None:
         _write_replayed(graph, registry, write, values, None)
@@ -878,7 +907,7 @@ def backward(
         raise UsageError("--check: the file stores no gradients to compare with")
     registry = _registry()
     start = replay.default_output(graph) if output is None else graph.node_id(output)
-    with _progress("replaying forward and backward"):
+    with _replaying("replaying forward and backward"):
         values = replay.forward(graph, registry, _overrides(graph, set_))
         if steps:
             grads, step_list = replay.backward_steps(graph, registry, start, values)
@@ -978,7 +1007,7 @@ def render(
 
         registry = _registry()
         start = replay.default_output(graph) if output is None else graph.node_id(output)
-        with _progress("replaying forward and backward"):
+        with _replaying("replaying forward and backward"):
             values = replay.forward(graph, registry)
             grads = replay.backward(graph, registry, start, values)
         from graphsvc.api import replayed_graph
@@ -1002,9 +1031,10 @@ def _registry() -> OpRegistry:
     from graphsvc.plugins import load_registry
     from graphsvc.text import one_line
 
-    registry, problems = load_registry(
-        STATE.plugins, strict=STATE.strict_plugins, disable_third_party=STATE.disable_plugins
-    )
+    with _plugin_code():
+        registry, problems = load_registry(
+            STATE.plugins, strict=STATE.strict_plugins, disable_third_party=STATE.disable_plugins
+        )
     for problem in problems:
         typer.echo(one_line(f"Warning: plugin {problem.plugin}: {problem.message}"), err=True)
     return registry
@@ -1060,16 +1090,19 @@ def gradcheck(
     """
     from graphsvc.ops import describe_source
     from graphsvc.testing import check_registry
+    from graphsvc.text import escape, listed, one_line
 
-    results = check_registry(_registry(), op)
+    registry = _registry()
+    with _plugin_code():
+        results = check_registry(registry, op)
     failed = [r.op for r in results if not r.ok]
     if as_json:
         _print_json({"ok": not failed, "failed": failed, "ops": [r.to_dict() for r in results]})
     else:
         for r in results:
-            name = f"{r.op} ({describe_source(r.plugin, r.plugin_version)})"
+            name = escape(f"{r.op} ({describe_source(r.plugin, r.plugin_version)})")
             if not r.ok:
-                typer.echo(f"{name}: FAIL: {r.message}")
+                typer.echo(f"{name}: FAIL: {one_line(r.message)}")
             elif r.points == 0:
                 typer.echo(f"{name}: nothing to check (a leaf tag)")
             else:
@@ -1079,7 +1112,7 @@ def gradcheck(
                     f" max rel error {r.max_rel_error:.1e})"
                 )
     if failed:
-        raise GraphsvcError(f"gradcheck failed for {len(failed)} of {len(results)} ops: {', '.join(failed)}")
+        raise GraphsvcError(f"gradcheck failed for {len(failed)} of {len(results)} ops: {listed(failed)}")
 
 
 def run() -> None:

@@ -11,6 +11,22 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+#: The kernels callers use, by name (graphsvc.kernels merges them with the C ones).
+KERNELS = (
+    "inline_parents",
+    "dfs_postorder",
+    "child_count_order",
+    "levels",
+    "ancestors",
+    "backward_sweep",
+    "first_arity_mismatch",
+    "forward_all_primitives",
+    "forward_primitives",
+    "primitive_derivatives",
+    "backward_primitives",
+    "structure_ok",
+)
+
 #: How many nodes ahead of the one they compute the replay sweeps ask for the numbers its parents
 #: hold. With random parents most of those numbers are far apart in memory; asking early lets the
 #: loads of many nodes overlap instead of waiting for each in turn (2x faster at 10M nodes).

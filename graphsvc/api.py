@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from graphsvc.errors import UsageError
 from graphsvc.graph import Graph, NodeRef, OpSource
-from graphsvc.text import listed
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,7 +60,7 @@ def backward(
     from graphsvc import replay
 
     registry = _registry(registry)
-    start = _default_output(graph) if output is None else graph.node_id(output)
+    start = replay.default_output(graph, "output=") if output is None else graph.node_id(output)
     values = replay.forward(graph, registry, _overrides(graph, set))
     grads = replay.backward(graph, registry, start, values)
     return replayed_graph(graph, registry, values, grads)
@@ -108,14 +107,3 @@ def _overrides(graph: Graph, assignments: Mapping[NodeRef, float] | None) -> dic
             raise UsageError(f"set gives node {graph.label(node)} two values")
         result[node] = float(number)
     return result
-
-
-def _default_output(graph: Graph) -> int:
-    """The graph's single output (listed once or more); otherwise the caller must name one."""
-    outputs = list(dict.fromkeys(graph.outputs))
-    if len(outputs) == 1:
-        return outputs[0]
-    if not outputs:
-        raise UsageError("the graph lists no outputs: choose the node to differentiate with output=")
-    shown = listed(graph.label(o) for o in outputs)
-    raise UsageError(f"the graph has {len(outputs)} outputs ({shown}): choose one with output=")

@@ -221,7 +221,10 @@ def _remove_if_stale(folder_fd: int, name: str) -> bool | None:
         except FileNotFoundError:
             return True
         if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):  # still the file we hold the lock on
-            os.unlink(name, dir_fd=folder_fd)
+            try:
+                os.unlink(name, dir_fd=folder_fd)
+            except OSError:  # another user's leftover in a sticky folder such as /tmp: not ours to remove
+                return None
         return True
     finally:
         os.close(other)

@@ -24,7 +24,6 @@ import numpy as np
 import numpy.typing as npt
 
 from graphsvc import fastload
-from graphsvc.atomic import atomic_writer
 from graphsvc.errors import FormatError, GraphFileError, GraphStructureError
 from graphsvc.graph import (
     FLOAT_DTYPE,
@@ -187,6 +186,8 @@ def _write(graph: Graph, stream: IO[bytes]) -> None:
 def save(graph: Graph, path: str | os.PathLike[str]) -> None:
     """Write a graph to ``path`` atomically (see :mod:`graphsvc.atomic`): a reader sees the old
     file or the new one, never a part."""
+    from graphsvc.atomic import atomic_writer  # here, not at the top: reading needs none of hashlib/secrets
+
     _check_writable(graph)
     with atomic_writer(path) as stream:
         _write(graph, stream)
@@ -514,6 +515,9 @@ def _check_nesting(value: Any, limit: int, where: str, check_strings: bool = Fal
             stack.extend((v, level + 1) for v in item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend((v, level + 1) for v in item)
+        elif type(item) is int and not -(1 << 63) <= item < 1 << 64:
+            digits = str(item) if abs(item) < 10**30 else f"an integer of {len(str(abs(item)))} digits"
+            raise FormatError(f"{where} holds {digits}, outside the integers msgpack stores (-2**63 to 2**64 - 1)")
 
 
 def loads(data: bytes, limits: Limits = DEFAULT_LIMITS) -> Graph:

@@ -12,7 +12,6 @@ None of these sweeps recurses: each keeps an explicit stack in an array.
 
 from __future__ import annotations
 
-import importlib
 import os
 from functools import cache
 from types import SimpleNamespace
@@ -30,33 +29,43 @@ PRIMITIVES = ("add", "sub", "mul", "div", "neg", "relu", "abs", "max", "min")
 PRIMITIVE_ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "neg": 1, "relu": 1, "abs": 1, "max": 2, "min": 2}
 
 
-#: The modules of compiled kernels written in C (each wraps one extension built from ``csrc/``), in
-#: the order they are looked in; numba's ``_jit`` supplies what none of them has yet.
-NATIVE = ("graphsvc._topo_kernels", "graphsvc._replay_kernels")
-
-
 @cache
 def _compiled() -> Any:
-    """A namespace of every compiled kernel, or None when they are turned off or none is available."""
+    """A namespace of every compiled kernel, or None when they are turned off or none is available.
+
+    The kernels written in C (each module wraps one extension built from ``csrc/``) come first;
+    numba's ``_jit`` supplies what none of them has yet."""
     if os.environ.get("GRAPHSVC_JIT", "1") == "0":
         return None
     found: dict[str, Any] = {}
-    for name in NATIVE:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:  # that extension was not built here
-            continue
-        found.update({key: getattr(module, key) for key in module.__all__})
+    for module in _native_modules():
+        found.update({name: getattr(module, name) for name in module.__all__})
     try:
-        numba_kernels: Any = importlib.import_module("graphsvc._jit")
+        from graphsvc import _jit
     except ImportError:
-        numba_kernels = None
-    if numba_kernels is not None:
-        for key, value in vars(numba_kernels).items():
-            found.setdefault(key, value)
-    if not found:
-        return None
-    return SimpleNamespace(**found)
+        pass
+    else:
+        for name in _jit.KERNELS:
+            found.setdefault(name, getattr(_jit, name))
+    return SimpleNamespace(**found) if found else None
+
+
+def _native_modules() -> list[Any]:
+    """The modules of C kernels whose extension was built here."""
+    modules: list[Any] = []
+    try:
+        from graphsvc import _topo_kernels
+
+        modules.append(_topo_kernels)
+    except ImportError:
+        pass
+    try:
+        from graphsvc import _replay_kernels  # type: ignore[attr-defined, unused-ignore]
+
+        modules.append(_replay_kernels)
+    except ImportError:
+        pass
+    return modules
 
 
 #: Set once a caller has been handed the compiled kernels: numba is then running in this process.

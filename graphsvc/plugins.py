@@ -4,7 +4,9 @@ Nothing is loaded at import time. Each call builds a fresh pluggy ``PluginManage
 :class:`~graphsvc.ops.OpRegistry` from, in this order:
 
 1. graphsvc's builtin ops (:mod:`graphsvc.builtin_ops`), through the same hook as everyone else;
-2. the entry points of group ``graphsvc``, sorted by entry-point name;
+2. the entry points of group ``graphsvc``, sorted by entry-point name (found by :func:`_entry_points`,
+   which reads only the ``entry_points.txt`` of each installed distribution, without importing
+   :mod:`importlib.metadata`, and falls back to it where the layout is not plain folders);
 3. the environment variable ``GRAPHSVC_PLUGINS`` (comma-separated module names or ``.py`` files);
 4. the ``extra`` argument (the CLI's repeatable ``--plugin``).
 
@@ -15,7 +17,7 @@ others (the lesson of simonw/llm issue #1280, where one bad entry point took the
 "Broken" includes a plugin that calls ``sys.exit`` or raises ``KeyboardInterrupt`` (or any
 ``BaseException``) at import or in its hook; only the user's own Ctrl-C stops loading (see
 :func:`graphsvc.ops.interrupts_told_apart`). Whatever plugin code prints while it is imported or its
-hook runs goes to stderr (:func:`plugin_output_to_stderr`), so it cannot corrupt ``--json`` output.
+hook runs goes to stderr in the CLI (:func:`plugin_output_to_stderr`), so it cannot corrupt ``--json``.
 A plugin's hook gets its own ``register`` callback, so every op is recorded with the plugin that
 registered it; its ops are staged and committed only if the hook returns without raising. Problems
 (an import that fails, a hook that raises, a hook with the wrong signature, a malformed op, an op
@@ -32,14 +34,14 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import pluggy
 
@@ -174,10 +176,14 @@ def _flush(*streams: Any) -> None:
 
 @contextlib.contextmanager
 def running_plugin_code() -> Iterator[None]:
-    """Around a load or a replay, anything that calls plugin code: :func:`plugin_output_to_stderr`
-    and :func:`graphsvc.ops.interrupts_told_apart` (the user's Ctrl-C stops the tool; a
-    ``KeyboardInterrupt`` the plugin raises is its failure). Nesting costs a few microseconds."""
-    with plugin_output_to_stderr(), interrupts_told_apart():
+    """Around a load or a replay, anything that calls plugin code:
+    :func:`graphsvc.ops.interrupts_told_apart` (the user's Ctrl-C stops the tool; a
+    ``KeyboardInterrupt`` the plugin raises is its failure). Nesting costs a few microseconds.
+
+    It does not move stdout: in a library that would take the whole process's stdout (another
+    thread's output, a protocol spoken over it) for the length of a replay. A program whose stdout
+    is data, as the CLI's ``--json`` is, wraps its plugin calls in :func:`plugin_output_to_stderr`."""
+    with interrupts_told_apart():
         yield
 
 
@@ -205,9 +211,160 @@ def _third_party(extra: Sequence[str]) -> Iterable[_Candidate]:
             yield _Candidate(spec, functools.partial(importlib.import_module, spec))
 
 
-def _entry_points() -> Sequence[EntryPoint]:
-    """The installed entry points of group ``graphsvc`` (tests replace this)."""
+class _DistributionLike(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+
+class _EntryPointLike(Protocol):
+    """What :func:`_third_party` needs of an entry point: ours, importlib.metadata's, a test's fake."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def value(self) -> str: ...
+
+    @property
+    def dist(self) -> _DistributionLike | None: ...
+
+    def load(self) -> Any: ...
+
+
+def _entry_points() -> Sequence[_EntryPointLike]:
+    """The installed entry points of group ``graphsvc`` (tests replace this).
+
+    The same answer as ``importlib.metadata.entry_points(group="graphsvc")``, found without importing
+    :mod:`importlib.metadata` (which imports the :mod:`email` package, ~20 ms) or parsing every
+    distribution's metadata: :func:`_scan_entry_points` lists the folders on ``sys.path`` and reads the
+    ``entry_points.txt`` of each distribution in them, every run (no cache, so a plugin installed a
+    moment ago is found). Where discovery is not plain folders, importlib.metadata answers.
+    """
+    found = _scan_entry_points(sys.path, sys.meta_path)
+    if found is not None:
+        return found
+    from importlib.metadata import entry_points
+
     return list(entry_points(group=ENTRY_POINT_GROUP))
+
+
+@dataclass(frozen=True)
+class _Distribution:
+    name: str
+    version: str
+
+
+#: importlib.metadata's ``EntryPoint.pattern``: ``module[:attr.attr] [extras]``.
+_ENTRY_POINT_VALUE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
+
+
+@dataclass(frozen=True)
+class _EntryPoint:
+    """One entry point found by :func:`_scan_entry_points`; ``load`` as importlib.metadata's does it."""
+
+    name: str
+    value: str
+    dist: _Distribution | None
+
+    def load(self) -> Any:
+        match = _ENTRY_POINT_VALUE.match(self.value)
+        if match is None:
+            raise ValueError(f"malformed entry point {self.name} = {self.value}")
+        module = importlib.import_module(match.group("module"))
+        return functools.reduce(getattr, filter(None, (match.group("attr") or "").split(".")), module)
+
+
+def _scan_entry_points(
+    path: Sequence[Any], meta_path: Sequence[Any], group: str = ENTRY_POINT_GROUP
+) -> list[_EntryPoint] | None:
+    """The entry points of ``group`` of the distributions in the folders of ``path``, as
+    importlib.metadata finds them; None where it would look elsewhere too.
+
+    importlib.metadata's rules, kept here: each folder on ``path`` in order (``""`` is the current
+    folder) is listed, and its ``*.dist-info`` and ``*.egg-info`` entries are distributions, named by
+    the part of the entry name before its first ``-``, normalized (PEP 503, ``-`` as ``_``); the first
+    distribution of each normalized name wins. Its ``entry_points.txt`` is an INI-like file
+    (``[group]`` lines, then ``name = value`` lines, ``#`` comments). The distribution's name and
+    version are the ``Name:`` and ``Version:`` headers of its ``METADATA`` (or ``PKG-INFO``), read
+    only for a distribution that has an entry point in ``group``.
+
+    None (ask importlib.metadata) when a finder on ``meta_path`` other than the standard path finder
+    can find distributions, or an entry of ``path`` is not a string, is a file (a zip) or an ``.egg``.
+    """
+    from importlib.machinery import PathFinder
+
+    if any(hasattr(finder, "find_distributions") and finder is not PathFinder for finder in meta_path):
+        return None
+    found: list[_EntryPoint] = []
+    seen: set[str] = set()
+    for entry in path:
+        if not isinstance(entry, str) or entry.lower().endswith(".egg"):
+            return None
+        folder = entry or "."
+        try:
+            children = os.listdir(folder)
+        except NotADirectoryError:
+            return None  # a zip file on sys.path
+        except OSError:
+            continue  # a folder that does not exist: importlib.metadata skips it too
+        for child in children:
+            low = child.lower()
+            if not low.endswith((".dist-info", ".egg-info")):
+                continue
+            normalized = re.sub(r"[-_.]+", "_", low.rpartition(".")[0].partition("-")[0])
+            if normalized in seen:
+                continue
+            seen.add(normalized)
+            info = os.path.join(folder, child)
+            pairs = _group_entries(_read_text(info, "entry_points.txt") or "", group)
+            if pairs:
+                dist = _read_distribution(info)
+                found.extend(_EntryPoint(name, value, dist) for name, value in pairs)
+    return found
+
+
+def _read_text(info: str, name: str) -> str | None:
+    try:
+        with open(os.path.join(info, name), "rb") as file:
+            return file.read().decode("utf-8", "replace")
+    except OSError:  # no such file, an .egg-info that is itself a file, unreadable
+        return None
+
+
+def _group_entries(text: str, group: str) -> list[tuple[str, str]]:
+    """The ``name = value`` pairs of ``[group]`` in an ``entry_points.txt`` (importlib.metadata's
+    ``Sectioned`` reading: stripped lines, ``#`` comments and blank lines skipped)."""
+    if group not in text:
+        return []
+    pairs: list[tuple[str, str]] = []
+    section: str | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line.strip("[]")
+        elif section == group:
+            name, _, value = line.partition("=")
+            pairs.append((name.strip(), value.strip()))
+    return pairs
+
+
+def _read_distribution(info: str) -> _Distribution | None:
+    """Name and version from the headers of ``METADATA`` (or ``PKG-INFO``), None without both."""
+    text = _read_text(info, "METADATA") or _read_text(info, "PKG-INFO") or ""
+    headers: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the headers end at the first blank line; the description follows
+        key, colon, value = line.partition(":")
+        if colon and not line[0].isspace():
+            headers.setdefault(key.strip().lower(), value.strip())
+    name, version = headers.get("name"), headers.get("version")
+    return _Distribution(name, version) if name and version else None
 
 
 def _import_file(path: Path) -> ModuleType:

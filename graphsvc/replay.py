@@ -428,15 +428,16 @@ def backward_steps(
     return grads, steps
 
 
-def default_output(graph: Graph) -> int:
-    """The graph's single output (listed once or more); with several (or none), the caller must choose."""
+def default_output(graph: Graph, choose: str = "--output") -> int:
+    """The graph's single output (listed once or more); with several (or none), the caller must
+    choose, and the error says how (``choose``: the CLI's ``--output``, the Python API's ``output=``)."""
     outputs = list(dict.fromkeys(graph.outputs))
     if len(outputs) == 1:
         return outputs[0]
     if not outputs:
-        raise UsageError("the graph lists no outputs: choose one with --output")
+        raise UsageError(f"the graph lists no outputs: choose one with {choose}")
     shown = listed((graph.label(o) for o in outputs[:_LISTED]), total=len(outputs), shown=_LISTED)
-    raise UsageError(f"the graph has {len(outputs):,} outputs ({shown}): choose one with --output")
+    raise UsageError(f"the graph has {len(outputs):,} outputs ({shown}): choose one with {choose}")
 
 
 @dataclass(frozen=True)

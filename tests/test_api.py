@@ -110,7 +110,7 @@ def test_several_outputs_need_output() -> None:
     assert graphsvc.backward(graph, output="y").grad("x") == -1.0
     graph.outputs = []
     with pytest.raises(
-        UsageError, match=r"^the graph lists no outputs: choose the node to differentiate with output=$"
+        UsageError, match=r"^the graph lists no outputs: choose one with output=$"
     ):
         graphsvc.backward(graph)
 

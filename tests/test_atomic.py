@@ -536,3 +536,25 @@ def test_two_processes_saving_and_loading_the_same_files_always_load_a_complete_
 
 if sys.platform == "win32":  # pragma: no cover
     pytestmark = pytest.mark.skip(reason="POSIX signals and fork")
+
+
+def test_a_leftover_that_may_not_be_removed_does_not_stop_the_save(
+    tmp_path: Path, anonymous_files: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a sticky folder such as /tmp another user's leftover cannot be removed (EPERM): the save
+    takes a name of its own instead of failing."""
+    path = tmp_path / "g.msgpack"
+    leftover = tmp_path / atomic.temporary_name(path)
+    leftover.write_bytes(b"another user's")
+    real_unlink = os.unlink
+
+    def unlink(name: Any, *args: Any, **kwargs: Any) -> None:
+        if str(name).endswith(leftover.name):
+            raise PermissionError(1, "Operation not permitted")
+        real_unlink(name, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    fmt.save(chain(5, 1.0), path)
+    assert path.read_bytes() == fmt.dumps(chain(5, 1.0))
+    assert _files(tmp_path) == [leftover.name, "g.msgpack"]
+    assert leftover.read_bytes() == b"another user's"

@@ -52,6 +52,9 @@ def group() -> object:
         (["order", "--", "-q"], ["order", "--", "-q"]),
         (["-q", "order", "F"], ["-q", "order", "F"]),
         (["nosuchcommand", "-q"], ["nosuchcommand", "-q"]),
+        # a global option that takes a value, with none after it: left for Click to report
+        (["order", "F", "--plugin"], ["order", "F", "--plugin"]),
+        (["--plugin", "p.py", "order", "F"], ["--plugin", "p.py", "order", "F"]),
     ],
 )
 def test_global_options_after_the_command_move_in_front_of_it(words: list[str], expected: list[str]) -> None:
@@ -233,3 +236,71 @@ def test_steps_inspect_and_errors_escape_names_from_the_file(tmp_path: Path) -> 
     assert "leaves: 3 (tab\\there\\r, new\\nline, [bold red]x[/] [link=https://example.com]y[/link] :smile:)" in shown
     assert "outputs: back\\\\slash" in shown
     assert invoke("backward", str(path), "--output", "x\x1b[2J") == (2, "", "Error: no node named 'x\\x1b[2J'\n")
+
+
+def test_writing_to_a_full_device_is_one_line_not_an_internal_error() -> None:
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "graphsvc", "order", str(SEED004)],
+            stdout=full,
+            capture_output=False,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert (result.returncode, result.stderr) == (1, "Error: cannot write standard output: No space left on device\n")
+
+
+def test_validate_names_standard_input_and_escapes_the_path(tmp_path: Path) -> None:
+    assert invoke("validate", "-", stdin=SEED004.read_bytes()) == (
+        0,
+        "standard input: valid graphsvc graph, 7 nodes, 8 edges\n",
+        "",
+    )
+    odd = tmp_path / "a\x1bb.msgpack"
+    odd.write_bytes(SEED004.read_bytes())
+    assert invoke("validate", str(odd))[1] == f"{tmp_path}/a\\x1bb.msgpack: valid graphsvc graph, 7 nodes, 8 edges\n"
+
+
+def test_inspect_cuts_a_long_op_table_too(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    x = b.leaf(1.0, name="x")
+    for i in range(1000):
+        b.add(f"op{i:04d}", [x])
+    path = tmp_path / "many_ops.msgpack"
+    fmt.save(b.build(), path)
+    lines = invoke("inspect", str(path))[1].splitlines()
+    ops = next(line for line in lines if line.startswith("ops: "))
+    assert ops.startswith("ops: leaf 1, op0000 1, op0001 1, ")
+    assert ops.endswith(", op0038 1 and 961 more")
+    plugins = next(line for line in lines if line.startswith("plugins: "))
+    assert plugins.endswith("op0038 and 961 more)")
+    assert max(map(len, lines)) < 700
+
+
+def test_progress_covers_converting_and_printing(tmp_path: Path) -> None:
+    from tests.test_cli_terminal import cli, with_terminal_stderr
+
+    now = {"GRAPHSVC_PROGRESS_DELAY": "0"}
+    code, _, tty = with_terminal_stderr(*cli("convert", str(SEED004), "-o", str(tmp_path / "s.json")), env=now)
+    assert code == 0
+    assert "converting to json" in tty
+    code, _, tty = with_terminal_stderr(
+        *cli("convert", str(tmp_path / "s.json"), "-o", str(tmp_path / "s2.msgpack")), env=now
+    )
+    assert code == 0
+    assert f"loading {tmp_path / 's.json'}" in tty
+    code, stdout, tty = with_terminal_stderr(*cli("order", str(SEED004)), env=now)
+    assert (code, stdout.splitlines()[0]) == (0, "6\tL\tmul\t4,5")
+    assert "printing 7 nodes" in tty
+
+
+def test_progress_covers_from_micrograd() -> None:
+    from tests.test_cli_terminal import with_terminal_stderr
+
+    script = (
+        "from micrograd.engine import Value\nimport graphsvc\n"
+        "a = Value(2.0); b = a * a + 1\ngraphsvc.from_micrograd(b)\n"
+    )
+    code, stdout, tty = with_terminal_stderr(sys.executable, "-c", script, env={"GRAPHSVC_PROGRESS_DELAY": "0"})
+    assert (code, stdout) == (0, "")
+    assert "importing from micrograd" in tty

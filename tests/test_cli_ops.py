@@ -262,3 +262,34 @@ def test_cli_start_up_imports_neither_numpy_nor_plugins() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
     )
     assert out.stdout == "[]\n"
+
+
+def test_what_an_op_prints_during_gradcheck_goes_to_stderr_and_names_are_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "chatty.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            import os
+            from graphsvc.hookspecs import hookimpl
+            from graphsvc.ops import Op
+
+            def forward(x):
+                print("computing")
+                os.write(1, b"")  # nothing, but through the file descriptor
+                return x * x
+
+            @hookimpl
+            def graphsvc_register_ops(register):
+                register(Op("sq\\x1b]0;T\\x07", 1, forward=forward, derivatives=lambda x, out: (2 * x,)))
+            """
+        ),
+        encoding="utf-8",
+    )
+    result = runner.invoke(app, ["--plugin", str(path), "gradcheck", "--op", "sq\x1b]0;T\x07", "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["ops"][0]["op"] == "sq\x1b]0;T\x07"  # JSON escapes it
+    assert set(result.stderr.splitlines()) == {"computing"}
+    text = runner.invoke(app, ["--plugin", str(path), "gradcheck", "--op", "sq\x1b]0;T\x07"])
+    assert text.exit_code == 0
+    assert text.stdout.startswith("sq\\x1b]0;T\\x07 (chatty): ok (")
+    assert "\x1b" not in text.stdout

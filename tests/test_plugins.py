@@ -7,6 +7,7 @@ entry-point lookup with an empty list, and the few tests that want the real ones
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -423,7 +424,7 @@ def test_a_module_getattr_that_exits_while_pluggy_inspects_it_is_a_broken_plugin
     assert len(registry) == len(BUILTIN_OPS)
 
 
-def test_what_a_plugin_prints_at_import_and_in_its_hook_goes_to_stderr(
+def test_what_a_plugin_prints_at_import_and_in_its_hook_goes_to_stderr_in_the_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     body = """
@@ -436,10 +437,20 @@ def test_what_a_plugin_prints_at_import_and_in_its_hook_goes_to_stderr(
             print("registering")
             register(Op("chatty", 1, forward=lambda x: x, derivatives=lambda x, out: (1.0,)))
     """
-    registry, problems = load_registry([write_plugin(tmp_path, "chatty", body)])
+    path = write_plugin(tmp_path, "chatty", body)
+    # the library leaves the process's stdout alone (it may be another thread's, or the caller's data) ...
+    registry, problems = load_registry([path])
     assert (problems, "chatty" in registry) == ([], True)
-    captured = capsys.readouterr()
-    assert (captured.out, captured.err) == ("", "importing chatty\nregistering\n")
+    assert capsys.readouterr().out == "importing chatty\nregistering\n"
+    # ... the CLI, whose stdout is data, sends it to stderr
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    result = CliRunner().invoke(app, ["--plugin", path, "ops", "--json"])
+    assert result.exit_code == 0
+    assert "chatty" in [op["name"] for op in json.loads(result.stdout)["ops"]]
+    assert result.stderr == "importing chatty\nregistering\n"
 
 
 def test_plugin_output_to_stderr_moves_file_descriptor_1_too(tmp_path: Path) -> None:
@@ -590,3 +601,146 @@ def test_overlapping_redirects_in_two_threads_restore_stdout_once_both_end() -> 
     assert seen == [True]
     assert sys.stdout is original
     assert plugins._redirects == 0
+
+
+# -- finding the entry points without importlib.metadata -----------------------------------------------
+def _entry_tuples(eps: object) -> list[tuple[str, str, str | None, str | None]]:
+    return [
+        (ep.name, ep.value, ep.dist.name if ep.dist else None, ep.dist.version if ep.dist else None)
+        for ep in eps  # type: ignore[attr-defined]
+    ]
+
+
+def _importlib_entry_points(path: list[str], group: str) -> list[tuple[str, str, str | None, str | None]]:
+    import importlib
+    import importlib.metadata
+
+    importlib.invalidate_caches()
+    saved = sys.path[:]
+    sys.path[:] = path
+    try:
+        return _entry_tuples(importlib.metadata.entry_points(group=group))
+    finally:
+        sys.path[:] = saved
+
+
+def _install(site: Path, folder: str, metadata: str | None, entry_points: str | None) -> Path:
+    info = site / folder
+    info.mkdir(parents=True)
+    if metadata is not None:
+        (info / ("PKG-INFO" if folder.endswith(".egg-info") else "METADATA")).write_text(metadata, encoding="utf-8")
+    if entry_points is not None:
+        (info / "entry_points.txt").write_text(textwrap.dedent(entry_points), encoding="utf-8")
+    return info
+
+
+@pytest.mark.parametrize("group", ["graphsvc", "console_scripts", "pytest11"])
+def test_the_scan_finds_what_importlib_metadata_finds_on_this_machine(group: str) -> None:
+    found = plugins._scan_entry_points(sys.path, sys.meta_path, group)
+    assert found is not None
+    assert _entry_tuples(found) == _importlib_entry_points(sys.path[:], group)
+    if group == "graphsvc":
+        assert sorted(_entry_tuples(found)) == [
+            ("activations", "graphsvc_activations", "graphsvc-activations", "0.1.0"),
+            ("binary", "graphsvc_binary", "graphsvc-binary", "0.1.0"),
+        ]
+
+
+def test_the_scan_reads_entry_points_txt_and_metadata_as_importlib_metadata_does(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    _install(
+        first,
+        "Alpha.Pkg-1.0.dist-info",
+        "Metadata-Version: 2.1\nName: alpha.pkg\nVersion: 1.0\nSummary: a\n\nName: not a header\n",
+        """
+        # a comment
+        [console_scripts]
+        alpha = alpha_mod:main
+
+        [graphsvc]
+          first =  alpha_mod:Namespace.value [extra]
+        # another comment
+        second=alpha_mod
+        [graphsvc.other]
+        third = alpha_mod
+        """,
+    )
+    (first / "alpha_mod.py").write_text("class Namespace:\n    value = 42\n", encoding="utf-8")
+    _install(first, "beta-2.0.egg-info", "Metadata-Version: 1.1\nName: Beta\nVersion: 2.0b1\n", "[graphsvc]\nb = beta\n")
+    (first / "gamma-1.0.egg-info").write_text("Metadata-Version: 1.1\nName: gamma\nVersion: 1.0\n", encoding="utf-8")
+    _install(first, "no_entry_points-1.0.dist-info", "Metadata-Version: 2.1\nName: no-entry-points\n", None)
+    # the same distribution again, further down the path: importlib.metadata keeps the first one
+    _install(second, "alpha_pkg-0.5.dist-info", "Name: alpha-pkg\nVersion: 0.5\n", "[graphsvc]\nold = alpha_old\n")
+    _install(second, "delta-3.0.dist-info", "Name: delta\nVersion: 3.0\n", "[graphsvc]\nd = delta_mod:hook\n")
+    path = [str(first), str(tmp_path / "missing"), str(second)]
+
+    found = plugins._scan_entry_points(path, sys.meta_path)
+    assert found is not None
+    expected = [
+        ("first", "alpha_mod:Namespace.value [extra]", "alpha.pkg", "1.0"),
+        ("second", "alpha_mod", "alpha.pkg", "1.0"),
+        ("b", "beta", "Beta", "2.0b1"),
+        ("d", "delta_mod:hook", "delta", "3.0"),
+    ]
+    assert sorted(_entry_tuples(found)) == sorted(expected)
+    assert sorted(_importlib_entry_points(path, "graphsvc")) == sorted(expected)
+
+    by_name = {ep.name: ep for ep in found}
+    sys.path.insert(0, str(first))
+    try:
+        assert by_name["first"].load() == 42
+        assert by_name["second"].load().Namespace.value == 42
+    finally:
+        sys.path.remove(str(first))
+        sys.modules.pop("alpha_mod", None)
+
+
+def test_a_distribution_without_name_or_version_is_named_by_its_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _install(tmp_path, "nameless-1.0.dist-info", "Metadata-Version: 2.1\n", "[graphsvc]\nnameless = graphsvc_nameless\n")
+    (tmp_path / "graphsvc_nameless.py").write_text(textwrap.dedent(CUBE_PLUGIN), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "_entry_points", lambda: plugins._scan_entry_points([str(tmp_path)], sys.meta_path))
+    try:
+        registry, problems = load_registry()
+    finally:
+        sys.modules.pop("graphsvc_nameless", None)
+    assert problems == []
+    # no Name/Version headers: the entry point's name, and the module's __version__
+    assert (registry.get("cube").plugin, registry.get("cube").plugin_version) == ("nameless", "2.0")
+
+
+def test_a_plugin_installed_or_removed_is_seen_by_the_very_next_scan(tmp_path: Path) -> None:
+    path = [str(tmp_path)]
+    assert plugins._scan_entry_points(path, sys.meta_path) == []
+    info = _install(tmp_path, "graphsvc_new-1.0.dist-info", "Name: graphsvc-new\nVersion: 1.0\n", "[graphsvc]\nnew = m\n")
+    assert _entry_tuples(plugins._scan_entry_points(path, sys.meta_path)) == [("new", "m", "graphsvc-new", "1.0")]
+    for file in info.iterdir():
+        file.unlink()
+    info.rmdir()
+    assert plugins._scan_entry_points(path, sys.meta_path) == []
+
+
+@pytest.mark.usefixtures("installed_plugins")
+def test_a_zip_or_another_distribution_finder_is_left_to_importlib_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zipfile
+
+    archive = tmp_path / "plugins.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.writestr("zipped-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: zipped\nVersion: 1.0\n")
+        zipped.writestr("zipped-1.0.dist-info/entry_points.txt", "[graphsvc]\nz = zipped_mod\n")
+    assert plugins._scan_entry_points([str(tmp_path), str(archive)], sys.meta_path) is None
+    assert plugins._scan_entry_points([str(tmp_path / "old.egg")], sys.meta_path) is None
+
+    class Finder:
+        @staticmethod
+        def find_distributions(context: object) -> list[object]:
+            return []
+
+    assert plugins._scan_entry_points([str(tmp_path)], [*sys.meta_path, Finder()]) is None
+    # the real lookup then asks importlib.metadata, which reads the zip
+    monkeypatch.setattr(sys, "path", [str(tmp_path), str(archive)])
+    assert _entry_tuples(plugins._entry_points()) == [("z", "zipped_mod", "zipped", "1.0")]

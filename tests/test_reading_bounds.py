@@ -386,3 +386,28 @@ def test_running_out_of_memory_is_a_format_error(
     with pytest.raises(FormatError) as stream:
         fmt.load(io.BytesIO(data))
     assert str(stream.value) == expected.replace(str(path), "the stream")
+
+
+def test_json_integers_msgpack_cannot_store_are_refused_when_read(tmp_path: Path) -> None:
+    document = {
+        "format": "graphsvc-json",
+        "version": [1, 0],
+        "nodes": [{"op": "leaf", "attrs": {"k": [1, 2**64]}}],
+        "metadata": {"big": -(2**63) - 1},
+    }
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(FormatError) as refused:
+        fmt.load(path)
+    assert str(refused.value) == (
+        f"{path}: attributes of node 0 holds 18446744073709551616, outside the integers msgpack stores"
+        " (-2**63 to 2**64 - 1)"
+    )
+    document["nodes"] = [{"op": "leaf", "attrs": {"k": [1, 2**64 - 1, -(2**63)]}}]
+    document["metadata"] = {"big": 10**400}
+    path.write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(FormatError) as refused:
+        fmt.load(path)
+    assert str(refused.value) == (
+        f"{path}: metadata holds an integer of 401 digits, outside the integers msgpack stores (-2**63 to 2**64 - 1)"
+    )

@@ -308,7 +308,7 @@ def test_the_users_ctrl_c_during_a_replay_stops_it() -> None:
 
 
 @pytest.mark.parametrize("width", [5, 40], ids=["node by node", "numpy groups"])
-def test_what_an_op_prints_during_a_replay_goes_to_stderr(width: int, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_ops_prints_in_a_library_replay_stay_on_stdout(width: int, capsys: pytest.CaptureFixture[str]) -> None:
     def loud(x: Any) -> Any:
         print("forward!")
         return x
@@ -321,9 +321,8 @@ def test_what_an_op_prints_during_a_replay_goes_to_stderr(width: int, capsys: py
     registry = _registry_with(Op("bad", 1, loud, loud_slope))
     values = replay.forward(graph, registry)
     replay.backward(graph, registry, graph.outputs[0], values)
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert set(captured.err.splitlines()) == {"forward!", "slope!"}
+    # a library replay leaves stdout to its caller; the CLI moves it (the noisy plugin test below)
+    assert set(capsys.readouterr().out.splitlines()) == {"forward!", "slope!"}
 
 
 NOISY_PLUGIN = """
