@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
@@ -423,6 +422,8 @@ def _replaying(description: str) -> Iterator[None]:
 
 
 def _json_text(document: Any) -> str:
+    import json  # here, not at the top: --help and the text listings never need it
+
     return json.dumps(document, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 

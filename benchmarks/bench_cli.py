@@ -1,8 +1,29 @@
-"""Printing every node from the command line: graphsvc's CLI next to micrograd's own printing.
+"""graphsvc's command line as whole processes: start-up on a small graph, and printing every node.
 
-    python benchmarks/bench_cli.py [--repeat K] [--width W] [--nodes N]
+    python benchmarks/bench_cli.py [--only startup|listing] [--rounds R] [--repeat K] [--width W] [--nodes N]
 
-Needs micrograd (``pip install micrograd==0.1.0``). Writes benchmarks/results/bench_cli.json.
+Needs micrograd (``pip install micrograd==0.1.0``). Writes benchmarks/results/bench_cli.json (each
+part updates its own keys) and, for start-up, benchmarks/results/bench_cli_startup.md.
+
+Start-up (issue 13: any command on a graph under 10,000 nodes at most 2x ``python -c "import typer"``,
+``graphsvc --help`` at most 1.5x):
+
+* ``python -c "import typer"``, ``python -c "import typer, numpy"`` (the floor of any command that
+  reads a graph into numpy columns), ``graphsvc --help``, ``--version``, ``order``, ``inspect``,
+  ``validate``, ``backward``, ``forward`` on examples/seed004.msgpack (7 nodes), ``graphsvc ops``,
+  and a micrograd script that builds seed 004's expression, ``L = (a*b + c)*(a + b)``, differentiates
+  it and prints it (:data:`MICROGRAD_SEED004`), each a whole process, R rounds (15 by default). Every
+  round runs every command once, in a fresh random order, so drift on a shared machine falls on all of
+  them alike. ``graphsvc`` is the console script installed next to this Python (not a pyenv shim).
+  The installed example plugins are found and loaded as a user's would be.
+* Wall time (min / median / max) and the child's CPU time (user + system, median; less sensitive to
+  other processes on the machine than wall time); ratios are medians over ``import typer``'s median.
+* The processes run with byte-compiled modules, as an installed wheel does (pip compiles them at
+  install): ``PYTHONDONTWRITEBYTECODE`` is removed from their environment and ``PYTHONPYCACHEPREFIX``
+  points at a temporary folder, warmed by one untimed run of each command. (Without that, every run
+  would compile cli.py and graphsvc's modules from source.)
+
+Printing every node (the listing part):
 
 * **graphsvc**: ``graphsvc order FILE``, ``graphsvc backward FILE`` and the same with ``--json``,
   each a whole process (start-up, load, replay, printing), stdout to /dev/null; wall time and the
@@ -20,6 +41,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -78,12 +102,140 @@ def micrograd_print(root: Any, repeat: int) -> dict[str, float]:
     return stats(times)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--nodes", type=int, default=1_000_000)
-    args = parser.parse_args()
+# -- start-up on a small graph -------------------------------------------------------------------------
+SEED004 = HERE.parent / "examples" / "seed004.msgpack"
+
+#: micrograd building seed 004's expression, differentiating it and printing the four values.
+MICROGRAD_SEED004 = """
+from micrograd.engine import Value
+a, b, c = Value(2.0), Value(3.0), Value(1.0)
+L = (a * b + c) * (a + b)
+L.backward()
+for v in (L, a, b, c):
+    print(v)
+"""
+
+BASELINE = "python -c 'import typer'"
+FLOOR = "python -c 'import typer, numpy'"
+#: The issue's ceilings, as a ratio to ``import typer``'s median.
+CEILINGS = {"graphsvc --help": 1.5}
+DEFAULT_CEILING = 2.0
+
+
+def console_script() -> str:
+    """The ``graphsvc`` script installed beside this Python (a pyenv shim would add a bash start-up)."""
+    beside = Path(sys.executable).parent / "graphsvc"
+    found = str(beside) if beside.exists() else shutil.which("graphsvc")
+    if found is None:
+        raise SystemExit("graphsvc's console script is not installed (pip install -e .)")
+    return found
+
+
+def startup_commands() -> dict[str, list[str]]:
+    graphsvc_cmd = console_script()
+    seed = str(SEED004)
+    commands = {BASELINE: [sys.executable, "-c", "import typer"]}
+    # what any command that touches a graph's numpy columns cannot go below
+    commands[FLOOR] = [sys.executable, "-c", "import typer, numpy"]
+    commands["graphsvc --help"] = [graphsvc_cmd, "--help"]
+    commands["graphsvc --version"] = [graphsvc_cmd, "--version"]
+    for name in ("order", "inspect", "validate", "backward", "forward"):
+        commands[f"graphsvc {name} seed004"] = [graphsvc_cmd, name, seed]
+    commands["graphsvc ops"] = [graphsvc_cmd, "ops"]
+    commands["micrograd script (seed 004)"] = [sys.executable, "-c", MICROGRAD_SEED004]
+    return commands
+
+
+def startup_env(pycache: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE" and not k.startswith("GRAPHSVC_")}
+    env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return env
+
+
+def run_timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one process, its output discarded."""
+    start = time.perf_counter()
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=HERE.parent)
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    stderr = process.stderr.read() if process.stderr is not None else b""
+    if process.stderr is not None:
+        process.stderr.close()
+    if process.returncode != 0 or stderr:
+        raise SystemExit(f"{' '.join(argv)} exited with {process.returncode}: {stderr.decode(errors='replace')}")
+    return elapsed, usage.ru_utime + usage.ru_stime
+
+
+def startup(rounds: int, variants: dict[str, str]) -> dict[str, Any]:
+    """Time the start-up commands; ``variants`` maps a label to a ``PYTHONPATH`` under which every
+    command runs again, in the same rounds (another checkout, another typer), as "command [label]"."""
+    plain = startup_commands()
+    commands = {name: (argv, "") for name, argv in plain.items()}
+    for label, pythonpath in variants.items():
+        for name, argv in plain.items():
+            if name.startswith("graphsvc") or name == BASELINE:
+                commands[f"{name} [{label}]"] = (argv, pythonpath)
+    wall: dict[str, list[float]] = {name: [] for name in commands}
+    cpu: dict[str, list[float]] = {name: [] for name in commands}
+    order = list(commands)
+    shuffle = random.Random(13)
+    with tempfile.TemporaryDirectory(prefix="graphsvc-bench-pycache-") as pycache:
+        env = startup_env(Path(pycache))
+        envs = {path: {**env, "PYTHONPATH": path} if path else env for path in {"", *variants.values()}}
+        for argv, path in commands.values():  # untimed: writes the byte-compiled modules
+            run_timed(argv, envs[path])
+        for _ in range(rounds):
+            shuffle.shuffle(order)
+            for name in order:
+                argv, path = commands[name]
+                elapsed, used = run_timed(argv, envs[path])
+                wall[name].append(elapsed)
+                cpu[name].append(used)
+    base = statistics.median(wall[BASELINE])
+    base_cpu = statistics.median(cpu[BASELINE])
+    results: dict[str, Any] = {"rounds": rounds, "typer": _version("typer"), "variants": variants, "commands": {}}
+    for name in commands:
+        ratio = statistics.median(wall[name]) / base
+        ceiling = CEILINGS.get(name, DEFAULT_CEILING) if name in plain and name.startswith("graphsvc") else None
+        results["commands"][name] = {
+            "wall": stats(wall[name]),
+            "cpu": stats(cpu[name]),
+            "ratio": ratio,
+            "cpu ratio": statistics.median(cpu[name]) / base_cpu,
+            "ceiling": ceiling,
+        }
+    return results
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
+
+
+def startup_table(results: dict[str, Any]) -> str:
+    lines = [
+        f"Whole processes, {results['rounds']} rounds, typer {results['typer']}, Python "
+        f"{sys.version.split()[0]}; ratio = median / median of `{BASELINE}`.",
+        *(f"[{label}]: the same command with PYTHONPATH={path}" for label, path in results["variants"].items()),
+        "",
+        "| command | wall min | median | max | ratio | CPU median | CPU ratio | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, got in results["commands"].items():
+        w, c = got["wall"], got["cpu"]
+        ceiling = got["ceiling"]
+        target = "" if ceiling is None else f"<= {ceiling}x: {'met' if got['ratio'] <= ceiling else 'MISSED'}"
+        lines.append(
+            f"| `{name}` | {w['min'] * 1e3:.0f} ms | {w['median'] * 1e3:.0f} ms | {w['max'] * 1e3:.0f} ms "
+            f"| {got['ratio']:.2f}x | {c['median'] * 1e3:.0f} ms | {got['cpu ratio']:.2f}x | {target} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# -- printing every node --------------------------------------------------------------------------------
+def listing(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"repeat": args.repeat}
     with tempfile.TemporaryDirectory(prefix="graphsvc-bench-cli-") as folder:
         root = graphs.micrograd_mlp(args.width)[1]
@@ -114,7 +266,40 @@ def main() -> None:
                 f"{got['seconds']['median'] / args.nodes * 1e6:.2f} us/node, "
                 f"{got['peak_bytes'] / args.nodes:.0f} bytes/node peak"
             )
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=["startup", "listing"], help="run one part (default: both)")
+    parser.add_argument("--rounds", type=int, default=15, help="start-up rounds (default 15)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=PYTHONPATH",
+        help="start-up: also run the commands with this PYTHONPATH (e.g. another checkout unpacked by "
+        "`git archive`, or another typer installed with pip --target), side by side",
+    )
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--nodes", type=int, default=1_000_000)
+    args = parser.parse_args()
     out = HERE / "results" / "bench_cli.json"
+    try:
+        results: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        results = {}
+    if args.only in (None, "startup"):
+        variants = dict(variant.split("=", 1) for variant in args.variant)
+        results["startup"] = startup(args.rounds, variants)
+        table = startup_table(results["startup"])
+        print(table)
+        markdown = HERE / "results" / "bench_cli_startup.md"
+        markdown.write_text("# Start-up on a small graph (benchmarks/bench_cli.py)\n\n" + table, encoding="utf-8")
+        print(f"wrote {markdown}")
+    if args.only in (None, "listing"):
+        results.update(listing(args))
     out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out}")
 

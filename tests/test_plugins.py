@@ -666,7 +666,9 @@ def test_the_scan_reads_entry_points_txt_and_metadata_as_importlib_metadata_does
         """,
     )
     (first / "alpha_mod.py").write_text("class Namespace:\n    value = 42\n", encoding="utf-8")
-    _install(first, "beta-2.0.egg-info", "Metadata-Version: 1.1\nName: Beta\nVersion: 2.0b1\n", "[graphsvc]\nb = beta\n")
+    _install(
+        first, "beta-2.0.egg-info", "Metadata-Version: 1.1\nName: Beta\nVersion: 2.0b1\n", "[graphsvc]\nb = beta\n"
+    )
     (first / "gamma-1.0.egg-info").write_text("Metadata-Version: 1.1\nName: gamma\nVersion: 1.0\n", encoding="utf-8")
     _install(first, "no_entry_points-1.0.dist-info", "Metadata-Version: 2.1\nName: no-entry-points\n", None)
     # the same distribution again, further down the path: importlib.metadata keeps the first one
@@ -698,7 +700,9 @@ def test_the_scan_reads_entry_points_txt_and_metadata_as_importlib_metadata_does
 def test_a_distribution_without_name_or_version_is_named_by_its_entry_point(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _install(tmp_path, "nameless-1.0.dist-info", "Metadata-Version: 2.1\n", "[graphsvc]\nnameless = graphsvc_nameless\n")
+    _install(
+        tmp_path, "nameless-1.0.dist-info", "Metadata-Version: 2.1\n", "[graphsvc]\nnameless = graphsvc_nameless\n"
+    )
     (tmp_path / "graphsvc_nameless.py").write_text(textwrap.dedent(CUBE_PLUGIN), encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(plugins, "_entry_points", lambda: plugins._scan_entry_points([str(tmp_path)], sys.meta_path))
@@ -714,7 +718,9 @@ def test_a_distribution_without_name_or_version_is_named_by_its_entry_point(
 def test_a_plugin_installed_or_removed_is_seen_by_the_very_next_scan(tmp_path: Path) -> None:
     path = [str(tmp_path)]
     assert plugins._scan_entry_points(path, sys.meta_path) == []
-    info = _install(tmp_path, "graphsvc_new-1.0.dist-info", "Name: graphsvc-new\nVersion: 1.0\n", "[graphsvc]\nnew = m\n")
+    info = _install(
+        tmp_path, "graphsvc_new-1.0.dist-info", "Name: graphsvc-new\nVersion: 1.0\n", "[graphsvc]\nnew = m\n"
+    )
     assert _entry_tuples(plugins._scan_entry_points(path, sys.meta_path)) == [("new", "m", "graphsvc-new", "1.0")]
     for file in info.iterdir():
         file.unlink()
