@@ -15,6 +15,12 @@ micrograd keeps a node's parents in a ``set``, which loses two things:
   expression of the same numbers; they are ordered by a second key, computed the same way from the
   gradients and the names given. Only parents that agree in all of that are left to the set.
 
+A node whose parents lead back to itself (a ``_prev`` changed into a cycle) is refused.
+
+The walk runs in C (``csrc/walk.c``, the module ``graphsvc._cwalk``) where that extension was built;
+:func:`_from_micrograd_reference` below is the same walk in Python, which runs where it was not, and
+which the tests compare the C walk with: the same graph, bit for bit, and the same errors.
+
 Tags: ``+`` -> ``add``, ``*`` -> ``mul``, ``**k`` -> ``pow`` with attribute ``exponent = float(k)``,
 ``ReLU`` -> ``relu``, ``tanh`` and ``exp`` (from the lecture's version of micrograd) -> ``tanh``
 and ``exp``, and ``''`` (a node no op made) -> ``leaf``: micrograd does not tell a weight from a
@@ -25,13 +31,24 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 import graphsvc
 from graphsvc.errors import GraphStructureError
-from graphsvc.graph import FLOAT_DTYPE, LEAF, Graph, OpSource, graph_from_lists
+from graphsvc.graph import (
+    FLOAT_DTYPE,
+    INDEX_DTYPE,
+    LEAF,
+    OFFSET_DTYPE,
+    OP_CODE_DTYPE,
+    Graph,
+    OpSource,
+    graph_from_lists,
+)
+from graphsvc.value import native_walk
 
 __all__ = ["from_micrograd"]
 
@@ -89,10 +106,46 @@ def from_micrograd(*roots: Any, names: Mapping[Any, str] | None = None) -> Graph
     from graphsvc.terminal import progress
 
     with progress("importing from micrograd"):  # on stderr, on a terminal, after a second
-        return _from_micrograd(roots, names)
+        return _from_micrograd(roots, names, native_walk())
 
 
-def _from_micrograd(roots: Sequence[Any], names: Mapping[Any, str] | None) -> Graph:
+def _from_micrograd(roots: Sequence[Any], names: Mapping[Any, str] | None, native: ModuleType | None) -> Graph:
+    """The graph of ``roots``, walked by ``native`` (``graphsvc._cwalk``) or, when it is None, by
+    :func:`_from_micrograd_reference`."""
+    if native is None:
+        return _from_micrograd_reference(roots, names)
+    named = list(names or {})
+    name_keys = [_name_key(name) for name in (names or {}).values()]
+    op_table, op_codes, offsets, parents, values, grads, attrs, root_ids, named_ids = native.micrograd(
+        tuple(roots), _translate, _prev, GraphStructureError, named, name_keys
+    )
+    source = OpSource("graphsvc", graphsvc.__version__)
+    graph = Graph(
+        op_table=op_table,
+        op_codes=np.frombuffer(op_codes, dtype=OP_CODE_DTYPE),
+        parent_offsets=np.frombuffer(offsets, dtype=OFFSET_DTYPE),
+        parent_indices=np.frombuffer(parents, dtype=INDEX_DTYPE),
+        values=np.frombuffer(values, dtype=FLOAT_DTYPE),
+        grads=np.frombuffer(grads, dtype=FLOAT_DTYPE),
+        attrs=attrs,
+        outputs=list(dict.fromkeys(root_ids)),
+        metadata={"imported_from": "micrograd"},
+        op_sources=dict.fromkeys(op_table, source),
+    )
+    for (node, name), new in zip((names or {}).items(), named_ids, strict=True):
+        if new < 0:
+            raise GraphStructureError(f"names: {node!r} (named {name!r}) is not in the graph")
+        graph.names[new] = name
+    graph.check()
+    return graph
+
+
+def _name_key(name: object) -> int:
+    """A name's part of the second key: crc32, not hash() (str hashes change from process to process)."""
+    return zlib.crc32(name.encode("utf-8", "surrogatepass")) + 1 if isinstance(name, str) else 0
+
+
+def _from_micrograd_reference(roots: Sequence[Any], names: Mapping[Any, str] | None) -> Graph:
     # Pass 1: every node once, parents before children, in whatever order the sets give. When a
     # node's parents are all done, its parents are put in canonical order and its key computed.
     nodes: list[Any] = []  # also keeps every node alive, so id() stays unique
@@ -119,6 +172,10 @@ def _from_micrograd(roots: Sequence[Any], names: Mapping[Any, str] | None) -> Gr
         nodes.append(node)
         tag, arity, code, exponent = _translate(node)
         parents = [state[id(p)] for p in node._prev]
+        if -1 in parents:
+            raise GraphStructureError(
+                f"micrograd node {node!r} is its own ancestor: a graph with a cycle cannot be imported"
+            )
         if arity == 2 and len(parents) == 1:  # a + a, a * a: the set kept one
             parents.append(parents[0])
         elif arity == 2 and len(parents) == 2:
@@ -134,10 +191,7 @@ def _from_micrograd(roots: Sequence[Any], names: Mapping[Any, str] | None) -> Gr
         head = (code, 0.0 if exponent is None else exponent, data if data == data else _NAN_KEY)
         keys.append(hash(head + tuple([keys[p] for p in parents])))
         grad = float(node.grad)
-        name = name_of.get(id(node))
-        # crc32, not hash(): str hashes change from process to process
-        name_key = zlib.crc32(name.encode("utf-8", "surrogatepass")) + 1 if isinstance(name, str) else 0
-        tie_head = (grad if grad == grad else _NAN_KEY, name_key)
+        tie_head = (grad if grad == grad else _NAN_KEY, _name_key(name_of.get(id(node))))
         ties.append(hash(tie_head + tuple([ties[p] for p in parents])))
         ops.append((tag, exponent))
         ordered_parents.append(parents)

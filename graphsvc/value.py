@@ -17,7 +17,9 @@ two for exp, log, tanh, sin, cos and pow (``math`` here, numpy's vectorized code
 :meth:`Value.backward` does not walk the graph recursively and keeps no per-op derivative code:
 it traces the graph (:func:`trace`) and runs :func:`graphsvc.replay.backward` with the op registry's
 derivative table, the one used everywhere in graphsvc. There is no recursion limit, and a value
-used several times gets the sum of its contributions.
+used several times gets the sum of its contributions. The walk that reads the values into columns,
+and the one that adds the gradients back, run in C (``csrc/walk.c``) where that extension was built,
+else in Python (:func:`_postorder`, :func:`_graph`: the reference the tests compare the C walk with).
 
 **The zero-gradient trap.** Like micrograd and PyTorch, ``backward`` *adds* to ``.grad``: calling
 it twice without resetting doubles every gradient. Call :func:`zero_grad` (or set ``.grad = 0``)
@@ -39,6 +41,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from numbers import Real
 from operator import attrgetter
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from graphsvc.errors import OpError, UsageError
@@ -281,12 +284,15 @@ class Value:
         from graphsvc.replay import backward
 
         registry = default_registry()
+        native = native_walk()
         with _gc_paused():
-            nodes, index = _postorder([self])
-            graph = _graph(nodes, index, [self], registry, extras=False)
+            nodes, graph = _traced([self], registry, extras=False, native=native)
             grads = backward(graph, registry, len(nodes) - 1)
-            for node, grad in zip(nodes, grads.tolist(), strict=True):
-                node.grad += grad
+            if native is not None:
+                native.add_grads(nodes, grads)
+            else:
+                for node, grad in zip(nodes, grads.tolist(), strict=True):
+                    node.grad += grad
 
 
 def _label_as_name(name: str | None, label: str) -> str | None:
@@ -394,6 +400,47 @@ def _gc_paused() -> Iterator[None]:
 
 
 # -- walking the graph ----------------------------------------------------------------------------
+def native_walk() -> ModuleType | None:
+    """The C walks (``graphsvc._cwalk``, from ``csrc/walk.c``), or None where that extension was not built."""
+    try:
+        from graphsvc import _cwalk
+    except ImportError:
+        return None
+    return _cwalk
+
+
+def _traced(
+    outputs: Sequence[Value], registry: OpRegistry, *, extras: bool, native: ModuleType | None
+) -> tuple[list[Value], Graph]:
+    """The values reachable from ``outputs`` in :func:`_postorder`'s order and their graph (as
+    :func:`_graph` makes it), walked by ``native`` (``graphsvc._cwalk``) or, when it is None, by
+    the Python reference."""
+    if native is None:
+        nodes, index = _postorder(outputs)
+        return nodes, _graph(nodes, index, outputs, registry, extras=extras)
+    import numpy as np
+
+    from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, OFFSET_DTYPE, OP_CODE_DTYPE, Graph
+
+    nodes, op_table, op_codes, offsets, parents, values, grads, attrs, names, output_ids = native.values(
+        tuple(outputs), extras
+    )
+    graph = Graph(
+        op_table=op_table,
+        op_codes=np.frombuffer(op_codes, dtype=OP_CODE_DTYPE),
+        parent_offsets=np.frombuffer(offsets, dtype=OFFSET_DTYPE),
+        parent_indices=np.frombuffer(parents, dtype=INDEX_DTYPE),
+        values=np.frombuffer(values, dtype=FLOAT_DTYPE),
+        attrs=attrs,
+        outputs=list(dict.fromkeys(output_ids)),
+    )
+    if extras:
+        graph.grads = np.frombuffer(grads, dtype=FLOAT_DTYPE)
+        graph.names = names
+        _sources_and_check(graph, registry)
+    return nodes, graph
+
+
 def _postorder(outputs: Sequence[Value]) -> tuple[list[Value], dict[Value, int]]:
     """Depth-first post-order from each output in turn, parents in stored order, without recursion.
 
@@ -454,7 +501,7 @@ def _graph(
     grads, names and op sources, and checks the result."""
     import numpy as np
 
-    from graphsvc.graph import FLOAT_DTYPE, OpSource, graph_from_lists
+    from graphsvc.graph import FLOAT_DTYPE, graph_from_lists
 
     parents = list(map(attrgetter("_parents"), nodes))
     graph = graph_from_lists(
@@ -468,12 +515,19 @@ def _graph(
     if extras:
         graph.grads = np.array([node.grad for node in nodes], dtype=FLOAT_DTYPE)
         graph.names = {i: node.name for i, node in enumerate(nodes) if node.name is not None}
-        for tag in graph.op_table:
-            if tag in registry:  # a tag this registry lacks keeps no source: the file says "unknown"
-                op = registry.get(tag)
-                graph.op_sources[tag] = OpSource(op.plugin, op.plugin_version)
-        graph.check()
+        _sources_and_check(graph, registry)
     return graph
+
+
+def _sources_and_check(graph: Graph, registry: OpRegistry) -> None:
+    """Record the plugin and version of each op ``registry`` knows, then check the graph."""
+    from graphsvc.graph import OpSource
+
+    for tag in graph.op_table:
+        if tag in registry:  # a tag this registry lacks keeps no source: the file says "unknown"
+            op = registry.get(tag)
+            graph.op_sources[tag] = OpSource(op.plugin, op.plugin_version)
+    graph.check()
 
 
 def trace(*outputs: Value, registry: OpRegistry | None = None) -> Graph:
@@ -491,8 +545,7 @@ def trace(*outputs: Value, registry: OpRegistry | None = None) -> Graph:
     if registry is None:  # not `registry or ...`: an empty registry is falsy
         registry = default_registry()
     with _gc_paused():
-        nodes, index = _postorder(outputs)
-        return _graph(nodes, index, outputs, registry, extras=True)
+        return _traced(outputs, registry, extras=True, native=native_walk())[1]
 
 
 def save(obj: Value | Sequence[Value] | Graph, path: str | os.PathLike[str]) -> None:
