@@ -1,12 +1,12 @@
 """graphsvc's compiled kernels in C (``graphsvc._topo_kernels``, ...) next to their numba twins
-(``graphsvc._jit``), in one process.
+(``benchmarks/numba_kernels.py``), in one process.
 
     python benchmarks/bench_kernels.py [--rounds K] [--mlp-width W] [--size N] [--big N] [--big-rounds K]
                                        [--no-big] [--clock cpu]
 
 Each case is a name and a function ``(kernels, graph) -> result`` that calls one kernel as its
 caller in graphsvc does (scratch arrays allocated the same way, inside the timing); ``kernels`` is
-the C kernels (every module graphsvc.kernels merges over numba's) or ``graphsvc._jit``. For every
+the C kernels (every module graphsvc.kernels merges over numba's) or ``benchmarks/numba_kernels.py``. For every
 graph and case: one untimed call of each (numba loads or compiles then), the two results compared,
 then K rounds, each timing C then numba with the garbage collector paused; ratio = numba / C
 within a round; min, median and max over the rounds. The dfs and child-count orders run from the
@@ -148,7 +148,7 @@ def main() -> None:
     global clock
     clock = CLOCKS[args.clock]
 
-    from graphsvc import _jit
+    from benchmarks import numba_kernels as _jit
 
     ours = native()
     _, root, _ = G.micrograd_mlp(args.mlp_width)

@@ -1,4 +1,5 @@
-"""The replay sweeps in C (``graphsvc._replay_kernels``) next to numba's twins (``graphsvc._jit``), in one run.
+"""The replay sweeps in C (``graphsvc._replay_kernels``) next to numba's twins
+(``benchmarks/numba_kernels.py``), in one run.
 
     python benchmarks/bench_replay_kernels.py [--repeat K] [--mlp-width W] [--size N]
 
@@ -11,7 +12,7 @@ What is timed, per graph, C then numba within each round:
 * ``replay.forward`` and ``replay.backward`` (from the last node), end to end: resolving the ops,
   the primitive table, allocating results and scratch, the sweep. For numba, the kernels namespace
   that :func:`graphsvc.kernels._compiled` hands to replay has the five replay sweeps swapped for
-  ``graphsvc._jit``'s for the duration of the call; for C it is left as graphsvc uses it.
+  ``benchmarks/numba_kernels.py``'s for the duration of the call; for C it is left as graphsvc uses it.
 * The kernels alone, called directly from each module with the same arguments, prepared before
   the clock starts (results and scratch allocated and written once, so no first-touch page faults
   are timed): ``forward_all_primitives``, ``forward_primitives`` over every computed node,
@@ -185,7 +186,7 @@ def startup(repeat: int) -> None:
     commands = {
         "numpy alone": "import numpy",
         "C": STARTUP.format(module="graphsvc._replay_kernels"),
-        "numba": STARTUP.format(module="graphsvc._jit"),
+        "numba": STARTUP.format(module="benchmarks.numba_kernels"),
     }
     subprocess.run([sys.executable, "-c", commands["numba"]], check=True)  # compiled and cached, if not yet
     times: dict[str, list[float]] = {name: [] for name in commands}
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
     c = kernels._compiled()
     assert c is not None and c.backward_sweep.__module__ == "graphsvc._replay_kernels", "the C sweeps are not built"
-    from graphsvc import _jit as jit
+    from benchmarks import numba_kernels as jit
 
     registry, _ = load_registry(disable_third_party=True)
     _, root, _ = G.micrograd_mlp(args.mlp_width)
@@ -234,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         f"dag ({args.size:,} nodes)": G.dag(args.size),
     }
     print(
-        f"C (graphsvc._replay_kernels) vs numba (graphsvc._jit), seconds min / median / max over {repeat} rounds; "
+        "C (graphsvc._replay_kernels) vs numba (benchmarks/numba_kernels.py), "
+        f"seconds min / median / max over {repeat} rounds; "
         "ratio = C / numba within a round\n"
     )
     print("| graph | step | C (s) | numba (s) | C / numba |")

@@ -1,7 +1,7 @@
 """Peak memory and time of one step, run in a fresh process by run.py: ``memstep.py STEP FILE WARMUP_FILE``.
 
 Method: import everything, load the step's inputs, and run the step once on a small warm-up graph
-(so numba, its cached kernels and the op registry are already resident). Then collect garbage, read
+(so the C kernels and the op registry are already resident). Then collect garbage, read
 the resident set size (``VmRSS``), reset the kernel's peak counter (``echo 5 > /proc/self/clear_refs``
 resets ``VmHWM``), run the step on the real graph, keep its result alive, and read ``VmHWM``. The
 step's peak is ``VmHWM - VmRSS before``: memory the step needed on top of its inputs, including its
@@ -77,10 +77,9 @@ def _run(step: str, path: str, inputs: Any, out: str) -> Any:
     raise SystemExit(f"unknown step {step!r}")
 
 
-def _start_numba(path: str) -> None:
-    """Start numba and load the cached kernels the steps use: its start-up (~0.9 s) is not a step's
-    cost. A compiled order starts it; the structure check that load runs is compiled only after that
-    (graphsvc.kernels.compiled_if_running), so it runs again."""
+def _warm_up(path: str) -> None:
+    """Import what the steps use and run a compiled order and check once: one-time costs are not a
+    step's."""
     import graphsvc
     from graphsvc.topo import reverse_topological_order
 
@@ -94,7 +93,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out")
         if not step.startswith("pickle"):
-            _start_numba(warmup)
+            _warm_up(warmup)
             result = _run(step, warmup, _prepare(step, warmup), out)
             del result
         inputs = _prepare(step, path)

@@ -1,4 +1,5 @@
-"""numba-compiled graph sweeps; see :mod:`graphsvc.kernels` (import this module only through it).
+"""The numba-compiled graph sweeps graphsvc used before its C kernels (``csrc/``), kept to measure
+the C ones against (benchmarks/bench_kernels.py, bench_replay_kernels.py); needs ``pip install numba``.
 
 Arguments are the graph's columns: ``offsets`` (int64, N + 1) and ``parents`` (int32, E).
 """
@@ -11,7 +12,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-#: The kernels callers use, by name (graphsvc.kernels merges them with the C ones).
+#: The kernels, by name (the same names, arguments and results as graphsvc.kernels.KERNELS).
 KERNELS = (
     "inline_parents",
     "dfs_postorder",

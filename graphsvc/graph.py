@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from graphsvc.errors import GraphStructureError, UsageError
-from graphsvc.kernels import compiled_if_running
+from graphsvc.kernels import compiled_for
 
 #: Tag of an input node (a value a user may set: a weight, an ``x``).
 LEAF = "leaf"
@@ -189,7 +189,7 @@ class Graph:
         if self.grads is not None and len(self.grads) != n:
             raise GraphStructureError(f"column grads has {len(self.grads)} entries, expected {n}")
         leaf_codes = [i for i, tag in enumerate(self.op_table) if tag in LEAF_TAGS]
-        jit = compiled_if_running(n)
+        jit = compiled_for(n)
         if jit is None or not jit.structure_ok(
             self.parent_offsets, self.parent_indices, self.op_codes, len(self.op_table), _leaf_mask(self, leaf_codes)
         ):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,21 @@ def graphviz_dot() -> None:
         return
     if os.environ.get("GRAPHSVC_REQUIRE_GRAPHVIZ") == "1":
         pytest.fail(f"{reason}; GRAPHSVC_REQUIRE_GRAPHVIZ=1 makes that a failure, not a skip", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_compiled() -> Any:
+    """The compiled kernels (graphsvc.kernels), for tests of them: skipped where the C extensions
+    were not built (no C compiler at install), except with ``GRAPHSVC_REQUIRE_NATIVE=1`` (as
+    ``.ci/run`` sets it), where that fails them."""
+    from graphsvc import kernels
+
+    compiled = kernels._compiled()
+    if compiled is not None:
+        return compiled
+    reason = "graphsvc's C extensions were not built here (pip builds them at install with a C compiler)"
+    if os.environ.get("GRAPHSVC_REQUIRE_NATIVE") == "1":
+        pytest.fail(reason, pytrace=False)
     pytest.skip(reason)
 
 

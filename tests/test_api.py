@@ -109,9 +109,7 @@ def test_several_outputs_need_output() -> None:
     assert str(info.value) == "the graph has 2 outputs (y, z\\n): choose one with output="
     assert graphsvc.backward(graph, output="y").grad("x") == -1.0
     graph.outputs = []
-    with pytest.raises(
-        UsageError, match=r"^the graph lists no outputs: choose one with output=$"
-    ):
+    with pytest.raises(UsageError, match=r"^the graph lists no outputs: choose one with output=$"):
         graphsvc.backward(graph)
 
 

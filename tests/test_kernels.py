@@ -10,16 +10,14 @@ import pytest
 from graphsvc import kernels
 from graphsvc.ops import Op, evaluate, local_derivatives
 from graphsvc.plugins import load_registry
+from tests.conftest import require_compiled
 
 SPECIAL = [-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1.0, -1.0, 2.5, -3.0, 5e-324, -5e-324, 1e308, -1e-300, 7.0]
 
 
 @pytest.fixture(scope="module")
 def jit():  # type: ignore[no-untyped-def]
-    compiled = kernels._compiled()
-    if compiled is None:
-        pytest.fail("numba is a dependency of graphsvc: the compiled kernels must be available")
-    return compiled
+    return require_compiled()
 
 
 def primitive_ops() -> list[Op]:
@@ -129,7 +127,6 @@ def test_compiled_structure_check_accepts_and_refuses_what_the_vectorized_one_do
         # kind 5: unchanged
         with monkeypatch.context() as m:
             m.setattr(kernels, "JIT_THRESHOLD", 0)
-            m.setattr(kernels, "_running", True)
             compiled = check_outcome(graph)
         with monkeypatch.context() as m:
             m.setattr(kernels, "JIT_THRESHOLD", 10**12)
@@ -181,24 +178,18 @@ def test_compiled_orders_levels_and_ancestors_match_the_references(seed: int, mo
     assert 1 < len(reference[-2]) < len(reference[-4])  # a partial order was compared too
 
 
-def test_the_structure_check_is_compiled_only_once_numba_runs(jit, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    """Loading a file must not start numba (about a second) for a check numpy does in milliseconds;
-    once a compiled step has run in the process, the compiled check is used."""
-    from graphsvc.topo import reverse_topological_order
-
+def test_the_structure_check_every_load_runs_is_compiled_from_the_threshold(
+    jit, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The C kernels cost nothing to start, so the structure check is compiled for every graph of
+    JIT_THRESHOLD nodes or more (numba's start-up once kept it in numpy below 5,000,000 nodes)."""
     calls: list[int] = []
     real = jit.structure_ok
     monkeypatch.setattr(jit, "structure_ok", lambda *args: calls.append(1) or real(*args))
-    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 0)
-    monkeypatch.setattr(kernels, "_running", False)
     graph = random_columns(200, 0)
+    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 201)
     graph.check()
-    assert calls == [] and not kernels._running
-    monkeypatch.setattr(kernels, "START_THRESHOLD", 200)  # a graph this large starts numba itself
+    assert calls == []
+    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 200)
     graph.check()
-    assert calls == [1] and kernels._running
-    monkeypatch.setattr(kernels, "START_THRESHOLD", 10**12)
-    monkeypatch.setattr(kernels, "_running", False)
-    reverse_topological_order(graph)  # a compiled step: numba runs from now on
-    graph.check()
-    assert calls == [1, 1] and kernels._running
+    assert calls == [1]

@@ -18,6 +18,7 @@ from graphsvc.graph import Graph, GraphBuilder, OpSource
 from graphsvc.ops import Op, OpRegistry
 from graphsvc.plugins import load_registry
 from graphsvc.topo import ancestors
+from tests.conftest import require_compiled
 
 
 @pytest.fixture(scope="module")
@@ -340,9 +341,9 @@ def test_compiled_replay_matches_the_references(registry: OpRegistry, monkeypatc
 
     That holds on every CPU because the kernels compute only correctly rounded operations (the
     primitives, the sweeps' multiply-adds); exp, tanh... take the same numpy calls on both sides."""
-    if kernels._compiled() is None:
-        pytest.fail("numba is a dependency of graphsvc: the compiled sweeps must be available")
-    for graph in (random_graph(kernels.JIT_THRESHOLD + 500, seed=2), primitives_only(kernels.JIT_THRESHOLD + 10)):
+    require_compiled()
+    size = max(kernels.JIT_THRESHOLD, 20_000)  # compiled, and large enough for the counts below
+    for graph in (random_graph(size + 500, seed=2), primitives_only(size + 10)):
         output = graph.num_nodes - 1
         values = replay.forward(graph, registry)  # compiled primitives, numpy groups, Python nodes
         grads = replay.backward(graph, registry, output, values)  # compiled locals and sweep

@@ -304,7 +304,6 @@ def test_graph_check_runs_the_c_kernel_and_names_the_broken_rule(c: Any, monkeyp
     verdicts: list[bool] = []
     monkeypatch.setattr(compiled, "structure_ok", lambda *args: verdicts.append(c.structure_ok(*args)) or verdicts[-1])
     monkeypatch.setattr(kernels, "JIT_THRESHOLD", 0)
-    monkeypatch.setattr(kernels, "_running", True)
     graph = small_graph()
     graph.check()
     graph.parent_indices[graph.parent_offsets[5]] = 5
