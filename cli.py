@@ -196,10 +196,18 @@ def handles_errors(command: F) -> F:
 
 def _print_version(value: bool) -> None:
     if value:
+        import importlib.util
+
         from graphsvc import __version__
 
-        typer.echo(f"graphsvc {__version__}")
+        built = [name for name in NATIVE_MODULES if importlib.util.find_spec(f"graphsvc._c{name}") is not None]
+        runs = f"compiled: {', '.join(built)}" if built else "compiled: none, pure Python (no C compiler at install)"
+        typer.echo(f"graphsvc {__version__} ({runs})")
         raise typer.Exit(0)
+
+
+#: graphsvc's C extensions (csrc/NAME.c is graphsvc._cNAME).
+NATIVE_MODULES = ["replay", "text", "topo", "walk"]
 
 
 @app.callback()

@@ -3,6 +3,7 @@ choices completed, `-` for standard streams, one way of saying what was written.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -75,7 +76,9 @@ def test_quiet_and_strict_plugins_work_after_the_command(tmp_path: Path) -> None
 
 def test_version_prints_the_packages_version() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert invoke("--version") == (0, f"graphsvc {project['version']}\n", "")
+    built = [n for n in ("replay", "text", "topo", "walk") if importlib.util.find_spec(f"graphsvc._c{n}") is not None]
+    runs = f"compiled: {', '.join(built)}" if built else "compiled: none, pure Python (no C compiler at install)"
+    assert invoke("--version") == (0, f"graphsvc {project['version']} ({runs})\n", "")
 
 
 # -- help and completion ------------------------------------------------------------------------------
