@@ -5,9 +5,9 @@
 Prints a table and writes benchmarks/results/latest.json and latest.md. Graphs and their other
 forms are described in benchmarks/graphs.py. What is timed, and how:
 
-* Every graphsvc step runs once untimed on a 60,000-node graph first, so numba compiles (or loads
-  from its on-disk cache) the kernels graphsvc uses for graphs of 50,000 nodes or more. The timings
-  never include compiling.
+* Every graphsvc step runs once untimed on a 60,000-node graph first, so the op registry is loaded
+  and every module imported before any timing (the compiled kernels, C extensions built at
+  install, need no warm-up of their own).
 * Each comparison runs K rounds; a round runs each alternative, then graphsvc, on the same input.
   A ratio is alternative time / graphsvc time within a round; min, median and max are over rounds.
   A comparison whose rounds are slow stops after ``--budget`` seconds (at least one round); the
@@ -206,7 +206,6 @@ def machine() -> dict[str, Any]:
         "os": platform.platform(),
         "python": platform.python_version(),
         "numpy": np.__version__,
-        "numba": _version("numba"),
         "torch": _version("torch"),
         "micrograd": _version("micrograd"),
         "msgpack": _version("msgpack"),
@@ -548,7 +547,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"Run {result['started']} with `{result['command']}` ({result['elapsed_s']:.0f} s).",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; {m['os']}; Python {m['python']}, "
-        f"numpy {m['numpy']}, numba {m['numba']}, torch {m['torch']}, micrograd {m['micrograd']}, "
+        f"numpy {m['numpy']}, torch {m['torch']}, micrograd {m['micrograd']}, "
         f"msgpack {m['msgpack']}; graphsvc {m['graphsvc']} at {m['commit']} (JIT {'on' if m['jit'] else 'off'}).",
         "",
         "## Graphs",
@@ -599,7 +598,7 @@ def markdown(result: dict[str, Any]) -> str:
         "## Peak memory (bytes per node)",
         "",
         "Each step in a fresh process: peak resident set size during the step minus the resident size "
-        "just before it (inputs loaded, numba kernels and registry warmed up on a small graph); so it "
+        "just before it (inputs loaded, kernels and registry warmed up on a small graph); so it "
         "counts the step's working memory and its result. See benchmarks/memstep.py.",
         "",
     ]
