@@ -36,6 +36,20 @@ def graphviz_dot() -> None:
     pytest.skip(reason)
 
 
+def require_native(name: str) -> Any:
+    """The C extension ``graphsvc._cNAME``, for tests of it: skipped where it was not built, failed
+    under ``GRAPHSVC_REQUIRE_NATIVE=1`` (as for :func:`require_compiled`)."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"graphsvc._c{name}")
+    except ImportError as exc:
+        reason = f"graphsvc._c{name} was not built here ({exc}; pip builds it at install with a C compiler)"
+    if os.environ.get("GRAPHSVC_REQUIRE_NATIVE") == "1":
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
+
+
 def require_compiled() -> Any:
     """The compiled kernels (graphsvc.kernels), for tests of them: skipped where the C extensions
     were not built (no C compiler at install), except with ``GRAPHSVC_REQUIRE_NATIVE=1`` (as

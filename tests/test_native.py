@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import require_native
+
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = sorted(path.stem for path in (ROOT / "csrc").glob("*.c"))
 
@@ -39,8 +41,7 @@ def test_every_c_source_is_an_extension_that_was_built() -> None:
 
 
 def test_a_buffer_of_the_wrong_item_size_is_refused() -> None:
-    from graphsvc import _ctopo
-
+    _ctopo = require_native("topo")
     offsets = np.array([0, 0], dtype=np.int32)  # offsets are int64
     with pytest.raises(TypeError, match=r"^offsets: items of 4 bytes, not 8$"):
         _ctopo.levels(offsets, np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64))

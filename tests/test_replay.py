@@ -367,7 +367,7 @@ def test_the_fused_compiled_backward_from_any_node_matches_the_reference(
     (nodes after the output get 0), against the straightforward sweep, bit for bit."""
     graph = primitives_only(kernels.JIT_THRESHOLD + 10)
     fused = []
-    original = kernels._compiled().backward_primitives  # type: ignore[union-attr]
+    original = require_compiled().backward_primitives
 
     def spy(*args):  # type: ignore[no-untyped-def]
         fused.append(args[5])

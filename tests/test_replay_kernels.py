@@ -17,6 +17,7 @@ from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
 from graphsvc.plugins import load_registry
 from graphsvc.topo import ancestors
+from tests.conftest import require_compiled, require_native
 
 NAMES = (
     "backward_sweep",
@@ -44,9 +45,8 @@ def registry() -> OpRegistry:
 
 @pytest.fixture(scope="module")
 def native() -> Any:
-    """The compiled kernels, with every replay sweep from C (not numba's twins)."""
-    compiled = kernels._compiled()
-    assert compiled is not None
+    """The compiled kernels, with every replay sweep from C."""
+    compiled = require_compiled()
     for name in NAMES:
         assert getattr(compiled, name).__module__ == "graphsvc._replay_kernels", name
     return compiled
@@ -374,7 +374,7 @@ def test_forward_primitives_resumes_where_it_stopped(native: Any) -> None:
 
 
 def test_wrong_arguments_are_errors_not_wild_memory_accesses() -> None:
-    from graphsvc import _creplay
+    _creplay = require_native("replay")
 
     offsets = np.array([0, 0, 1], dtype=np.int64)
     parents = np.array([0], dtype=np.int32)
