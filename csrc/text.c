@@ -296,30 +296,29 @@ static int cell_of(PyObject *object, Cell *cell, PyObject *keep, int none_ok, co
  * with an exception set; ``expected`` >= 0 is the length it must have. Free it with PyMem_Free. */
 static Cell *cells_of(PyObject *sequence, Py_ssize_t expected, PyObject *keep, int none_ok, const char *what,
                       Py_ssize_t *count) {
-    PyObject *fast = PySequence_Fast(sequence, what);
-    if (fast == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    /* A tuple of the items, kept (in ``keep``) until the listing is written: the cells point into
+     * its strings, which nothing the caller does meanwhile (a generator, a list cleared) can free. */
+    PyObject *items_tuple = PySequence_Tuple(sequence);
+    if (items_tuple == NULL) return NULL;
+    int kept = PyList_Append(keep, items_tuple);
+    Py_DECREF(items_tuple); /* ``keep`` holds it now */
+    if (kept < 0) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(items_tuple);
     if (expected >= 0 && n != expected) {
         PyErr_Format(PyExc_ValueError, "%s: %zd items for %zd nodes", what, n, expected);
-        Py_DECREF(fast);
         return NULL;
     }
     Cell *cells = PyMem_Malloc(sizeof(Cell) * (size_t)(n ? n : 1));
     if (cells == NULL) {
         PyErr_NoMemory();
-        Py_DECREF(fast);
         return NULL;
     }
-    PyObject **items = PySequence_Fast_ITEMS(fast);
     for (Py_ssize_t i = 0; i < n; i++) {
-        /* a str's cached UTF-8 lives as long as the str, which the caller's sequence holds */
-        if (cell_of(items[i], &cells[i], keep, none_ok, what) < 0) {
+        if (cell_of(PyTuple_GET_ITEM(items_tuple, i), &cells[i], keep, none_ok, what) < 0) {
             PyMem_Free(cells);
-            Py_DECREF(fast);
             return NULL;
         }
     }
-    Py_DECREF(fast);
     *count = n;
     return cells;
 }

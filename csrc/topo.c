@@ -22,7 +22,8 @@ static PyObject *raise_problem(enum problem problem, int64_t where) {
     case BAD_OFFSETS:
         return PyErr_Format(PyExc_ValueError, "offsets out of order or out of range at node %lld", (long long)where);
     case BAD_PARENT:
-        return PyErr_Format(PyExc_ValueError, "node %lld has a parent id out of range", (long long)where);
+        return PyErr_Format(PyExc_ValueError, "node %lld has a parent id out of range (not below its own)",
+                            (long long)where);
     case BAD_START:
         return PyErr_Format(PyExc_ValueError, "start node %lld out of range", (long long)where);
     case BAD_CODE:
@@ -78,7 +79,9 @@ static enum problem fill_pairs(const int64_t *off, const int32_t *par, int64_t n
         } else if (count > 0) {
             first = par[start];
             if (count == 2) second = par[start + 1];
-            if (first < 0 || first >= n || (count == 2 && (second < 0 || second >= n))) {
+            /* a parent's id is below its child's (node ids are a topological order): the orderings
+             * rely on it, and columns not yet checked must not make them read or write out of bounds */
+            if (first < 0 || first >= node || (count == 2 && (second < 0 || second >= node))) {
                 *where = node;
                 return BAD_PARENT;
             }
@@ -196,7 +199,7 @@ static int64_t dfs(const int64_t *starts, Py_ssize_t num_starts, const int64_t *
                 parent = -1;
                 if (slot < off[node + 1]) {
                     parent = par[slot];
-                    if (parent < 0 || parent >= n) {
+                    if (parent < 0 || parent >= node) {
                         *problem = BAD_PARENT;
                         *where = node;
                         return -1;
@@ -313,7 +316,7 @@ static int64_t child_count(const int64_t *starts, Py_ssize_t num_starts, const i
         if (first == MANY) {
             for (int64_t slot = off[node]; slot < off[node + 1]; slot++) {
                 int32_t parent = par[slot];
-                if (parent < 0 || parent >= n) {
+                if (parent < 0 || parent >= node) {
                     *problem = BAD_PARENT;
                     *where = node;
                     return -1;

@@ -397,7 +397,7 @@ static PyObject *micrograd(PyObject *self, PyObject *args) {
                 PyErr_Format(error, "micrograd node %R changed its _prev while it was imported", node);
                 break;
             }
-            cycle |= *id == -1;
+            cycle |= *id == -1 || *id == index; /* an ancestor still being visited, or the node itself */
             if (count < 2) parent_ids[count] = *id;
             count++;
         }
@@ -660,6 +660,10 @@ static int finish_value(PyObject *node, PyObject *parents, int64_t *slot, Table 
     if (vec_reserve(parent_ids, (size_t)count * sizeof(int32_t)) < 0) return -1;
     for (Py_ssize_t p = 0; p < count; p++) {
         const int64_t *at = table_find(index, items[p]);
+        if (at == NULL) { /* cannot happen with the walk's own tuples; refuse rather than read nothing */
+            PyErr_SetString(PyExc_RuntimeError, "a Value's parents changed while its graph was traced");
+            return -1;
+        }
         size_t position = VEC_COUNT(parent_ids, int32_t);
         if (*at == -1 && VEC_PUSH(fixups, Fixup, ((Fixup){position, items[p]})) < 0) return -1;
         VEC_AT(parent_ids, int32_t, position) = (int32_t)*at;
@@ -720,10 +724,12 @@ static int finish_value(PyObject *node, PyObject *parents, int64_t *slot, Table 
 }
 
 /* node._parents as a tuple or list (a new reference), or NULL with an exception set. */
+/* A node's parents as a tuple the walk holds: the node's own tuple, or a copy of another sequence,
+ * so code the walk runs (a property, __getattr__) cannot change or free them under it. */
 static PyObject *parents_of(PyObject *node) {
     PyObject *parents = PyObject_GetAttr(node, str_parents);
     if (parents == NULL) return NULL;
-    PyObject *sequence = PySequence_Fast(parents, "_parents must be iterable");
+    PyObject *sequence = PySequence_Tuple(parents);
     Py_DECREF(parents);
     return sequence;
 }

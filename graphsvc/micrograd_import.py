@@ -172,7 +172,7 @@ def _from_micrograd_reference(roots: Sequence[Any], names: Mapping[Any, str] | N
         nodes.append(node)
         tag, arity, code, exponent = _translate(node)
         parents = [state[id(p)] for p in node._prev]
-        if -1 in parents:
+        if -1 in parents or state[id(node)] in parents:  # an ancestor still being visited, or itself
             raise GraphStructureError(
                 f"micrograd node {node!r} is its own ancestor: a graph with a cycle cannot be imported"
             )

@@ -9,6 +9,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +19,7 @@ from graphsvc import format as fmt
 from graphsvc import listing
 from graphsvc.graph import Graph
 from graphsvc.topo import reverse_topological_order
+from tests.conftest import require_native
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted([*(ROOT / "examples").glob("*.msgpack"), *(ROOT / "schemas" / "examples").glob("*.msgpack")])
@@ -258,3 +260,27 @@ def test_bad_columns_are_refused() -> None:
         _ctext.text_chunk(np.array([0]), codes, offsets, parents, None, ["leaf"], np.zeros(2, np.int64), None)
     with pytest.raises(ValueError, match=r"^names: 2 items for 1 nodes$"):
         _ctext.json_chunk(np.array([0]), codes, offsets, parents, ["a", "b"], ["leaf"], None, None, False)
+
+
+def test_names_and_tags_from_any_iterable_stay_alive_while_the_chunk_is_written() -> None:
+    """The C listing keeps its own tuple of the cells: a generator's strings (freed at once before)
+    and a list the tags' generator empties are written as given."""
+    text = require_native("text")
+    n = 3
+    ids = np.arange(n, dtype=np.int64)
+    codes = np.zeros(n, dtype=np.uint16)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    parents = np.zeros(0, dtype=np.int32)
+    names = [f"name{i}" * 20 for i in range(n)]
+    expected = "".join(f"{i}\t{names[i]}\tleaf\t-\n" for i in range(n))
+    assert (
+        text.text_chunk(ids, codes, offsets, parents, (f"name{i}" * 20 for i in range(n)), ["leaf"], None, None)
+        == expected
+    )
+    emptied = list(names)
+
+    def tags() -> Any:
+        emptied.clear()
+        yield "leaf"
+
+    assert text.text_chunk(ids, codes, offsets, parents, emptied, tags(), None, None) == expected

@@ -18,6 +18,8 @@ import pytest
 from graphsvc import kernels, topo
 from graphsvc.errors import GraphStructureError
 from graphsvc.graph import LEAF_TAGS, Graph
+from graphsvc.topo import reverse_topological_order
+from tests.conftest import require_compiled
 
 NAMES = (
     "ancestors",
@@ -365,11 +367,11 @@ def test_broken_columns_raise_instead_of_reading_out_of_bounds(c: Any) -> None:
             run([-1], offsets, parents, pairs, *extra)
         bad = parents.copy()
         bad[offsets[many] + 2] = n  # the third parent: read from the CSR columns, not pairs
-        with pytest.raises(ValueError, match=rf"^node {many} has a parent id out of range$"):
+        with pytest.raises(ValueError, match=rf"^node {many} has a parent id out of range \(not below its own\)$"):
             run([n - 1, many], offsets, bad, pairs, *extra)
         bad = parents.copy()
         bad[offsets[many] + 2] = -1  # not taken for "no more parents"
-        with pytest.raises(ValueError, match=rf"^node {many} has a parent id out of range$"):
+        with pytest.raises(ValueError, match=rf"^node {many} has a parent id out of range \(not below its own\)$"):
             run([many], offsets, bad, pairs, *extra)
         shifted = offsets.copy()
         shifted[-1] = len(parents) + 1
@@ -384,10 +386,33 @@ def test_broken_columns_raise_instead_of_reading_out_of_bounds(c: Any) -> None:
     owner = int(graph.child_ids()[-1])  # the node that owns the last parent slot
     bad = parents.copy()
     bad[-1] = owner  # lists itself
-    with pytest.raises(ValueError, match=rf"^node {owner} has a parent id out of range$"):
+    with pytest.raises(ValueError, match=rf"^node {owner} has a parent id out of range \(not below its own\)$"):
         c.levels(offsets, bad, n)
     bad[-1] = n
-    with pytest.raises(ValueError, match=rf"^node {owner} has a parent id out of range$"):
+    with pytest.raises(ValueError, match=rf"^node {owner} has a parent id out of range \(not below its own\)$"):
         c.ancestors(offsets, bad, owner, n)
     with pytest.raises(ValueError, match=r"^offsets: 200 entries, expected 201$"):
         c.levels(offsets[:-1], parents, n)
+
+
+@pytest.mark.parametrize("algorithm", ["dfs", "kahn"])
+def test_unchecked_columns_with_a_cycle_are_a_value_error_not_a_heap_overflow(algorithm: str) -> None:
+    """Both orderings refuse a parent id that is not below its child's (Graph.check has not run on
+    these columns); the child-count order used to push the cycle's nodes past its stack."""
+    n = 1000
+    rows = {0: [1], 1: [0], n - 1: [0]}  # node 0 <-> node 1, ids not increasing
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    parents: list[int] = []
+    for i in range(n):
+        parents += rows.get(i, [])
+        offsets[i + 1] = len(parents)
+    graph = Graph(
+        op_table=["leaf", "neg"],
+        op_codes=np.array([1 if i in rows else 0 for i in range(n)], dtype=np.uint16),
+        parent_offsets=offsets,
+        parent_indices=np.array(parents, dtype=np.int32),
+        values=np.zeros(n),
+    )
+    require_compiled()
+    with pytest.raises(ValueError, match=r"^node 0 has a parent id out of range \(not below its own\)$"):
+        reverse_topological_order(graph, n - 1, algorithm)

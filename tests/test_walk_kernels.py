@@ -439,3 +439,43 @@ def test_add_grads_checks_its_arguments(native: ModuleType) -> None:
         native.add_grads([Value(1.0), Value(2.0)], np.zeros(1))
     with pytest.raises(TypeError, match=r"^grads: items of 4 bytes, not 8$"):
         native.add_grads([Value(1.0)], np.zeros(1, dtype=np.float32))
+
+
+def test_a_micrograd_node_that_is_its_own_parent_is_a_cycle_in_both_walks() -> None:
+    """A self-loop was missed (the node's own index was already set) and read unset keys in C."""
+    from micrograd.engine import Value as MValue
+
+    from graphsvc.errors import GraphStructureError
+    from graphsvc.micrograd_import import from_micrograd
+
+    for loop_first in (True, False):
+        r = MValue(1.0, (), "ReLU")
+        r._prev = {r}
+        root = r if loop_first else r.relu()
+        with pytest.raises(GraphStructureError, match=r"is its own ancestor: a graph with a cycle cannot be imported$"):
+            from_micrograd(root)
+
+
+def test_parents_changed_by_code_the_walk_runs_cannot_crash_it() -> None:
+    """A property the walk reads may change or empty a Value's parents list: the walk keeps its own
+    tuple of them (before, a freed or never-walked parent was read)."""
+    from graphsvc import value
+
+    class Sneaky(value.Value):
+        __slots__ = ()
+
+        @property  # type: ignore[override]
+        def data(self) -> float:
+            child._parents[:] = [value.Value(9.0)]
+            return 2.0
+
+        @data.setter
+        def data(self, number: float) -> None:
+            pass
+
+    a, b = Sneaky(2.0), value.Value(3.0)
+    child = value.Value(5.0, _op="add", _parents=[a, b])  # type: ignore[arg-type]
+    try:
+        child.backward()
+    except Exception as exc:  # a clear error is fine; a crash is not
+        assert type(exc).__name__ in {"RuntimeError", "GraphStructureError", "ReplayError"}
