@@ -288,6 +288,29 @@ def _first_duplicate(items: Iterable[Any]) -> Any:
     return None
 
 
+def graph_from_buffers(
+    op_table: list[str],
+    op_codes: Any,
+    offsets: Any,
+    parents: Any,
+    values: Any,
+    grads: Any = None,
+    **fields: Any,
+) -> Graph:
+    """A graph over the byte buffers a C walk fills (graphsvc._cwalk), without copying them: op
+    codes (uint16), parent offsets (int64), parent ids (int32), values and grads (float64; grads
+    ``None`` for none). ``fields`` are the other :class:`Graph` fields. Not checked."""
+    return Graph(
+        op_table=op_table,
+        op_codes=np.frombuffer(op_codes, dtype=OP_CODE_DTYPE),
+        parent_offsets=np.frombuffer(offsets, dtype=OFFSET_DTYPE),
+        parent_indices=np.frombuffer(parents, dtype=INDEX_DTYPE),
+        values=np.frombuffer(values, dtype=FLOAT_DTYPE),
+        grads=None if grads is None else np.frombuffer(grads, dtype=FLOAT_DTYPE),
+        **fields,
+    )
+
+
 def graph_from_lists(
     tags: Sequence[str], parent_counts: Iterable[int], parents: Iterable[int], values: Iterable[float], **fields: Any
 ) -> Graph:

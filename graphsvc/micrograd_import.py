@@ -40,12 +40,10 @@ import graphsvc
 from graphsvc.errors import GraphStructureError
 from graphsvc.graph import (
     FLOAT_DTYPE,
-    INDEX_DTYPE,
     LEAF,
-    OFFSET_DTYPE,
-    OP_CODE_DTYPE,
     Graph,
     OpSource,
+    graph_from_buffers,
     graph_from_lists,
 )
 from graphsvc.value import native_walk
@@ -120,13 +118,13 @@ def _from_micrograd(roots: Sequence[Any], names: Mapping[Any, str] | None, nativ
         tuple(roots), _translate, _prev, GraphStructureError, named, name_keys
     )
     source = OpSource("graphsvc", graphsvc.__version__)
-    graph = Graph(
-        op_table=op_table,
-        op_codes=np.frombuffer(op_codes, dtype=OP_CODE_DTYPE),
-        parent_offsets=np.frombuffer(offsets, dtype=OFFSET_DTYPE),
-        parent_indices=np.frombuffer(parents, dtype=INDEX_DTYPE),
-        values=np.frombuffer(values, dtype=FLOAT_DTYPE),
-        grads=np.frombuffer(grads, dtype=FLOAT_DTYPE),
+    graph = graph_from_buffers(
+        op_table,
+        op_codes,
+        offsets,
+        parents,
+        values,
+        grads,
         attrs=attrs,
         outputs=list(dict.fromkeys(root_ids)),
         metadata={"imported_from": "micrograd"},

@@ -418,24 +418,23 @@ def _traced(
     if native is None:
         nodes, index = _postorder(outputs)
         return nodes, _graph(nodes, index, outputs, registry, extras=extras)
-    import numpy as np
 
-    from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, OFFSET_DTYPE, OP_CODE_DTYPE, Graph
+    from graphsvc.graph import graph_from_buffers
 
     nodes, op_table, op_codes, offsets, parents, values, grads, attrs, names, output_ids = native.values(
         tuple(outputs), extras
     )
-    graph = Graph(
-        op_table=op_table,
-        op_codes=np.frombuffer(op_codes, dtype=OP_CODE_DTYPE),
-        parent_offsets=np.frombuffer(offsets, dtype=OFFSET_DTYPE),
-        parent_indices=np.frombuffer(parents, dtype=INDEX_DTYPE),
-        values=np.frombuffer(values, dtype=FLOAT_DTYPE),
+    graph = graph_from_buffers(
+        op_table,
+        op_codes,
+        offsets,
+        parents,
+        values,
+        grads if extras else None,
         attrs=attrs,
         outputs=list(dict.fromkeys(output_ids)),
     )
     if extras:
-        graph.grads = np.frombuffer(grads, dtype=FLOAT_DTYPE)
         graph.names = names
         _sources_and_check(graph, registry)
     return nodes, graph
