@@ -186,7 +186,7 @@ def test_dev_zero_is_refused_at_its_first_bytes() -> None:
 def test_dev_urandom_is_refused_at_its_first_bytes_or_at_the_limit() -> None:
     text, seconds, peak = refusal("/dev/urandom", SMALL)
     assert re.fullmatch(
-        r"/dev/urandom: (not a graphsvc file: it starts with b'.*', not a msgpack map or a JSON object"
+        r"/dev/urandom: (not a graphsvc file: it starts with b(['\"]).*\2, not a msgpack map or a JSON object"
         r"|it holds more than 1,048,576 bytes, the limit \(Limits\.max_file_bytes\))",
         text,
     )
