@@ -1,7 +1,7 @@
 """The compiled replay sweeps (C, in ``csrc/replay.c``), as their callers in :mod:`graphsvc.replay`
-call them (the names, arguments and results of numba's twins in :mod:`graphsvc._jit`): each
-allocates its results with numpy and runs the C loop. Import only through :mod:`graphsvc.kernels`;
-raises ImportError where the extension was not built.
+call them, each the twin of a pure-Python reference there: each allocates its results with numpy
+and runs the C loop. Import only through :mod:`graphsvc.kernels`; raises ImportError where the
+extension was not built.
 
 Arguments are the graph's columns: ``offsets`` (int64, N + 1), ``parents`` (int32, E), ``codes``
 (uint16, N), ``values`` (float64, N); ``table`` (int8) maps an op code to its primitive and ``kinds``

@@ -1,7 +1,7 @@
 """The compiled orderings and structure check (C, in ``csrc/topo.c``), as their callers in
 :mod:`graphsvc.topo`, :mod:`graphsvc.graph` and :mod:`graphsvc.replay` call them: each allocates its
-results (and the scratch its caller does not pass) with numpy and runs the C loop. Same names,
-arguments and results as their numba twins in :mod:`graphsvc._jit`. Import only through
+results (and the scratch its caller does not pass) with numpy and runs the C loop. Each is the
+twin of a pure-Python reference beside its caller (the tests compare the two). Import only through
 :mod:`graphsvc.kernels`; raises ImportError where the extension was not built.
 
 The C loops check every length and every index they follow: broken columns raise ValueError,
@@ -48,7 +48,7 @@ def _column(array: npt.ArrayLike, dtype: type[np.generic]) -> Array:
 
 
 def inline_parents(offsets: Int64Array, parents: Int32Array, pairs: Int32Array) -> None:
-    """Twin of ``_jit.inline_parents``: each node's first two parents side by side in ``pairs``."""
+    """Each node's first two parents side by side in ``pairs``."""
     _ctopo.inline_parents(_column(offsets, np.int64), _column(parents, np.int32), pairs)
 
 
@@ -100,7 +100,7 @@ def ancestors(offsets: Int64Array, parents: Int32Array, output: int, n: int) -> 
 def structure_ok(
     offsets: Int64Array, parents: Int32Array, op_codes: npt.NDArray[np.uint16], num_ops: int, is_leaf_code: BoolArray
 ) -> bool:
-    """Twin of ``_jit.structure_ok``: True when the columns keep every rule ``Graph._check_columns``
+    """True when the columns keep every rule ``Graph._check_columns``
     checks."""
     offsets, parents = _column(offsets, np.int64), _column(parents, np.int32)
     codes, leaf = _column(op_codes, np.uint16), _column(is_leaf_code, np.bool_)

@@ -18,7 +18,7 @@ from numbers import Real
 from typing import TYPE_CHECKING
 
 from graphsvc.errors import UsageError
-from graphsvc.graph import Graph, NodeRef, OpSource
+from graphsvc.graph import Graph, NodeRef
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,10 +81,7 @@ def replayed_graph(
     result = graph.copy()
     result.values = values
     result.grads = grads
-    for tag in result.op_table:
-        if tag in registry and not (result.op_sources.get(tag) or OpSource()).plugin:
-            op = registry.get(tag)
-            result.op_sources[tag] = OpSource(op.plugin, op.plugin_version)
+    registry.record_sources(result)
     return result
 
 

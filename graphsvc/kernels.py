@@ -30,22 +30,6 @@ PRIMITIVES = ("add", "sub", "mul", "div", "neg", "relu", "abs", "max", "min")
 #: The number of inputs of each primitive.
 PRIMITIVE_ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "neg": 1, "relu": 1, "abs": 1, "max": 2, "min": 2}
 
-#: Every kernel's name, with the module it comes from.
-KERNELS = {
-    "inline_parents": "topo",
-    "dfs_postorder": "topo",
-    "child_count_order": "topo",
-    "levels": "topo",
-    "ancestors": "topo",
-    "structure_ok": "topo",
-    "first_arity_mismatch": "topo",
-    "backward_sweep": "replay",
-    "forward_all_primitives": "replay",
-    "forward_primitives": "replay",
-    "primitive_derivatives": "replay",
-    "backward_primitives": "replay",
-}
-
 
 @cache
 def _compiled() -> Any:
@@ -56,8 +40,9 @@ def _compiled() -> Any:
         from graphsvc import _replay_kernels, _topo_kernels
     except ImportError:  # an extension was not built here: the references run
         return None
-    modules = {"topo": _topo_kernels, "replay": _replay_kernels}
-    return SimpleNamespace(**{name: getattr(modules[home], name) for name, home in KERNELS.items()})
+    return SimpleNamespace(
+        **{name: getattr(module, name) for module in (_topo_kernels, _replay_kernels) for name in module.__all__}
+    )
 
 
 def compiled_for(num_nodes: int) -> Any:

@@ -190,6 +190,16 @@ class OpRegistry:
         except (KeyError, TypeError):
             raise OpError(f"unknown op {name!r}: no loaded plugin registers it (see `graphsvc ops`)") from None
 
+    def record_sources(self, graph: Any) -> None:
+        """Give each op tag of ``graph`` that names no plugin the plugin and version this registry
+        replays it with (tags it does not know keep none: a file then says "unknown")."""
+        from graphsvc.graph import OpSource
+
+        for tag in graph.op_table:
+            if tag in self and not (graph.op_sources.get(tag) or OpSource()).plugin:
+                op = self.get(tag)
+                graph.op_sources[tag] = OpSource(op.plugin, op.plugin_version)
+
     def __contains__(self, name: object) -> bool:
         return name in self._ops
 

@@ -220,7 +220,7 @@ def ulp_distance(a: float, b: float) -> int:
     ``-0.0``, or two nans), 1 for neighbours. A nan against a number raises ``ValueError``.
 
     For comparing results that need not agree bit for bit: ``exp``, ``tanh``, ``pow``... are not
-    correctly rounded, and numpy's SIMD loops, libm (``math``) and numba may differ in the last bit
+    correctly rounded, and numpy's SIMD loops, libm (``math``) and compiled code may differ in the last bit
     or two, from one CPU to another (``+ - * /``, ``sqrt``, ``abs``, ``min`` and ``max`` are exact
     in IEEE 754 and agree everywhere).
     """

@@ -520,12 +520,7 @@ def _graph(
 
 def _sources_and_check(graph: Graph, registry: OpRegistry) -> None:
     """Record the plugin and version of each op ``registry`` knows, then check the graph."""
-    from graphsvc.graph import OpSource
-
-    for tag in graph.op_table:
-        if tag in registry:  # a tag this registry lacks keeps no source: the file says "unknown"
-            op = registry.get(tag)
-            graph.op_sources[tag] = OpSource(op.plugin, op.plugin_version)
+    registry.record_sources(graph)
     graph.check()
 
 
