@@ -29,6 +29,32 @@ static inline int graphsvc_buffer(PyObject *object, Py_buffer *view, Py_ssize_t 
     return 0;
 }
 
+/* Up to GRAPHSVC_MAX_BUFFERS buffer arguments, taken one by one (graphsvc_take) and released
+ * together (graphsvc_release), on success and on failure alike. Start from {.count = 0}. */
+#define GRAPHSVC_MAX_BUFFERS 8
+
+typedef struct {
+    Py_buffer views[GRAPHSVC_MAX_BUFFERS];
+    int count;
+} graphsvc_buffers;
+
+/* graphsvc_buffer into the next view of ``held``: that view, or NULL with an exception set. */
+static inline Py_buffer *graphsvc_take(graphsvc_buffers *held, PyObject *object, Py_ssize_t itemsize,
+                                       int writable, const char *name) {
+    if (held->count >= GRAPHSVC_MAX_BUFFERS) {
+        PyErr_SetString(PyExc_SystemError, "graphsvc: more buffer arguments than GRAPHSVC_MAX_BUFFERS");
+        return NULL;
+    }
+    Py_buffer *view = &held->views[held->count];
+    if (graphsvc_buffer(object, view, itemsize, writable, name) < 0) return NULL;
+    held->count++;
+    return view;
+}
+
+static inline void graphsvc_release(graphsvc_buffers *held) {
+    while (held->count > 0) PyBuffer_Release(&held->views[--held->count]);
+}
+
 /* Hints that a load (or store) of *address is coming: never changes a result, never faults. */
 #define PREFETCH_READ(address) __builtin_prefetch((address), 0, 3)
 #define PREFETCH_WRITE(address) __builtin_prefetch((address), 1, 3)

@@ -1,5 +1,5 @@
-/* Replay sweeps: twins of graphsvc/replay.py's references (and of numba's graphsvc/_jit.py, which
- * they replace). graphsvc/_replay_kernels.py allocates the results and calls these.
+/* Replay sweeps: twins of graphsvc/replay.py's references (and of benchmarks/numba_kernels.py, the
+ * numba kernels they replaced). graphsvc/_replay_kernels.py allocates the results and calls these.
  *
  * Columns: offsets int64 (N + 1), parents int32 (E), values float64 (N), op codes uint16 (N),
  * ``table`` int8 (a primitive per op code), ``kinds`` int8 (a primitive per node), ``nodes`` int64.
@@ -16,8 +16,8 @@
 
 #include <math.h>
 
-/* How many nodes ahead of the one they compute the sweeps ask for its parents' numbers (see AHEAD
- * in graphsvc/_jit.py: with random parents the loads of many nodes then overlap). */
+/* How many nodes ahead of the one they compute the sweeps ask for its parents' numbers: with random
+ * parents the loads of many nodes then overlap instead of waiting for each in turn. */
 #define AHEAD 32
 
 /* -- primitive ops --------------------------------------------------------------------------------
@@ -69,29 +69,18 @@ static inline void partials(int kind, double x, double y, double out, double *dx
 }
 
 /* -- arguments ------------------------------------------------------------------------------------
- * Each function takes up to MAX_BUFFERS buffers; take() acquires one (checking its item size) and
- * release() gives back all those taken, on success and on failure alike. */
-#define MAX_BUFFERS 9
-
-typedef struct {
-    Py_buffer views[MAX_BUFFERS];
-    int count;
-} Buffers;
+ * Each function takes its buffers into a graphsvc_buffers (native.h) and releases them all with
+ * graphsvc_release, on success and on failure alike. */
 
 /* Acquire ``object`` as a buffer of ``itemsize``-byte items: its data and item count, or -1 with
  * an exception set. */
-static int take(Buffers *held, PyObject *object, Py_ssize_t itemsize, int writable, const char *name, void **data,
-                Py_ssize_t *length) {
-    Py_buffer *view = &held->views[held->count];
-    if (graphsvc_buffer(object, view, itemsize, writable, name) < 0) return -1;
-    held->count++;
+static int take(graphsvc_buffers *held, PyObject *object, Py_ssize_t itemsize, int writable, const char *name,
+                void **data, Py_ssize_t *length) {
+    Py_buffer *view = graphsvc_take(held, object, itemsize, writable, name);
+    if (view == NULL) return -1;
     *data = view->buf;
     *length = view->len / itemsize;
     return 0;
-}
-
-static void release(Buffers *held) {
-    while (held->count > 0) PyBuffer_Release(&held->views[--held->count]);
 }
 
 /* A ValueError saying a length is wrong; returns -1. */
@@ -102,7 +91,7 @@ static int wrong_length(const char *name, Py_ssize_t length, const char *expecte
 
 /* The graph's offsets and parents, checked against each other: N (offsets has N + 1 items, the
  * last at most the parent count), or -1 with an exception set. */
-static Py_ssize_t take_columns(Buffers *held, PyObject *offsets_object, PyObject *parents_object,
+static Py_ssize_t take_columns(graphsvc_buffers *held, PyObject *offsets_object, PyObject *parents_object,
                                const int64_t **offsets, const int32_t **parents) {
     Py_ssize_t offsets_length, parents_length;
     if (take(held, offsets_object, 8, 0, "offsets", (void **)offsets, &offsets_length) < 0) return -1;
@@ -127,7 +116,7 @@ static PyObject *backward_sweep(PyObject *self, PyObject *args) {
     PyObject *a, *b, *c, *d, *e;
     Py_ssize_t output;
     if (!PyArg_ParseTuple(args, "OOOOnO:backward_sweep", &a, &b, &c, &d, &output, &e)) return NULL;
-    Buffers held = {.count = 0};
+    graphsvc_buffers held = {.count = 0};
     const int64_t *offsets, *nodes;
     const int32_t *parents;
     const double *local;
@@ -171,10 +160,10 @@ static PyObject *backward_sweep(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "nodes: %lld is not a node of this graph of %zd", (long long)bad, n);
         goto fail;
     }
-    release(&held);
+    graphsvc_release(&held);
     Py_RETURN_NONE;
 fail:
-    release(&held);
+    graphsvc_release(&held);
     return NULL;
 }
 
@@ -184,7 +173,7 @@ static PyObject *forward_all_primitives(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *a, *b, *c, *d, *e;
     if (!PyArg_ParseTuple(args, "OOOOO:forward_all_primitives", &a, &b, &c, &d, &e)) return NULL;
-    Buffers held = {.count = 0};
+    graphsvc_buffers held = {.count = 0};
     const uint16_t *codes;
     const int8_t *table;
     const int64_t *offsets;
@@ -228,10 +217,10 @@ static PyObject *forward_all_primitives(PyObject *self, PyObject *args) {
                      (int)codes[bad], table_length);
         goto fail;
     }
-    release(&held);
+    graphsvc_release(&held);
     Py_RETURN_NONE;
 fail:
-    release(&held);
+    graphsvc_release(&held);
     return NULL;
 }
 
@@ -251,7 +240,7 @@ static PyObject *forward_primitives(PyObject *self, PyObject *args) {
     PyObject *a, *b, *c, *d, *e;
     Py_ssize_t start;
     if (!PyArg_ParseTuple(args, "OOOOOn:forward_primitives", &a, &b, &c, &d, &e, &start)) return NULL;
-    Buffers held = {.count = 0};
+    graphsvc_buffers held = {.count = 0};
     const int64_t *nodes, *offsets;
     const int8_t *kinds;
     const int32_t *parents;
@@ -264,7 +253,7 @@ static PyObject *forward_primitives(PyObject *self, PyObject *args) {
     if (take(&held, e, 8, 1, "values", (void **)&values, &values_length) < 0) goto fail;
     if (check_nodes(n, kinds_length, values_length) < 0) goto fail;
     if (start < 0) start = 0;
-    if (start > num_nodes) start = num_nodes; /* nothing left: len(nodes), as numba's range() gives */
+    if (start > num_nodes) start = num_nodes; /* nothing left: len(nodes), as Python's range() gives */
     Py_ssize_t k = start;
     int failed = 0;
     int64_t bad = 0; /* a node id out of range, if one is met */
@@ -288,10 +277,10 @@ static PyObject *forward_primitives(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "nodes: %lld is not a node of this graph of %zd", (long long)bad, n);
         goto fail;
     }
-    release(&held);
+    graphsvc_release(&held);
     return PyLong_FromSsize_t(k);
 fail:
-    release(&held);
+    graphsvc_release(&held);
     return NULL;
 }
 
@@ -301,7 +290,7 @@ static PyObject *primitive_derivatives(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *a, *b, *c, *d, *e, *f;
     if (!PyArg_ParseTuple(args, "OOOOOO:primitive_derivatives", &a, &b, &c, &d, &e, &f)) return NULL;
-    Buffers held = {.count = 0};
+    graphsvc_buffers held = {.count = 0};
     const int64_t *nodes, *offsets;
     const int8_t *kinds;
     const int32_t *parents;
@@ -345,10 +334,10 @@ static PyObject *primitive_derivatives(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "nodes: %lld is not a node of this graph of %zd", (long long)bad, n);
         goto fail;
     }
-    release(&held);
+    graphsvc_release(&held);
     Py_RETURN_NONE;
 fail:
-    release(&held);
+    graphsvc_release(&held);
     return NULL;
 }
 
@@ -367,7 +356,7 @@ static PyObject *backward_primitives(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOnOOO:backward_primitives", &a, &b, &c, &d, &e, &output, &f, &g, &h)) {
         return NULL;
     }
-    Buffers held = {.count = 0};
+    graphsvc_buffers held = {.count = 0};
     const int64_t *offsets;
     const int32_t *parents;
     const uint16_t *codes;
@@ -449,10 +438,10 @@ static PyObject *backward_primitives(PyObject *self, PyObject *args) {
                      (int)codes[bad], table_length);
         goto fail;
     }
-    release(&held);
+    graphsvc_release(&held);
     Py_RETURN_NONE;
 fail:
-    release(&held);
+    graphsvc_release(&held);
     return NULL;
 }
 

@@ -33,25 +33,15 @@ static PyObject *raise_problem(enum problem problem, int64_t where) {
     }
 }
 
-/* Up to eight buffer arguments, released together. */
-typedef struct {
-    Py_buffer views[8];
-    int count;
-} buffers;
-
-static int take(buffers *held, PyObject *object, Py_ssize_t itemsize, int writable, const char *name,
+/* A buffer argument (native.h's graphsvc_take) into *view: 0, or -1 with an exception set. */
+static int take(graphsvc_buffers *held, PyObject *object, Py_ssize_t itemsize, int writable, const char *name,
                 Py_buffer **view) {
-    if (graphsvc_buffer(object, &held->views[held->count], itemsize, writable, name) < 0) return -1;
-    *view = &held->views[held->count++];
-    return 0;
+    *view = graphsvc_take(held, object, itemsize, writable, name);
+    return *view == NULL ? -1 : 0;
 }
 
-static void release(buffers *held) {
-    while (held->count > 0) PyBuffer_Release(&held->views[--held->count]);
-}
-
-static PyObject *wrong_length(buffers *held, const char *name, Py_ssize_t got, Py_ssize_t expected) {
-    release(held);
+static PyObject *wrong_length(graphsvc_buffers *held, const char *name, Py_ssize_t got, Py_ssize_t expected) {
+    graphsvc_release(held);
     return PyErr_Format(PyExc_ValueError, "%s: %zd entries, expected %zd", name, got, expected);
 }
 
@@ -107,12 +97,12 @@ static enum problem check_starts(const int64_t *starts, Py_ssize_t count, int64_
 static PyObject *inline_parents(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *a, *b, *c;
-    buffers held = {.count = 0};
+    graphsvc_buffers held = {.count = 0};
     Py_buffer *offsets, *parents, *pairs;
     if (!PyArg_ParseTuple(args, "OOO:inline_parents", &a, &b, &c)) return NULL;
     if (take(&held, a, 8, 0, "offsets", &offsets) < 0 || take(&held, b, 4, 0, "parents", &parents) < 0 ||
         take(&held, c, 4, 1, "pairs", &pairs) < 0) {
-        release(&held);
+        graphsvc_release(&held);
         return NULL;
     }
     int64_t n = offsets->len / 8 - 1;
@@ -123,7 +113,7 @@ static PyObject *inline_parents(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     problem = fill_pairs(offsets->buf, parents->buf, n, parents->len / 4, pairs->buf, &where);
     Py_END_ALLOW_THREADS
-    release(&held);
+    graphsvc_release(&held);
     if (problem != OK) return raise_problem(problem, where);
     Py_RETURN_NONE;
 }
@@ -235,7 +225,7 @@ static int64_t dfs(const int64_t *starts, Py_ssize_t num_starts, const int64_t *
 static PyObject *dfs_postorder(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *o[8];
-    buffers held = {.count = 0};
+    graphsvc_buffers held = {.count = 0};
     Py_buffer *starts, *offsets, *parents, *pairs, *visited, *order, *stack, *cursor;
     if (!PyArg_ParseTuple(args, "OOOOOOOO:dfs_postorder", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7]))
         return NULL;
@@ -243,7 +233,7 @@ static PyObject *dfs_postorder(PyObject *self, PyObject *args) {
         take(&held, o[2], 4, 0, "parents", &parents) < 0 || take(&held, o[3], 4, 1, "pairs", &pairs) < 0 ||
         take(&held, o[4], 1, 1, "visited", &visited) < 0 || take(&held, o[5], 8, 1, "order", &order) < 0 ||
         take(&held, o[6], 8, 1, "stack", &stack) < 0 || take(&held, o[7], 8, 1, "cursor", &cursor) < 0) {
-        release(&held);
+        graphsvc_release(&held);
         return NULL;
     }
     int64_t n = visited->len;
@@ -258,7 +248,7 @@ static PyObject *dfs_postorder(PyObject *self, PyObject *args) {
     count = dfs(starts->buf, starts->len / 8, offsets->buf, parents->buf, n, parents->len / 4, pairs->buf,
                 visited->buf, order->buf, stack->buf, cursor->buf, &problem, &where);
     Py_END_ALLOW_THREADS
-    release(&held);
+    graphsvc_release(&held);
     if (count < 0) return raise_problem(problem, where);
     return PyLong_FromLongLong(count);
 }
@@ -362,7 +352,7 @@ static int64_t child_count(const int64_t *starts, Py_ssize_t num_starts, const i
 static PyObject *child_count_order(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *o[8];
-    buffers held = {.count = 0};
+    graphsvc_buffers held = {.count = 0};
     Py_buffer *starts, *offsets, *parents, *pairs, *counts, *reached, *order, *stack;
     if (!PyArg_ParseTuple(args, "OOOOOOOO:child_count_order", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
                           &o[7]))
@@ -371,7 +361,7 @@ static PyObject *child_count_order(PyObject *self, PyObject *args) {
         take(&held, o[2], 4, 0, "parents", &parents) < 0 || take(&held, o[3], 4, 1, "pairs", &pairs) < 0 ||
         take(&held, o[4], 8, 1, "counts", &counts) < 0 || take(&held, o[5], 1, 1, "reached", &reached) < 0 ||
         take(&held, o[6], 8, 1, "order", &order) < 0 || take(&held, o[7], 8, 1, "stack", &stack) < 0) {
-        release(&held);
+        graphsvc_release(&held);
         return NULL;
     }
     int64_t n = reached->len;
@@ -386,7 +376,7 @@ static PyObject *child_count_order(PyObject *self, PyObject *args) {
     count = child_count(starts->buf, starts->len / 8, offsets->buf, parents->buf, n, parents->len / 4, pairs->buf,
                         counts->buf, reached->buf, order->buf, stack->buf, &problem, &where);
     Py_END_ALLOW_THREADS
-    release(&held);
+    graphsvc_release(&held);
     if (count < 0) return raise_problem(problem, where);
     return PyLong_FromLongLong(count);
 }
@@ -395,12 +385,12 @@ static PyObject *child_count_order(PyObject *self, PyObject *args) {
 static PyObject *levels(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *a, *b, *c;
-    buffers held = {.count = 0};
+    graphsvc_buffers held = {.count = 0};
     Py_buffer *offsets, *parents, *level;
     if (!PyArg_ParseTuple(args, "OOO:levels", &a, &b, &c)) return NULL;
     if (take(&held, a, 8, 0, "offsets", &offsets) < 0 || take(&held, b, 4, 0, "parents", &parents) < 0 ||
         take(&held, c, 8, 1, "level", &level) < 0) {
-        release(&held);
+        graphsvc_release(&held);
         return NULL;
     }
     int64_t n = level->len / 8, e = parents->len / 4;
@@ -430,7 +420,7 @@ static PyObject *levels(PyObject *self, PyObject *args) {
         out[node] = highest + 1;
     }
     Py_END_ALLOW_THREADS
-    release(&held);
+    graphsvc_release(&held);
     if (problem != OK) return raise_problem(problem, where);
     Py_RETURN_NONE;
 }
@@ -442,18 +432,18 @@ static PyObject *ancestors(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *a, *b, *d;
     Py_ssize_t output;
-    buffers held = {.count = 0};
+    graphsvc_buffers held = {.count = 0};
     Py_buffer *offsets, *parents, *mask_view;
     if (!PyArg_ParseTuple(args, "OOnO:ancestors", &a, &b, &output, &d)) return NULL;
     if (take(&held, a, 8, 0, "offsets", &offsets) < 0 || take(&held, b, 4, 0, "parents", &parents) < 0 ||
         take(&held, d, 1, 1, "mask", &mask_view) < 0) {
-        release(&held);
+        graphsvc_release(&held);
         return NULL;
     }
     int64_t n = mask_view->len, e = parents->len / 4;
     if (offsets->len / 8 != n + 1) return wrong_length(&held, "offsets", offsets->len / 8, n + 1);
     if (output < 0 || output >= n) {
-        release(&held);
+        graphsvc_release(&held);
         return raise_problem(BAD_START, output);
     }
     const int64_t *off = offsets->buf;
@@ -484,7 +474,7 @@ static PyObject *ancestors(PyObject *self, PyObject *args) {
         if (problem != OK) break;
     }
     Py_END_ALLOW_THREADS
-    release(&held);
+    graphsvc_release(&held);
     if (problem != OK) return raise_problem(problem, where);
     Py_RETURN_NONE;
 }
@@ -497,12 +487,12 @@ static PyObject *structure_ok(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *a, *b, *c, *d;
     Py_ssize_t num_ops;
-    buffers held = {.count = 0};
+    graphsvc_buffers held = {.count = 0};
     Py_buffer *offsets, *parents, *codes, *leaf;
     if (!PyArg_ParseTuple(args, "OOOnO:structure_ok", &a, &b, &c, &num_ops, &d)) return NULL;
     if (take(&held, a, 8, 0, "offsets", &offsets) < 0 || take(&held, b, 4, 0, "parents", &parents) < 0 ||
         take(&held, c, 2, 0, "op_codes", &codes) < 0 || take(&held, d, 1, 0, "is_leaf_code", &leaf) < 0) {
-        release(&held);
+        graphsvc_release(&held);
         return NULL;
     }
     if (leaf->len < num_ops) return wrong_length(&held, "is_leaf_code", leaf->len, num_ops);
@@ -527,7 +517,7 @@ static PyObject *structure_ok(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
-    release(&held);
+    graphsvc_release(&held);
     return PyBool_FromLong(ok);
 }
 
@@ -536,12 +526,12 @@ static PyObject *structure_ok(PyObject *self, PyObject *args) {
 static PyObject *first_arity_mismatch(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *a, *b, *c;
-    buffers held = {.count = 0};
+    graphsvc_buffers held = {.count = 0};
     Py_buffer *codes, *offsets, *arity_view;
     if (!PyArg_ParseTuple(args, "OOO:first_arity_mismatch", &a, &b, &c)) return NULL;
     if (take(&held, a, 2, 0, "codes", &codes) < 0 || take(&held, b, 8, 0, "offsets", &offsets) < 0 ||
         take(&held, c, 8, 0, "arity", &arity_view) < 0) {
-        release(&held);
+        graphsvc_release(&held);
         return NULL;
     }
     int64_t n = codes->len / 2, num_codes = arity_view->len / 8;
@@ -557,14 +547,14 @@ static PyObject *first_arity_mismatch(PyObject *self, PyObject *args) {
             break;
         }
         int64_t expected = arity[code[node]];
-        /* unsigned: the count of hostile offsets may not fit in int64; it then wraps, as numba's does */
+        /* unsigned: the count of hostile offsets may not fit in int64; it then wraps and counts as a mismatch */
         if (expected >= 0 && (uint64_t)off[node + 1] - (uint64_t)off[node] != (uint64_t)expected) {
             found = node;
             break;
         }
     }
     Py_END_ALLOW_THREADS
-    release(&held);
+    graphsvc_release(&held);
     if (bad_code >= 0) return raise_problem(BAD_CODE, bad_code);
     return PyLong_FromLongLong(found);
 }

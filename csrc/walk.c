@@ -723,7 +723,6 @@ static int finish_value(PyObject *node, PyObject *parents, int64_t *slot, Table 
     return status;
 }
 
-/* node._parents as a tuple or list (a new reference), or NULL with an exception set. */
 /* A node's parents as a tuple the walk holds: the node's own tuple, or a copy of another sequence,
  * so code the walk runs (a property, __getattr__) cannot change or free them under it. */
 static PyObject *parents_of(PyObject *node) {

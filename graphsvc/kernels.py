@@ -23,12 +23,12 @@ from typing import Any
 #: compiled path is tested against).
 JIT_THRESHOLD = 1_000
 
-#: The primitives the compiled replay knows, by the name an op gives as its ``kernel``; an op may
-#: name one only if its forward and derivatives compute exactly what the primitive computes (the
-#: builtin ops of the same names do). Position + 1 is the primitive's code in ``csrc/replay.c``.
-PRIMITIVES = ("add", "sub", "mul", "div", "neg", "relu", "abs", "max", "min")
-#: The number of inputs of each primitive.
+#: The primitives the compiled replay knows, by the name an op gives as its ``kernel``, with the
+#: number of inputs of each; an op may name one only if its forward and derivatives compute exactly
+#: what the primitive computes (the builtin ops of the same names do).
 PRIMITIVE_ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "neg": 1, "relu": 1, "abs": 1, "max": 2, "min": 2}
+#: The same names in order: position + 1 is the primitive's code in ``csrc/replay.c``.
+PRIMITIVES = tuple(PRIMITIVE_ARITY)
 
 
 @cache
