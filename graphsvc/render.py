@@ -36,10 +36,13 @@ FORMATS = ("svg", "png", "pdf", "dot")
 #: Names longer than this are shortened in the picture.
 MAX_LABEL_CHARS = 40
 
-INSTALL_HINT = (
-    "install Graphviz: `apt-get install graphviz` (Debian, Ubuntu) or `brew install graphviz` (macOS), "
-    "and its Python package: `pip install graphviz`; or write a .dot file, which needs neither"
+#: What to do when the ``dot`` program is missing, and when the Python package is (each message names
+#: only what is missing).
+DOT_HINT = (
+    "install Graphviz: `apt-get install graphviz` (Debian, Ubuntu) or `brew install graphviz` (macOS); "
+    "or write a .dot file, which needs neither"
 )
+PACKAGE_HINT = "install it: `pip install graphviz`; or write a .dot file, which needs neither"
 
 
 def neighbourhood(graph: Graph, center: int, depth: int, limit: int = MAX_RENDER_NODES) -> list[int]:
@@ -169,12 +172,12 @@ def draw(dot_text: str, kind: str) -> bytes:
     try:
         import graphviz
     except ImportError:
-        raise RenderError(f"drawing .{kind} needs the graphviz Python package; {INSTALL_HINT}") from None
+        raise RenderError(f"drawing .{kind} needs the graphviz Python package; {PACKAGE_HINT}") from None
     try:
         data = graphviz.Source(dot_text).pipe(format=kind, engine="dot", quiet=True)
     except graphviz.ExecutableNotFound:
         raise RenderError(
-            f"drawing .{kind} needs the Graphviz `dot` program, which is not on PATH; {INSTALL_HINT}"
+            f"drawing .{kind} needs the Graphviz `dot` program, which is not on PATH; {DOT_HINT}"
         ) from None
     except graphviz.CalledProcessError as exc:
         detail = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()

@@ -20,7 +20,7 @@ def graphviz_missing() -> str | None:
     try:
         import graphviz  # noqa: F401
     except ImportError:
-        lacking.append('the graphviz Python package (`pip install graphviz`, or `pip install -e ".[test]"`)')
+        lacking.append("the graphviz Python package, a dependency of graphsvc (`pip install graphviz`)")
     return "this test draws with Graphviz and needs " + " and ".join(lacking) if lacking else None
 
 

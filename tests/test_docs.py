@@ -147,11 +147,12 @@ def report(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def check_graphviz(block: Block) -> None:
-    if not IMAGE_OUTPUT.search(block.text) or graphviz_missing() is None:
+    reason = graphviz_missing() if IMAGE_OUTPUT.search(block.text) else None
+    if reason is None:
         return
     if os.environ.get("GRAPHSVC_REQUIRE_GRAPHVIZ") == "1":
-        pytest.fail(f"{block.id} draws an image and needs Graphviz's dot (apt-get install graphviz)")
-    raise Skipped("needs Graphviz's dot to draw an image: apt-get install graphviz")
+        pytest.fail(f"{block.id}: {reason}")
+    raise Skipped(reason)
 
 
 # -- python ------------------------------------------------------------------------------------------
@@ -444,7 +445,11 @@ def test_an_image_needs_graphviz_or_is_skipped(tmp_path: Path, monkeypatch: pyte
     monkeypatch.delenv("GRAPHSVC_REQUIRE_GRAPHVIZ", raising=False)
     problem = DocumentRun(tmp_path, [block]).outcome(0)
     assert isinstance(problem, Skipped)
-    assert str(problem) == "needs Graphviz's dot to draw an image: apt-get install graphviz"
+    missing = (
+        "this test draws with Graphviz and needs Graphviz's `dot` program, which is not on PATH "
+        "(`apt-get install graphviz` on Debian and Ubuntu, `brew install graphviz` on macOS)"
+    )
+    assert str(problem) == missing
     monkeypatch.setenv("GRAPHSVC_REQUIRE_GRAPHVIZ", "1")
     problem = DocumentRun(tmp_path, [block]).outcome(0)
-    assert str(problem) == "doc.md:4 draws an image and needs Graphviz's dot (apt-get install graphviz)"
+    assert str(problem) == f"doc.md:4: {missing}"
