@@ -3,10 +3,49 @@
 from __future__ import annotations
 
 import os
+import pty
 import shutil
-from typing import Any
+import subprocess
+from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: ``graphsvc backward examples/seed004.msgpack``, piped: L = (a*b + c)*(a + b) at a=2, b=3, c=1.
+SEED004_BACKWARD_PLAIN = (
+    "6\tL\tmul\t4,5\t35.0\t1.0\n"
+    "5\tapb\tadd\t0,1\t5.0\t7.0\n"
+    "4\tabc\tadd\t3,2\t7.0\t5.0\n"
+    "3\tab\tmul\t0,1\t6.0\t5.0\n"
+    "2\tc\tleaf\t-\t1.0\t5.0\n"
+    "1\tb\tleaf\t-\t3.0\t17.0\n"
+    "0\ta\tleaf\t-\t2.0\t22.0\n"
+)
+
+
+def with_terminal_stderr(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """Run ARGV from the checkout with stdout piped and stderr on a pseudo-terminal (100 columns);
+    return (code, stdout, what the terminal got)."""
+    master, slave = pty.openpty()
+    environment = {k: v for k, v in os.environ.items() if k != "GRAPHSVC_FORCE_TERMINAL"}
+    environment.update({"COLUMNS": "100", **env})
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=slave, env=environment)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child has gone and closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert process.stdout is not None
+    stdout = process.stdout.read().decode()
+    return process.wait(), stdout, seen.decode(errors="replace")
 
 
 def graphviz_missing() -> str | None:
@@ -36,6 +75,14 @@ def graphviz_dot() -> None:
     pytest.skip(reason)
 
 
+def native_missing(reason: str) -> NoReturn:
+    """Skip a test of graphsvc's C extensions that were not built here, except with
+    ``GRAPHSVC_REQUIRE_NATIVE=1`` (as ``.ci/run`` sets it), where that fails it."""
+    if os.environ.get("GRAPHSVC_REQUIRE_NATIVE") == "1":
+        pytest.fail(f"{reason}; GRAPHSVC_REQUIRE_NATIVE=1 makes that a failure, not a skip", pytrace=False)
+    pytest.skip(reason)
+
+
 def require_native(name: str) -> Any:
     """The C extension ``graphsvc._cNAME``, for tests of it: skipped where it was not built, failed
     under ``GRAPHSVC_REQUIRE_NATIVE=1`` (as for :func:`require_compiled`)."""
@@ -44,10 +91,7 @@ def require_native(name: str) -> Any:
     try:
         return importlib.import_module(f"graphsvc._c{name}")
     except ImportError as exc:
-        reason = f"graphsvc._c{name} was not built here ({exc}; pip builds it at install with a C compiler)"
-    if os.environ.get("GRAPHSVC_REQUIRE_NATIVE") == "1":
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
+        native_missing(f"graphsvc._c{name} was not built here ({exc}; pip builds it at install with a C compiler)")
 
 
 def require_compiled() -> Any:
@@ -59,10 +103,7 @@ def require_compiled() -> Any:
     compiled = kernels._compiled()
     if compiled is not None:
         return compiled
-    reason = "graphsvc's C extensions were not built here (pip builds them at install with a C compiler)"
-    if os.environ.get("GRAPHSVC_REQUIRE_NATIVE") == "1":
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
+    native_missing("graphsvc's C extensions were not built here (pip builds them at install with a C compiler)")
 
 
 # -- plugins: keep the ones installed on this machine out of a test ---------------------------------

@@ -100,14 +100,16 @@ def test_help_shows_file_and_the_choices() -> None:
     assert "--set NAME=VALUE" in invoke("backward", "-h")[1]
 
 
-def complete_bash(words: str) -> list[str]:
+def complete_bash(words: str, stdin: int | None = None) -> list[str]:
     env = {
         **os.environ,
         "_GRAPHSVC_COMPLETE": "complete_bash",
         "COMP_WORDS": words,
         "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
     }
-    result = subprocess.run([sys.executable, "-m", "graphsvc"], cwd=ROOT, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "graphsvc"], cwd=ROOT, env=env, stdin=stdin, capture_output=True, text=True, timeout=30
+    )
     assert (result.returncode, result.stderr) == (0, "")
     return result.stdout.split()
 
@@ -121,6 +123,20 @@ def test_completion_does_not_read_a_fifo(tmp_path: Path) -> None:
     fifo = tmp_path / "graph.msgpack"
     os.mkfifo(fifo)  # nothing ever writes to it: opening it to read would block the shell
     assert complete_bash(f"graphsvc backward {fifo} --output ") == []
+
+
+@pytest.mark.parametrize("file", ["/dev/stdin", "-"])
+def test_completion_does_not_read_standard_input(file: str) -> None:
+    """Standard input holds a graph it could list names from: it is the user's, and a pipe or a
+    terminal may never end, so completion leaves it alone as it leaves a FIFO."""
+    read, write = os.pipe()
+    os.write(write, SEED004.read_bytes())
+    os.close(write)
+    try:
+        assert complete_bash(f"graphsvc backward {file} --output ", stdin=read) == []
+    finally:
+        os.close(read)
+    assert complete_bash(f"graphsvc backward {SEED004} --output ") == ["a", "b", "c", "ab", "abc", "apb", "L"]
 
 
 def test_a_choice_outside_the_list_is_a_usage_error() -> None:

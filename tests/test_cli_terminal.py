@@ -4,7 +4,6 @@ stderr only, shell completion of node and op names, and an example in every comm
 from __future__ import annotations
 
 import os
-import pty
 import re
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from graphsvc import terminal
+from tests.conftest import SEED004_BACKWARD_PLAIN, with_terminal_stderr
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED000 = "examples/seed000.msgpack"
@@ -23,16 +23,6 @@ SEED004 = "examples/seed004.msgpack"
 runner = CliRunner()
 TERMINAL = {"GRAPHSVC_FORCE_TERMINAL": "1", "NO_COLOR": "1", "COLUMNS": "120"}
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-SEED004_BACKWARD_PLAIN = (
-    "6\tL\tmul\t4,5\t35.0\t1.0\n"
-    "5\tapb\tadd\t0,1\t5.0\t7.0\n"
-    "4\tabc\tadd\t3,2\t7.0\t5.0\n"
-    "3\tab\tmul\t0,1\t6.0\t5.0\n"
-    "2\tc\tleaf\t-\t1.0\t5.0\n"
-    "1\tb\tleaf\t-\t3.0\t17.0\n"
-    "0\ta\tleaf\t-\t2.0\t22.0\n"
-)
 
 
 def table(*args: str, code: int = 0) -> list[str]:
@@ -153,28 +143,6 @@ def test_piped_output_is_the_plain_text() -> None:
 
 
 # -- the progress bar --------------------------------------------------------------------------------
-def with_terminal_stderr(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
-    """Run with stdout piped and stderr on a pseudo-terminal; return (code, stdout, what the terminal got)."""
-    master, slave = pty.openpty()
-    environment = {k: v for k, v in os.environ.items() if k != "GRAPHSVC_FORCE_TERMINAL"}
-    environment.update({"COLUMNS": "100", **env})
-    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=slave, env=environment)
-    os.close(slave)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the child has gone and closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(master)
-    assert process.stdout is not None
-    stdout = process.stdout.read().decode()
-    return process.wait(), stdout, seen.decode(errors="replace")
-
-
 def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "graphsvc", "--disable-plugins", *args]
 

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import pty
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,8 +19,8 @@ from graphsvc import listing, terminal
 from graphsvc.errors import GraphStructureError
 from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.topo import topological_sort
+from tests.conftest import with_terminal_stderr
 
-ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 PIPED = {"GRAPHSVC_FORCE_TERMINAL": "0"}
 TERMINAL = {"GRAPHSVC_FORCE_TERMINAL": "1", "NO_COLOR": "1", "COLUMNS": "200"}
@@ -95,11 +92,16 @@ def test_backward_piped_escapes_every_name(hostile_file: Path) -> None:
 
 def test_forward_piped_escapes_every_name(hostile_file: Path) -> None:
     result = runner.invoke(app, ["--disable-plugins", "forward", str(hostile_file)], env=PIPED)
-    assert result.exit_code == 0
-    assert result.stdout.splitlines()[:2] == [
-        "6\tback\\\\slash\tmul\t4,5\t35.0",
-        "5\t\\u202eevil\\u2028\tadd\t0,1\t5.0",
-    ]
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert result.stdout == rows(
+        ("6", SHOWN[6], "mul", "4,5", "35.0"),
+        ("5", SHOWN[5], "add", "0,1", "5.0"),
+        ("4", SHOWN[4], "add", "3,2", "7.0"),
+        ("3", SHOWN[3], "mul", "0,1", "6.0"),
+        ("2", SHOWN[2], "leaf", "-", "1.0"),
+        ("1", SHOWN[1], "leaf", "-", "3.0"),
+        ("0", SHOWN[0], "leaf", "-", "2.0"),
+    )
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 3, listing.CHUNK])
@@ -116,6 +118,31 @@ def test_op_tags_are_escaped_and_only_chunks_that_need_it_change(chunk: int, mon
         ("2", "a\\nb", "f", "1"),
         ("1", "plain", "my\\top\\x1b[31m", "0"),
         ("0", "x", "leaf", "-"),
+    )
+
+
+def test_op_tags_from_the_file_are_escaped_by_inspect_and_in_errors(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    b.add("my\top\x1b]0;T\x07", [b.leaf(1.0, name="x")], name="y")
+    path = tmp_path / "tag.msgpack"
+    fmt.save(b.build(), path)
+    tag = "my\\top\\x1b]0;T\\x07"
+    piped = runner.invoke(app, ["inspect", str(path)], env=PIPED)
+    assert (piped.exit_code, piped.stderr) == (0, "")
+    assert piped.stdout.splitlines()[-2:] == [f"ops: leaf 1, {tag} 1", f"plugins: unknown (leaf, {tag})"]
+    table = runner.invoke(app, ["inspect", str(path)], env=TERMINAL)
+    assert (table.exit_code, table.stderr) == (0, "")
+    assert_nothing_raw(table.stdout)
+    assert [line.rstrip().split(maxsplit=1) for line in table.stdout.splitlines()[-2:]] == [
+        ["ops", f"leaf 1, {tag} 1"],
+        ["plugins", f"unknown (leaf, {tag})"],
+    ]
+    refused = runner.invoke(app, ["--disable-plugins", "forward", str(path)], env=PIPED)
+    assert (refused.exit_code, refused.stdout, refused.stderr) == (
+        4,
+        "",
+        f"Error: the graph uses op not registered here: {tag} (plugin unknown); install the plugin that provides"
+        " them or pass --plugin\n",
     )
 
 
@@ -183,22 +210,8 @@ def test_print_table_escapes_control_characters_left_in_cells(monkeypatch: pytes
 
 def test_progress_description_is_escaped() -> None:
     script = "from graphsvc.terminal import progress\nwith progress('loading /tmp/\\x1b]0;pwned\\x07x'): pass"
-    master, slave = pty.openpty()
-    env = {**os.environ, "GRAPHSVC_PROGRESS_DELAY": "0", "COLUMNS": "100"}
-    process = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=slave, env=env)
-    os.close(slave)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(master)
-    assert process.wait() == 0
-    tty = seen.decode(errors="replace")
+    code, stdout, tty = with_terminal_stderr(sys.executable, "-c", script, env={"GRAPHSVC_PROGRESS_DELAY": "0"})
+    assert (code, stdout) == (0, "")
     assert "loading /tmp/\\x1b]0;pwned\\x07x" in tty
     assert "\x1b]0;" not in tty
 

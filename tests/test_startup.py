@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SEED004_BACKWARD_PLAIN
+
 ROOT = Path(__file__).resolve().parents[1]
 SEED = "examples/seed004.msgpack"
 
@@ -34,15 +36,7 @@ finally:
 #: Never imported by any command on a small graph.
 NEVER = ("pydantic", "numba", "llvmlite", "importlib.metadata", "email", "rich")
 
-BACKWARD_LISTING = (
-    "6\tL\tmul\t4,5\t35.0\t1.0\n"
-    "5\tapb\tadd\t0,1\t5.0\t7.0\n"
-    "4\tabc\tadd\t3,2\t7.0\t5.0\n"
-    "3\tab\tmul\t0,1\t6.0\t5.0\n"
-    "2\tc\tleaf\t-\t1.0\t5.0\n"
-    "1\tb\tleaf\t-\t3.0\t17.0\n"
-    "0\ta\tleaf\t-\t2.0\t22.0\n"
-)
+BACKWARD_LISTING = SEED004_BACKWARD_PLAIN
 
 
 def imported_by(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:

@@ -8,7 +8,6 @@ module calls the C kernels directly, on the edge cases too.)
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ from graphsvc import kernels, topo
 from graphsvc.errors import GraphStructureError
 from graphsvc.graph import LEAF_TAGS, Graph
 from graphsvc.topo import reverse_topological_order
-from tests.conftest import require_compiled
+from tests.conftest import require_compiled, require_native
 
 NAMES = (
     "ancestors",
@@ -34,15 +33,10 @@ NAMES = (
 
 @pytest.fixture(scope="module")
 def c() -> Any:
-    """graphsvc._topo_kernels; skipped where the extension was not built, except with
-    GRAPHSVC_REQUIRE_NATIVE=1 (as .ci/run sets it), where that fails."""
-    try:
-        from graphsvc import _topo_kernels
-    except ImportError as exc:
-        reason = f"graphsvc._ctopo was not built ({exc})"
-        if os.environ.get("GRAPHSVC_REQUIRE_NATIVE") == "1":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
+    """graphsvc._topo_kernels, over graphsvc._ctopo (see require_native)."""
+    require_native("topo")
+    from graphsvc import _topo_kernels
+
     return _topo_kernels
 
 

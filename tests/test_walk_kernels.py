@@ -12,7 +12,6 @@ written back.
 from __future__ import annotations
 
 import math
-import os
 import random
 from collections.abc import Callable, Iterable
 from types import ModuleType
@@ -36,13 +35,9 @@ SPECIAL = [0.0, -0.0, 1.0, 2.0, -3.5, math.nan, -math.nan, math.inf, -math.inf, 
 
 @pytest.fixture(scope="module")
 def native() -> ModuleType:
-    """graphsvc._cwalk: skipped where it was not built, except with GRAPHSVC_REQUIRE_NATIVE=1 (CI)."""
-    module = value.native_walk()
-    if module is None:
-        reason = "graphsvc._cwalk was not built (no C compiler at install): the references run instead"
-        if os.environ.get("GRAPHSVC_REQUIRE_NATIVE") == "1":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
+    """graphsvc._cwalk, the walk value.native_walk() gives (see require_native)."""
+    module: ModuleType = require_native("walk")
+    assert value.native_walk() is module
     return module
 
 
