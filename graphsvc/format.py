@@ -141,6 +141,8 @@ def _check_writable(graph: Graph) -> None:
     """Every structural rule, and what a reader refuses in attributes and metadata (a map key that
     is not a string, nesting deeper than the default limit), so that ``load`` reads what ``save`` writes."""
     graph.check()
+    if graph.is_tensor_graph:
+        raise FormatError("this graph holds arrays (tensor nodes): writing them (format 2.0) is not supported yet")
     for node in sorted(graph.attrs):
         _check_nesting(graph.attrs[node], DEFAULT_LIMITS.max_attr_depth, f"attributes of node {node}", True)
     _check_nesting(graph.metadata, DEFAULT_LIMITS.max_attr_depth, "metadata", True)

@@ -2,7 +2,13 @@
 
 A graph has nodes ``0..N-1``. Node ``i`` has an op tag (``op_table[op_codes[i]]``), an ordered
 list of parents (``parent_indices[parent_offsets[i]:parent_offsets[i + 1]]``, repeats allowed),
-a float64 value, an optional float64 gradient, an optional name and optional attributes.
+a value, an optional gradient, an optional name and optional attributes.
+
+A value is a float64 scalar, held in the ``values`` column (``grads`` for gradients), or, for a
+*tensor node*, an array: any shape (0-d included) of one of :data:`TENSOR_DTYPES`, held in the
+``arrays`` map (``grad_arrays`` for gradients), with ``nan`` in the node's column entries. A graph
+with any tensor node is a *tensor graph* (format 2.0); a graph of float64 scalars keeps today's
+columns, speed and format 1.0.
 
 Node ids are in topological order: every parent id is smaller than its child's id (the rule ONNX
 uses). A cycle therefore cannot be stored; the builder and the JSON converter are where graphs
@@ -36,6 +42,9 @@ OP_CODE_DTYPE = np.dtype("<u2")
 OFFSET_DTYPE = np.dtype("<i8")
 INDEX_DTYPE = np.dtype("<i4")
 FLOAT_DTYPE = np.dtype("<f8")
+#: The dtypes a tensor node's value or gradient may have: float64, float32, and int64 for index
+#: inputs (class labels, token ids), whose nodes get no gradient.
+TENSOR_DTYPES = (np.dtype("float64"), np.dtype("float32"), np.dtype("int64"))
 #: The most distinct op tags one graph can use (op codes are uint16).
 MAX_OPS = 1 << 16
 #: The most nodes one graph can hold (parent indices are int32).
@@ -72,6 +81,10 @@ class Graph:
     outputs: list[int] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     op_sources: dict[str, OpSource] = field(default_factory=dict)
+    #: Values of the tensor nodes (see the module docstring): node -> array.
+    arrays: dict[int, np.ndarray] = field(default_factory=dict)
+    #: Gradients of the tensor nodes: node -> array of its value's shape.
+    grad_arrays: dict[int, np.ndarray] = field(default_factory=dict)
 
     # -- sizes and per-node access -------------------------------------------------------
     @property
@@ -112,14 +125,26 @@ class Graph:
             raise UsageError(f"no node with id {ref} (the graph has {self.num_nodes} nodes)")
         return int(ref)
 
-    def value(self, ref: NodeRef) -> float:
-        """The value of a node, given by its id or its name."""
-        return float(self.values[self.node_id(ref)])
+    @property
+    def is_tensor_graph(self) -> bool:
+        """True when some node holds an array (or a scalar that is not float64): format 2.0."""
+        return bool(self.arrays) or bool(self.grad_arrays)
 
-    def grad(self, ref: NodeRef) -> float:
-        """The gradient of a node, given by its id or its name; :class:`UsageError` when the graph
-        holds no gradients (``graphsvc.backward(graph)`` returns a graph that does)."""
+    def value(self, ref: NodeRef) -> float | np.ndarray:
+        """The value of a node, given by its id or its name: a float for a scalar node, an array
+        for a tensor node."""
         node = self.node_id(ref)
+        array = self.arrays.get(node)
+        return float(self.values[node]) if array is None else array
+
+    def grad(self, ref: NodeRef) -> float | np.ndarray:
+        """The gradient of a node, given by its id or its name (a float or an array, as
+        :meth:`value`); :class:`UsageError` when the graph holds no gradients
+        (``graphsvc.backward(graph)`` returns a graph that does)."""
+        node = self.node_id(ref)
+        array = self.grad_arrays.get(node)
+        if array is not None:
+            return array
         if self.grads is None:
             raise UsageError(
                 f"the graph holds no gradients, so node {self.label(node)} has none: "
@@ -165,6 +190,8 @@ class Graph:
             outputs=list(self.outputs),
             metadata=dict(self.metadata),
             op_sources=dict(self.op_sources),
+            arrays={k: v.copy() for k, v in self.arrays.items()},
+            grad_arrays={k: v.copy() for k, v in self.grad_arrays.items()},
         )
 
     # -- validation ------------------------------------------------------------------------
@@ -252,6 +279,15 @@ class Graph:
         for out in self.outputs:
             if not 0 <= out < n:
                 raise GraphStructureError(f"output {out} does not exist (the graph has {n} nodes)")
+        for what, arrays in (("value", self.arrays), ("gradient", self.grad_arrays)):
+            for node, array in arrays.items():
+                if not 0 <= node < n:
+                    raise GraphStructureError(f"a {what} array is given to node {node}, which does not exist")
+                if not isinstance(array, np.ndarray) or array.dtype not in TENSOR_DTYPES:
+                    kind = f"array of {array.dtype}" if isinstance(array, np.ndarray) else type(array).__name__
+                    raise GraphStructureError(
+                        f"node {node}: a {what} must be an array of float64, float32 or int64, not {kind}"
+                    )
 
 
 def _leaf_mask(graph: Graph, leaf_codes: list[int]) -> npt.NDArray[np.bool_]:
@@ -356,17 +392,19 @@ class GraphBuilder:
         self._names: dict[int, str] = {}
         self._by_name: dict[str, int] = {}
         self._attrs: dict[int, dict[str, Any]] = {}
+        self._arrays: dict[int, np.ndarray] = {}
+        self._grad_arrays: dict[int, np.ndarray] = {}
         self.op_sources: dict[str, OpSource] = {}
 
     def __len__(self) -> int:
         return len(self._op_codes)
 
-    def leaf(self, value: float = 0.0, name: str | None = None, grad: float | None = None) -> int:
-        """Add an input node."""
+    def leaf(self, value: float | np.ndarray = 0.0, name: str | None = None, grad: float | np.ndarray | None = None) -> int:
+        """Add an input node: a float, or an array (a tensor node; it is copied)."""
         return self.add(LEAF, [], value=value, name=name, grad=grad)
 
-    def const(self, value: float, name: str | None = None) -> int:
-        """Add a constant."""
+    def const(self, value: float | np.ndarray, name: str | None = None) -> int:
+        """Add a constant: a float or an array."""
         return self.add(CONST, [], value=value, name=name)
 
     def add(
@@ -374,12 +412,14 @@ class GraphBuilder:
         op: str,
         parents: Sequence[NodeRef] = (),
         *,
-        value: float = math.nan,
+        value: float | np.ndarray = math.nan,
         name: str | None = None,
         attrs: Mapping[str, Any] | None = None,
-        grad: float | None = None,
+        grad: float | np.ndarray | None = None,
     ) -> int:
-        """Add a node and return its id. A value left out is ``nan`` until a forward replay."""
+        """Add a node and return its id. A value left out is ``nan`` (no stored value) until a
+        forward replay. A value or gradient given as a numpy array (or a numpy scalar other than
+        float64) makes the node a tensor node holding a copy of it; a float keeps it a scalar node."""
         if not isinstance(op, str) or not op:
             raise GraphStructureError(f"op tag {op!r} is not a non-empty string")
         node = len(self._op_codes)
@@ -400,6 +440,12 @@ class GraphBuilder:
         self._op_codes.append(code)
         self._parents.extend(ids)
         self._offsets.append(len(self._parents))
+        if _is_tensor(value):
+            self._arrays[node] = _tensor(node, "value", value)
+            value = math.nan
+        if _is_tensor(grad):
+            self._grad_arrays[node] = _tensor(node, "gradient", grad)
+            grad = None
         self._values.append(float(value))
         if grad is not None:
             self._has_grads = True
@@ -436,6 +482,8 @@ class GraphBuilder:
             attrs={k: dict(v) for k, v in self._attrs.items()},
             metadata=dict(metadata or {}),
             op_sources=dict(self.op_sources),
+            arrays=dict(self._arrays),
+            grad_arrays=dict(self._grad_arrays),
         )
         if outputs is None:
             graph.outputs = [int(s) for s in graph.sinks()]
@@ -443,3 +491,15 @@ class GraphBuilder:
             graph.outputs = [graph.node_id(o) for o in outputs]
         graph.check()
         return graph
+
+
+def _is_tensor(value: object) -> bool:
+    return isinstance(value, np.ndarray) or (isinstance(value, np.generic) and value.dtype != FLOAT_DTYPE)
+
+
+def _tensor(node: int, what: str, array: np.ndarray | np.generic) -> np.ndarray:
+    """A C-ordered, native-endian copy of a tensor node's value or gradient; other dtypes refused."""
+    result = np.array(array, order="C")
+    if result.dtype not in TENSOR_DTYPES:
+        raise GraphStructureError(f"node {node}: a {what} must be an array of float64, float32 or int64, not {result.dtype}")
+    return result.astype(result.dtype.newbyteorder("="), copy=False)

@@ -51,6 +51,8 @@ def _float_in(x: Any, where: str) -> float:
 
 def to_document(graph: Graph) -> dict[str, Any]:
     """The JSON document of a graph (a plain dict)."""
+    if graph.is_tensor_graph:
+        raise FormatError("this graph holds arrays (tensor nodes): writing them (format 2.0) is not supported yet")
     values = graph.values.tolist()
     grads = None if graph.grads is None else graph.grads.tolist()
     offsets = graph.parent_offsets.tolist()

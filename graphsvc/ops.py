@@ -1,9 +1,24 @@
 """The op contract and the op registry.
 
-An op is an elementwise function with its local derivatives, the way micrograd writes them side by
-side::
+An op is a forward function with its derivative, given in one of two forms.
+
+*Elementwise* ops give their local derivatives, the way micrograd writes them side by side::
 
     Op("mul", 2, forward=lambda x, y: x * y, derivatives=lambda x, y, out: (y, x))
+
+Any op may instead give a *vector-Jacobian product*, the contract of autograd's ``defvjp``, JAX's
+``custom_vjp`` and PyTorch's ``autograd.Function.backward``::
+
+    Op("matmul", 2, forward=np.matmul, vjp=lambda g, out, x, y: (g @ y.T, x.T @ g))
+
+- ``vjp(g, out, *inputs, **attrs)`` returns one cotangent per input: the gradient of the loss with
+  respect to that input, given ``g``, its gradient with respect to the output (same shape as
+  ``out``). ``None`` marks an input that gets no gradient (an int64 index input). On tensor nodes
+  graphsvc calls ``vjp`` when an op has one; an elementwise op's ``derivatives`` are turned into
+  a VJP (``g * partial``, broadcast dimensions summed back: :func:`graphsvc.tensors.unbroadcast`).
+  An op with only a ``vjp`` works on tensor graphs (a graph of scalars that uses it is replayed as
+  one, node by node, with 0-d arrays).
+- ``variadic=True``: a node may have ``arity`` or more inputs (``concatenate``).
 
 - ``forward(*inputs, **attrs)`` returns the output.
 - ``derivatives(*inputs, out, **attrs)`` returns a tuple (or list) with one partial derivative
@@ -79,8 +94,9 @@ class Op:
     arity: int
     #: ``forward(*inputs, **attrs) -> output``; None for the leaf tags.
     forward: Callable[..., Any] | None
-    #: ``derivatives(*inputs, out, **attrs) -> (d out/d input_0, ...)``; None for the leaf tags.
-    derivatives: Callable[..., Sequence[Any]] | None
+    #: ``derivatives(*inputs, out, **attrs) -> (d out/d input_0, ...)`` for an elementwise op;
+    #: None for the leaf tags and for ops given by their ``vjp``.
+    derivatives: Callable[..., Sequence[Any]] | None = None
     #: The version of this op's definition, recorded in files next to the plugin's version.
     version: str = "1"
     #: False: the functions accept only Python floats, and the engine calls them per element.
@@ -91,6 +107,12 @@ class Op:
     #: computes exactly what ``forward`` and ``derivatives`` compute, so large graphs replay these
     #: nodes in compiled code. Only for ops that match a primitive bit for bit.
     kernel: str | None = None
+    #: ``vjp(g, out, *inputs, **attrs) -> (cotangent of input_0, ...)``, ``None`` for an input that
+    #: gets no gradient; optional for an elementwise op (derived from ``derivatives``).
+    vjp: Callable[..., Sequence[Any]] | None = None
+    #: True: a node may have ``arity`` or more inputs (``concatenate``); its functions then take
+    #: as many positional inputs as the node has.
+    variadic: bool = False
     #: The distribution (or module) that registered the op; filled in by the registry.
     plugin: str | None = None
     #: That distribution's version, when known; filled in by the registry.
@@ -118,15 +140,25 @@ def check_op_declaration(op: object) -> Op:
     if not isinstance(op.arity, int) or isinstance(op.arity, bool) or op.arity < 0:
         raise OpError(f"op {op.name!r}: arity must be a non-negative integer, not {op.arity!r}")
     if op.arity == 0:
-        if op.forward is not None or op.derivatives is not None:
+        if op.forward is not None or op.derivatives is not None or op.vjp is not None or op.variadic:
             raise OpError(
                 f"op {op.name!r}: arity 0 is for leaf tags, whose values come from the file, "
-                "so forward and derivatives must be None"
+                "so forward, derivatives and vjp must be None"
             )
     else:
-        for field in ("forward", "derivatives"):
-            if not callable(getattr(op, field)):
+        if not callable(op.forward):
+            raise OpError(f"op {op.name!r}: forward must be a function, not {op.forward!r}")
+        if op.derivatives is None and op.vjp is None:
+            raise OpError(f"op {op.name!r}: give derivatives (an elementwise op) or vjp")
+        for field in ("derivatives", "vjp"):
+            if getattr(op, field) is not None and not callable(getattr(op, field)):
                 raise OpError(f"op {op.name!r}: {field} must be a function, not {getattr(op, field)!r}")
+    if not isinstance(op.variadic, bool):
+        raise OpError(f"op {op.name!r}: variadic must be True or False, not {op.variadic!r}")
+    if op.variadic and op.derivatives is not None:
+        raise OpError(f"op {op.name!r}: a variadic op gives vjp, not derivatives")
+    if not op.vectorized and op.vjp is not None:
+        raise OpError(f"op {op.name!r}: an op with a vjp works on arrays, so it must be vectorized")
     if not isinstance(op.version, str) or not op.version:
         raise OpError(f"op {op.name!r}: version must be a non-empty string, not {op.version!r}")
     if not isinstance(op.vectorized, bool):
@@ -136,12 +168,17 @@ def check_op_declaration(op: object) -> Op:
     if op.kernel is not None:
         from graphsvc.kernels import PRIMITIVE_ARITY
 
+        if op.derivatives is None:
+            raise OpError(f"op {op.name!r}: a kernel stands for an elementwise op, which gives derivatives")
         if not isinstance(op.kernel, str) or PRIMITIVE_ARITY.get(op.kernel) != op.arity:
             known = ", ".join(PRIMITIVE_ARITY)
             raise OpError(f"op {op.name!r}: kernel {op.kernel!r} is not a primitive of arity {op.arity} ({known})")
     if op.arity > 0:
         _check_positionals(op, "forward", op.forward, op.arity, "its inputs")
-        _check_positionals(op, "derivatives", op.derivatives, op.arity + 1, "its inputs and out")
+        if op.derivatives is not None:
+            _check_positionals(op, "derivatives", op.derivatives, op.arity + 1, "its inputs and out")
+        if op.vjp is not None:
+            _check_positionals(op, "vjp", op.vjp, op.arity + 2, "g, out and its inputs")
     return op
 
 
@@ -348,8 +385,10 @@ _REAL_KINDS = frozenset("biuf")
 
 
 def _length(op: Op, inputs: Sequence[np.ndarray]) -> int:
-    if op.arity == 0 or op.forward is None or op.derivatives is None:
+    if op.arity == 0 or op.forward is None:
         raise ReplayError(f"op {op.name!r} ({op.source}) is a leaf tag: it has no forward or derivatives")
+    if op.derivatives is None:
+        raise ReplayError(f"op {op.name!r} ({op.source}) gives a vjp, not elementwise derivatives")
     if len(inputs) != op.arity:
         raise ReplayError(f"op {op.name!r} ({op.source}) takes {op.arity} inputs, got {len(inputs)}")
     return len(inputs[0])

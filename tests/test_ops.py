@@ -90,7 +90,7 @@ def test_an_unknown_op_is_an_error_naming_it() -> None:
         (
             Op("f", 0, abs, None),
             "op 'f': arity 0 is for leaf tags, whose values come from the file, "
-            "so forward and derivatives must be None",
+            "so forward, derivatives and vjp must be None",
         ),
         (Op("f", 1, abs, abs, version=2), "op 'f': version must be a non-empty string, not 2"),  # type: ignore[arg-type]
         (Op("f", 1, abs, abs, vectorized=1), "op 'f': vectorized must be True or False, not 1"),  # type: ignore[arg-type]

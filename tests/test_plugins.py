@@ -291,7 +291,7 @@ def test_broken_plugins_are_reported_by_name_and_the_rest_still_load(tmp_path: P
             paths["malformed_op"], "malformed op: op 'neg_arity': arity must be a non-negative integer, not -1"
         ),
         PluginProblem(
-            paths["malformed_op"], "malformed op: op 'no_derivatives': derivatives must be a function, not None"
+            paths["malformed_op"], "malformed op: op 'no_derivatives': give derivatives (an elementwise op) or vjp"
         ),
         PluginProblem(paths["malformed_op"], "malformed op: register() expects a graphsvc.ops.Op, not str"),
         PluginProblem(
