@@ -441,9 +441,9 @@ def _print_json(document: Any) -> None:
 
 def _jsonable(value: Any) -> Any:
     """Metadata as JSON can show it: nan and inf as strings, bin data as ``{"$bin": hex}``."""
-    from graphsvc.jsonio import json_float
-
     if isinstance(value, float):
+        from graphsvc.jsonio import json_float  # here: metadata without floats needs neither it nor json
+
         return json_float(value)
     if isinstance(value, bytes):
         return {"$bin": value.hex()}
@@ -573,7 +573,8 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
         "leaves": len(leaves),
         "outputs": [{"id": o, "name": graph.names.get(o)} for o in graph.outputs],
         "depth": depth(graph),
-        "has_grads": graph.grads is not None,
+        "has_grads": graph.grads is not None or bool(graph.grad_arrays),
+        "tensors": _tensor_info(graph),
         "ops": ops,
         "plugins": plugin_list,
         "metadata": _jsonable(graph.metadata),
@@ -590,7 +591,8 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
         ["leaves", f"{len(leaves)} ({listed(map(graph.label, leaves[:10]), total=len(leaves))})" if leaves else "0"],
         ["outputs", listed(map(graph.label, graph.outputs[:10]), total=len(graph.outputs)) or "-"],
         ["depth", f"{info['depth']}"],
-        ["gradients stored", f"{'yes' if graph.grads is not None else 'no'}"],
+        ["gradients stored", f"{'yes' if info['has_grads'] else 'no'}"],
+        *([["tensors", _tensor_info_text(info["tensors"])]] if info["tensors"] else []),
         ["ops", listed((f"{tag} {count}" for tag, count in sorted(ops.items())), total=len(ops), shown=40)],
         [
             "plugins",
@@ -602,6 +604,29 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
         _print_table((("field", "left"), ("value", "left")), rows, show_header=False)
     else:
         typer.echo("\n".join(f"{key}: {value}" for key, value in rows))
+
+
+def _tensor_info(graph: Graph) -> dict[str, Any] | None:
+    """What a tensor graph's arrays hold: how many nodes have one, by dtype, and their bytes."""
+    if not graph.is_tensor_graph:
+        return None
+    dtypes: dict[str, int] = {}
+    for array in graph.arrays.values():
+        dtypes[str(array.dtype)] = dtypes.get(str(array.dtype), 0) + 1
+    return {
+        "nodes": len(graph.arrays),
+        "dtypes": dict(sorted(dtypes.items())),
+        "value_bytes": sum(a.nbytes for a in graph.arrays.values()),
+        "grad_bytes": sum(a.nbytes for a in graph.grad_arrays.values()),
+    }
+
+
+def _tensor_info_text(info: dict[str, Any]) -> str:
+    dtypes = ", ".join(f"{dtype} {count}" for dtype, count in info["dtypes"].items())
+    return (
+        f"{info['nodes']} nodes hold arrays ({dtypes}); "
+        f"{info['value_bytes']:,} bytes of values, {info['grad_bytes']:,} bytes of gradients"
+    )
 
 
 @command()
@@ -712,20 +737,219 @@ WriteOpt = Annotated[
     Path | None,
     typer.Option("--write", metavar="OUT", help="Save the graph with the replayed numbers to OUT (atomically)."),
 ]
+DataOpt = Annotated[
+    bool, typer.Option("--data", help="With --json on a tensor graph: every array's elements, not only a summary.")
+]
 
 
-def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, float]:
-    result: dict[int, float] = {}
+def _tensor_replay(graph: Graph, registry: OpRegistry, overrides: dict[int, Any]) -> bool:
+    """Is this a replay for graphsvc.tensors (arrays in the graph or in --set, or tensor ops)?"""
+    import numpy as np
+
+    from graphsvc import tensors
+    from graphsvc.replay import resolve_ops
+
+    if any(isinstance(v, np.ndarray) for v in overrides.values()):
+        return True
+    return tensors.needed(graph, resolve_ops(graph, registry))
+
+
+def _tensor_command(
+    graph: Graph,
+    registry: OpRegistry,
+    overrides: dict[int, Any],
+    start: int | None,
+    steps: bool,
+    check: bool,
+    rtol: float,
+    atol: float,
+    as_json: bool,
+    data: bool,
+    write: Path | None,
+) -> None:
+    """forward (``start`` None) or backward on a tensor graph: replay, --write, list, check."""
+    from graphsvc import tensors
+    from graphsvc.replay import resolve_ops
+
+    ops = resolve_ops(graph, registry)
+    step_list: list[tensors.Step] | None = [] if steps else None
+    with _replaying("replaying forward" if start is None else "replaying forward and backward"):
+        values = tensors.forward(graph, ops, overrides)
+        grads = None if start is None else tensors.backward(graph, ops, start, values, step_list)
+    if write is not None:
+        from graphsvc.format import save
+
+        result = tensors.store(graph, values, grads)
+        registry.record_sources(result)
+        save(result, write)
+        _wrote(write, result.num_nodes)
+    comparisons = []
+    if check:
+        comparisons.append(tensors.compare("values", graph, values, rtol, atol))
+        if grads is not None:
+            comparisons.append(tensors.compare("grads", graph, grads, rtol, atol))
+    nonfinite = {"values": tensors.first_nonfinite("values", values)}
+    if grads is not None:
+        nonfinite["grads"] = tensors.first_nonfinite("grads", grads, backward=True)
+    nodes = range(graph.num_nodes - 1, -1, -1)
+    if as_json:
+        _print_json(_tensor_document(graph, values, grads, start, step_list, comparisons, nonfinite, data))
+    else:
+        if step_list:
+            typer.echo(_tensor_steps_text(graph, step_list))
+            typer.echo("")
+        rows = [tensors.node_cells(graph, node, values, grads) for node in nodes]
+        if _wants_table(len(rows)):
+            columns = [*NODE_COLUMNS, ("value", "left"), *([("grad", "left")] if grads is not None else [])]
+            _print_table(columns, rows)
+        else:
+            _echo_lines(["\t".join(row) for row in rows])
+        checks = [_tensor_nonfinite_line(graph, found) for found in nonfinite.values() if found is not None]
+        _echo_lines(checks + [_tensor_comparison_line(graph, c) for c in comparisons])
+    if not all(c.ok for c in comparisons):
+        raise typer.Exit(1)
+
+
+def _element(graph: Graph, at: tuple[int, tuple[int, ...]] | None) -> str:
+    """``name[2,3]``: a node and an index into its array (no index for a scalar)."""
+    if at is None:
+        return "-"
+    node, index = at
+    return _label(graph, node) + (f"[{','.join(map(str, index))}]" if index else "")
+
+
+def _tensor_comparison_line(graph: Graph, c: Any) -> str:
+    verdict = "ok" if c.ok else f"{c.mismatches} of {c.nodes - c.unstored} nodes beyond tolerance"
+    missing = f"{c.unstored} of {c.nodes} nodes have no stored value; " if c.unstored else ""
+    return (
+        f"check {c.what}: {missing}worst abs diff {c.worst_abs!r} at {_element(graph, c.worst_abs_at)}, "
+        f"worst rel diff {c.worst_rel!r} at {_element(graph, c.worst_rel_at)}: {verdict}"
+    )
+
+
+def _tensor_nonfinite_line(graph: Graph, found: Any) -> str:
+    order = "first in the backward sweep" if found.what == "grads" else "first"
+    return (
+        f"nonfinite {found.what}: {order} at {_element(graph, (found.node, found.index))} "
+        f"(node {found.node}, {_op(graph, found.node)}) = {found.value!r}; {found.count} of {graph.num_nodes} nodes"
+    )
+
+
+def _tensor_steps_text(graph: Graph, step_list: list[Any]) -> str:
+    from graphsvc.tensors import describe, norm
+
+    lines = []
+    for number, step in enumerate(step_list, 1):
+        lines.append(
+            f"step {number}: {_label(graph, step.node)} ({_op(graph, step.node)}) "
+            f"grad {describe(step.grad)} norm {norm(step.grad):.6g}"
+        )
+        for parent, sent in step.cotangents:
+            what = "no gradient" if sent is None else f"{describe(sent)} norm {norm(sent):.6g}"
+            lines.append(f"  -> {_label(graph, parent)}: {what}")
+    return "\n".join(lines)
+
+
+def _tensor_document(
+    graph: Graph,
+    values: Any,
+    grads: Any,
+    start: int | None,
+    step_list: list[Any] | None,
+    comparisons: list[Any],
+    nonfinite: dict[str, Any],
+    data: bool,
+) -> dict[str, Any]:
+    from graphsvc.jsonio import json_float
+    from graphsvc.tensors import json_cell, norm
+
+    document: dict[str, Any] = {} if start is None else {"output": start}
+    if step_list is not None:
+        document["steps"] = [
+            {
+                "node": s.node,
+                "grad": {"dtype": str(s.grad.dtype), "shape": list(s.grad.shape), "norm": json_float(norm(s.grad))},
+                "to": [{"parent": p, "norm": None if ct is None else json_float(norm(ct))} for p, ct in s.cotangents],
+            }
+            for s in step_list
+        ]
+    document["nodes"] = [
+        {
+            "id": node,
+            "name": graph.names.get(node),
+            "op": graph.op(node),
+            "parents": graph.parents(node),
+            "value": json_cell(values[node], data),
+            "grad": None if grads is None else json_cell(grads[node], data),
+        }
+        for node in range(graph.num_nodes - 1, -1, -1)
+    ]
+    document["nonfinite"] = {
+        what: None
+        if found is None
+        else {
+            "node": found.node,
+            "name": graph.names.get(found.node),
+            "op": graph.op(found.node),
+            "index": list(found.index),
+            "value": json_float(found.value),
+            "count": found.count,
+        }
+        for what, found in nonfinite.items()
+    }
+    if comparisons:
+        document["check"] = {
+            c.what: {
+                "ok": c.ok,
+                "mismatches": c.mismatches,
+                "nodes": c.nodes,
+                "unstored": c.unstored,
+                "worst_abs": json_float(c.worst_abs),
+                "worst_abs_at": None if c.worst_abs_at is None else [c.worst_abs_at[0], list(c.worst_abs_at[1])],
+                "worst_rel": json_float(c.worst_rel),
+                "worst_rel_at": None if c.worst_rel_at is None else [c.worst_rel_at[0], list(c.worst_rel_at[1])],
+            }
+            for c in comparisons
+        }
+    return document
+
+
+def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, Any]:
+    """``--set NAME=VALUE`` as node ids: a number, or an array read from a ``.npy`` file."""
+    result: dict[int, Any] = {}
     for text in assignments or ():
         ref, sep, number = text.partition("=")
         if not sep or not ref:
             raise UsageError(f"--set expects NAME=VALUE, not {text!r}")
+        if number.endswith(".npy"):
+            result[graph.node_id(ref)] = _read_npy(ref, number)
+            continue
         try:
             value = float(number)
         except ValueError:
-            raise UsageError(f"--set {ref}: {number!r} is not a number") from None
+            raise UsageError(f"--set {ref}: {number!r} is not a number or a .npy file") from None
         result[graph.node_id(ref)] = value
     return result
+
+
+def _read_npy(ref: str, path: str) -> Any:
+    """An array from a ``.npy`` file (never pickled objects), as a tensor leaf takes it."""
+    import numpy as np
+
+    from graphsvc.graph import TENSOR_DTYPES
+    from graphsvc.text import escape, one_line
+
+    where = f"--set {escape(ref)}: {escape(path)}"
+    try:
+        array = np.load(path, allow_pickle=False)
+    except OSError as exc:
+        raise UsageError(f"{where} cannot be read: {one_line(exc.strerror or str(exc))}") from None
+    except Exception as exc:
+        raise UsageError(f"{where} is not a .npy array: {one_line(str(exc))}") from None
+    if not isinstance(array, np.ndarray) or array.dtype not in TENSOR_DTYPES:
+        kind = array.dtype if isinstance(array, np.ndarray) else type(array).__name__
+        raise UsageError(f"{where} holds {kind}; float64, float32 or int64 arrays only")
+    return np.ascontiguousarray(array)
 
 
 def _comparisons(graph: Graph, values: Any, grads: Any, rtol: float, atol: float) -> list[Any]:
@@ -801,12 +1025,13 @@ def _report(
     import numpy as np
 
     from graphsvc import listing
-    from graphsvc.jsonio import json_float
 
     comparisons = _comparisons(graph, values, grads, rtol, atol) if check else []
     nonfinite = _nonfinite(values, grads)
     nodes = np.arange(graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
     if as_json:
+        from graphsvc.jsonio import json_float  # here: the text listing needs neither it nor json
+
         tail: dict[str, Any] = {"nonfinite": {what: _nonfinite_item(graph, found) for what, found in nonfinite.items()}}
         if check:
             tail["check"] = {
@@ -859,6 +1084,7 @@ def forward(
     rtol: RtolOpt = 1e-9,
     atol: AtolOpt = 1e-12,
     as_json: JsonOpt = False,
+    data: DataOpt = False,
     write: WriteOpt = None,
 ) -> None:
     """Recompute every value from the leaves, in topological order.
@@ -873,8 +1099,12 @@ def forward(
     _check_write(write)
     graph = _load(file)
     registry = _registry()
+    overrides = _overrides(graph, set_)
+    if _tensor_replay(graph, registry, overrides):
+        _tensor_command(graph, registry, overrides, None, False, check, rtol, atol, as_json, data, write)
+        return
     with _replaying("replaying forward"):
-        values = replay.forward(graph, registry, _overrides(graph, set_))
+        values = replay.forward(graph, registry, overrides)
     if write is not None:
         _write_replayed(graph, registry, write, values, None)
     _report(graph, values, None, check, rtol, atol, as_json, {})
@@ -899,6 +1129,7 @@ def backward(
     atol: AtolOpt = 1e-12,
     steps: Annotated[bool, typer.Option("--steps", help="Print the backward pass step by step.")] = False,
     as_json: JsonOpt = False,
+    data: DataOpt = False,
     write: WriteOpt = None,
 ) -> None:
     """Replay forward, then backward from one output seeded with 1, from zero gradients.
@@ -912,12 +1143,16 @@ def backward(
 
     _check_write(write)
     graph = _load(file)
-    if check and graph.grads is None:
+    if check and graph.grads is None and not graph.grad_arrays:
         raise UsageError("--check: the file stores no gradients to compare with")
     registry = _registry()
     start = replay.default_output(graph) if output is None else graph.node_id(output)
+    overrides = _overrides(graph, set_)
+    if _tensor_replay(graph, registry, overrides):
+        _tensor_command(graph, registry, overrides, start, steps, check, rtol, atol, as_json, data, write)
+        return
     with _replaying("replaying forward and backward"):
-        values = replay.forward(graph, registry, _overrides(graph, set_))
+        values = replay.forward(graph, registry, overrides)
         if steps:
             grads, step_list = replay.backward_steps(graph, registry, start, values)
         else:
@@ -1012,16 +1247,12 @@ def render(
         raise UsageError("--depth goes with --around NODE: it limits the picture to the nodes near that one")
     graph = _load(file)
     if replay_first:
-        from graphsvc import replay
+        from graphsvc import api, replay
 
         registry = _registry()
         start = replay.default_output(graph) if output is None else graph.node_id(output)
         with _replaying("replaying forward and backward"):
-            values = replay.forward(graph, registry)
-            grads = replay.backward(graph, registry, start, values)
-        from graphsvc.api import replayed_graph
-
-        graph = replayed_graph(graph, registry, values, grads)
+            graph = api.backward(graph, start, registry=registry)
     elif output is not None:
         raise UsageError("--output chooses the node to differentiate: it needs --replay")
     depth = 2 if depth is None else depth
@@ -1052,22 +1283,26 @@ def _registry() -> OpRegistry:
 @command()
 @handles_errors
 def ops(as_json: JsonOpt = False) -> None:
-    """List every op by name: arity, version, the plugin (and its version) that registered it, and
-    whether it is vectorized or called per element.
+    """List every op by name: arity (``1+``: one or more inputs), version, the plugin (and its
+    version) that registered it, and its kind: an elementwise op "vectorized" or called "per
+    element", a tensor op given by its "vjp", or a "leaf tag".
 
     Example: graphsvc --plugin my_ops.py ops --json
     """
     registry = _registry()
     if as_json:
-        fields = ("name", "arity", "version", "plugin", "plugin_version", "vectorized", "doc")
-        _print_json({"ops": [{field: getattr(op, field) for field in fields} for op in registry]})
+        fields = ("name", "arity", "variadic", "version", "plugin", "plugin_version", "vectorized", "doc")
+        _print_json(
+            {"ops": [{field: getattr(op, field) for field in fields} | {"vjp": op.vjp is not None} for op in registry]}
+        )
         return
     from graphsvc.text import escape
 
     rows = []
     for op in registry:
-        kind = "leaf tag" if op.arity == 0 else "vectorized" if op.vectorized else "per element"
-        rows.append([escape(op.name), str(op.arity), escape(str(op.version)), escape(op.source), kind])
+        kind = "leaf tag" if op.arity == 0 else "vjp" if op.vjp else "vectorized" if op.vectorized else "per element"
+        arity = f"{op.arity}+" if op.variadic else str(op.arity)
+        rows.append([escape(op.name), arity, escape(str(op.version)), escape(op.source), kind])
     if _wants_table(len(rows)):
         columns = (("op", "left"), ("inputs", "right"), ("version", "left"), ("plugin", "left"), ("kind", "left"))
         _print_table(columns, rows)
@@ -1112,6 +1347,8 @@ def gradcheck(
             name = escape(f"{r.op} ({describe_source(r.plugin, r.plugin_version)})")
             if not r.ok:
                 typer.echo(f"{name}: FAIL: {one_line(r.message)}")
+            elif r.unchecked:
+                typer.echo(f"{name}: not checked ({r.unchecked})")
             elif r.points == 0:
                 typer.echo(f"{name}: nothing to check (a leaf tag)")
             else:

@@ -6,7 +6,9 @@ reader does (msgpack decoding the whole document), whether the fast reader (whic
 of a document in any key order straight into arrays) took the bytes or not: the same graph, or the
 same error; and a graph that loads survives what the CLI does with it: encode and reload to the
 same bytes, both orderings, depth, forward and backward replay with the builtin ops, where only a
-``GraphsvcError`` may escape.
+``GraphsvcError`` may escape. It holds for both versions: for a 2.0 file (a tensor graph) the fast
+reader also reads the data section on its own and the general reader takes it from the decoded
+document, and they must agree on every array (``dumps`` writes the arrays' bytes) or on the error.
 """
 
 from __future__ import annotations

@@ -13,23 +13,24 @@ installed plugins, loaded once; a plugin that fails to load is a one-line ``Runt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from numbers import Real
-from typing import TYPE_CHECKING
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from graphsvc.errors import UsageError
 from graphsvc.graph import Graph, NodeRef
-
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
-
-    from graphsvc.ops import OpRegistry
+from graphsvc.ops import Op, OpRegistry
+from graphsvc.plugins import running_plugin_code
 
 __all__ = ["backward", "forward", "replayed_graph"]
 
 
-def forward(graph: Graph, set: Mapping[NodeRef, float] | None = None, *, registry: OpRegistry | None = None) -> Graph:
+def forward(
+    graph: Graph, set: Mapping[NodeRef, float | np.ndarray] | None = None, *, registry: OpRegistry | None = None
+) -> Graph:
     """``graph`` with every value recomputed from its leaves; ``graph`` itself is not changed.
 
     ``set`` gives leaves new values first, ``{"a": 3.0}`` or ``{0: 3.0}`` (a node id or a name,
@@ -37,17 +38,24 @@ def forward(graph: Graph, set: Mapping[NodeRef, float] | None = None, *, registr
     :class:`~graphsvc.errors.UsageError`. The result holds no gradients (stored ones would belong
     to the old values); its op table records the plugin of each op the replay used.
     """
-    from graphsvc import replay
+    from graphsvc import replay, tensors
 
     registry = _registry(registry)
-    values = replay.forward(graph, registry, _overrides(graph, set))
+    overrides = _overrides(graph, set)
+    ops = replay.resolve_ops(graph, registry)
+    if _tensor_replay(graph, ops, overrides):
+        with running_plugin_code():
+            result = tensors.store(graph, tensors.forward(graph, ops, overrides), None)
+        registry.record_sources(result)
+        return result
+    values = replay.forward(graph, registry, overrides)
     return replayed_graph(graph, registry, values, None)
 
 
 def backward(
     graph: Graph,
     output: NodeRef | None = None,
-    set: Mapping[NodeRef, float] | None = None,
+    set: Mapping[NodeRef, float | np.ndarray] | None = None,
     *,
     registry: OpRegistry | None = None,
 ) -> Graph:
@@ -57,13 +65,27 @@ def backward(
     :func:`forward`. Returns a new graph whose ``grads`` hold d(output)/d(node) for every node (0
     for nodes the output does not depend on): ``graphsvc.backward(graph).grad("a")``.
     """
-    from graphsvc import replay
+    from graphsvc import replay, tensors
 
     registry = _registry(registry)
     start = replay.default_output(graph, "output=") if output is None else graph.node_id(output)
-    values = replay.forward(graph, registry, _overrides(graph, set))
+    overrides = _overrides(graph, set)
+    ops = replay.resolve_ops(graph, registry)
+    if _tensor_replay(graph, ops, overrides):
+        with running_plugin_code():
+            replayed = tensors.forward(graph, ops, overrides)
+            result = tensors.store(graph, replayed, tensors.backward(graph, ops, start, replayed))
+        registry.record_sources(result)
+        return result
+    values = replay.forward(graph, registry, overrides)
     grads = replay.backward(graph, registry, start, values)
     return replayed_graph(graph, registry, values, grads)
+
+
+def _tensor_replay(graph: Graph, ops: Sequence[Op | None], overrides: Mapping[int, Any]) -> bool:
+    from graphsvc import tensors
+
+    return tensors.needed(graph, ops) or any(isinstance(v, np.ndarray) for v in overrides.values())
 
 
 def replayed_graph(
@@ -93,14 +115,23 @@ def _registry(registry: OpRegistry | None) -> OpRegistry:
     return default_registry()
 
 
-def _overrides(graph: Graph, assignments: Mapping[NodeRef, float] | None) -> dict[int, float]:
-    """``set`` as node ids; a number that is not one, or a node given twice, is refused."""
-    result: dict[int, float] = {}
+def _overrides(graph: Graph, assignments: Mapping[NodeRef, float | np.ndarray] | None) -> dict[int, Any]:
+    """``set`` as node ids: floats, or arrays for tensor leaves; anything else, or a node given
+    twice, is refused."""
+    from graphsvc.graph import TENSOR_DTYPES
+
+    result: dict[int, Any] = {}
     for ref, number in (assignments or {}).items():
-        if isinstance(number, bool) or not isinstance(number, Real):
-            raise TypeError(f"set[{ref!r}] must be a number, not {type(number).__name__}")
+        if isinstance(number, np.ndarray):
+            if number.dtype not in TENSOR_DTYPES:
+                raise TypeError(f"set[{ref!r}] must be an array of float64, float32 or int64, not {number.dtype}")
+            value: Any = number.copy()
+        elif isinstance(number, bool) or not isinstance(number, Real):
+            raise TypeError(f"set[{ref!r}] must be a number or an array, not {type(number).__name__}")
+        else:
+            value = float(number)
         node = graph.node_id(ref)
         if node in result:
             raise UsageError(f"set gives node {graph.label(node)} two values")
-        result[node] = float(number)
+        result[node] = value
     return result

@@ -83,6 +83,14 @@ class BytesSource:
     def read_into(self, offset: int, out: npt.NDArray[np.uint8]) -> None:
         out[:] = np.frombuffer(self._data, dtype=np.uint8, count=len(out), offset=offset)
 
+    def view(self, offset: int, count: int) -> npt.NDArray[np.uint8]:
+        """``count`` bytes from ``offset``, read-only, without a copy."""
+        if offset + count > self.size:
+            raise NotCanonical
+        out = np.frombuffer(self._data, dtype=np.uint8, count=count, offset=offset)
+        out.flags.writeable = False
+        return out
+
 
 @dataclass(frozen=True)
 class ColumnSpan:
@@ -99,22 +107,28 @@ class ColumnSpan:
 class Layout:
     """Where the parts of a graph file are.
 
-    ``rest`` spans the document's entries other than ``nodes`` (their keys and values, in file
-    order): those before ``nodes`` and those after it, up to the end of the file; ``rest_entries``
-    says how many entries they hold. ``columns`` are in file order.
+    ``rest`` spans the document's entries other than ``nodes``, ``pad`` and ``data`` (their keys
+    and values, in file order): those before ``nodes``, the ``tensors`` table of version 2.0 right
+    after it, and those after ``data`` (or ``nodes``), up to the end of the file; ``rest_entries``
+    says how many entries they hold. ``columns`` are in file order. ``data`` is version 2.0's data
+    section, ``(offset, size)`` of its payload, when it follows ``nodes`` as in the canonical layout.
     """
 
     rest: tuple[tuple[int, int], ...]
     rest_entries: int
     count: int
     columns: tuple[ColumnSpan, ...]
+    data: tuple[int, int] | None = None
 
 
 _UINT = {0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q"}
 _BIN = {0xC4: ">B", 0xC5: ">H", 0xC6: ">I"}
 _STR = {0xD9: ">B", 0xDA: ">H", 0xDB: ">I"}
 _MAP = {0xDE: ">H", 0xDF: ">I"}
-_COLUMN_FIELDS = ("dtype", "length", "data")
+#: The canonical layout, shared with the writer (``format.py``): a column map's keys, in order.
+COLUMN_FIELDS = ("dtype", "length", "data")
+#: The keys version 2.0 writes right after ``nodes``, in this order.
+TENSOR_KEYS = ("tensors", "pad", "data")
 
 
 class _Cursor:
@@ -237,11 +251,12 @@ def scan(source: Source, column_keys: tuple[str, ...], optional: str, max_string
     cursor = _Cursor(source)
     entries = cursor.map_header()
     before = cursor.pos
-    for _ in range(entries):
+    for index in range(entries):
         start = cursor.pos
         first = cursor.peek()
         if (0xA0 <= first <= 0xBF or first in _STR) and cursor.string(max_string_length) == "nodes":
             nodes_at = start
+            remaining = entries - index - 1
             break
         cursor.pos = start
         _skip_object(cursor)  # the key
@@ -251,7 +266,35 @@ def scan(source: Source, column_keys: tuple[str, ...], optional: str, max_string
     count, columns = _scan_nodes(cursor, (*column_keys, optional), optional, max_string_length)
     if {span.key for span in columns} < set(column_keys):
         raise NotCanonical
-    return Layout(((before, nodes_at), (cursor.pos, source.size)), entries - 1, count, tuple(columns))
+    rest = [(before, nodes_at)]
+    rest_entries = entries - 1
+    data: tuple[int, int] | None = None
+    # Version 2.0 (FORMAT.md §15): tensors, pad and data follow nodes; the table is decoded with the
+    # rest, the pad skipped, the data payload read on its own. Anything else stops the walk.
+    for key in TENSOR_KEYS[:remaining]:
+        start = cursor.pos
+        if not _next_key_is(cursor, key, max_string_length):
+            cursor.pos = start
+            break
+        if key == "tensors":
+            _skip_object(cursor)
+            rest.append((start, cursor.pos))
+            continue
+        size = cursor.bin_header()  # a pad or data that is not bin data: the general reader says so
+        if key == "data":
+            data = (cursor.pos, size)
+        cursor.skip(size)
+        rest_entries -= 1
+    rest.append((cursor.pos, source.size))
+    return Layout(tuple(rest), rest_entries, count, tuple(columns), data)
+
+
+def _next_key_is(cursor: _Cursor, key: str, max_string_length: int) -> bool:
+    """Is the next entry's key ``key``? The cursor is left after the key when it is."""
+    first = cursor.peek()
+    if not (0xA0 <= first <= 0xBF or first in _STR):
+        return False
+    return cursor.string(max_string_length) == key
 
 
 def _scan_nodes(
@@ -279,12 +322,12 @@ def _scan_nodes(
 
 
 def _scan_column(cursor: _Cursor, key: str, max_string_length: int) -> ColumnSpan:
-    if cursor.map_header() != len(_COLUMN_FIELDS):
+    if cursor.map_header() != len(COLUMN_FIELDS):
         raise NotCanonical
     dtype: str | None = None
     length: int | None = None
     payload: tuple[int, int] | None = None
-    for _ in _COLUMN_FIELDS:
+    for _ in COLUMN_FIELDS:
         field = cursor.string(max_string_length)
         if field == "dtype" and dtype is None:
             dtype = cursor.string(max_string_length)
@@ -298,6 +341,16 @@ def _scan_column(cursor: _Cursor, key: str, max_string_length: int) -> ColumnSpa
             raise NotCanonical
     assert dtype is not None and length is not None and payload is not None
     return ColumnSpan(key, dtype, length, *payload)
+
+
+def read_data(source: Source, offset: int, size: int) -> npt.NDArray[np.uint8]:
+    """Version 2.0's data section: the bytes read once, into a buffer the arrays then view (a view
+    of the bytes themselves when they are already in memory)."""
+    if isinstance(source, BytesSource):
+        view = source.view(offset, size)
+        if view.ctypes.data % 8 == 0:  # a canonical file's payloads, 64-aligned in it, stay aligned in memory
+            return view
+    return read_column(source, ColumnSpan("data", "|u1", size, offset, size))
 
 
 def read_column(source: Source, span: ColumnSpan) -> npt.NDArray[np.uint8]:

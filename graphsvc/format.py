@@ -1,7 +1,10 @@
-"""The graphsvc msgpack wire format, version 1: the only module that imports msgpack.
+"""The graphsvc msgpack wire format, versions 1.0 and 2.0: the only module that imports msgpack.
 
 ``dumps``/``dump``/``save`` write, ``loads``/``load`` read. The byte-level spec is
-``schemas/FORMAT.md``; the JSON Schema of the decoded document is ``schemas/graphsvc-v1.schema.json``.
+``schemas/FORMAT.md``; the JSON Schemas of the decoded document are ``schemas/graphsvc-v1.schema.json``
+and ``schemas/graphsvc-v2.schema.json``. A graph of float64 scalars is written as 1.0; a tensor
+graph (:attr:`Graph.is_tensor_graph`) as 2.0: the same document plus a tensor table and one data
+section whose payloads are aligned, so that loading views them where they were read, without a copy.
 
 A file is data, never code: no msgpack ext types, no pickle, nothing is imported or evaluated.
 Every size the file declares is checked against the bytes actually present before anything is
@@ -10,6 +13,7 @@ allocated, and every structural rule is checked before the graph is returned.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import select
@@ -34,11 +38,16 @@ from graphsvc.graph import (
     Graph,
     OpSource,
 )
-from graphsvc.text import one_line
+from graphsvc.text import one_line, shorten
 
 FORMAT_NAME = "graphsvc"
-#: The version this module writes. A reader refuses a newer major and reads a newer minor.
+#: The version this module writes for a graph of float64 scalars. A reader refuses a newer major
+#: and reads a newer minor.
 VERSION = (1, 0)
+#: The version this module writes for a tensor graph.
+TENSOR_VERSION = (2, 0)
+#: The major versions this module reads.
+READ_MAJORS = (1, 2)
 
 #: Column name -> the dtype version 1 requires (little-endian, numpy notation).
 COLUMN_DTYPES: dict[str, np.dtype[Any]] = {
@@ -51,6 +60,25 @@ COLUMN_DTYPES: dict[str, np.dtype[Any]] = {
 #: The columns every file has, in the order files list them; ``grads`` may follow.
 _COLUMNS = ("op_codes", "parent_offsets", "parent_indices", "values")
 _REQUIRED_KEYS = ("format", "version", "ops", "nodes", "names", "attrs", "outputs", "metadata")
+#: Version 2.0's keys, in the order it writes them; ``pad`` is optional (readers ignore it).
+KEYS_2 = (*_REQUIRED_KEYS[:4], *fastload.TENSOR_KEYS, *_REQUIRED_KEYS[4:])
+_REQUIRED_KEYS_2 = (*_REQUIRED_KEYS, "tensors", "data")
+
+#: A stored array's dtype, by its name in the tensor table (safetensors' names): little-endian.
+TENSOR_DTYPES: dict[str, np.dtype[Any]] = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "I64": np.dtype("<i8")}
+_DTYPE_NAMES = {(dtype.kind, dtype.itemsize): name for name, dtype in TENSOR_DTYPES.items()}
+#: Every payload starts at a multiple of this many bytes, counted from the data section's start,
+#: which itself starts at a multiple of it in the file.
+ALIGNMENT = 64
+#: The most dimensions a stored array has (numpy 1's limit).
+MAX_DIMENSIONS = 32
+#: The largest number of bytes one array may take (what numpy can index).
+MAX_ARRAY_BYTES = (1 << 63) - 1
+#: A tensor table entry's ``which``: a node's value, or its gradient (in this order).
+WHICH = ("value", "grad")
+#: The bytes between the tensor table and the data payload other than the padding: the ``pad`` key
+#: (4), its bin8 header (2), the ``data`` key (5) and its bin32 header (5).
+_PAD_OVERHEAD = 16
 
 
 @dataclass(frozen=True)
@@ -93,24 +121,127 @@ def _encode(graph: Graph) -> Iterator[bytes | memoryview]:
     """
     packer = msgpack.Packer(use_bin_type=True, use_single_float=False, strict_types=False, autoreset=True)
     pack = packer.pack
-    yield packer.pack_map_header(len(_REQUIRED_KEYS))
+    stored = _stored_arrays(graph) if graph.is_tensor_graph else None
+    written = 0
+    for chunk in _encode_head(graph, packer, stored is not None):
+        written += len(chunk)
+        yield chunk
+    if stored is not None:
+        yield from _encode_tensors(stored, packer, written)
+    yield pack("names") + pack([[node, graph.names[node]] for node in sorted(graph.names)])
+    # an empty map is no attributes: no entry (FORMAT.md §5), so both spellings give one encoding
+    yield pack("attrs") + pack(
+        [[node, _sorted_map(graph.attrs[node])] for node in sorted(graph.attrs) if graph.attrs[node]]
+    )
+    yield pack("outputs") + pack([int(o) for o in graph.outputs])
+    yield pack("metadata") + pack(graph.metadata)
+
+
+def _encode_head(graph: Graph, packer: msgpack.Packer, tensors: bool) -> Iterator[bytes | memoryview]:
+    """The document's map header, ``format``, ``version``, ``ops`` and ``nodes``."""
+    pack = packer.pack
+    yield packer.pack_map_header(len(KEYS_2) if tensors else len(_REQUIRED_KEYS))
     yield pack("format") + pack(FORMAT_NAME)
-    yield pack("version") + pack(list(VERSION))
+    yield pack("version") + pack(list(TENSOR_VERSION if tensors else VERSION))
     yield pack("ops") + pack([_op_entry(tag, graph.op_sources.get(tag)) for tag in graph.op_table])
     columns: list[tuple[str, npt.NDArray[Any]]] = [(key, getattr(graph, key)) for key in _COLUMNS]
     if graph.grads is not None:
         columns.append(("grads", graph.grads))
+    if tensors:  # an array node's column entry is the one quiet nan, whatever nan the graph holds
+        columns = [(key, _with_canonical_nan(array, _array_nodes(graph, key))) for key, array in columns]
     yield pack("nodes") + packer.pack_map_header(len(columns) + 1) + pack("count") + pack(graph.num_nodes)
     for key, array in columns:
         header, payload = _column(array, COLUMN_DTYPES[key])
-        yield pack(key) + packer.pack_map_header(3)
-        yield pack("dtype") + pack(header["dtype"]) + pack("length") + pack(header["length"])
-        yield pack("data") + _bin_header(len(payload))
+        dtype_key, length_key, data_key = fastload.COLUMN_FIELDS
+        yield pack(key) + packer.pack_map_header(len(fastload.COLUMN_FIELDS))
+        yield pack(dtype_key) + pack(header["dtype"]) + pack(length_key) + pack(header["length"])
+        yield pack(data_key) + _bin_header(len(payload))
         yield payload
-    yield pack("names") + pack([[node, graph.names[node]] for node in sorted(graph.names)])
-    yield pack("attrs") + pack([[node, _sorted_map(graph.attrs[node])] for node in sorted(graph.attrs)])
-    yield pack("outputs") + pack([int(o) for o in graph.outputs])
-    yield pack("metadata") + pack(graph.metadata)
+
+
+#: The nan a canonical 2.0 file holds in the columns where a node holds an array.
+CANONICAL_NAN_BITS = 0x7FF8000000000000
+
+
+def _array_nodes(graph: Graph, key: str) -> list[int]:
+    arrays = {"values": graph.arrays, "grads": graph.grad_arrays}.get(key, {})
+    return sorted(arrays)
+
+
+def _with_canonical_nan(column: npt.NDArray[Any], nodes: list[int]) -> npt.NDArray[Any]:
+    """``column`` with the canonical nan at ``nodes`` (a copy only when some entry differs)."""
+    if not nodes or bool((column[nodes].view(np.uint64) == CANONICAL_NAN_BITS).all()):
+        return column
+    fixed = np.array(column, dtype=FLOAT_DTYPE)
+    fixed.view(np.uint64)[nodes] = CANONICAL_NAN_BITS
+    return fixed
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """One array as version 2.0 stores it: a tensor table entry and the array it describes."""
+
+    node: int
+    which: str
+    array: np.ndarray
+    offset: int
+
+    @property
+    def dtype_name(self) -> str:
+        return _DTYPE_NAMES[(self.array.dtype.kind, self.array.dtype.itemsize)]
+
+    def entry(self) -> list[Any]:
+        """``[node, which, dtype, shape, offset, nbytes]``."""
+        return [self.node, self.which, self.dtype_name, list(self.array.shape), self.offset, self.array.nbytes]
+
+
+def _stored_arrays(graph: Graph) -> list[_Stored]:
+    """The tensor table in its canonical order (by node, a value before its gradient), each payload
+    at the first multiple of :data:`ALIGNMENT` after the one before it."""
+    stored: list[_Stored] = []
+    end = 0
+    for node, which in sorted(
+        [(node, 0) for node in graph.arrays] + [(node, 1) for node in graph.grad_arrays],
+    ):
+        array = (graph.arrays if which == 0 else graph.grad_arrays)[node]
+        offset = _aligned(end)
+        stored.append(_Stored(node, WHICH[which], array, offset))
+        end = offset + array.nbytes
+    return stored
+
+
+def _aligned(position: int) -> int:
+    return -(-position // ALIGNMENT) * ALIGNMENT
+
+
+def _data_length(stored: list[_Stored]) -> int:
+    """The data section's length: up to the end of the last payload."""
+    return stored[-1].offset + stored[-1].array.nbytes if stored else 0
+
+
+def _encode_tensors(stored: list[_Stored], packer: msgpack.Packer, written: int) -> Iterator[bytes | memoryview]:
+    """``tensors``, ``pad`` and ``data``, given that ``written`` bytes come before them. The pad
+    makes the data payload start at a multiple of :data:`ALIGNMENT` in the file; each array's bytes
+    are yielded as a view (a copy only of an array not already little-endian and C-ordered)."""
+    pack = packer.pack
+    tensors_key, pad_key, data_key = fastload.TENSOR_KEYS
+    table = pack(tensors_key) + pack([item.entry() for item in stored])
+    pad = (-(written + len(table) + _PAD_OVERHEAD)) % ALIGNMENT
+    yield table + pack(pad_key) + struct.pack(">BB", 0xC4, pad) + bytes(pad)
+    yield pack(data_key) + struct.pack(">BI", 0xC6, _data_length(stored))
+    end = 0
+    for item in stored:
+        if item.offset > end:
+            yield bytes(item.offset - end)
+        payload = _little_endian_bytes(item.array)
+        yield payload
+        end = item.offset + len(payload)
+
+
+def _little_endian_bytes(array: np.ndarray) -> memoryview:
+    """The array's items, C order, little-endian, as bytes (a view when it already is so)."""
+    data = np.asarray(array, dtype=array.dtype.newbyteorder("<"), order="C")
+    return data.reshape(-1).view(np.uint8).data
 
 
 def _bin_header(length: int) -> bytes:
@@ -142,7 +273,7 @@ def _check_writable(graph: Graph) -> None:
     is not a string, nesting deeper than the default limit), so that ``load`` reads what ``save`` writes."""
     graph.check()
     if graph.is_tensor_graph:
-        raise FormatError("this graph holds arrays (tensor nodes): writing them (format 2.0) is not supported yet")
+        _check_arrays_writable(graph)
     for node in sorted(graph.attrs):
         _check_nesting(graph.attrs[node], DEFAULT_LIMITS.max_attr_depth, f"attributes of node {node}", True)
     _check_nesting(graph.metadata, DEFAULT_LIMITS.max_attr_depth, "metadata", True)
@@ -151,6 +282,38 @@ def _check_writable(graph: Graph) -> None:
     if graph.names and max(map(len, graph.names.values())) * 4 > DEFAULT_LIMITS.max_string_length:
         for node in sorted(graph.names):
             _check_string_length(graph.names[node], f"the name of node {node}")
+
+
+def _check_arrays_writable(graph: Graph) -> None:
+    """What version 2.0 requires of a tensor graph beyond :meth:`Graph.check`: nan in the columns
+    where a node holds an array, a gradient of its value's shape, at most 32 dimensions, and a data
+    section a msgpack bin can hold."""
+    for what, arrays, column in (("value", graph.arrays, graph.values), ("gradient", graph.grad_arrays, graph.grads)):
+        for node in sorted(arrays):
+            if column is not None and not np.isnan(column[node]):
+                key = "values" if what == "value" else "grads"
+                raise FormatError(
+                    f"node {node} holds a {what} array, so its entry in the {key} column must be nan, "
+                    f"not {float(column[node])!r}"
+                )
+            if arrays[node].ndim > MAX_DIMENSIONS:
+                raise FormatError(
+                    f"node {node}'s {what} array has {arrays[node].ndim} dimensions, more than the {MAX_DIMENSIONS} "
+                    "the format holds"
+                )
+    for node in sorted(graph.grad_arrays):
+        value = graph.arrays.get(node)
+        if value is not None and value.shape != graph.grad_arrays[node].shape:
+            raise FormatError(
+                f"node {node}'s gradient array has shape {list(graph.grad_arrays[node].shape)}, "
+                f"but its value array has shape {list(value.shape)}"
+            )
+    size = _data_length(_stored_arrays(graph))
+    if size >= 1 << 32:
+        raise FormatError(
+            f"the graph's arrays take {size:,} bytes with their alignment, more than the 4 GiB a msgpack bin holds "
+            "(4,294,967,295 bytes)"
+        )
 
 
 def _check_string_length(text: str, where: str) -> None:
@@ -446,10 +609,10 @@ def _read_version(doc: dict[str, Any]) -> tuple[int, int]:
     ):
         raise FormatError(f"version must be an array of two non-negative integers [major, minor], not {version!r}")
     major, minor = version
-    if major > VERSION[0]:
+    if major > READ_MAJORS[-1]:
         raise FormatError(
             f"the file uses format version {major}.{minor}, newer than this graphsvc reads "
-            f"(major version {VERSION[0]}); upgrade graphsvc"
+            f"(major versions {' and '.join(map(str, READ_MAJORS))}); upgrade graphsvc"
         )
     if major < 1:
         raise FormatError(f"unknown format version {major}.{minor}")
@@ -567,12 +730,14 @@ def _decode_fast(source: fastload.Source, limits: Limits) -> dict[str, Any]:
         _map_header(layout.rest_entries) + b"".join(source.read(start, end - start) for start, end in layout.rest),
         limits,
     )
-    if not isinstance(rest, dict) or "nodes" in rest:  # a second "nodes": the general reader words it
-        raise fastload.NotCanonical
+    if not isinstance(rest, dict) or not rest.keys().isdisjoint(("nodes", "pad", "data")):
+        raise fastload.NotCanonical  # a key twice: the general reader words it
     nodes: dict[str, Any] = {"count": layout.count}
     for span in layout.columns:
         data = fastload.read_column(source, span)
         nodes[span.key] = {"dtype": span.dtype, "length": span.length, "data": data}
+    if layout.data is not None:
+        rest["data"] = fastload.read_data(source, *layout.data)
     return {**rest, "nodes": nodes}
 
 
@@ -601,7 +766,7 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
     if doc.get("format") != FORMAT_NAME:
         raise FormatError(f"not a graphsvc file (format is {doc.get('format')!r}, expected {FORMAT_NAME!r})")
     version = _read_version(doc)
-    missing = [key for key in _REQUIRED_KEYS if key not in doc]
+    missing = [key for key in (_REQUIRED_KEYS if version[0] == 1 else _REQUIRED_KEYS_2) if key not in doc]
     if missing:
         raise FormatError(f"the document lacks the key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
     op_table, op_sources = _read_ops(doc)
@@ -617,12 +782,15 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
     values = _read_column(nodes, "values", count)
     grads = _read_column(nodes, "grads", count) if nodes.get("grads") is not None else None
     names = _read_sparse(doc, "names", str, count)
-    attrs = _read_sparse(doc, "attrs", dict, count)
+    attrs = {node: node_attrs for node, node_attrs in _read_sparse(doc, "attrs", dict, count).items() if node_attrs}
     for node, node_attrs in attrs.items():
         _check_nesting(node_attrs, limits.max_attr_depth, f"attributes of node {node}")
     outputs = [_expect(o, int, f"outputs[{i}]") for i, o in enumerate(_expect(doc["outputs"], list, "outputs"))]
     metadata = _expect(doc["metadata"], dict, "metadata")
     _check_nesting(metadata, limits.max_attr_depth, "metadata")
+    arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
+    if version[0] >= 2:
+        arrays = _read_tensors(doc, count, values, grads)
     graph = Graph(
         op_table=op_table,
         op_codes=op_codes,
@@ -635,9 +803,118 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
         outputs=outputs,
         metadata=metadata,
         op_sources=op_sources,
+        arrays=arrays[0],
+        grad_arrays=arrays[1],
     )
     graph.check()
     return graph, version
+
+
+def _read_tensors(
+    doc: dict[str, Any], count: int, values: npt.NDArray[Any], grads: npt.NDArray[Any] | None
+) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """Version 2.0's arrays: every entry of the tensor table checked against the data section
+    (which the file holds already, so nothing is allocated until all pass), then each array a
+    read-only view into it."""
+    data = doc["data"]
+    if not isinstance(data, np.ndarray):  # read by fastload: the payload's own buffer, else bytes
+        data = _expect(data, bytes, "data")
+    size = len(data)
+    entries = _expect(doc["tensors"], list, "tensors")
+    checked = [_read_tensor_entry(entry, f"tensors[{i}]", count, size) for i, entry in enumerate(entries)]
+    previous: tuple[int, int] = (-1, 1)
+    for i, (node, which, _, shape, _, _) in enumerate(checked):
+        if (node, which) <= previous:
+            what = "twice" if (node, which) == previous else "out of order (entries are sorted by node, a value first)"
+            raise FormatError(f"tensors[{i}]: the {WHICH[which]} of node {node} is listed {what}")
+        previous = (node, which)
+        column, key = (values, "values") if which == 0 else (grads, "grads")
+        if column is not None and not np.isnan(column[node]):
+            raise FormatError(
+                f"tensors[{i}]: node {node} holds a {'value' if which == 0 else 'gradient'} array, so its entry in "
+                f"the {key} column must be nan, not {float(column[node])!r}"
+            )
+        if which == 1 and i and checked[i - 1][:2] == (node, 0) and checked[i - 1][3] != shape:
+            raise FormatError(
+                f"tensors[{i}]: node {node}'s gradient has shape {_shape_text(shape)}, "
+                f"but its value has shape {_shape_text(checked[i - 1][3])}"
+            )
+    spans = sorted((offset, offset + nbytes, i) for i, (*_, offset, nbytes) in enumerate(checked) if nbytes)
+    for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+        if start < end:
+            one, two = sorted((first, second))
+            raise FormatError(f"tensors[{one}] and tensors[{two}] overlap in the data section (at byte {start})")
+    arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
+    for node, which, dtype, shape, offset, nbytes in checked:
+        array = np.frombuffer(data, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset).reshape(shape)
+        if not dtype.isnative:  # a big-endian machine: the one case that copies
+            array = array.astype(dtype.newbyteorder("="))
+        array.flags.writeable = False
+        arrays[which][node] = array
+    return arrays
+
+
+def _read_tensor_entry(
+    entry: Any, where: str, count: int, size: int
+) -> tuple[int, int, np.dtype[Any], tuple[int, ...], int, int]:
+    """One tensor table entry, checked on its own: ``(node, which, dtype, shape, offset, nbytes)``."""
+    if not isinstance(entry, list) or len(entry) != 6:
+        raise FormatError(f"{where} must be an array [node, which, dtype, shape, offset, nbytes]")
+    node = _expect(entry[0], int, f"{where}[0]")
+    if not 0 <= node < count:
+        raise FormatError(f"{where} refers to node {node}, which does not exist (the graph has {count} nodes)")
+    if entry[1] not in WHICH:
+        raise FormatError(f'{where}[1] must be "value" or "grad", not {_shown(entry[1])}')
+    which = WHICH.index(entry[1])
+    dtype = TENSOR_DTYPES.get(entry[2]) if isinstance(entry[2], str) else None
+    if dtype is None:
+        raise FormatError(f'{where}[2] must be a dtype "F64", "F32" or "I64", not {_shown(entry[2])}')
+    raw_shape = _expect(entry[3], list, f"{where}[3]")
+    if len(raw_shape) > MAX_DIMENSIONS:
+        raise FormatError(f"{where}: the shape has {len(raw_shape)} dimensions, more than {MAX_DIMENSIONS}")
+    for k, dimension in enumerate(raw_shape):
+        if type(dimension) is not int or dimension < 0:
+            raise FormatError(f"{where}[3][{k}] must be a non-negative integer (a dimension), not {_shown(dimension)}")
+    shape = tuple(raw_shape)
+    items = 1
+    for dimension in shape:
+        items *= dimension or 1  # as numpy counts: an empty array may not have a huge other dimension either
+    if items * dtype.itemsize > MAX_ARRAY_BYTES:
+        raise FormatError(f"{where}: the shape {_shape_text(shape)} is too large (more than 2**63 - 1 bytes)")
+    needed = dtype.itemsize * (0 if 0 in shape else items)
+    if needed > size:
+        raise FormatError(
+            f"{where}: an {entry[2]} array of shape {_shape_text(shape)} takes {needed:,} bytes, "
+            f"more than the data section's {size:,}"
+        )
+    offset = _expect(entry[4], int, f"{where}[4]")
+    nbytes = _expect(entry[5], int, f"{where}[5]")
+    if nbytes != needed:
+        raise FormatError(
+            f"{where}: nbytes is {nbytes}, but an {entry[2]} array of shape {_shape_text(shape)} takes {needed}"
+        )
+    if offset < 0:
+        raise FormatError(f"{where}: the offset {offset} is negative")
+    if offset % ALIGNMENT:
+        raise FormatError(f"{where}: the offset {offset} is not a multiple of {ALIGNMENT}")
+    if offset + nbytes > size:
+        raise FormatError(
+            f"{where}: bytes {offset:,} to {offset + nbytes:,} lie outside the data section's {size:,} bytes"
+        )
+    return node, which, dtype, shape, offset, nbytes
+
+
+def _shape_text(shape: tuple[int, ...] | list[int]) -> str:
+    return shorten(f"[{', '.join(map(str, shape))}]", 80)
+
+
+def _shown(value: Any) -> str:
+    """A value from the file, in a message: a string's repr (escaped, shortened), else its kind."""
+    if isinstance(value, str):
+        return shorten(repr(value), 40)
+    if type(value) is int:
+        return shorten(str(value), 40)
+    return _describe(value)
 
 
 #: A graph source: a path, or an open binary stream (``sys.stdin.buffer``) read to its end.
@@ -743,16 +1020,18 @@ def _load_regular(file: IO[bytes], limits: Limits) -> tuple[Graph, tuple[int, in
 
     try:
         head = os.pread(fd, min(size, _CHUNK), 0)
+        checked = len(head)
         try:
-            kind = _kind(head, at_end=len(head) == size)
+            kind = _kind(head, at_end=checked == size)
         except FormatError:  # neither form: the msgpack reader says what is wrong, as loads() does
             kind = "msgpack"
+        del head  # a MiB that would otherwise stay alive through the whole read
         if kind == "msgpack":
             return _read(fastload.FileSource(fd), everything, limits)
         data = everything()
         if kind is None:  # only whitespace in the first chunk
             try:
-                _kind(data, at_end=True, checked=len(head))
+                _kind(data, at_end=True, checked=checked)
             except FormatError:
                 return _read_msgpack(data, limits)
         return _read_json(data, limits)

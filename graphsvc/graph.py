@@ -399,7 +399,9 @@ class GraphBuilder:
     def __len__(self) -> int:
         return len(self._op_codes)
 
-    def leaf(self, value: float | np.ndarray = 0.0, name: str | None = None, grad: float | np.ndarray | None = None) -> int:
+    def leaf(
+        self, value: float | np.ndarray = 0.0, name: str | None = None, grad: float | np.ndarray | None = None
+    ) -> int:
         """Add an input node: a float, or an array (a tensor node; it is copied)."""
         return self.add(LEAF, [], value=value, name=name, grad=grad)
 
@@ -440,10 +442,10 @@ class GraphBuilder:
         self._op_codes.append(code)
         self._parents.extend(ids)
         self._offsets.append(len(self._parents))
-        if _is_tensor(value):
+        if isinstance(value, (np.ndarray, np.generic)) and _is_tensor(value):
             self._arrays[node] = _tensor(node, "value", value)
             value = math.nan
-        if _is_tensor(grad):
+        if isinstance(grad, (np.ndarray, np.generic)) and _is_tensor(grad):
             self._grad_arrays[node] = _tensor(node, "gradient", grad)
             grad = None
         self._values.append(float(value))
@@ -500,6 +502,9 @@ def _is_tensor(value: object) -> bool:
 def _tensor(node: int, what: str, array: np.ndarray | np.generic) -> np.ndarray:
     """A C-ordered, native-endian copy of a tensor node's value or gradient; other dtypes refused."""
     result = np.array(array, order="C")
+    result = result.astype(result.dtype.newbyteorder("="), copy=False)  # big-endian data: native order
     if result.dtype not in TENSOR_DTYPES:
-        raise GraphStructureError(f"node {node}: a {what} must be an array of float64, float32 or int64, not {result.dtype}")
-    return result.astype(result.dtype.newbyteorder("="), copy=False)
+        raise GraphStructureError(
+            f"node {node}: a {what} must be an array of float64, float32 or int64, not {result.dtype}"
+        )
+    return result

@@ -7,6 +7,8 @@ already in topological order are kept, and a cycle is an error naming the nodes 
 
 Floats that JSON cannot hold are written as the strings ``"nan"``, ``"inf"`` and ``"-inf"``;
 every other float is written with Python's shortest round-trip repr, so values survive exactly.
+A tensor node's value or gradient is an object ``{"dtype": "float32", "shape": [2, 3], "data":
+[[...], [...]]}`` (JSON version 2.0, written only for tensor graphs; see schemas/FORMAT.md §13).
 """
 
 from __future__ import annotations
@@ -23,7 +25,17 @@ from graphsvc.text import shorten
 from graphsvc.topo import topological_sort
 
 JSON_FORMAT_NAME = "graphsvc-json"
+#: The version written for a graph of float64 scalars.
 JSON_VERSION = (1, 0)
+#: The version written for a tensor graph: a value or gradient may be an array object.
+JSON_TENSOR_VERSION = (2, 0)
+#: A tensor's dtype in the JSON form (numpy's names) -> its numpy dtype.
+JSON_DTYPES: dict[str, np.dtype[Any]] = {
+    "float64": np.dtype("float64"),
+    "float32": np.dtype("float32"),
+    "int64": np.dtype("int64"),
+}
+_INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
 _SPECIAL = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
@@ -49,10 +61,33 @@ def _float_in(x: Any, where: str) -> float:
     raise FormatError(f'{where} must be a number or one of "nan", "inf", "-inf", not {x!r}')
 
 
+def json_array(array: np.ndarray) -> dict[str, Any]:
+    """A tensor for JSON: ``{"dtype", "shape", "data"}``, data as nested lists (a 0-d array's is
+    one number), floats as :func:`json_float` writes them; a float32 with the shortest text that
+    reads back to the same float32."""
+    if array.dtype.kind == "i":
+        flat: list[Any] = [int(x) for x in array.reshape(-1).tolist()]
+    elif array.dtype.itemsize == 4:
+        flat = [_float32_text(x) for x in array.reshape(-1)]
+    else:
+        flat = [json_float(x) for x in array.reshape(-1).tolist()]
+    nested = np.empty(len(flat), dtype=object)
+    nested[:] = flat
+    return {"dtype": array.dtype.name, "shape": list(array.shape), "data": nested.reshape(array.shape).tolist()}
+
+
+def _float32_text(x: np.float32) -> float | str:
+    """The float64 to write for a float32: its shortest decimal when that reads back to the same
+    bits, else its exact value."""
+    if not np.isfinite(x):
+        return json_float(float(x))
+    short = float(str(x))
+    return short if np.float32(short).view(np.uint32) == x.view(np.uint32) else float(x)
+
+
 def to_document(graph: Graph) -> dict[str, Any]:
-    """The JSON document of a graph (a plain dict)."""
-    if graph.is_tensor_graph:
-        raise FormatError("this graph holds arrays (tensor nodes): writing them (format 2.0) is not supported yet")
+    """The JSON document of a graph (a plain dict); a tensor node's value or gradient is an object
+    of :func:`json_array`."""
     values = graph.values.tolist()
     grads = None if graph.grads is None else graph.grads.tolist()
     offsets = graph.parent_offsets.tolist()
@@ -64,9 +99,11 @@ def to_document(graph: Graph) -> dict[str, Any]:
             "name": graph.names.get(node),
             "op": graph.op(node),
             "parents": parents[offsets[node] : offsets[node + 1]],
-            "value": json_float(values[node]),
+            "value": json_array(graph.arrays[node]) if node in graph.arrays else json_float(values[node]),
         }
-        if grads is not None:
+        if node in graph.grad_arrays:
+            item["grad"] = json_array(graph.grad_arrays[node])
+        elif grads is not None:
             item["grad"] = json_float(grads[node])
         if node in graph.attrs:
             item["attrs"] = graph.attrs[node]
@@ -77,7 +114,7 @@ def to_document(graph: Graph) -> dict[str, Any]:
         ops[tag] = {"plugin": source.plugin, "version": source.version}
     return {
         "format": JSON_FORMAT_NAME,
-        "version": list(JSON_VERSION),
+        "version": list(JSON_TENSOR_VERSION if graph.is_tensor_graph else JSON_VERSION),
         "ops": ops,
         "nodes": nodes,
         "outputs": list(graph.outputs),
@@ -146,7 +183,7 @@ def from_document(doc: Any) -> Graph:
         or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in version)
     ):
         raise FormatError("version must be [major, minor]")
-    if version[0] > JSON_VERSION[0]:
+    if version[0] > JSON_TENSOR_VERSION[0]:
         raise FormatError(f"the document uses JSON version {version[0]}.{version[1]}, newer than this graphsvc reads")
     raw_nodes = doc.get("nodes")
     if not isinstance(raw_nodes, list):
@@ -212,7 +249,10 @@ def _assemble(
     grads: list[float] = []
     names: dict[int, str] = {}
     attrs: dict[int, dict[str, Any]] = {}
-    has_grads = any("grad" in item for item in by_id.values())
+    arrays: dict[int, np.ndarray] = {}
+    grad_arrays: dict[int, np.ndarray] = {}
+    # the grads column exists when some node has a scalar gradient (a tensor's is an object)
+    has_grads = any("grad" in item and not isinstance(item["grad"], dict) for item in by_id.values())
     for old in order:
         item = by_id[old]
         node = new_id[old]
@@ -224,8 +264,12 @@ def _assemble(
         op_codes.append(op_index.setdefault(op, len(op_index)))
         parents.extend(new_id[p] for p in parents_of[old])
         offsets.append(len(parents))
-        values.append(_float_in(item.get("value", "nan"), f"node {old}: value"))
-        grads.append(_float_in(item.get("grad", "nan"), f"node {old}: grad"))
+        for key, column, tensors in (("value", values, arrays), ("grad", grads, grad_arrays)):
+            raw = item.get(key, "nan")
+            if isinstance(raw, dict):
+                tensors[node] = _array_in(raw, f"node {old}: {key}")
+                raw = "nan"
+            column.append(_float_in(raw, f"node {old}: {key}"))
         if item.get("name") is not None:
             names[node] = item["name"]
         if item.get("attrs"):
@@ -269,8 +313,42 @@ def _assemble(
         outputs=outputs,
         metadata=metadata,
         op_sources=sources,
+        arrays=arrays,
+        grad_arrays=grad_arrays,
     )
     graph.check()
     if "outputs" not in doc:  # left out: the sinks, as GraphBuilder.build() defaults them
         graph.outputs = [int(s) for s in graph.sinks()]
     return graph
+
+
+def _array_in(raw: dict[str, Any], where: str) -> np.ndarray:
+    """A tensor object ``{"dtype", "shape", "data"}``: data nested exactly as the shape says."""
+    name = raw.get("dtype")
+    dtype = JSON_DTYPES.get(name) if isinstance(name, str) else None
+    if dtype is None:
+        raise FormatError(f'{where}: dtype must be "float64", "float32" or "int64", not {shorten(repr(name), 40)}')
+    shape = raw.get("shape")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise FormatError(f"{where}: shape must be a list of non-negative integers")
+    if "data" not in raw:
+        raise FormatError(f"{where}: the array has no data")
+    level: list[Any] = [raw["data"]]
+    for depth, size in enumerate(shape):  # level by level, so the items stay in C order
+        if not all(isinstance(item, list) and len(item) == size for item in level):
+            raise FormatError(f"{where}: data does not have the shape {shorten(str(shape), 80)} (at depth {depth})")
+        level = [x for item in level for x in item]
+    if dtype.kind == "i":
+        for x in level:
+            if type(x) is not int or not _INT64_RANGE[0] <= x <= _INT64_RANGE[1]:
+                raise FormatError(f"{where}: an int64 array holds {shorten(repr(x), 40)}, not an integer of 64 bits")
+        return np.array(level, dtype=np.int64).reshape(shape)
+    wide = np.array([_float_in(x, f"{where}: an item") for x in level], dtype=np.float64)
+    if dtype.itemsize == 8:
+        return wide.reshape(shape)
+    with np.errstate(over="ignore"):
+        narrow = wide.astype(np.float32)
+    overflow = np.flatnonzero(np.isinf(narrow) & np.isfinite(wide))
+    if len(overflow):
+        raise FormatError(f"{where}: the item {float(wide[overflow[0]])!r} is too large for a float32")
+    return narrow.reshape(shape)

@@ -19,6 +19,9 @@ Any op may instead give a *vector-Jacobian product*, the contract of autograd's 
   An op with only a ``vjp`` works on tensor graphs (a graph of scalars that uses it is replayed as
   one, node by node, with 0-d arrays).
 - ``variadic=True``: a node may have ``arity`` or more inputs (``concatenate``).
+- ``samples(rng)``, optional, returns ``[(inputs, attrs), ...]``: points where ``graphsvc
+  gradcheck`` checks an op given by its ``vjp`` (an elementwise op is checked at scalar points
+  without them). Without samples such an op is listed as not checked.
 
 - ``forward(*inputs, **attrs)`` returns the output.
 - ``derivatives(*inputs, out, **attrs)`` returns a tuple (or list) with one partial derivative
@@ -113,6 +116,8 @@ class Op:
     #: True: a node may have ``arity`` or more inputs (``concatenate``); its functions then take
     #: as many positional inputs as the node has.
     variadic: bool = False
+    #: ``samples(rng) -> [(inputs, attrs), ...]``: where gradcheck checks a vjp op (optional).
+    samples: Callable[[np.random.Generator], Sequence[tuple[Sequence[Any], Mapping[str, Any]]]] | None = None
     #: The distribution (or module) that registered the op; filled in by the registry.
     plugin: str | None = None
     #: That distribution's version, when known; filled in by the registry.
@@ -153,6 +158,8 @@ def check_op_declaration(op: object) -> Op:
         for field in ("derivatives", "vjp"):
             if getattr(op, field) is not None and not callable(getattr(op, field)):
                 raise OpError(f"op {op.name!r}: {field} must be a function, not {getattr(op, field)!r}")
+    if op.samples is not None and not callable(op.samples):
+        raise OpError(f"op {op.name!r}: samples must be a function, not {op.samples!r}")
     if not isinstance(op.variadic, bool):
         raise OpError(f"op {op.name!r}: variadic must be True or False, not {op.variadic!r}")
     if op.variadic and op.derivatives is not None:

@@ -113,8 +113,9 @@ def to_dot(graph: Graph, nodes: Sequence[int] | None = None, highlight: int | No
     ]
     edges: list[str] = []
     for node in chosen:
-        grad = "-" if grads is None else _number(grads[node])
-        record = f"{{ {_record_text(graph.label(node))} | data {_number(values[node])} | grad {grad} }}"
+        grad = _cell(graph.grad_arrays.get(node), None if grads is None else grads[node])
+        data = _cell(graph.arrays.get(node), values[node])
+        record = f"{{ {_record_text(graph.label(node))} | data {data} | grad {grad} }}"
         style = " style=bold penwidth=2" if node == highlight else ""
         lines.append(f'\tv{node} [label="{record}" shape=record{style}]')
         node_parents = graph.parents(node)
@@ -188,6 +189,17 @@ def draw(dot_text: str, kind: str) -> bytes:
 # -- label text --------------------------------------------------------------------------------
 def _number(x: float) -> str:
     return f"{x:.6g}"
+
+
+def _cell(array: np.ndarray | None, number: float | None) -> str:
+    """A value or gradient in a box: a tensor node's dtype and shape (``f32[128,10]``; a 0-d
+    array's number after them), a scalar's number, ``-`` for none."""
+    if array is not None:
+        from graphsvc.tensors import describe
+
+        number_text = f" {_number(float(array))}" if array.ndim == 0 else ""
+        return _record_text(describe(array) + number_text)
+    return "-" if number is None else _number(number)
 
 
 def _op_text(graph: Graph, node: int) -> str:

@@ -93,7 +93,7 @@ def resolve_ops(graph: Graph, registry: OpRegistry) -> list[Op | None]:
     ops: list[Op | None] = [None if tag in LEAF_TAGS else registry.get(tag) for tag in graph.op_table]
     # One pass over the nodes: each node's expected parent count by its op code (leaves: their
     # count, which Graph.check already holds at 0).
-    arity_of_code = np.array([-1 if op is None else op.arity for op in ops], dtype=np.int64)
+    arity_of_code = np.array([-1 if op is None or op.variadic else op.arity for op in ops], dtype=np.int64)
     jit = compiled_for(graph.num_nodes)
     if jit is not None:
         node = int(jit.first_arity_mismatch(graph.op_codes, graph.parent_offsets, arity_of_code))
@@ -101,12 +101,19 @@ def resolve_ops(graph: Graph, registry: OpRegistry) -> list[Op | None]:
         arity = arity_of_code[graph.op_codes]
         wrong = np.flatnonzero((arity >= 0) & (arity != graph.parent_counts()))
         node = int(wrong[0]) if len(wrong) else -1
+    variadic = [code for code, op in enumerate(ops) if op is not None and op.variadic]
+    if variadic:  # at least `arity` inputs
+        least = np.array([op.arity if op is not None and op.variadic else 0 for op in ops], dtype=np.int64)
+        short = np.flatnonzero(graph.parent_counts() < least[graph.op_codes])
+        if len(short) and (node < 0 or short[0] < node):
+            node = int(short[0])
     if node >= 0:
         counts = graph.parent_counts()
         op = ops[int(graph.op_codes[node])]
         assert op is not None
+        at_least = "at least " if op.variadic else ""
         raise OpError(
-            f"node {graph.label(node)}: op {op.name} takes {op.arity} input{'s' if op.arity != 1 else ''} "
+            f"node {graph.label(node)}: op {op.name} takes {at_least}{op.arity} input{'s' if op.arity != 1 else ''} "
             f"but the node has {int(counts[node])} parent{'s' if counts[node] != 1 else ''}"
         )
     return ops

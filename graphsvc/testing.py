@@ -1,4 +1,4 @@
-"""Helpers for plugin authors: check an op's local derivatives against central finite differences.
+"""Helpers for plugin authors: check an op's derivatives against central finite differences.
 
     from graphsvc.testing import check_op
 
@@ -15,6 +15,16 @@ other, so kinks (``relu``, ``abs``) and ties (``max``) are not sampled. A point 
 not finite (``log`` of a negative number) is skipped, so an op needs to declare nothing about its
 domain. Attributes without a default (``pow``'s ``exponent``) are tried with each of
 :data:`ATTRIBUTE_SAMPLES`; attributes with a default use it. Pass ``points`` or ``attrs`` to choose.
+
+:func:`check_vjp` checks an op on arrays: its ``vjp`` (or, for an elementwise op, its derivatives
+turned into one, broadcast dimensions summed back) against central finite differences of
+``sum(g * forward(...))`` for a random cotangent ``g``, element by element::
+
+    result = check_vjp(CONV2D, x, weight, attrs={"stride": 2})
+    assert result.ok, result.message
+
+:func:`random_shapes` draws shapes that broadcast together (scalars, size-1 and missing leading
+dimensions among them) and :func:`reduction_attrs` the ``axis``/``keepdims`` cases of a reduction.
 """
 
 from __future__ import annotations
@@ -29,11 +39,22 @@ from typing import Any
 
 import numpy as np
 
-from graphsvc.errors import GraphsvcError
-from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
+from graphsvc.errors import GraphsvcError, ReplayError
+from graphsvc.ops import Op, OpRegistry, _call_one, evaluate, interrupts_told_apart, local_derivatives
 from graphsvc.plugins import running_plugin_code
+from graphsvc.tensors import _per_element, elementwise_vjp
 
-__all__ = ["ATTRIBUTE_SAMPLES", "SAMPLE_VALUES", "GradcheckResult", "check_op", "check_registry", "ulp_distance"]
+__all__ = [
+    "ATTRIBUTE_SAMPLES",
+    "SAMPLE_VALUES",
+    "GradcheckResult",
+    "check_op",
+    "check_registry",
+    "check_vjp",
+    "random_shapes",
+    "reduction_attrs",
+    "ulp_distance",
+]
 
 #: Input values the sample points are drawn from.
 SAMPLE_VALUES: tuple[float, ...] = (-1.7, -0.6, 0.3, 0.9, 2.2)
@@ -58,6 +79,8 @@ class GradcheckResult:
     max_rel_error: float
     #: Empty when ok; otherwise the first disagreement (or the error the op raised).
     message: str = ""
+    #: Why the op was not checked (a vjp op without ``samples``); empty when it was.
+    unchecked: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (non-finite errors become the strings ``"nan"`` and ``"inf"``)."""
@@ -134,7 +157,34 @@ def check_registry(registry: OpRegistry, names: Iterable[str] | None = None, **o
     """
     ops = [op for op in registry if op.arity > 0] if names is None else [registry.get(n) for n in dict.fromkeys(names)]
     with running_plugin_code():  # once, around every op's check
-        return [check_op(op, **options) for op in ops]
+        return [_check_samples(op, **options) if op.vjp is not None else check_op(op, **options) for op in ops]
+
+
+def _check_samples(op: Op, **options: Any) -> GradcheckResult:
+    """Check an op given by its VJP with :func:`check_vjp` at each of its ``samples``, merged into
+    one result (the first failure's message); without samples, a result that says so."""
+    if op.samples is None:
+        return GradcheckResult(
+            op.name, op.plugin, op.plugin_version, True, 0, 0, 0.0, 0.0, unchecked="it gives a vjp but no samples"
+        )
+    try:
+        samples = list(op.samples(np.random.default_rng(0)))
+    except Exception as exc:
+        message = f"op {op.name!r} ({op.source}): samples raised {type(exc).__name__}: {exc}"
+        return GradcheckResult(op.name, op.plugin, op.plugin_version, False, 0, 0, 0.0, 0.0, message)
+    results = [check_vjp(op, *inputs, attrs=attrs, **options) for inputs, attrs in samples]
+    failures = [r.message for r in results if not r.ok]
+    return GradcheckResult(
+        op.name,
+        op.plugin,
+        op.plugin_version,
+        not failures,
+        sum(r.points for r in results),
+        sum(r.skipped for r in results),
+        max((r.max_abs_error for r in results), default=0.0),
+        max((r.max_rel_error for r in results), default=0.0),
+        failures[0] if failures else "",
+    )
 
 
 @dataclass
@@ -213,6 +263,206 @@ def _attribute_samples(op: Op) -> list[dict[str, Any]]:
     if not required:
         return [{}]
     return [dict.fromkeys(required, value) for value in ATTRIBUTE_SAMPLES]
+
+
+# -- tensor ops: vector-Jacobian products -------------------------------------------------------
+Shape = tuple[int, ...]
+
+
+def check_vjp(
+    op: Op,
+    *inputs: Any,
+    attrs: Mapping[str, Any] | None = None,
+    eps: float = 1e-6,
+    rtol: float = 1e-5,
+    atol: float = 1e-7,
+    seed: int = 0,
+) -> GradcheckResult:
+    """Compare ``op``'s vector-Jacobian product with central finite differences at ``inputs``.
+
+    Float inputs are converted to float64 and passed read-only; integer inputs (index inputs) are
+    passed as int64 and must get the cotangent ``None``. With ``g`` a random normal array of the
+    output's shape (from ``seed``), the cotangent of input ``i`` at element ``j`` should be
+    ``(sum(g * f(x_ij + h)) - sum(g * f(x_ij - h))) / 2h``, with ``h = eps * max(1, |x_ij|)``;
+    every element of every float input is checked (two forward calls each), except where the
+    forward is not finite. An op without a ``vjp`` has its elementwise ``derivatives`` turned into
+    one (``g * partial``, summed back over broadcast dimensions). A float input whose cotangent is
+    ``None`` is not checked. An element passes when ``|analytic - numeric| <= atol + rtol *
+    |numeric|``; the message of a failure names the op, the input and its worst element.
+    ``points`` counts the elements checked, ``skipped`` those not checked.
+    """
+    with running_plugin_code(), np.errstate(all="ignore"), interrupts_told_apart():
+        return _check_vjp(op, inputs, dict(attrs or {}), eps, rtol, atol, seed)
+
+
+def _check_vjp(
+    op: Op, raw: Sequence[Any], attrs: dict[str, Any], eps: float, rtol: float, atol: float, seed: int
+) -> GradcheckResult:
+    def result(ok: bool, checked: int, skipped: int, abs_err: float, rel_err: float, message: str) -> GradcheckResult:
+        return GradcheckResult(op.name, op.plugin, op.plugin_version, ok, checked, skipped, abs_err, rel_err, message)
+
+    inputs = [_check_input(op, i, x) for i, x in enumerate(raw)]
+    if op.arity == 0 or len(inputs) < op.arity or (len(inputs) > op.arity and not op.variadic):
+        raise ValueError(f"op {op.name!r} takes {op.arity} inputs, got {len(inputs)}")
+    prefix = f"op {op.name!r} ({op.source})"
+    try:
+        out = _forward(op, inputs, attrs)
+        g = np.random.default_rng(seed).standard_normal(out.shape)
+        g.flags.writeable = False
+        analytic = _cotangents(op, g, out, inputs, attrs)
+    except GraphsvcError as exc:
+        return result(False, 0, 0, 0.0, 0.0, f"{exc}{_with(attrs)}")
+    checked = skipped = 0
+    max_abs = max_rel = 0.0
+    worst: tuple[float, str] | None = None  # (how far beyond the tolerance, message)
+    for i, (x, cotangent) in enumerate(zip(inputs, analytic, strict=True)):
+        if cotangent is None:
+            skipped += x.size
+            continue
+        if x.dtype.kind != "f":
+            message = f"{prefix}: vjp gives the {x.dtype} input {i} a cotangent; an index input gets None"
+            return result(False, checked, skipped, max_abs, max_rel, message)
+        numeric = np.empty(x.shape)
+        for j in np.ndindex(*x.shape):
+            numeric[j] = _directional_difference(op, inputs, i, j, g, attrs, eps)
+        usable = np.isfinite(numeric)
+        checked += int(usable.sum())
+        skipped += int((~usable).sum())
+        error = np.abs(cotangent - numeric)
+        error = np.where(np.isnan(error), np.inf, error)  # a nan cotangent is as wrong as it gets
+        scale = np.abs(numeric)
+        if usable.any():
+            max_abs = max(max_abs, float(error[usable].max()))
+            max_rel = max(max_rel, float((error / np.maximum(scale, np.finfo(np.float64).tiny))[usable].max()))
+        beyond = np.where(usable, error / (atol + rtol * scale), 0.0)
+        j = np.unravel_index(int(np.argmax(beyond)), x.shape) if x.size else ()
+        if x.size and beyond[j] > 1.0 and (worst is None or beyond[j] > worst[0]):
+            at = "[" + ", ".join(str(int(k)) for k in j) + "]"
+            name = "vjp" if op.vjp is not None else "derivatives"
+            message = (
+                f"{prefix}: d/d(input {i}) at {at} of {_describe(x)}{_with(attrs)}: {name} give"
+                f"{'s' if name == 'vjp' else ''} {float(cotangent[j]):.6g}, finite differences give "
+                f"{float(numeric[j]):.6g}"
+            )
+            worst = (float(beyond[j]), message)
+    if worst is not None:
+        return result(False, checked, skipped, max_abs, max_rel, worst[1])
+    if checked == 0:
+        message = f"{prefix}: nothing to check (no float input gets a cotangent where the forward is finite)"
+        return result(False, 0, skipped, max_abs, max_rel, message)
+    return result(True, checked, skipped, max_abs, max_rel, "")
+
+
+def _check_input(op: Op, i: int, value: Any) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype.kind in "biu":
+        array = array.astype(np.int64)
+    elif array.dtype.kind == "f":
+        array = array.astype(np.float64)
+    else:
+        raise ValueError(f"input {i} of op {op.name!r} must hold real numbers, not {array.dtype}")
+    array.flags.writeable = False  # as in a replay: an op must not write into its inputs
+    return array
+
+
+def _describe(x: np.ndarray) -> str:
+    return f"{x.dtype}[{','.join(map(str, x.shape))}]"
+
+
+def _forward(op: Op, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    forward = op.forward
+    assert forward is not None
+    if not op.vectorized:
+        forward = _per_element(forward, len(inputs))
+    result = _call_one(op, "forward", forward, inputs, attrs)
+    out = np.asarray(result)
+    if out.dtype.kind not in "biuf":
+        raise ReplayError(f"op {op.name!r} ({op.source}): forward returned {type(result).__name__}, not real numbers")
+    return out.astype(np.float64, copy=False)
+
+
+def _cotangents(
+    op: Op, g: np.ndarray, out: np.ndarray, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]
+) -> list[np.ndarray | None]:
+    """The op's vjp, or its elementwise derivatives as one (graphsvc.tensors.elementwise_vjp, as
+    replay does), each checked against its input's shape."""
+    what = "vjp" if op.vjp is not None else "derivatives"
+    vjp = op.vjp if op.vjp is not None else elementwise_vjp(op)
+    given = _call_one(op, what, vjp, [g, out, *inputs], attrs)
+    if not isinstance(given, tuple | list) or len(given) != len(inputs):
+        raise ReplayError(f"op {op.name!r} ({op.source}): {what} must return one cotangent per input ({len(inputs)})")
+    cotangents: list[np.ndarray | None] = []
+    for i, (x, c) in enumerate(zip(inputs, given, strict=True)):
+        if c is None or (op.vjp is None and x.dtype.kind != "f"):  # replay gives int64 inputs no gradient
+            cotangents.append(None)
+            continue
+        array = np.asarray(c)
+        if array.dtype.kind not in "biuf" or array.shape != x.shape:
+            kind = f"shape {array.shape}" if array.dtype.kind in "biuf" else f"{array.dtype} values"
+            raise ReplayError(
+                f"op {op.name!r} ({op.source}): {what} gives input {i} ({_describe(x)}) a cotangent of {kind}"
+            )
+        cotangents.append(array.astype(np.float64, copy=False))
+    return cotangents
+
+
+def _directional_difference(
+    op: Op,
+    inputs: Sequence[np.ndarray],
+    i: int,
+    j: tuple[int, ...],
+    g: np.ndarray,
+    attrs: Mapping[str, Any],
+    eps: float,
+) -> float:
+    """``(sum(g * f(x + h e_j)) - sum(g * f(x - h e_j))) / 2h`` for element ``j`` of input ``i``."""
+    x = inputs[i]
+    step = eps * max(1.0, abs(float(x[j])))
+    sums = []
+    for sign in (1.0, -1.0):
+        nudged = x.copy()
+        nudged[j] += sign * step
+        nudged.flags.writeable = False
+        sums.append(float(np.sum(g * _forward(op, [*inputs[:i], nudged, *inputs[i + 1 :]], attrs))))
+    return (sums[0] - sums[1]) / (2 * step)
+
+
+def random_shapes(
+    arity: int, count: int = 8, *, seed: int = 0, max_ndim: int = 3, max_size: int = 4
+) -> list[tuple[Shape, ...]]:
+    """``count`` tuples of ``arity`` shapes that broadcast together, for checking an elementwise op.
+
+    The first tuples are the cases broadcasting gets wrong most often: every input the same shape;
+    the first input a scalar ``()``; the last input missing the leading dimensions; the last input with
+    size 1 in the first dimension (as a ``keepdims`` reduction leaves it). The rest are drawn from
+    ``seed``: a full shape of up to ``max_ndim`` dimensions of 2 to ``max_size``, from which each
+    input drops leading dimensions and sets others to 1 at random.
+    """
+    rng = np.random.default_rng(seed)
+    full: Shape = (2, 3, 4)[:max_ndim] if max_size >= 4 else (2,) * max_ndim
+    cases: list[tuple[Shape, ...]] = [(full,) * arity]
+    if arity >= 1 and full:
+        cases.append(((), *(full,) * (arity - 1)))
+        cases.append(((full,) * (arity - 1)) + (full[1:],))
+        cases.append(((full,) * (arity - 1)) + ((1, *full[1:]),))
+    while len(cases) < count:
+        base = tuple(int(n) for n in rng.integers(2, max_size + 1, size=int(rng.integers(1, max_ndim + 1))))
+        shapes = []
+        for _ in range(arity):
+            shape = base[int(rng.integers(0, len(base) + 1)) :]
+            shapes.append(tuple(1 if rng.random() < 0.3 else n for n in shape))
+        cases.append(tuple(shapes))
+    return cases[:count]
+
+
+def reduction_attrs(ndim: int) -> list[dict[str, Any]]:
+    """The ``axis``/``keepdims`` attributes to check a reduction (``sum``, ``mean``, ``amax``) with on
+    an input of ``ndim`` dimensions: every axis, ``-1``, all axes (``None``) and, for ``ndim >= 2``,
+    the pair ``[0, -1]`` (a list, as a file stores it), each with ``keepdims`` false and true."""
+    axes: list[Any] = [None, *range(ndim), -1] if ndim else [None]
+    if ndim >= 2:
+        axes.append([0, -1])
+    return [{"axis": axis, "keepdims": keepdims} for axis in axes for keepdims in (False, True)]
 
 
 def ulp_distance(a: float, b: float) -> int:

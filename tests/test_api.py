@@ -83,7 +83,7 @@ def test_forward_drops_the_old_gradients() -> None:
         (lambda g: graphsvc.backward(g, set={7: 1.0}), UsageError, "no node with id 7 (the graph has 7 nodes)"),
         (lambda g: graphsvc.backward(g, output="nope"), UsageError, "no node named 'nope'"),
         (lambda g: graphsvc.forward(g, set={"a": 1.0, 0: 2.0}), UsageError, "set gives node a two values"),
-        (lambda g: graphsvc.forward(g, set={"a": "3"}), TypeError, "set['a'] must be a number, not str"),
+        (lambda g: graphsvc.forward(g, set={"a": "3"}), TypeError, "set['a'] must be a number or an array, not str"),
         (
             lambda g: graphsvc.backward(g, output=1.5),
             TypeError,

@@ -208,7 +208,7 @@ USER_ERRORS = [
         2,
         "Error: node L is a mul node, not a leaf: only leaves can be set",
     ),
-    (["forward", "{seed}", "--set", "a=abc"], 2, "Error: --set a: 'abc' is not a number"),
+    (["forward", "{seed}", "--set", "a=abc"], 2, "Error: --set a: 'abc' is not a number or a .npy file"),
     (["convert", "{seed}", "--to", "xml"], 2, "Error: --to must be json or msgpack, not 'xml'"),
     (["gradcheck", "--op", "nope"], 4, "Error: unknown op 'nope': no loaded plugin registers it (see `graphsvc ops`)"),
 ]

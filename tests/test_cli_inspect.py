@@ -138,6 +138,7 @@ def test_inspect_json() -> None:
         "outputs": [{"id": 6, "name": "L"}],
         "depth": 3,
         "has_grads": True,
+        "tensors": None,
         "ops": {"leaf": 3, "mul": 2, "add": 2},
         "plugins": {"unknown": ["add", "leaf", "mul"]},
         "metadata": {},

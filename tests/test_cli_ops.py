@@ -24,23 +24,34 @@ pytestmark = pytest.mark.usefixtures("no_installed_plugins")
 BUILTIN_LINES = [
     "abs\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "add\t2\t1\tgraphsvc 0.1.0\tvectorized",
+    "amax\t1\t1\tgraphsvc 0.1.0\tvjp",
+    "broadcast_to\t1\t1\tgraphsvc 0.1.0\tvjp",
+    "concatenate\t1+\t1\tgraphsvc 0.1.0\tvjp",
     "const\t0\t1\tgraphsvc 0.1.0\tleaf tag",
     "cos\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "div\t2\t1\tgraphsvc 0.1.0\tvectorized",
     "exp\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "leaf\t0\t1\tgraphsvc 0.1.0\tleaf tag",
     "log\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "log_softmax\t1\t1\tgraphsvc 0.1.0\tvjp",
+    "matmul\t2\t1\tgraphsvc 0.1.0\tvjp",
     "max\t2\t1\tgraphsvc 0.1.0\tvectorized",
+    "mean\t1\t1\tgraphsvc 0.1.0\tvjp",
     "min\t2\t1\tgraphsvc 0.1.0\tvectorized",
     "mul\t2\t1\tgraphsvc 0.1.0\tvectorized",
     "neg\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "pow\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "relu\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "reshape\t1\t1\tgraphsvc 0.1.0\tvjp",
     "sigmoid\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "sin\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "softmax\t1\t1\tgraphsvc 0.1.0\tvjp",
     "sqrt\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "sub\t2\t1\tgraphsvc 0.1.0\tvectorized",
+    "sum\t1\t1\tgraphsvc 0.1.0\tvjp",
+    "take\t2\t1\tgraphsvc 0.1.0\tvjp",
     "tanh\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "transpose\t1\t1\tgraphsvc 0.1.0\tvjp",
 ]
 
 PLUGIN = """
@@ -104,12 +115,21 @@ def test_ops_json() -> None:
     assert document["ops"][1] == {
         "name": "add",
         "arity": 2,
+        "variadic": False,
         "version": "1",
         "plugin": "graphsvc",
         "plugin_version": "0.1.0",
         "vectorized": True,
         "doc": "x + y. Distributes the gradient: both inputs receive it unchanged.",
+        "vjp": False,
     }
+    concatenate = document["ops"][4]
+    assert (concatenate["name"], concatenate["arity"], concatenate["variadic"], concatenate["vjp"]) == (
+        "concatenate",
+        1,
+        True,
+        True,
+    )
 
 
 def test_a_broken_plugin_is_a_warning_and_everything_else_loads(plugin_file: str, broken_file: str) -> None:

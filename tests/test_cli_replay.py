@@ -147,7 +147,7 @@ def test_missing_op_fails_before_any_work_with_exit_4(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--set", "a"], "Error: --set expects NAME=VALUE, not 'a'\n"),
-        (["--set", "a=x"], "Error: --set a: 'x' is not a number\n"),
+        (["--set", "a=x"], "Error: --set a: 'x' is not a number or a .npy file\n"),
         (["--set", "zz=1"], "Error: no node named 'zz'\n"),
         (["--set", "ab=1"], "Error: node ab is a mul node, not a leaf: only leaves can be set\n"),
         (["--output", "nope"], "Error: no node named 'nope'\n"),

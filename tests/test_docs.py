@@ -50,7 +50,7 @@ COPIED = {"README.md": ("examples",)}
 SKIPPED_COMMANDS = {
     "pip install .": "installs graphsvc; the blocks run the graphsvc installed from this checkout",
     'pip install -q -e ".[test]"': "installs the test tools, which these tests already run under",
-    "pip install -q ./plugins/graphsvc-activations ./plugins/graphsvc-binary": (
+    "pip install -q ./plugins/graphsvc-activations ./plugins/graphsvc-binary ./plugins/graphsvc-conv": (
         "installs the example plugins; the test environment has them (CI's command installs them)"
     ),
     "pip install ./plugins/graphsvc-activations ./plugins/graphsvc-binary": (

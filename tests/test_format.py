@@ -338,10 +338,11 @@ def test_newer_minor_with_unknown_keys_is_read(tmp_path: Path) -> None:
 
 
 def test_newer_major_is_refused() -> None:
+    # graphsvc reads 1.x and 2.x (tensor graphs, tests/test_format_v2.py); 3.0 is the first it refuses
     with pytest.raises(FormatError) as info:
-        fmt.loads(_mutated(lambda d: d.__setitem__("version", [2, 0])))
+        fmt.loads(_mutated(lambda d: d.__setitem__("version", [3, 0])))
     assert str(info.value) == (
-        "the file uses format version 2.0, newer than this graphsvc reads (major version 1); upgrade graphsvc"
+        "the file uses format version 3.0, newer than this graphsvc reads (major versions 1 and 2); upgrade graphsvc"
     )
 
 
@@ -749,3 +750,40 @@ def test_save_refuses_strings_longer_than_a_reader_accepts(tmp_path: Path) -> No
         match=r"^a string in metadata is 1048578 bytes long, longer than the 1048576 bytes a reader accepts$",
     ):
         fmt.dumps(metadata.build(metadata={"note": "é" * (limit // 2 + 1)}))
+
+
+def test_an_empty_attribute_map_and_no_entry_are_one_encoding() -> None:
+    # FORMAT.md §5: `[id, {}]` means what no entry means; the writer writes no entry, the reader drops it
+    graph = golden.worked()
+    graph.attrs = {0: {}, 2: {"k": 1}}
+    data = fmt.dumps(graph)
+    assert msgpack.unpackb(data)["attrs"] == [[2, {"k": 1}]]
+    document = msgpack.unpackb(data)
+    document["attrs"] = [[0, {}], [2, {"k": 1}]]
+    assert fmt.loads(msgpack.packb(document)).attrs == {2: {"k": 1}}
+    assert fmt.dumps(fmt.loads(msgpack.packb(document))) == data
+
+
+def test_msgpack_refuses_nesting_past_1024_levels_whatever_the_limits() -> None:
+    # FORMAT.md §9: the document map is level 1, metadata's map level 2, then the arrays
+    head = worked_bytes()[:-1]  # all but the empty metadata map
+    limits = fmt.Limits(max_attr_depth=2000)
+
+    def nested(levels: int) -> bytes:
+        return head + b"\x81\xa1k" + b"\x91" * (levels - 3) + b"\x90"
+
+    assert fmt.loads(nested(1024), limits).num_nodes == 3
+    with pytest.raises(FormatError) as info:
+        fmt.loads(nested(1025), limits)
+    assert str(info.value) == "not a valid msgpack document: it nests too deeply"
+
+
+def test_an_op_table_of_more_than_65536_entries_is_refused() -> None:
+    # FORMAT.md §7, item 2
+    document = msgpack.unpackb(worked_bytes())
+    document["ops"] += [{"tag": f"op{i}", "plugin": None, "version": None} for i in range(65_533)]
+    assert fmt.loads(msgpack.packb(document)).num_nodes == 3  # 3 + 65,533 = 65,536 entries: at the limit
+    document["ops"].append({"tag": "one more", "plugin": None, "version": None})
+    with pytest.raises(FormatError) as info:
+        fmt.loads(msgpack.packb(document))
+    assert str(info.value) == "too many ops: 65537 (at most 65536)"

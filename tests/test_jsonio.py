@@ -147,8 +147,8 @@ def test_a_cycle_is_refused_naming_its_nodes() -> None:
         ({"format": "graphsvc"}, 'not a graphsvc JSON document (expected "format": "graphsvc-json")'),
         ({"format": "graphsvc-json", "version": [1]}, "version must be [major, minor]"),
         (
-            {"format": "graphsvc-json", "version": [2, 0], "nodes": []},
-            "the document uses JSON version 2.0, newer than this graphsvc reads",
+            {"format": "graphsvc-json", "version": [3, 0], "nodes": []},
+            "the document uses JSON version 3.0, newer than this graphsvc reads",
         ),
         ({"format": "graphsvc-json", "version": [1, 0]}, "nodes must be a list"),
         (_doc([1]), "nodes[0] must be an object"),

@@ -41,6 +41,8 @@ EXAMPLE_OPS = {
     "elu": "graphsvc-activations",
     "hypot": "graphsvc-binary",
     "atan2": "graphsvc-binary",
+    "conv2d": "graphsvc-conv",
+    "max_pool2d": "graphsvc-conv",
 }
 
 CUBE_PLUGIN = """
@@ -643,6 +645,7 @@ def test_the_scan_finds_what_importlib_metadata_finds_on_this_machine(group: str
         assert sorted(_entry_tuples(found)) == [
             ("activations", "graphsvc_activations", "graphsvc-activations", "0.1.0"),
             ("binary", "graphsvc_binary", "graphsvc-binary", "0.1.0"),
+            ("conv", "graphsvc_conv", "graphsvc-conv", "0.1.0"),
         ]
 
 

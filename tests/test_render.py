@@ -351,3 +351,15 @@ def test_with_graphviz_installed_the_graphviz_fixture_lets_the_test_run(
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("GRAPHSVC_REQUIRE_GRAPHVIZ", "1")
     assert request.getfixturevalue("graphviz_dot") is None
+
+
+def test_tensor_nodes_are_labelled_with_dtype_and_shape() -> None:
+    import graphsvc
+
+    b = GraphBuilder()
+    x = b.leaf(np.ones((2, 3), dtype=np.float32), name="x")
+    b.add("sum", [x], name="s")
+    graph = graphsvc.backward(b.build())
+    lines = render.to_dot(graph).splitlines()
+    assert '\tv0 [label="{ x | data f32[2,3] | grad f32[2,3] }" shape=record]' in lines
+    assert '\tv1 [label="{ s | data f32[]\\ 6 | grad f32[]\\ 1 }" shape=record]' in lines  # "\ ": a kept space

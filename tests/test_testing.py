@@ -16,6 +16,9 @@ from graphsvc.testing import (
     GradcheckResult,
     check_op,
     check_registry,
+    check_vjp,
+    random_shapes,
+    reduction_attrs,
     ulp_distance,
 )
 
@@ -155,6 +158,7 @@ def test_to_dict_is_json_ready() -> None:
         "max_abs_error": "inf",
         "max_rel_error": "inf",
         "message": "d/d(input 0) at (1): derivatives give nan, finite differences give 1",
+        "unchecked": "",
     }
 
 
@@ -195,3 +199,107 @@ def test_ulp_distance_counts_float64_steps() -> None:
     assert ulp_distance(1.0, 2.0) == 2**52
     with pytest.raises(ValueError, match=r"^ulp_distance\(nan, 1\.0\): a nan is no number of steps from a number$"):
         ulp_distance(math.nan, 1.0)
+
+
+# -- check_vjp: tensor ops ---------------------------------------------------------------------------
+MUL = Op("mul", 2, forward=lambda x, y: x * y, derivatives=lambda x, y, out: (y, x))
+SUM_ROWS = Op(
+    "sum_rows", 1, forward=lambda x: x.sum(axis=-1), vjp=lambda g, out, x: (np.broadcast_to(g[..., None], x.shape),)
+)
+TAKE = Op(
+    "take", 2,
+    forward=lambda x, i: np.take(x, i, axis=0),
+    vjp=lambda g, out, x, i: (np.add.at(z := np.zeros(x.shape), i, g) or z, None),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("shapes", random_shapes(2))
+def test_check_vjp_turns_derivatives_into_a_vjp_summed_over_broadcast_dimensions(
+    shapes: tuple[tuple[int, ...], ...],
+) -> None:
+    rng = np.random.default_rng(1)
+    x, y = (rng.standard_normal(shape) for shape in shapes)
+    result = check_vjp(MUL, x, y)
+    assert (result.ok, result.points, result.skipped) == (True, x.size + y.size, 0), result.message
+
+
+def test_check_vjp_names_the_op_the_input_and_the_worst_element() -> None:
+    # d(x*y)/dy summed over the broadcast rows is sum(g * x, axis=0); this op gives sum(g * y)
+    wrong = Op("mul", 2, forward=lambda x, y: x * y, derivatives=lambda x, y, out: (y, y), plugin="p")
+    x, y = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([10.0, -20.0])
+    g = np.random.default_rng(0).standard_normal((2, 2))
+    result = check_vjp(wrong, x, y)
+    given, true = g.sum(axis=0) * y, (g * x).sum(axis=0)
+    worst = int(np.argmax(np.abs(given - true) / (1e-7 + 1e-5 * np.abs(true))))
+    assert result.message == (
+        f"op 'mul' (p): d/d(input 1) at [{worst}] of float64[2]: derivatives give {given[worst]:.6g}, "
+        f"finite differences give {true[worst]:.6g}"
+    )
+    assert (result.ok, result.points) == (False, 6)
+
+
+def test_check_vjp_checks_a_vjp_and_its_attributes() -> None:
+    scale = Op("scale", 1, forward=lambda x, k: k * x, vjp=lambda g, out, x, k: (g * 2.0,))
+    assert check_vjp(scale, np.ones(3), attrs={"k": 2.0}).ok
+    result = check_vjp(scale, np.array([1.0, 2.0, 3.0]), attrs={"k": 3.0}, seed=5)
+    g = np.random.default_rng(5).standard_normal(3)
+    worst = int(np.argmax(np.abs(g)))
+    assert result.message == (
+        f"op 'scale' (an unnamed plugin): d/d(input 0) at [{worst}] of float64[3] with k=3.0: "
+        f"vjp gives {2 * g[worst]:.6g}, finite differences give {3 * g[worst]:.6g}"
+    )
+
+
+def test_check_vjp_skips_an_index_input_with_no_cotangent() -> None:
+    x = np.random.default_rng(2).standard_normal((4, 3))
+    result = check_vjp(TAKE, x, np.array([2, 0, 2]))
+    assert (result.ok, result.points, result.skipped) == (True, 12, 3), result.message
+    assert check_vjp(SUM_ROWS, x).ok
+
+
+def test_check_vjp_refuses_a_cotangent_for_an_index_input_and_one_of_the_wrong_shape() -> None:
+    give_index = Op("take", 2, forward=TAKE.forward, vjp=lambda g, out, x, i: (np.zeros(x.shape), np.zeros(3)))
+    result = check_vjp(give_index, np.ones((4, 3)), np.array([2, 0, 2]))
+    assert result.message == (
+        "op 'take' (an unnamed plugin): vjp gives the int64 input 1 a cotangent; an index input gets None"
+    )
+    flat = Op("sum_rows", 1, forward=SUM_ROWS.forward, vjp=lambda g, out, x: (g,))
+    assert check_vjp(flat, np.ones((2, 3))).message == (
+        "op 'sum_rows' (an unnamed plugin): vjp gives input 0 (float64[2,3]) a cotangent of shape (2,)"
+    )
+
+
+def test_check_vjp_passes_read_only_float64_inputs() -> None:
+    def forward(x: np.ndarray) -> np.ndarray:
+        assert (x.dtype, x.flags.writeable) == (np.float64, False)
+        x += 1  # an op that writes into its input fails its check
+        return x
+
+    op = Op("inplace", 1, forward=forward, vjp=lambda g, out, x: (g,))
+    result = check_vjp(op, np.ones(2, dtype=np.float32))
+    assert result.message == ("op 'inplace' (an unnamed plugin): forward raised ValueError: output array is read-only")
+
+
+def test_check_vjp_of_a_per_element_op_calls_it_per_element() -> None:
+    op = Op("exp", 1, forward=math.exp, derivatives=lambda x, out: (out,), vectorized=False)
+    result = check_vjp(op, np.array([[0.5, -1.0], [2.0, 0.0]]))
+    assert (result.ok, result.points) == (True, 4)
+
+
+def test_random_shapes_start_with_the_broadcasting_cases_and_broadcast_together() -> None:
+    cases = random_shapes(2, count=12, seed=3)
+    assert cases[:4] == [((2, 3, 4), (2, 3, 4)), ((), (2, 3, 4)), ((2, 3, 4), (3, 4)), ((2, 3, 4), (1, 3, 4))]
+    assert len(cases) == 12
+    for shapes in cases:
+        np.broadcast_shapes(*shapes)  # raises if they do not
+    assert random_shapes(2, count=12, seed=3) == cases  # the seed decides
+    assert random_shapes(3, count=1) == [((2, 3, 4),) * 3]
+
+
+def test_reduction_attrs_cover_every_axis_negative_all_and_a_pair_with_and_without_keepdims() -> None:
+    axes = [(a["axis"], a["keepdims"]) for a in reduction_attrs(2)]
+    assert axes == [
+        (None, False), (None, True), (0, False), (0, True), (1, False), (1, True),
+        (-1, False), (-1, True), ([0, -1], False), ([0, -1], True),
+    ]  # fmt: skip
+    assert reduction_attrs(0) == [{"axis": None, "keepdims": False}, {"axis": None, "keepdims": True}]

@@ -4,8 +4,10 @@
 
 Each file is the encoder's output for a graph built here by hand. ``tests/test_format.py`` rebuilds
 the same graphs, checks that the encoder still gives the committed bytes, pins each file's sha256,
-and validates each decoded file against ``schemas/graphsvc-v1.schema.json``. A change to any of
-these bytes is a change to the format: it needs a new version (see ``schemas/FORMAT.md``).
+and validates each decoded file against ``schemas/graphsvc-v1.schema.json``. The tensor graphs of
+``GOLDEN_V2`` (format 2.0) go to ``v2/`` and are pinned the same way by ``tests/test_format_v2.py``
+against ``schemas/graphsvc-v2.schema.json``. A change to any of these bytes is a change to the
+format: it needs a new version (see ``schemas/FORMAT.md``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from graphsvc.format import save
 from graphsvc.graph import Graph, GraphBuilder, OpSource
 
 HERE = Path(__file__).resolve().parent
+#: Where the format 2.0 files go (apart, so that what globs the 1.0 files keeps finding only them).
+V2 = HERE / "v2"
 
 
 def _float_from_bits(bits: int) -> float:
@@ -101,9 +107,42 @@ GOLDEN: dict[str, Callable[[], Graph]] = {
 }
 
 
+def tensor_worked() -> Graph:
+    """The worked example of FORMAT.md §15: y = x * w with x = [1.5, -2] (float32) and w = 3."""
+    b = GraphBuilder()
+    x = b.leaf(np.array([1.5, -2.0], dtype=np.float32), name="x")
+    w = b.leaf(3.0, name="w")
+    b.add("mul", [x, w], name="y", value=np.array([4.5, -6.0], dtype=np.float32))
+    return b.build()
+
+
+def tensor_kinds() -> Graph:
+    """Every dtype, a 0-d array, empty arrays, array gradients beside a grads column, and the bits
+    that must survive: float32 -0.0, infinities and nans with payloads, int64's extremes."""
+    b = GraphBuilder()
+    f32 = np.array([0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x3F800000], dtype=np.uint32)
+    x = b.leaf(f32.view(np.float32).reshape(2, 3), name="x", grad=np.full((2, 3), 0.5, dtype=np.float32))
+    labels = b.leaf(np.array([-(1 << 63), -1, 0, (1 << 63) - 1], dtype=np.int64), name="labels")
+    scale = b.leaf(np.array(2.0), name="scale", grad=np.array(-0.0))  # 0-d float64
+    empty = b.const(np.zeros((0, 4), dtype=np.float64), name="empty")
+    bias = b.leaf(1.0, name="bias", grad=0.25)  # a scalar node: the grads column
+    picked = b.add("take", [x, labels], attrs={"axis": 1}, value=np.zeros((2, 0), dtype=np.float32))
+    b.add("add", [picked, scale, empty, bias], name="out")
+    return b.build(metadata={"made by": "make_golden.tensor_kinds"})
+
+
+GOLDEN_V2: dict[str, Callable[[], Graph]] = {
+    "tensor_worked": tensor_worked,
+    "tensor_kinds": tensor_kinds,
+}
+
+
 def main() -> None:
     for name, make in GOLDEN.items():
         save(make(), HERE / f"{name}.msgpack")
+    V2.mkdir(exist_ok=True)
+    for name, make in GOLDEN_V2.items():
+        save(make(), V2 / f"{name}.msgpack")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,522 @@
+"""Replay of tensor graphs: nodes that hold arrays, one op call per node, backward by VJPs.
+
+A graph is replayed here when it holds a tensor node or uses an op given only by its ``vjp`` (see
+:func:`needed`); graphs of float64 scalars keep the column engine of :mod:`graphsvc.replay`.
+Scalar nodes take part as 0-d float64 arrays, under numpy's promotion rules: a float32 array times
+a float64 scalar node is float64 (a constant given as ``np.float32(2.0)`` keeps float32). Every
+node is one call of its op on whole arrays, so Python's cost per node is small next to the
+arithmetic of a layer.
+
+Backward follows autograd and PyTorch: the output (a scalar: the loss) is seeded with 1, the
+output's ancestors are visited in decreasing id order (a reverse topological order), and each node
+maps its gradient to its inputs' with the op's VJP. An elementwise op's ``derivatives`` become a
+VJP through :func:`elementwise_vjp`, which sums broadcast dimensions back with :func:`unbroadcast`.
+Every replay starts from zero gradients; int64 nodes (indices) get none.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphsvc.errors import ReplayError, UsageError
+from graphsvc.graph import FLOAT_DTYPE, LEAF_TAGS, TENSOR_DTYPES, Graph
+from graphsvc.ops import Op, describe_exception, interrupts_told_apart, is_user_interrupt
+from graphsvc.topo import ancestors
+
+__all__ = [
+    "Replayed",
+    "Step",
+    "TensorComparison",
+    "TensorNonFinite",
+    "backward",
+    "compare",
+    "describe",
+    "elementwise_vjp",
+    "first_nonfinite",
+    "forward",
+    "needed",
+    "node_cells",
+    "store",
+    "summary",
+    "unbroadcast",
+]
+
+#: The values (or gradients) of a replayed tensor graph: one array per node (0-d for scalars),
+#: ``None`` where a node has none (an int64 node's gradient, a node the replay did not reach).
+Replayed = list[np.ndarray | None]
+
+_NO_ATTRS: Mapping[str, Any] = {}
+_INDEX_DTYPE = np.dtype(np.int64)
+
+
+def needed(graph: Graph, ops: Sequence[Op | None]) -> bool:
+    """Whether ``graph`` must be replayed here: it holds a tensor node, or one of its ops is given
+    only by a VJP (or takes any number of inputs), which the scalar column engine cannot run."""
+    return graph.is_tensor_graph or any(op is not None and (op.derivatives is None or op.variadic) for op in ops)
+
+
+def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``g`` over the dimensions that broadcasting added to or stretched in an input of ``shape``
+    (autograd's ``unbroadcast``): the gradient of that input."""
+    if g.shape == shape:
+        return g
+    extra = g.ndim - len(shape)
+    if extra > 0:
+        g = g.sum(axis=tuple(range(extra)))
+    stretched = tuple(axis for axis, size in enumerate(shape) if size == 1 and g.shape[axis] != 1)
+    if stretched:
+        g = g.sum(axis=stretched, keepdims=True)
+    return g
+
+
+def elementwise_vjp(op: Op) -> Callable[..., Sequence[Any]]:
+    """The VJP of an elementwise op from its local derivatives: ``g * d out/d input_i``, summed
+    back to each input's shape."""
+    derivatives = op.derivatives
+    assert derivatives is not None
+    if not op.vectorized:
+        derivatives = _per_element(derivatives, op.arity)
+
+    def vjp(g: np.ndarray, out: np.ndarray, *inputs: np.ndarray, **attrs: Any) -> list[np.ndarray]:
+        partials = derivatives(*inputs, out, **attrs)
+        if not isinstance(partials, (tuple, list)) or len(partials) != len(inputs):
+            count = len(partials) if isinstance(partials, (tuple, list)) else type(partials).__name__
+            raise ReplayError(f"derivatives returned {count}, expected a tuple of {len(inputs)} partial derivatives")
+        return [unbroadcast(g * np.asarray(d), x.shape) for d, x in zip(partials, inputs, strict=True)]
+
+    return vjp
+
+
+def _per_element(function: Callable[..., Any], arity: int) -> Callable[..., Any]:
+    """A per-element op (Python floats in and out) applied over broadcast arrays."""
+    if function is None:
+        return function
+
+    def over_arrays(*args: np.ndarray, **attrs: Any) -> Any:
+        arrays = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in args))
+        results = [
+            function(*map(float, items), **attrs) for items in zip(*(a.ravel().tolist() for a in arrays), strict=True)
+        ]
+        shape = arrays[0].shape
+        if results and isinstance(results[0], (tuple, list)):
+            return tuple(np.array([r[i] for r in results], dtype=np.float64).reshape(shape) for i in range(arity))
+        return np.array(results, dtype=np.float64).reshape(shape)
+
+    return over_arrays
+
+
+class _Node:
+    """What replay needs of one node: its op, parents and attributes, and where errors point."""
+
+    __slots__ = ("attrs", "op", "parents")
+
+    def __init__(self, op: Op, parents: list[int], attrs: Mapping[str, Any]) -> None:
+        self.op, self.parents, self.attrs = op, parents, attrs
+
+
+def _initial_values(graph: Graph, overrides: Mapping[int, Any]) -> Replayed:
+    """Each node's stored value as an array (read-only), with ``overrides`` applied to leaves."""
+    values: Replayed = [None] * graph.num_nodes
+    column = graph.values
+    for node in range(graph.num_nodes):
+        array = graph.arrays.get(node)
+        values[node] = _read_only(np.asarray(column[node]) if array is None else array)
+    for node, value in overrides.items():
+        if graph.op(node) not in LEAF_TAGS:
+            raise UsageError(f"node {graph.label(node)} is a {graph.op(node)} node, not a leaf: only leaves can be set")
+        values[node] = _read_only(np.asarray(value))
+    return values
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
+
+
+def _calls(graph: Graph, ops: Sequence[Op | None]) -> list[_Node | None]:
+    codes = graph.op_codes.tolist()
+    offsets = graph.parent_offsets.tolist()
+    parents = graph.parent_indices.tolist()
+    calls: list[_Node | None] = []
+    for node, code in enumerate(codes):
+        op = ops[code]
+        calls.append(
+            None
+            if op is None
+            else _Node(op, parents[offsets[node] : offsets[node + 1]], graph.attrs.get(node, _NO_ATTRS))
+        )
+    return calls
+
+
+def forward(graph: Graph, ops: Sequence[Op | None], overrides: Mapping[int, Any] | None = None) -> Replayed:
+    """Every node's value, recomputed in id order from the leaves (``overrides`` replace leaf
+    values first). The caller resolved ``ops`` (:func:`graphsvc.replay.resolve_ops`)."""
+    values = _initial_values(graph, overrides or {})
+    with np.errstate(all="ignore"), interrupts_told_apart():
+        for node, call in enumerate(_calls(graph, ops)):
+            if call is None:
+                continue
+            op = call.op
+            inputs = [values[p] for p in call.parents]
+            result = _as_tensor(
+                graph, node, op, "forward", _call(graph, node, op, "forward", op.forward, inputs, call.attrs)
+            )
+            if result.flags.owndata:  # a new array: freeze it in place (a view would look shared)
+                result.flags.writeable = False
+            values[node] = _read_only(result)
+    return values
+
+
+@dataclass(frozen=True)
+class Step:
+    """One node of the backward pass: what its gradient is, and what it sends each parent
+    (``None`` for an input that gets no gradient)."""
+
+    node: int
+    grad: np.ndarray
+    cotangents: list[tuple[int, np.ndarray | None]]
+
+
+def backward(
+    graph: Graph, ops: Sequence[Op | None], output: int, values: Replayed, steps: list[Step] | None = None
+) -> Replayed:
+    """d(output)/d(node) for every node (zeros where the output does not depend on a node; ``None``
+    for int64 nodes), from the output seeded with 1. The output must hold a single number. When
+    ``steps`` is a list, each node's :class:`Step` is appended to it, in the order of the sweep."""
+    out = values[output]
+    assert out is not None
+    if out.size != 1:
+        raise UsageError(
+            f"backward starts from a scalar (a loss), but node {graph.label(output)} holds {describe(out)}: "
+            "reduce it first (sum, mean) or choose another output"
+        )
+    if out.dtype == _INDEX_DTYPE:
+        raise UsageError(f"node {graph.label(output)} holds integers (int64): it has no gradient")
+    grads: Replayed = [None] * graph.num_nodes
+    grads[output] = np.ones_like(out)
+    calls = _calls(graph, ops)
+    vjps: dict[str, Callable[..., Any]] = {}
+    with np.errstate(all="ignore"), interrupts_told_apart():
+        for node in np.flatnonzero(ancestors(graph, output))[::-1].tolist():
+            call, g = calls[node], grads[node]
+            if call is None or g is None:
+                continue
+            op = call.op
+            vjp = vjps.get(op.name)
+            if vjp is None:
+                vjp = vjps[op.name] = op.vjp if op.vjp is not None else elementwise_vjp(op)
+            inputs = [values[p] for p in call.parents]
+            cotangents = _call(graph, node, op, "vjp", vjp, [_read_only(g), values[node], *inputs], call.attrs)
+            sent = _accumulate(graph, node, op, call.parents, inputs, cotangents, grads)
+            if steps is not None:
+                steps.append(Step(node, g, list(zip(call.parents, sent, strict=True))))
+    for node, value in enumerate(values):
+        assert value is not None
+        if grads[node] is None and value.dtype != _INDEX_DTYPE:  # not reached: zero
+            grads[node] = np.zeros_like(value)
+        elif value.dtype == _INDEX_DTYPE:
+            grads[node] = None
+    return grads
+
+
+def _accumulate(
+    graph: Graph,
+    node: int,
+    op: Op,
+    parents: list[int],
+    inputs: list[np.ndarray | None],
+    cotangents: Any,
+    grads: Replayed,
+) -> list[np.ndarray | None]:
+    """Add each cotangent to its parent's gradient; return what each parent received."""
+    if not isinstance(cotangents, (tuple, list)) or len(cotangents) != len(parents):
+        got = f"{len(cotangents)} cotangents" if isinstance(cotangents, (tuple, list)) else type(cotangents).__name__
+        raise ReplayError(
+            f"node {graph.label(node)}: op {op.name!r} ({op.source}): vjp returned {got}, "
+            f"expected one per input ({len(parents)})"
+        )
+    sent: list[np.ndarray | None] = []
+    for position, (parent, x, cotangent) in enumerate(zip(parents, inputs, cotangents, strict=True)):
+        assert x is not None
+        if cotangent is None or x.dtype == _INDEX_DTYPE:
+            sent.append(None)
+            continue
+        ct = _as_tensor(graph, node, op, "vjp", cotangent)
+        if ct.shape != x.shape:
+            raise ReplayError(
+                f"node {graph.label(node)}: op {op.name!r} ({op.source}): vjp returned a cotangent of shape "
+                f"{list(ct.shape)} for input {position}, whose shape is {list(x.shape)}"
+            )
+        if ct.dtype != x.dtype:
+            ct = ct.astype(x.dtype)
+        previous = grads[parent]
+        grads[parent] = ct if previous is None else previous + ct
+        sent.append(ct)
+    return sent
+
+
+def _call(
+    graph: Graph,
+    node: int,
+    op: Op,
+    what: str,
+    function: Callable[..., Any] | None,
+    args: Sequence[np.ndarray | None],
+    attrs: Mapping[str, Any],
+) -> Any:
+    assert function is not None
+    if what == "forward" and not op.vectorized:
+        function = _per_element(function, op.arity)
+    try:
+        return function(*args, **attrs)
+    except ReplayError as exc:
+        raise ReplayError(f"node {graph.label(node)}: op {op.name!r} ({op.source}): {exc}") from exc
+    except BaseException as exc:
+        if is_user_interrupt(exc):
+            raise
+        raise ReplayError(
+            f"node {graph.label(node)}: op {op.name!r} ({op.source}): {what} raised {describe_exception(exc)}"
+        ) from exc
+
+
+def _as_tensor(graph: Graph, node: int, op: Op, what: str, result: Any) -> np.ndarray:
+    """An op's result as an array of one of :data:`TENSOR_DTYPES`; anything else is a ReplayError."""
+    if type(result) is np.ndarray and result.dtype in TENSOR_DTYPES:
+        return result
+    try:
+        array = np.asarray(result)
+    except Exception:
+        array = None
+    if array is not None and array.dtype in TENSOR_DTYPES:
+        return array
+    kind = f"an array of {result.dtype}" if isinstance(result, np.ndarray) else type(result).__name__
+    raise ReplayError(
+        f"node {graph.label(node)}: op {op.name!r} ({op.source}): {what} returned {kind}, "
+        "not an array of float64, float32 or int64"
+    )
+
+
+#: Short names of the dtypes, as listings show them (``f32[128,10]``).
+SHORT_DTYPE = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", np.dtype(np.int64): "i64"}
+
+
+def describe(array: np.ndarray) -> str:
+    """``f32[128,10]``: an array's dtype and shape, as listings and messages show it."""
+    return f"{SHORT_DTYPE.get(array.dtype, str(array.dtype))}[{','.join(map(str, array.shape))}]"
+
+
+def store(graph: Graph, values: Replayed, grads: Replayed | None) -> Graph:
+    """A copy of ``graph`` holding replayed ``values`` (and ``grads``): float64 0-d results go to
+    the scalar columns, every other array to ``arrays`` / ``grad_arrays`` (C-contiguous, read-only)."""
+    result = graph.copy()
+    result.values = np.full(graph.num_nodes, np.nan, dtype=FLOAT_DTYPE)
+    result.arrays = {}
+    _split(values, result.values, result.arrays, keep=graph.arrays)
+    result.grad_arrays = {}
+    if grads is None:
+        result.grads = None
+    else:
+        result.grads = np.full(graph.num_nodes, np.nan, dtype=FLOAT_DTYPE)
+        _split(grads, result.grads, result.grad_arrays, keep=graph.arrays)
+    return result
+
+
+def _split(
+    arrays: Replayed, column: np.ndarray, tensors: dict[int, np.ndarray], keep: Mapping[int, np.ndarray]
+) -> None:
+    """Scalars into ``column``, the rest into ``tensors``; arrays that could share memory with the
+    graph given (leaves, views) are copied, so the result is independent of it."""
+    for node, array in enumerate(arrays):
+        if array is None:
+            continue
+        if array.ndim == 0 and array.dtype == FLOAT_DTYPE and node not in keep:
+            column[node] = array
+            continue
+        if array.flags.owndata and array.flags.c_contiguous and node not in keep:
+            tensor = array
+        else:
+            tensor = np.array(array, order="C")
+        tensor.flags.writeable = False
+        tensors[node] = tensor
+
+
+# -- looking at replayed tensors: summaries, comparisons, the first nan or inf -------------------
+def summary(array: np.ndarray, gradient: bool = False) -> str:
+    """One short cell for a listing: ``f32[128,10] mean=0.0123 max|x|=1.5`` (``max|g|`` for a
+    gradient; ``min``/``max`` for integers); a float64 0-d array is its ``repr`` as a float."""
+    if array.ndim == 0 and array.dtype == FLOAT_DTYPE:
+        return repr(float(array))
+    head = describe(array)
+    if array.size == 0:
+        return head
+    if array.dtype == _INDEX_DTYPE:
+        return f"{head} min={int(array.min())} max={int(array.max())}"
+    with np.errstate(all="ignore"):
+        mean = float(np.mean(array, dtype=np.float64))
+        largest = float(np.max(np.abs(array)))
+    return f"{head} mean={mean:.6g} max|{'g' if gradient else 'x'}|={largest:.6g}"
+
+
+def norm(array: np.ndarray) -> float:
+    """The Euclidean norm of all elements, in float64."""
+    with np.errstate(all="ignore"):
+        return float(np.sqrt(np.sum(np.square(array, dtype=np.float64))))
+
+
+Element = tuple[int, tuple[int, ...]]  # a node and an index into its array (``()`` for a scalar)
+
+
+@dataclass(frozen=True)
+class TensorComparison:
+    """How far replayed arrays are from stored ones, element by element.
+
+    A node mismatches when any element has ``|replayed - stored| > atol + rtol * |stored|`` or the
+    shapes differ; nodes with nothing stored (no array, nan in the column) are counted apart.
+    """
+
+    what: str
+    worst_abs: float
+    worst_abs_at: Element | None
+    worst_rel: float
+    worst_rel_at: Element | None
+    mismatches: int
+    unstored: int
+    nodes: int
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatches == 0
+
+
+def stored(graph: Graph, node: int, gradients: bool = False) -> np.ndarray | None:
+    """The value (or gradient) a file stores for ``node``; ``None`` when it stores none."""
+    array = (graph.grad_arrays if gradients else graph.arrays).get(node)
+    if array is not None:
+        return array
+    column = graph.grads if gradients else graph.values
+    if column is None or np.isnan(column[node]):
+        return None
+    return np.asarray(column[node])
+
+
+def compare(what: str, graph: Graph, replayed: Replayed, rtol: float, atol: float) -> TensorComparison:
+    """Compare replayed values (``what="values"``) or gradients with what ``graph`` stores."""
+    worst_abs, worst_rel = 0.0, 0.0
+    worst_abs_at: Element | None = None
+    worst_rel_at: Element | None = None
+    mismatches = unstored = 0
+    for node, array in enumerate(replayed):
+        expected = stored(graph, node, what == "grads")
+        if array is None or expected is None:
+            unstored += 1
+            continue
+        if array.shape != expected.shape:
+            mismatches += 1
+            worst_abs, worst_abs_at, worst_rel, worst_rel_at = math.inf, (node, ()), math.inf, (node, ())
+            continue
+        got, want = array.astype(np.float64), expected.astype(np.float64)
+        with np.errstate(all="ignore"):
+            diff = np.where(got == want, 0.0, np.abs(got - want))
+            diff = np.where(np.isnan(diff), np.inf, diff)
+            rel = np.where(diff == 0.0, 0.0, diff / np.maximum(np.abs(want), np.finfo(np.float64).tiny))
+        if not np.all(np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)):
+            mismatches += 1
+        if diff.size:
+            at = int(np.argmax(diff))
+            if worst_abs_at is None or diff.flat[at] > worst_abs:
+                worst_abs, worst_abs_at = float(diff.flat[at]), (node, _index(at, diff.shape))
+            at = int(np.argmax(rel))
+            if worst_rel_at is None or rel.flat[at] > worst_rel:
+                worst_rel, worst_rel_at = float(rel.flat[at]), (node, _index(at, rel.shape))
+    return TensorComparison(what, worst_abs, worst_abs_at, worst_rel, worst_rel_at, mismatches, unstored, len(replayed))
+
+
+@dataclass(frozen=True)
+class TensorNonFinite:
+    """The first nan or inf: its node and index, its value, and how many nodes hold one.
+
+    First means the lowest id for values (where the forward pass meets it first) and the highest
+    for gradients (the backward sweep runs in decreasing id order); within a node, the first
+    element in C order."""
+
+    what: str
+    node: int
+    index: tuple[int, ...]
+    value: float
+    count: int
+
+
+def first_nonfinite(what: str, replayed: Replayed, *, backward: bool = False) -> TensorNonFinite | None:
+    """Where nan or inf first appears in replayed values or gradients, or None."""
+    bad = []
+    for node, array in enumerate(replayed):
+        if array is not None and array.dtype != _INDEX_DTYPE and not np.all(np.isfinite(array)):
+            bad.append(node)
+    if not bad:
+        return None
+    node = bad[-1] if backward else bad[0]
+    array = replayed[node]
+    assert array is not None
+    at = int(np.argmax(~np.isfinite(array)))
+    return TensorNonFinite(what, node, _index(at, array.shape), float(array.flat[at]), len(bad))
+
+
+def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat, shape))
+
+
+def node_cells(graph: Graph, node: int, values: Replayed, grads: Replayed | None) -> list[str]:
+    """A listing row of a tensor graph: id, name, op, parents (as the scalar listing writes them),
+    then the value's :func:`summary` and, with gradients, the gradient's (``-`` for none)."""
+    from graphsvc.text import escape
+
+    parents = ",".join(map(str, graph.parents(node))) or "-"
+    name = graph.names.get(node)
+    cells = [str(node), "-" if name is None else escape(name), escape(graph.op(node)), parents]
+    value = values[node]
+    cells.append("-" if value is None else summary(value))
+    if grads is not None:
+        grad = grads[node]
+        cells.append("-" if grad is None else summary(grad, gradient=True))
+    return cells
+
+
+def json_cell(array: np.ndarray | None, data: bool) -> Any:
+    """A value or gradient in a ``--json`` listing: a float for a float64 scalar (nan and the
+    infinities as strings), else ``{"dtype", "shape", "mean", "max_abs"}`` and, with ``data``,
+    ``"data"`` as nested lists."""
+    from graphsvc.jsonio import json_float
+
+    if array is None:
+        return None
+    if array.ndim == 0 and array.dtype == FLOAT_DTYPE:
+        return json_float(float(array))
+    cell: dict[str, Any] = {"dtype": str(array.dtype), "shape": list(array.shape)}
+    if array.size and array.dtype != _INDEX_DTYPE:
+        with np.errstate(all="ignore"):
+            cell["mean"] = json_float(float(np.mean(array, dtype=np.float64)))
+            cell["max_abs"] = json_float(float(np.max(np.abs(array))))
+    if data:
+        cell["data"] = _json_data(array)
+    return cell
+
+
+def _json_data(array: np.ndarray) -> Any:
+    from graphsvc.jsonio import json_float
+
+    if array.dtype == _INDEX_DTYPE or array.size == 0:
+        return array.tolist()
+    flat = [json_float(x) for x in array.astype(np.float64).ravel().tolist()]
+    if array.ndim == 0:
+        return flat[0]
+    nested: Any = flat
+    for size in reversed(array.shape[1:]):
+        nested = [nested[i : i + size] for i in range(0, len(nested), size)]
+    return nested

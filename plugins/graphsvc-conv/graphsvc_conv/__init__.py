@@ -1,0 +1,245 @@
+"""Convolution and pooling for graphsvc: conv2d and max_pool2d, with PyTorch's semantics.
+
+A worked example of a graphsvc plugin whose ops work on arrays and give a vector-Jacobian product
+(see docs/plugins.md in graphsvc): ``vjp(g, out, *inputs, **attrs)`` returns one cotangent per input,
+the gradient of the loss with respect to that input. Only the public plugin API is used
+(``graphsvc.ops.Op``, ``graphsvc.hookspecs.hookimpl``).
+
+Layouts are PyTorch's: ``x`` is (N, C, H, W), a conv2d weight (O, C, kH, kW), and an output row
+``H' = (H + 2 * padding - kH) // stride + 1``. Both ops keep their input's dtype (float32 stays
+float32) and never write into their inputs, which graphsvc passes read-only.
+
+conv2d is im2col: the padded input's windows (a strided view, no copy) are laid out as columns once
+and multiplied with the weight in one batched matmul; its VJP puts the columns' cotangents back with
+one strided addition per kernel offset (col2im). The columns live in a scratch buffer kept per
+thread and shape and reused from call to call: a fresh buffer of that size comes from glibc's
+``mmap`` each time, and its page faults made the matmul reading it ten times slower.
+"""
+
+from __future__ import annotations
+
+import numbers
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from graphsvc.hookspecs import hookimpl
+from graphsvc.ops import Op
+
+__version__ = "0.1.0"
+
+Pair = tuple[int, int]
+
+
+# -- attributes and shapes ------------------------------------------------------------------------
+def _pair(name: str, value: Any, minimum: int) -> Pair:
+    """An int or a pair of ints (a list, as attributes come from a file), each at least ``minimum``."""
+    items = tuple(value) if isinstance(value, list | tuple) else (value, value)
+    if len(items) == 2 and all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= minimum for v in items
+    ):
+        return int(items[0]), int(items[1])
+    raise ValueError(f"{name} must be an integer >= {minimum} or a pair of them, not {value!r}")
+
+
+def _image(name: str, array: np.ndarray) -> None:
+    """Refuse anything but a 4-d float array."""
+    if array.ndim != 4:
+        raise ValueError(f"{name} must have 4 dimensions, got shape {array.shape}")
+    if array.dtype.kind != "f":
+        raise ValueError(f"{name} must hold floats, not {array.dtype}")
+
+
+def _output_size(op: str, size: Pair, kernel: Pair, stride: Pair, padding: Pair) -> Pair:
+    padded = (size[0] + 2 * padding[0], size[1] + 2 * padding[1])
+    if kernel[0] > padded[0] or kernel[1] > padded[1]:
+        raise ValueError(
+            f"{op}: the kernel ({kernel[0]}x{kernel[1]}) is larger than the padded input ({padded[0]}x{padded[1]})"
+        )
+    return (padded[0] - kernel[0]) // stride[0] + 1, (padded[1] - kernel[1]) // stride[1] + 1
+
+
+def _pad(x: np.ndarray, padding: Pair, value: float = 0.0) -> np.ndarray:
+    if padding == (0, 0):
+        return x
+    ph, pw = padding
+    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+
+
+def _windows(xp: np.ndarray, kernel: Pair, stride: Pair) -> np.ndarray:
+    """A read-only view (N, C, H', W', kH, kW) of the padded input's windows."""
+    return sliding_window_view(xp, kernel, axis=(2, 3))[:, :, :: stride[0], :: stride[1]]
+
+
+def _unpad(xp: np.ndarray, padding: Pair) -> np.ndarray:
+    ph, pw = padding
+    return xp[:, :, ph : xp.shape[2] - ph, pw : xp.shape[3] - pw]
+
+
+def _offsets(kernel: Pair, stride: Pair, out_size: Pair) -> list[tuple[int, int, slice, slice]]:
+    """Per kernel offset (a, b), in row-major order: the slices of the padded input it touches."""
+    (kh, kw), (sh, sw), (oh, ow) = kernel, stride, out_size
+    return [
+        (a, b, slice(a, a + sh * (oh - 1) + 1, sh), slice(b, b + sw * (ow - 1) + 1, sw))
+        for a in range(kh)
+        for b in range(kw)
+    ]
+
+
+# -- conv2d ----------------------------------------------------------------------------------------
+def _conv_setup(x: np.ndarray, weight: np.ndarray, stride: Any, padding: Any) -> tuple[Pair, Pair, Pair, Pair]:
+    _image("x", x)
+    _image("weight", weight)
+    if x.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"conv2d: x of shape {x.shape} has {x.shape[1]} channels, weight of shape {weight.shape} expects "
+            f"{weight.shape[1]}"
+        )
+    if x.dtype != weight.dtype:
+        raise ValueError(f"conv2d: x is {x.dtype} and weight {weight.dtype}; give both the same dtype")
+    kernel = (weight.shape[2], weight.shape[3])
+    if 0 in kernel or 0 in x.shape[2:]:
+        raise ValueError(f"conv2d: empty input or kernel (x {x.shape}, weight {weight.shape})")
+    stride_, padding_ = _pair("stride", stride, 1), _pair("padding", padding, 0)
+    return kernel, stride_, padding_, _output_size("conv2d", x.shape[2:], kernel, stride_, padding_)
+
+
+_SCRATCH = threading.local()
+#: How many scratch buffers a thread keeps (one per shape and dtype; the oldest goes first).
+SCRATCH_BUFFERS = 8
+
+
+def _scratch(purpose: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A buffer for this thread's intermediate results, reused by the next call with the same shape.
+    Only for arrays that do not outlive the call (never an op's result)."""
+    buffers: dict[tuple[Any, ...], np.ndarray] = _SCRATCH.__dict__.setdefault("buffers", {})
+    key = (purpose, shape, dtype)
+    buffer = buffers.pop(key, None)
+    if buffer is None:
+        buffer = np.empty(shape, dtype)
+        while len(buffers) >= SCRATCH_BUFFERS:
+            del buffers[next(iter(buffers))]
+    buffers[key] = buffer  # the most recently used last
+    return buffer
+
+
+def _columns(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pair) -> np.ndarray:
+    """im2col: (N, C*kH*kW, H'*W'), one column per output pixel, in the weight's (C, kH, kW) order;
+    a scratch buffer, valid until the next call."""
+    windows = _windows(_pad(x, padding), kernel, stride)
+    n, c, oh, ow, kh, kw = windows.shape
+    columns = _scratch("columns", (n, c, kh, kw, oh, ow), x.dtype)
+    np.copyto(columns, windows.transpose(0, 1, 4, 5, 2, 3))
+    return columns.reshape(n, c * kh * kw, oh * ow)
+
+
+def conv2d(x: np.ndarray, weight: np.ndarray, stride: Any = 1, padding: Any = 0) -> np.ndarray:
+    """PyTorch's ``conv2d`` without bias: (N, C, H, W) and (O, C, kH, kW) give (N, O, H', W')."""
+    kernel, stride_, padding_, (oh, ow) = _conv_setup(x, weight, stride, padding)
+    columns = _columns(x, kernel, stride_, padding_)
+    out = weight.reshape(weight.shape[0], -1) @ columns  # (O, K) @ (N, K, P): one batched matmul
+    return out.reshape(x.shape[0], weight.shape[0], oh, ow)
+
+
+def conv2d_vjp(
+    g: np.ndarray, out: np.ndarray, x: np.ndarray, weight: np.ndarray, stride: Any = 1, padding: Any = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """The cotangents of x and weight, given ``g`` of the output's shape."""
+    kernel, stride_, padding_, (oh, ow) = _conv_setup(x, weight, stride, padding)
+    n, c, h, w = x.shape
+    o = weight.shape[0]
+    g3 = np.asarray(g, dtype=x.dtype).reshape(n, o, oh * ow)
+    columns = _columns(x, kernel, stride_, padding_)
+    grad_weight = np.matmul(g3, columns.transpose(0, 2, 1)).sum(axis=0).reshape(weight.shape)
+    column_grads = _scratch("column_grads", (n, c * kernel[0] * kernel[1], oh * ow), x.dtype)
+    np.matmul(weight.reshape(o, -1).T, g3, out=column_grads)
+    column_grads = column_grads.reshape(n, c, kernel[0], kernel[1], oh, ow)
+    grad_padded = np.zeros((n, c, h + 2 * padding_[0], w + 2 * padding_[1]), dtype=x.dtype)
+    for a, b, rows, cols in _offsets(kernel, stride_, (oh, ow)):  # col2im
+        grad_padded[:, :, rows, cols] += column_grads[:, :, a, b]
+    return _unpad(grad_padded, padding_), grad_weight
+
+
+# -- max_pool2d ------------------------------------------------------------------------------------
+def _pool_setup(x: np.ndarray, kernel_size: Any, stride: Any, padding: Any) -> tuple[Pair, Pair, Pair, Pair]:
+    _image("x", x)
+    kernel = _pair("kernel_size", kernel_size, 1)
+    stride_ = kernel if stride is None else _pair("stride", stride, 1)
+    padding_ = _pair("padding", padding, 0)
+    if 2 * padding_[0] > kernel[0] or 2 * padding_[1] > kernel[1]:
+        raise ValueError(f"max_pool2d: padding {padding_} must be at most half of kernel_size {kernel}")
+    if 0 in x.shape[2:]:
+        raise ValueError(f"max_pool2d: empty input of shape {x.shape}")
+    return kernel, stride_, padding_, _output_size("max_pool2d", x.shape[2:], kernel, stride_, padding_)
+
+
+def max_pool2d(x: np.ndarray, kernel_size: Any, stride: Any = None, padding: Any = 0) -> np.ndarray:
+    """PyTorch's ``max_pool2d``: the largest value of each window; padding counts as -inf."""
+    kernel, stride_, padding_, out_size = _pool_setup(x, kernel_size, stride, padding)
+    xp = _pad(x, padding_, -np.inf)
+    out: np.ndarray | None = None
+    for _, _, rows, cols in _offsets(kernel, stride_, out_size):
+        window = xp[:, :, rows, cols]
+        out = window.copy() if out is None else np.maximum(out, window, out=out)  # nan propagates
+    assert out is not None
+    return out
+
+
+def max_pool2d_vjp(
+    g: np.ndarray, out: np.ndarray, x: np.ndarray, kernel_size: Any, stride: Any = None, padding: Any = 0
+) -> tuple[np.ndarray]:
+    """Each window's ``g`` goes to its largest element, the first in row-major order on a tie (as in
+    PyTorch); a window holding nan gives it to its first nan."""
+    kernel, stride_, padding_, out_size = _pool_setup(x, kernel_size, stride, padding)
+    xp = _pad(x, padding_, -np.inf)
+    real = None if padding_ == (0, 0) else _pad(np.ones(x.shape, dtype=bool), padding_, False)
+    g = np.asarray(g, dtype=x.dtype)
+    grad_padded = np.zeros(xp.shape, dtype=x.dtype)
+    taken = np.zeros(out.shape, dtype=bool)  # windows whose maximum was found at an earlier offset
+    for _, _, rows, cols in _offsets(kernel, stride_, out_size):
+        window = xp[:, :, rows, cols]
+        hit = (window == out) | np.isnan(window)
+        if real is not None:  # an all -inf window's maximum is its first real element, not padding
+            hit &= real[:, :, rows, cols]
+        hit &= ~taken
+        taken |= hit
+        grad_padded[:, :, rows, cols] += np.where(hit, g, 0)
+    return (_unpad(grad_padded, padding_),)
+
+
+OPS: tuple[Op, ...] = (
+    Op(
+        "conv2d", 2,
+        forward=conv2d,
+        vjp=conv2d_vjp,
+        samples=lambda rng: [
+            ((rng.standard_normal((2, 3, 5, 5)), rng.standard_normal((4, 3, 3, 3))), {}),
+            ((rng.standard_normal((1, 2, 6, 5)), rng.standard_normal((3, 2, 2, 3))), {"stride": 2, "padding": [1, 0]}),
+        ],
+        doc="2-d convolution (cross-correlation, as PyTorch's conv2d) of x (N, C, H, W) with a weight "
+        "(O, C, kH, kW), no bias (add one with `add`); attributes `stride` and `padding` (an int or "
+        "[h, w]; defaults 1 and 0, zero padding). Output (N, O, H', W'); x and weight share a float dtype.",
+    ),
+    Op(
+        "max_pool2d", 1,
+        forward=max_pool2d,
+        vjp=max_pool2d_vjp,
+        samples=lambda rng: [
+            ((rng.permutation(216).reshape(2, 3, 6, 6) / 10.0,), {"kernel_size": 2}),  # no ties
+            ((rng.permutation(50).reshape(1, 2, 5, 5) / 10.0,), {"kernel_size": 3, "stride": 2, "padding": 1}),
+        ],
+        doc="The largest value of each window of x (N, C, H, W), as PyTorch's max_pool2d; attributes "
+        "`kernel_size` (an int or [h, w]), `stride` (default kernel_size) and `padding` (default 0, "
+        "-inf, at most half the kernel). The gradient goes to each window's first maximum in row-major order.",
+    ),
+)  # fmt: skip
+
+
+@hookimpl
+def graphsvc_register_ops(register: Callable[[Op], None]) -> None:
+    """Register conv2d and max_pool2d."""
+    for op in OPS:
+        register(op)

@@ -1,0 +1,304 @@
+"""The third example plugin, plugins/graphsvc-conv: conv2d and max_pool2d on hand-worked examples,
+against finite differences (graphsvc.testing.check_vjp), against PyTorch's gradients, with float32
+kept, read-only inputs left alone, bad shapes and attributes refused in one line, and inside a
+replayed tensor graph."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+
+import graphsvc
+from graphsvc.errors import ReplayError
+from graphsvc.graph import GraphBuilder
+from graphsvc.ops import Op
+from graphsvc.plugins import load_registry
+from graphsvc.testing import check_vjp
+
+graphsvc_conv = pytest.importorskip("graphsvc_conv", reason="pip install ./plugins/graphsvc-conv")
+
+pytestmark = pytest.mark.usefixtures("no_installed_plugins")
+
+CONV2D, MAX_POOL2D = graphsvc_conv.OPS
+TORCH_REASON = "pip install torch==2.13.0"
+
+# x = 1..9 in a 3x3 image, w = [[1, 2], [3, 4]]
+X = np.arange(1.0, 10.0).reshape(1, 1, 3, 3)
+W = np.array([[1.0, 2.0], [3.0, 4.0]]).reshape(1, 1, 2, 2)
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    array = np.array(array)
+    array.flags.writeable = False
+    return array
+
+
+def conv(x: np.ndarray, w: np.ndarray, **attrs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Forward, then the VJP of ``g`` (default: ones), on read-only inputs."""
+    g = attrs.pop("g", None)
+    out = graphsvc_conv.conv2d(read_only(x), read_only(w), **attrs)
+    gx, gw = graphsvc_conv.conv2d_vjp(read_only(np.ones_like(out) if g is None else g), out, x, w, **attrs)
+    return out, gx, gw
+
+
+# -- worked by hand ------------------------------------------------------------------------------------
+def test_conv2d_by_hand() -> None:
+    # out[i, j] = 1*x[i, j] + 2*x[i, j+1] + 3*x[i+1, j] + 4*x[i+1, j+1]; g = [[1, 0], [0, 1]]
+    out, gx, gw = conv(X, W, g=np.array([[[[1.0, 0.0], [0.0, 1.0]]]]))
+    assert out.tolist() == [[[[37.0, 47.0], [67.0, 77.0]]]]
+    # g's two ones each spread the kernel over the window they came from: at (0, 0) and at (1, 1)
+    assert gx.tolist() == [[[[1.0, 2.0, 0.0], [3.0, 5.0, 2.0], [0.0, 3.0, 4.0]]]]
+    # gw[a, b] = x[a, b] + x[a+1, b+1]
+    assert gw.tolist() == [[[[6.0, 8.0], [12.0, 14.0]]]]
+
+
+def test_conv2d_with_stride_and_padding_by_hand() -> None:
+    # padded to 5x5 with zeros, 2x2 windows every 2 rows and columns: [[0,0],[0,1]], [[0,0],[2,3]],
+    # [[0,4],[0,7]], [[5,6],[8,9]]
+    out, gx, gw = conv(X, W, stride=2, padding=1)
+    assert out.tolist() == [[[[4.0, 18.0], [36.0, 77.0]]]]
+    # the windows do not overlap: x[p, q] sits at kernel offset ((p+1) % 2, (q+1) % 2)
+    assert gx.tolist() == [[[[4.0, 3.0, 4.0], [2.0, 1.0, 2.0], [4.0, 3.0, 4.0]]]]
+    # gw[a, b] sums what each offset saw: 5; 4 + 6; 2 + 8; 1 + 3 + 7 + 9
+    assert gw.tolist() == [[[[5.0, 10.0], [10.0, 20.0]]]]
+
+
+def test_conv2d_stride_and_padding_may_differ_per_axis() -> None:
+    out, _, _ = conv(X, W, stride=[1, 2], padding=[0, 1])
+    # rows 0-1 and 1-2; padded columns 0-1 and 2-3 of [0, x, 0]
+    assert out.tolist() == [[[[2 * 1 + 4 * 4, 1 * 2 + 2 * 3 + 3 * 5 + 4 * 6], [2 * 4 + 4 * 7, 5 + 12 + 24 + 36]]]]
+
+
+def test_max_pool2d_by_hand_routes_each_window_to_its_first_maximum() -> None:
+    x = np.array([[1.0, 3.0, 3.0], [2.0, 0.0, 3.0], [1.0, 1.0, 1.0]]).reshape(1, 1, 3, 3)
+    out = graphsvc_conv.max_pool2d(read_only(x), 2, 1)
+    assert out.tolist() == [[[[3.0, 3.0], [2.0, 3.0]]]]
+    g = np.array([[1.0, 2.0], [3.0, 4.0]]).reshape(1, 1, 2, 2)
+    (gx,) = graphsvc_conv.max_pool2d_vjp(g, out, x, 2, 1)
+    # windows (0,0) and (0,1) both take x[0, 1] (the second window's tie of three: its first), (1,0)
+    # takes x[1, 0], (1,1) takes x[1, 2]
+    assert gx.tolist() == [[[[0.0, 3.0, 0.0], [3.0, 0.0, 4.0], [0.0, 0.0, 0.0]]]]
+
+
+def test_max_pool2d_stride_defaults_to_the_kernel_size() -> None:
+    x = np.array([[1.0, 3.0, 3.0], [2.0, 0.0, 3.0], [1.0, 1.0, 1.0]]).reshape(1, 1, 3, 3)
+    out = graphsvc_conv.max_pool2d(x, kernel_size=2)
+    assert out.tolist() == [[[[3.0]]]]
+    (gx,) = graphsvc_conv.max_pool2d_vjp(np.full((1, 1, 1, 1), 5.0), out, x, kernel_size=2)
+    assert gx.tolist() == [[[[0.0, 5.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]]
+
+
+def test_max_pool2d_padding_is_never_the_maximum() -> None:
+    x = np.full((1, 1, 2, 2), -np.inf)  # as low as the padding: each window's first real element wins
+    out = graphsvc_conv.max_pool2d(x, 3, 1, 1)
+    assert out.tolist() == [[[[-np.inf, -np.inf], [-np.inf, -np.inf]]]]
+    (gx,) = graphsvc_conv.max_pool2d_vjp(np.array([[[[1.0, 2.0], [3.0, 4.0]]]]), out, x, 3, 1, 1)
+    assert gx.tolist() == [[[[10.0, 0.0], [0.0, 0.0]]]]
+
+
+# -- finite differences ----------------------------------------------------------------------------
+CONV_CASES = [
+    # x shape, weight shape, stride, padding
+    ((2, 3, 6, 5), (4, 3, 3, 2), 1, 0),
+    ((2, 3, 6, 5), (4, 3, 3, 2), 2, 1),
+    ((1, 2, 7, 7), (3, 2, 3, 3), [2, 1], [1, 2]),
+    ((3, 1, 5, 4), (2, 1, 1, 1), 3, 0),
+    ((1, 2, 4, 6), (2, 2, 4, 2), [1, 3], [0, 1]),
+]
+POOL_CASES = [
+    # x shape, kernel_size, stride, padding
+    ((2, 3, 6, 5), 2, None, 0),
+    ((2, 2, 7, 6), 3, 2, 1),
+    ((1, 2, 5, 5), [2, 3], [1, 2], [1, 1]),
+    ((1, 1, 4, 4), 2, 1, 0),
+]
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "stride", "padding"), CONV_CASES)
+def test_conv2d_vjp_matches_finite_differences(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: Any, padding: Any
+) -> None:
+    rng = np.random.default_rng(sum(x_shape))
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    result = check_vjp(CONV2D, x, w, attrs={"stride": stride, "padding": padding})
+    assert result.ok, result.message
+    assert (result.points, result.skipped) == (x.size + w.size, 0)
+
+
+@pytest.mark.parametrize(("x_shape", "kernel_size", "stride", "padding"), POOL_CASES)
+def test_max_pool2d_vjp_matches_finite_differences(
+    x_shape: tuple[int, ...], kernel_size: Any, stride: Any, padding: Any
+) -> None:
+    x = np.random.default_rng(sum(x_shape)).standard_normal(x_shape)  # no ties: a kink of max
+    attrs = {"kernel_size": kernel_size, "padding": padding} | ({} if stride is None else {"stride": stride})
+    result = check_vjp(MAX_POOL2D, x, attrs=attrs)
+    assert result.ok, result.message
+    assert result.points == x.size
+
+
+def test_a_wrong_weight_gradient_is_caught_at_its_worst_element() -> None:
+    def doubled_corner(g: np.ndarray, out: np.ndarray, x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        gx, gw = graphsvc_conv.conv2d_vjp(g, out, x, w)
+        gw = gw.copy()
+        gw[0, 0, 1, 1] *= 2
+        return gx, gw
+
+    wrong = Op("conv2d", 2, forward=graphsvc_conv.conv2d, vjp=doubled_corner, plugin="graphsvc-conv")
+    result = check_vjp(wrong, X, W)
+    # g is check_vjp's random cotangent (seed 0); the true value is 5*g00 + 6*g01 + 8*g10 + 9*g11
+    g = np.random.default_rng(0).standard_normal((1, 1, 2, 2))
+    true = float(np.sum(g * np.array([[[[5.0, 6.0], [8.0, 9.0]]]])))
+    assert result.message == (
+        f"op 'conv2d' (graphsvc-conv): d/d(input 1) at [0, 0, 1, 1] of float64[1,1,2,2]: "
+        f"vjp gives {2 * true:.6g}, finite differences give {true:.6g}"
+    )
+
+
+# -- dtypes and read-only inputs -------------------------------------------------------------------
+def test_float32_stays_float32() -> None:
+    x, w = X.astype(np.float32), W.astype(np.float32)
+    out, gx, gw = conv(x, w, stride=2, padding=1)
+    assert (out.dtype, gx.dtype, gw.dtype) == (np.float32,) * 3
+    assert out.tolist() == [[[[4.0, 18.0], [36.0, 77.0]]]]
+    pooled = graphsvc_conv.max_pool2d(x, 2, 1, 1)
+    (gp,) = graphsvc_conv.max_pool2d_vjp(np.ones(pooled.shape, np.float32), pooled, x, 2, 1, 1)
+    assert (pooled.dtype, gp.dtype) == (np.float32, np.float32)
+
+
+def test_inputs_are_left_as_they_were() -> None:
+    x, w = read_only(X), read_only(W)
+    conv(x, w, stride=2, padding=1)
+    out = graphsvc_conv.max_pool2d(x, 2, 1, 1)
+    graphsvc_conv.max_pool2d_vjp(read_only(np.ones(out.shape)), read_only(out), x, 2, 1, 1)
+    assert (x.tolist(), w.tolist()) == (X.tolist(), W.tolist())
+
+
+# -- refusals ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: graphsvc_conv.conv2d(X[0], W), "x must have 4 dimensions, got shape (1, 3, 3)"),
+        (
+            lambda: graphsvc_conv.conv2d(X, np.ones((1, 2, 2, 2))),
+            "conv2d: x of shape (1, 1, 3, 3) has 1 channels, weight of shape (1, 2, 2, 2) expects 2",
+        ),
+        (
+            lambda: graphsvc_conv.conv2d(X, W.astype(np.float32)),
+            "conv2d: x is float64 and weight float32; give both the same dtype",
+        ),
+        (lambda: graphsvc_conv.conv2d(X.astype(np.int64), W), "x must hold floats, not int64"),
+        (lambda: graphsvc_conv.conv2d(X, W, stride=0), "stride must be an integer >= 1 or a pair of them, not 0"),
+        (
+            lambda: graphsvc_conv.conv2d(X, W, padding=[1, 2, 3]),
+            "padding must be an integer >= 0 or a pair of them, not [1, 2, 3]",
+        ),
+        (lambda: graphsvc_conv.conv2d(X, W, stride=True), "stride must be an integer >= 1 or a pair of them, not True"),
+        (
+            lambda: graphsvc_conv.conv2d(X, np.ones((1, 1, 4, 1))),
+            "conv2d: the kernel (4x1) is larger than the padded input (3x3)",
+        ),
+        (
+            lambda: graphsvc_conv.max_pool2d(X, 2, padding=2),
+            "max_pool2d: padding (2, 2) must be at most half of kernel_size (2, 2)",
+        ),
+        (lambda: graphsvc_conv.max_pool2d(X, 1.5), "kernel_size must be an integer >= 1 or a pair of them, not 1.5"),
+    ],
+)
+def test_bad_shapes_and_attributes_are_one_line_value_errors(call: Any, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        call()
+    assert str(caught.value) == message
+
+
+# -- in a graph ------------------------------------------------------------------------------------
+def cnn_graph(x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> graphsvc.Graph:
+    """loss = sum(max_pool2d(relu(conv2d(x, w, stride 1, padding 1) + bias), 2))."""
+    b = GraphBuilder()
+    conv_node = b.add("conv2d", [b.leaf(x, name="x"), b.leaf(w, name="w")], attrs={"stride": 1, "padding": 1})
+    biased = b.add("add", [conv_node, b.leaf(bias, name="bias")])
+    pooled = b.add("max_pool2d", [b.add("relu", [biased])], attrs={"kernel_size": [2, 2]})
+    b.add("sum", [pooled], name="loss")
+    return b.build()
+
+
+def test_a_replayed_graph_reports_a_bad_shape_naming_the_op_and_plugin() -> None:
+    registry, problems = load_registry(["graphsvc_conv"])
+    assert problems == []
+    graph = cnn_graph(np.ones((1, 2, 4, 4)), np.ones((3, 1, 3, 3)), np.zeros((1, 3, 1, 1)))
+    with pytest.raises(ReplayError) as caught:
+        graphsvc.forward(graph, registry=registry)
+    assert "op 'conv2d' (graphsvc_conv 0.1.0)" in str(caught.value)
+    assert "ValueError: conv2d: x of shape (1, 2, 4, 4) has 2 channels, weight of shape (3, 1, 3, 3) expects 1" in str(
+        caught.value
+    )
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.usefixtures("installed_plugins")
+def test_the_installed_plugin_registers_both_ops_under_its_distribution() -> None:
+    registry, _ = load_registry()
+    assert [(op.name, op.source) for op in registry if op.plugin == "graphsvc-conv"] == [
+        ("conv2d", "graphsvc-conv 0.1.0"),
+        ("max_pool2d", "graphsvc-conv 0.1.0"),
+    ]
+
+
+# -- PyTorch -------------------------------------------------------------------------------------
+def torch_or_skip() -> Any:
+    return pytest.importorskip("torch", reason=TORCH_REASON)
+
+
+@pytest.mark.parametrize(("stride", "padding"), list(itertools.product([1, 2, [2, 1]], [0, 1, [1, 2]])))
+@pytest.mark.parametrize(("dtype", "rtol"), [(np.float64, 1e-10), (np.float32, 1e-4)])
+def test_conv2d_matches_pytorch(stride: Any, padding: Any, dtype: Any, rtol: float) -> None:
+    torch = torch_or_skip()
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((3, 2, 7, 8)).astype(dtype), rng.standard_normal((4, 2, 3, 2)).astype(dtype)
+    g = rng.standard_normal(graphsvc_conv.conv2d(x, w, stride, padding).shape).astype(dtype)
+    out, gx, gw = conv(x, w, stride=stride, padding=padding, g=g)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    expected = torch.nn.functional.conv2d(
+        tx, tw, stride=tuple(np.broadcast_to(stride, 2).tolist()), padding=tuple(np.broadcast_to(padding, 2).tolist())
+    )
+    expected.backward(torch.tensor(g))
+    atol = rtol * 10
+    np.testing.assert_allclose(out, expected.detach().numpy(), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(gx, tx.grad.numpy(), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(gw, tw.grad.numpy(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize(
+    ("kernel_size", "stride", "padding"), [(2, None, 0), (3, 1, 1), (3, 2, 1), ([2, 3], [1, 2], 1)]
+)
+def test_max_pool2d_matches_pytorch_with_ties(kernel_size: Any, stride: Any, padding: Any) -> None:
+    torch = torch_or_skip()
+    x = np.round(np.random.default_rng(3).standard_normal((2, 3, 7, 8)), 1)  # one decimal: many ties
+    g = np.random.default_rng(4).standard_normal(graphsvc_conv.max_pool2d(x, kernel_size, stride, padding).shape)
+    out = graphsvc_conv.max_pool2d(read_only(x), kernel_size, stride, padding)
+    (gx,) = graphsvc_conv.max_pool2d_vjp(read_only(g), out, read_only(x), kernel_size, stride, padding)
+    tx = torch.tensor(x, requires_grad=True)
+    expected = torch.nn.functional.max_pool2d(tx, kernel_size, stride if stride is not None else None, padding)
+    expected.backward(torch.tensor(g))
+    assert np.array_equal(out, expected.detach().numpy())
+    np.testing.assert_allclose(gx, tx.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("dtype", "rtol"), [(np.float64, 1e-10), (np.float32, 1e-4)])
+def test_a_small_cnn_graph_replays_to_pytorchs_gradients(dtype: Any, rtol: float) -> None:
+    torch = torch_or_skip()
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((2, 1, 6, 6)).astype(dtype), rng.standard_normal((3, 1, 3, 3)).astype(dtype)
+    bias = rng.standard_normal((1, 3, 1, 1)).astype(dtype)
+    registry, _ = load_registry(["graphsvc_conv"])
+    replayed = graphsvc.backward(cnn_graph(x, w, bias), registry=registry)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, bias))
+    loss = torch.nn.functional.max_pool2d(torch.relu(torch.nn.functional.conv2d(tx, tw, padding=1) + tb), 2).sum()
+    loss.backward()
+    np.testing.assert_allclose(replayed.value("loss"), loss.item(), rtol=rtol)
+    for name, tensor in (("x", tx), ("w", tw), ("bias", tb)):
+        grad = replayed.grad(name)
+        assert isinstance(grad, np.ndarray) and grad.dtype == dtype
+        np.testing.assert_allclose(grad, tensor.grad.numpy(), rtol=rtol, atol=rtol)

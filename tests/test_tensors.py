@@ -1,0 +1,320 @@
+"""Tensor graphs: nodes that hold arrays, replayed by graphsvc.tensors with VJPs.
+
+Gradients are checked three ways: worked out by hand (seed 004's L = (a*b + c)*(a + b) on arrays),
+against central finite differences for every builtin tensor op (axis/keepdims/broadcasting cases),
+and against PyTorch on the same computation when it is installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+import graphsvc
+from graphsvc.errors import GraphStructureError, OpError, ReplayError, UsageError
+from graphsvc.graph import Graph, GraphBuilder
+from graphsvc.ops import Op, OpRegistry
+from graphsvc.plugins import load_registry
+from graphsvc.tensors import describe, unbroadcast
+
+pytestmark = pytest.mark.usefixtures("no_installed_plugins")
+
+
+def builtins() -> OpRegistry:
+    registry, problems = load_registry(disable_third_party=True)
+    assert not problems
+    return registry
+
+
+# -- the model -----------------------------------------------------------------------------------
+def test_a_leaf_given_an_array_is_a_tensor_node_holding_a_copy() -> None:
+    b = GraphBuilder()
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = b.leaf(data, name="x")
+    s = b.leaf(2.0, name="s")  # a float stays a scalar node
+    f = b.leaf(np.float64(3.0), name="f")  # so does a numpy float64 scalar
+    graph = b.build()
+    data[0, 0] = 99.0
+    assert graph.is_tensor_graph
+    value = graph.value(x)
+    assert isinstance(value, np.ndarray) and value.dtype == np.float32 and value.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert graph.value(s) == 2.0 and isinstance(graph.value(s), float)
+    assert graph.value(f) == 3.0 and isinstance(graph.value(f), float)
+    assert np.isnan(graph.values[x])  # a tensor node's column entry holds nan
+
+
+def test_a_dtype_outside_float64_float32_int64_is_refused() -> None:
+    with pytest.raises(
+        GraphStructureError, match=r"^node 0: a value must be an array of float64, float32 or int64, not float16$"
+    ):
+        GraphBuilder().leaf(np.zeros(2, dtype=np.float16))
+    graph = GraphBuilder().build()
+    graph.arrays[0] = np.zeros(2)
+    with pytest.raises(GraphStructureError, match=r"^a value array is given to node 0, which does not exist$"):
+        graph.check()
+
+
+def test_unbroadcast_sums_added_and_stretched_dimensions() -> None:
+    g = np.arange(24.0).reshape(2, 3, 4)
+    assert unbroadcast(g, (2, 3, 4)) is g
+    assert unbroadcast(g, (4,)).tolist() == g.sum(axis=(0, 1)).tolist()
+    assert unbroadcast(g, (3, 1)).tolist() == g.sum(axis=(0, 2)).reshape(3, 1).tolist()
+    assert unbroadcast(g, ()).tolist() == 276.0
+    assert unbroadcast(g, (2, 1, 4)).shape == (2, 1, 4)
+
+
+def test_describe_names_dtype_and_shape() -> None:
+    assert describe(np.zeros((128, 10), dtype=np.float32)) == "f32[128,10]"
+    assert describe(np.zeros((), dtype=np.int64)) == "i64[]"
+
+
+# -- seed 004 on arrays, by hand -----------------------------------------------------------------
+def seed004_on_arrays() -> Graph:
+    """L = sum((a*b + c) * (a + b)) with a = [2, 1] and scalars b = 3, c = 1 broadcast."""
+    b = GraphBuilder()
+    a = b.leaf(np.array([2.0, 1.0]), name="a")
+    bb = b.leaf(3.0, name="b")
+    c = b.leaf(np.array(1.0), name="c")
+    ab = b.add("mul", [a, bb])
+    abc = b.add("add", [ab, c])
+    apb = b.add("add", [a, bb])
+    b.add("sum", [b.add("mul", [abc, apb])], name="L")
+    return b.build()
+
+
+def test_seed_004_on_arrays_gives_the_hand_derived_gradients() -> None:
+    graph = graphsvc.backward(seed004_on_arrays(), registry=builtins())
+    # element 0 is seed 004 itself (a=2): 7*5 = 35; element 1 (a=1): (3+1)*(1+3) = 16
+    assert graph.value("L") == 51.0 and isinstance(graph.value("L"), float)
+    # dL/da_i = b(a_i+b) + (a_i b + c): [15 + 7, 12 + 4]
+    assert graph.grad("a").tolist() == [22.0, 16.0]  # type: ignore[union-attr]
+    # b is broadcast: its gradient sums both elements' a_i(a_i+b) + (a_i b + c) = 17 + 8
+    assert graph.grad("b") == 25.0 and isinstance(graph.grad("b"), float)
+    # c is a 0-d array (a tensor node): sum of (a_i + b) = 5 + 4, still an array
+    grad_c = graph.grad("c")
+    assert isinstance(grad_c, np.ndarray) and grad_c.shape == () and float(grad_c) == 9.0
+
+
+def test_the_input_graph_is_untouched_and_results_are_read_only() -> None:
+    graph = seed004_on_arrays()
+    before = graph.value("a").copy()  # type: ignore[union-attr]
+    result = graphsvc.backward(graph, set={"a": np.array([1.0, 1.0])}, registry=builtins())
+    assert graph.value("a").tolist() == before.tolist()  # type: ignore[union-attr]
+    assert result.value("L") == 32.0  # 2 * (3+1)*(1+3)
+    for array in (*result.arrays.values(), *result.grad_arrays.values()):
+        assert not array.flags.writeable and array.flags.c_contiguous
+    assert not np.shares_memory(result.arrays[0], graph.arrays[0])
+
+
+def test_float32_stays_float32() -> None:
+    b = GraphBuilder()
+    x = b.leaf(np.array([1.0, -2.0, 3.0], dtype=np.float32), name="x")
+    b.add("sum", [b.add("tanh", [b.add("mul", [x, b.const(np.float32(2.0))])])], name="y")
+    b.add("mul", [x, b.const(2.0)], name="promoted")  # numpy's rule: a float64 0-d array promotes
+    graph = graphsvc.backward(b.build(), output="y", registry=builtins())
+    assert graph.value("y").dtype == np.float32  # type: ignore[union-attr]
+    assert graph.value("promoted").dtype == np.float64  # type: ignore[union-attr]
+    grad = graph.grad("x")
+    assert isinstance(grad, np.ndarray) and grad.dtype == np.float32
+    out = np.tanh(np.array([1.0, -2.0, 3.0], dtype=np.float32) * np.float32(2.0))
+    assert grad.tolist() == ((1.0 - out**2) * np.float32(2.0)).tolist()  # the same float32 steps
+
+
+# -- every builtin tensor op against finite differences ------------------------------------------
+def numeric_vjp(
+    forward: Callable[..., np.ndarray], inputs: Sequence[np.ndarray], g: np.ndarray, index: int
+) -> np.ndarray:
+    """d<g, forward(inputs)>/d inputs[index] by central differences."""
+    x = inputs[index]
+    grad = np.zeros_like(x)
+    step = 1e-6
+    for position in np.ndindex(x.shape):
+        shifted = []
+        for sign in (1.0, -1.0):
+            moved = [a.copy() for a in inputs]
+            moved[index][position] += sign * step
+            shifted.append(float(np.sum(g * forward(*moved))))
+        grad[position] = (shifted[0] - shifted[1]) / (2 * step)
+    return grad
+
+
+CASES: list[tuple[str, list[tuple[int, ...]], dict[str, Any]]] = [
+    ("add", [(2, 3), (3,)], {}),
+    ("mul", [(2, 1, 4), (3, 1)], {}),
+    ("div", [(3,), (2, 3)], {}),
+    ("max", [(2, 3), (1, 3)], {}),
+    ("pow", [(2, 3)], {"exponent": 3.0}),
+    ("matmul", [(3, 4), (4, 2)], {}),
+    ("matmul", [(2, 3, 4), (4, 5)], {}),
+    ("matmul", [(4,), (2, 4, 3)], {}),
+    ("matmul", [(2, 3, 4), (4,)], {}),
+    ("matmul", [(4,), (4,)], {}),
+    ("sum", [(2, 3, 4)], {}),
+    ("sum", [(2, 3, 4)], {"axis": 1}),
+    ("sum", [(2, 3, 4)], {"axis": [0, 2], "keepdims": True}),
+    ("mean", [(2, 3, 4)], {"axis": -1}),
+    ("mean", [(2, 3)], {"keepdims": True}),
+    ("amax", [(3, 5)], {"axis": 1}),
+    ("amax", [(3, 5)], {}),
+    ("reshape", [(2, 6)], {"shape": [3, -1]}),
+    ("transpose", [(2, 3, 4)], {"axes": [2, 0, 1]}),
+    ("transpose", [(2, 3)], {}),
+    ("broadcast_to", [(3, 1)], {"shape": [2, 3, 4]}),
+    ("concatenate", [(2, 3), (1, 3), (4, 3)], {}),
+    ("concatenate", [(2, 1), (2, 3)], {"axis": 1}),
+    ("softmax", [(3, 4)], {}),
+    ("softmax", [(3, 4)], {"axis": 0}),
+    ("log_softmax", [(3, 4)], {"axis": -1}),
+]
+
+
+@pytest.mark.parametrize(("name", "shapes", "attrs"), CASES, ids=lambda case: str(case))
+def test_vjp_matches_finite_differences(name: str, shapes: list[tuple[int, ...]], attrs: dict[str, Any]) -> None:
+    rng = np.random.default_rng(len(name) * 7 + len(shapes))
+    inputs = [rng.uniform(0.5, 2.0, size=shape) for shape in shapes]
+    graph_builder = GraphBuilder()
+    ids = [graph_builder.leaf(x, name=f"x{i}") for i, x in enumerate(inputs)]
+    out = graph_builder.add(name, ids, attrs=attrs)
+    op = builtins().get(name)
+    assert op.forward is not None
+    value = op.forward(*inputs, **attrs)
+    g = rng.standard_normal(np.shape(value))
+    weights = graph_builder.const(g, name="g")
+    graph_builder.add("sum", [graph_builder.add("mul", [out, weights])], name="loss")
+    graph = graphsvc.backward(graph_builder.build(), output="loss", registry=builtins())
+    for i in range(len(inputs)):
+        numeric = numeric_vjp(lambda *xs: op.forward(*xs, **attrs), inputs, g, i)  # type: ignore[misc]
+        assert np.allclose(graph.grad(f"x{i}"), numeric, rtol=1e-6, atol=1e-8), (name, i)
+
+
+def test_amax_splits_the_gradient_among_ties_and_take_adds_repeated_indices() -> None:
+    b = GraphBuilder()
+    x = b.leaf(np.array([[1.0, 3.0, 3.0], [5.0, 0.0, 2.0]]), name="x")
+    b.add("sum", [b.add("amax", [x], attrs={"axis": 1})], name="top")
+    graph = graphsvc.backward(b.build(), registry=builtins())
+    assert graph.grad("x").tolist() == [[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]]  # type: ignore[union-attr]
+
+    b = GraphBuilder()
+    table = b.leaf(np.arange(6.0).reshape(3, 2), name="table")
+    rows = b.const(np.array([2, 0, 2]), name="rows")
+    looked_up = b.add("take", [table, rows], attrs={"axis": 0})
+    b.add("sum", [looked_up], name="total")
+    graph = graphsvc.backward(b.build(), registry=builtins())
+    assert graph.value(looked_up).tolist() == [[4.0, 5.0], [0.0, 1.0], [4.0, 5.0]]  # type: ignore[union-attr]
+    assert graph.grad("table").tolist() == [[1.0, 1.0], [0.0, 0.0], [2.0, 2.0]]  # type: ignore[union-attr]
+    assert graph.grad_arrays.get(rows) is None  # int64 nodes get no gradient
+
+
+# -- against PyTorch -----------------------------------------------------------------------------
+def mlp_graph(x: np.ndarray, params: list[np.ndarray], labels: np.ndarray) -> Graph:
+    """tanh MLP with a cross-entropy loss, written with the builtin ops."""
+    n, classes = x.shape[0], params[-1].shape[0]
+    b = GraphBuilder()
+    h = b.const(x, name="x")
+    names = ["w1", "b1", "w2", "b2"]
+    ids = [b.leaf(p, name=name) for p, name in zip(params, names, strict=True)]
+    h = b.add("tanh", [b.add("add", [b.add("matmul", [h, ids[0]]), ids[1]])])
+    logits = b.add("add", [b.add("matmul", [h, ids[2]]), ids[3]])
+    logp = b.add("log_softmax", [logits], attrs={"axis": -1})
+    flat = b.add("reshape", [logp], attrs={"shape": [n * classes]})
+    picked = b.add("take", [flat, b.const(np.arange(n) * classes + labels, name="picks")])
+    b.add("neg", [b.add("mean", [picked])], name="loss")
+    return b.build()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_an_mlp_with_cross_entropy_matches_pytorch(dtype: type) -> None:
+    torch = pytest.importorskip("torch", reason="pip install torch==2.13.0")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((8, 5)).astype(dtype)
+    params = [rng.standard_normal(shape).astype(dtype) for shape in ((5, 7), (7,), (7, 3), (3,))]
+    labels = rng.integers(0, 3, 8)
+    graph = graphsvc.backward(mlp_graph(x, params, labels), registry=builtins())
+    tensors = [torch.tensor(p, requires_grad=True) for p in params]
+    hidden = torch.tanh(torch.tensor(x) @ tensors[0] + tensors[1])
+    loss = torch.nn.functional.cross_entropy(hidden @ tensors[2] + tensors[3], torch.tensor(labels))
+    loss.backward()
+    rtol = 1e-10 if dtype is np.float64 else 1e-4
+    assert np.allclose(graph.value("loss"), loss.item(), rtol=rtol)
+    for name, tensor in zip(["w1", "b1", "w2", "b2"], tensors, strict=True):
+        grad = graph.grad(name)
+        assert isinstance(grad, np.ndarray) and grad.dtype == dtype
+        assert np.allclose(grad, tensor.grad.numpy(), rtol=rtol, atol=rtol * 1e-3), name
+
+
+# -- errors --------------------------------------------------------------------------------------
+def test_backward_starts_from_a_scalar() -> None:
+    b = GraphBuilder()
+    b.add("tanh", [b.leaf(np.zeros((2, 3), dtype=np.float32), name="x")], name="y")
+    with pytest.raises(
+        UsageError,
+        match=r"^backward starts from a scalar \(a loss\), but node y holds f32\[2,3\]: "
+        r"reduce it first \(sum, mean\) or choose another output$",
+    ):
+        graphsvc.backward(b.build(), registry=builtins())
+
+
+def test_broken_vjps_and_forwards_are_replay_errors_naming_node_and_op() -> None:
+    registry = builtins()
+    registry.register(Op("two", 1, forward=lambda x: x, vjp=lambda g, out, x: (g, g)), plugin="bad")
+    registry.register(Op("wide", 1, forward=lambda x: x, vjp=lambda g, out, x: (np.zeros(5),)), plugin="bad")
+    registry.register(Op("half", 1, forward=lambda x: x.astype(np.float16), vjp=lambda g, out, x: (g,)), plugin="bad")
+    registry.register(Op("boom", 1, forward=lambda x: 1 / 0, vjp=lambda g, out, x: (g,)), plugin="bad")
+    expected = {
+        "two": "node n: op 'two' (bad): vjp returned 2 cotangents, expected one per input (1)",
+        "wide": "node n: op 'wide' (bad): vjp returned a cotangent of shape [5] for input 0, whose shape is [2]",
+        "half": "node n: op 'half' (bad): forward returned an array of float16, "
+        "not an array of float64, float32 or int64",
+        "boom": "node n: op 'boom' (bad): forward raised ZeroDivisionError: division by zero",
+    }
+    for name, message in expected.items():
+        b = GraphBuilder()
+        b.add("sum", [b.add(name, [b.leaf(np.ones(2), name="x")], name="n")], name="loss")
+        with pytest.raises(ReplayError) as info:
+            graphsvc.backward(b.build(), registry=registry)
+        assert str(info.value) == message
+
+
+def test_take_refuses_float_indices_and_concatenate_needs_an_input() -> None:
+    b = GraphBuilder()
+    b.add("take", [b.leaf(np.ones(3)), b.const(np.array([0.0]))], name="t")
+    with pytest.raises(ReplayError) as info:
+        graphsvc.forward(b.build(), registry=builtins())
+    assert (
+        str(info.value) == "node t: op 'take' (graphsvc 0.1.0): forward raised ValueError: "
+        "indices must be integers (int64), not float64"
+    )
+    b = GraphBuilder()
+    b.add("concatenate", [], name="c")
+    with pytest.raises(OpError, match=r"^node c: op concatenate takes at least 1 input but the node has 0 parents$"):
+        graphsvc.forward(b.build(), registry=builtins())
+
+
+def test_a_scalar_graph_using_a_vjp_only_op_is_replayed_as_tensors() -> None:
+    b = GraphBuilder()
+    x, y = b.leaf(2.0, name="x"), b.leaf(5.0, name="y")
+    b.add("concatenate", [x, y], name="both")  # 0-d inputs: numpy refuses, a clear error
+    with pytest.raises(
+        ReplayError, match=r"^node both: op 'concatenate' \(graphsvc 0.1.0\): forward raised ValueError: "
+    ):
+        graphsvc.forward(b.build(), registry=builtins())
+    b = GraphBuilder()
+    x, y = b.leaf(2.0, name="x"), b.leaf(5.0, name="y")
+    b.add(
+        "matmul", [b.add("reshape", [x], attrs={"shape": [1]}), b.add("reshape", [y], attrs={"shape": [1]})], name="p"
+    )
+    graph = graphsvc.backward(b.build(), registry=builtins())
+    assert (graph.value("p"), graph.grad("x"), graph.grad("y")) == (10.0, 5.0, 2.0)
+    assert isinstance(graph.value("p"), float) and graph.value(2).shape == (1,)  # type: ignore[union-attr]
+
+
+def test_big_endian_and_fortran_order_arrays_are_stored_native_and_c_ordered() -> None:
+    b = GraphBuilder()
+    big = b.leaf(np.array([1.5, -2.0], dtype=">f8"))
+    fortran = b.leaf(np.asfortranarray(np.arange(6.0).reshape(2, 3)))
+    graph = b.build()
+    assert graph.arrays[big].dtype == np.dtype("<f8") and graph.arrays[big].tolist() == [1.5, -2.0]
+    assert graph.arrays[fortran].flags.c_contiguous and graph.arrays[fortran].tolist() == [[0, 1, 2], [3, 4, 5]]
