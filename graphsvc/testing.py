@@ -289,7 +289,8 @@ def check_vjp(
     one (``g * partial``, summed back over broadcast dimensions). A float input whose cotangent is
     ``None`` is not checked. An element passes when ``|analytic - numeric| <= atol + rtol *
     |numeric|``; the message of a failure names the op, the input and its worst element.
-    ``points`` counts the elements checked, ``skipped`` those not checked.
+    ``points`` counts the elements checked, ``skipped`` the float elements not checked (index
+    inputs are neither).
     """
     with running_plugin_code(), np.errstate(all="ignore"), interrupts_told_apart():
         return _check_vjp(op, inputs, dict(attrs or {}), eps, rtol, atol, seed)
@@ -317,8 +318,9 @@ def _check_vjp(
     worst: tuple[float, str] | None = None  # (how far beyond the tolerance, message)
     for i, (x, cotangent) in enumerate(zip(inputs, analytic, strict=True)):
         if cotangent is None:
-            skipped += x.size
-            continue
+            if x.dtype.kind == "f":  # a float input the op gives no gradient: not checked
+                skipped += x.size
+            continue  # an index input: nothing to check
         if x.dtype.kind != "f":
             message = f"{prefix}: vjp gives the {x.dtype} input {i} a cotangent; an index input gets None"
             return result(False, checked, skipped, max_abs, max_rel, message)
