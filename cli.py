@@ -173,7 +173,7 @@ def handles_errors(command: F) -> F:
         except GraphsvcError as exc:
             if STATE.debug:
                 raise
-            raise _fail(str(exc), exc.exit_code) from None
+            raise _fail(_in_cli_words(exc), exc.exit_code) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
         except BrokenPipeError:
@@ -192,6 +192,19 @@ def handles_errors(command: F) -> F:
             ) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _in_cli_words(exc: GraphsvcError) -> str:
+    """A library error as the CLI says it: remedies name the CLI's options, not Python's parameters."""
+    from graphsvc.errors import MissingOpsError, TooLargeToDraw
+
+    if isinstance(exc, MissingOpsError):
+        return f"{exc} or pass --plugin"
+    if isinstance(exc, TooLargeToDraw):
+        if exc.around is not None:
+            return f"{exc.problem}; give a smaller --depth"
+        return f"{exc.problem}; draw the neighbourhood of one node with --around NODE --depth K"
+    return str(exc)
 
 
 def _print_version(value: bool) -> None:
@@ -1146,7 +1159,7 @@ def backward(
     if check and graph.grads is None and not graph.grad_arrays:
         raise UsageError("--check: the file stores no gradients to compare with")
     registry = _registry()
-    start = replay.default_output(graph) if output is None else graph.node_id(output)
+    start = replay.default_output(graph, "--output") if output is None else graph.node_id(output)
     overrides = _overrides(graph, set_)
     if _tensor_replay(graph, registry, overrides):
         _tensor_command(graph, registry, overrides, start, steps, check, rtol, atol, as_json, data, write)
@@ -1245,12 +1258,14 @@ def render(
 
     if depth is not None and around is None:
         raise UsageError("--depth goes with --around NODE: it limits the picture to the nodes near that one")
+    if depth is not None and depth < 0:
+        raise UsageError(f"--depth must be 0 or more, not {depth}")
     graph = _load(file)
     if replay_first:
         from graphsvc import api, replay
 
         registry = _registry()
-        start = replay.default_output(graph) if output is None else graph.node_id(output)
+        start = replay.default_output(graph, "--output") if output is None else graph.node_id(output)
         with _replaying("replaying forward and backward"):
             graph = api.backward(graph, start, registry=registry)
     elif output is not None:

@@ -44,6 +44,10 @@ class OpError(GraphsvcError):
     exit_code = 4
 
 
+class MissingOpsError(OpError):
+    """A graph uses ops no loaded plugin registers (the message names them and their plugins). Exit 4."""
+
+
 class PluginError(OpError):
     """A plugin failed to import or raised in its hook. Exit 4."""
 
@@ -54,3 +58,15 @@ class ReplayError(GraphsvcError):
 
 class RenderError(GraphsvcError):
     """Drawing a graph failed: Graphviz is not installed, or ``dot`` failed. Exit 1."""
+
+
+class TooLargeToDraw(UsageError):
+    """More nodes than one picture can show. ``problem`` says how many; the message adds the
+    remedy in Python's words (the CLI words it with its options). Exit 2."""
+
+    def __init__(self, problem: str, around: str | None) -> None:
+        self.problem = problem
+        #: The node whose neighbourhood was asked for (None: the whole graph).
+        self.around = around
+        remedy = "give a smaller depth" if around is not None else "draw one node's neighbourhood (around=, depth=)"
+        super().__init__(f"{problem}; {remedy}")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphsvc.errors import RenderError, UsageError
+from graphsvc.errors import RenderError, TooLargeToDraw, UsageError
 from graphsvc.graph import Graph
 
 #: The most value nodes one picture may hold; above it, pick a part with :func:`neighbourhood`.
@@ -52,7 +52,7 @@ def neighbourhood(graph: Graph, center: int, depth: int, limit: int = MAX_RENDER
     when ``depth`` is negative or the neighbourhood holds more than ``limit`` nodes.
     """
     if depth < 0:
-        raise UsageError(f"--depth must be 0 or more, not {depth}")
+        raise UsageError(f"depth must be 0 or more, not {depth}")
     center = graph.node_id(center)
     offsets = graph.parent_offsets
     parents = graph.parent_indices
@@ -74,9 +74,10 @@ def neighbourhood(graph: Graph, center: int, depth: int, limit: int = MAX_RENDER
                     seen.add(other)
                     found.append(other)
             if len(seen) > limit:
-                raise UsageError(
+                raise TooLargeToDraw(
                     f"the neighbourhood of {graph.label(center)} within {depth} edges holds more than {limit} "
-                    "nodes, more than one picture can show; give a smaller --depth"
+                    "nodes, more than one picture can show",
+                    graph.label(center),
                 )
         if not found:
             break
@@ -89,10 +90,7 @@ def select(graph: Graph, around: int | str | None = None, depth: int = 2, limit:
     if around is not None:
         return neighbourhood(graph, graph.node_id(around), depth, limit)
     if graph.num_nodes > limit:
-        raise UsageError(
-            f"the graph has {graph.num_nodes} nodes, more than one picture can show ({limit}); "
-            "draw the neighbourhood of one node with --around NODE --depth K"
-        )
+        raise TooLargeToDraw(f"the graph has {graph.num_nodes} nodes, more than one picture can show ({limit})", None)
     return list(range(graph.num_nodes))
 
 

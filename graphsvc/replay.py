@@ -31,7 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from graphsvc.errors import OpError, ReplayError, UsageError
+from graphsvc.errors import MissingOpsError, OpError, ReplayError, UsageError
 from graphsvc.graph import LEAF_TAGS, Graph
 from graphsvc.kernels import PRIMITIVES, compiled_for
 from graphsvc.ops import Op, OpRegistry, evaluate, evaluate_node, local_derivatives
@@ -86,9 +86,9 @@ def resolve_ops(graph: Graph, registry: OpRegistry) -> list[Op | None]:
         count, more = "", ""
         if len(missing) > _LISTED:
             count, more = f"{len(missing):,} ", f" and {len(missing) - _LISTED:,} more"
-        raise OpError(
+        raise MissingOpsError(
             f"the graph uses {count}op{plural} not registered here: {', '.join(described)}{more}; "
-            "install the plugin that provides them or pass --plugin"
+            "install the plugin that provides them"
         )
     ops: list[Op | None] = [None if tag in LEAF_TAGS else registry.get(tag) for tag in graph.op_table]
     # One pass over the nodes: each node's expected parent count by its op code (leaves: their
@@ -435,9 +435,10 @@ def backward_steps(
     return grads, steps
 
 
-def default_output(graph: Graph, choose: str = "--output") -> int:
+def default_output(graph: Graph, choose: str = "output=") -> int:
     """The graph's single output (listed once or more); with several (or none), the caller must
-    choose, and the error says how (``choose``: the CLI's ``--output``, the Python API's ``output=``)."""
+    choose, and the error says how (``choose``: the Python API's ``output=``; the CLI passes its
+    ``--output``)."""
     outputs = list(dict.fromkeys(graph.outputs))
     if len(outputs) == 1:
         return outputs[0]

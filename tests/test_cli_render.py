@@ -101,6 +101,12 @@ def test_depth_without_around_is_a_usage_error(tmp_path: Path, depth: str) -> No
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_negative_depth_is_refused_in_the_clis_words(tmp_path: Path) -> None:
+    code, _, stderr = run("render", str(SEED004), "--around", "ab", "--depth", "-1", "-o", str(tmp_path / "g.dot"))
+    assert (code, stderr) == (2, "Error: --depth must be 0 or more, not -1\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("around", "depth", "drawn"),
     [

@@ -162,7 +162,7 @@ def test_a_neighbourhood_with_hidden_inputs_says_how_many() -> None:
 
 
 def test_negative_depth_is_refused() -> None:
-    with pytest.raises(UsageError, match=r"^--depth must be 0 or more, not -1$"):
+    with pytest.raises(UsageError, match=r"^depth must be 0 or more, not -1$"):
         render.neighbourhood(load(SEED004), 0, -1)
 
 
@@ -174,7 +174,7 @@ def test_a_graph_above_the_limit_is_refused_with_a_hint() -> None:
         render.select(chain(2001))
     assert str(caught.value) == (
         "the graph has 2001 nodes, more than one picture can show (2000); "
-        "draw the neighbourhood of one node with --around NODE --depth K"
+        "draw one node's neighbourhood (around=, depth=)"
     )
 
 
@@ -185,7 +185,7 @@ def test_a_neighbourhood_above_the_limit_is_refused() -> None:
         render.select(graph, around="k", depth=1)
     assert str(caught.value) == (
         "the neighbourhood of k within 1 edges holds more than 2000 nodes, more than one picture can show; "
-        "give a smaller --depth"
+        "give a smaller depth"
     )
 
 
