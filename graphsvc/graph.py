@@ -352,8 +352,12 @@ def graph_from_lists(
 ) -> Graph:
     """A graph from per-node lists, as tracers and importers collect them: each node's op tag, its
     number of parents, all parent ids in node order, and the values. ``fields`` are the other
-    :class:`Graph` fields (grads, names, attrs, outputs, metadata, op_sources). Not checked."""
+    :class:`Graph` fields (grads, names, attrs, outputs, metadata, op_sources, arrays,
+    grad_arrays). Every graph built from Python lists is assembled here (GraphBuilder, the JSON
+    reader, Value's tracing); only the op table's size is checked."""
     op_table = list(dict.fromkeys(tags))
+    if len(op_table) > MAX_OPS:  # op codes are uint16
+        raise GraphStructureError(f"too many ops: {len(op_table)} (at most {MAX_OPS})")
     code_of = {tag: code for code, tag in enumerate(op_table)}
     counts = np.fromiter(parent_counts, dtype=OFFSET_DTYPE, count=len(tags))
     offsets = np.zeros(len(tags) + 1, dtype=OFFSET_DTYPE)
@@ -381,10 +385,8 @@ class GraphBuilder:
     """
 
     def __init__(self) -> None:
-        self._op_index: dict[str, int] = {}
-        self._op_table: list[str] = []
-        self._op_codes: list[int] = []
-        self._offsets: list[int] = [0]
+        self._tags: list[str] = []
+        self._counts: list[int] = []
         self._parents: list[int] = []
         self._values: list[float] = []
         self._grads: list[float] = []
@@ -397,7 +399,7 @@ class GraphBuilder:
         self.op_sources: dict[str, OpSource] = {}
 
     def __len__(self) -> int:
-        return len(self._op_codes)
+        return len(self._tags)
 
     def leaf(
         self, value: float | np.ndarray = 0.0, name: str | None = None, grad: float | np.ndarray | None = None
@@ -424,7 +426,7 @@ class GraphBuilder:
         float64) makes the node a tensor node holding a copy of it; a float keeps it a scalar node."""
         if not isinstance(op, str) or not op:
             raise GraphStructureError(f"op tag {op!r} is not a non-empty string")
-        node = len(self._op_codes)
+        node = len(self._tags)
         ids = [self._resolve(p, node) for p in parents]
         if op in LEAF_TAGS and ids:
             raise GraphStructureError(f"a {op} node cannot have parents")
@@ -435,13 +437,9 @@ class GraphBuilder:
                 raise GraphStructureError(f"name {name!r} is already used by node {self._by_name[name]}")
             self._names[node] = name
             self._by_name[name] = node
-        code = self._op_index.get(op)
-        if code is None:
-            code = self._op_index[op] = len(self._op_table)
-            self._op_table.append(op)
-        self._op_codes.append(code)
+        self._tags.append(op)
         self._parents.extend(ids)
-        self._offsets.append(len(self._parents))
+        self._counts.append(len(ids))
         if isinstance(value, (np.ndarray, np.generic)) and _is_tensor(value):
             self._arrays[node] = _tensor(node, "value", value)
             value = math.nan
@@ -473,12 +471,11 @@ class GraphBuilder:
 
     def build(self, outputs: Sequence[NodeRef] | None = None, metadata: Mapping[str, Any] | None = None) -> Graph:
         """Finish the graph. Outputs default to the nodes that are nobody's parent."""
-        graph = Graph(
-            op_table=list(self._op_table),
-            op_codes=np.array(self._op_codes, dtype=OP_CODE_DTYPE),
-            parent_offsets=np.array(self._offsets, dtype=OFFSET_DTYPE),
-            parent_indices=np.array(self._parents, dtype=INDEX_DTYPE),
-            values=np.array(self._values, dtype=FLOAT_DTYPE),
+        graph = graph_from_lists(
+            self._tags,
+            self._counts,
+            self._parents,
+            self._values,
             grads=np.array(self._grads, dtype=FLOAT_DTYPE) if self._has_grads else None,
             names=dict(self._names),
             attrs={k: dict(v) for k, v in self._attrs.items()},

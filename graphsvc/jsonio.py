@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
-from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, MAX_OPS, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, OpSource
+from graphsvc.graph import FLOAT_DTYPE, MAX_OPS, Graph, OpSource, graph_from_lists
 from graphsvc.text import shorten
 from graphsvc.topo import topological_sort
 
@@ -241,9 +241,9 @@ def _assemble(
     new_id: dict[int, int],
     resolve: Any,
 ) -> Graph:
+    tags: list[str] = []
     op_index: dict[str, int] = {}
-    op_codes: list[int] = []
-    offsets = [0]
+    counts: list[int] = []
     parents: list[int] = []
     values: list[float] = []
     grads: list[float] = []
@@ -261,9 +261,10 @@ def _assemble(
             raise FormatError(f"node {old}: op must be a non-empty string")
         if op not in op_index and len(op_index) == MAX_OPS:
             raise FormatError(f"the graph uses more than {MAX_OPS:,} op tags, the most the format holds")
-        op_codes.append(op_index.setdefault(op, len(op_index)))
+        op_index.setdefault(op, len(op_index))
+        tags.append(op)
         parents.extend(new_id[p] for p in parents_of[old])
-        offsets.append(len(parents))
+        counts.append(len(parents_of[old]))
         for key, column, tensors in (("value", values, arrays), ("grad", grads, grad_arrays)):
             raw = item.get(key, "nan")
             if isinstance(raw, dict):
@@ -301,12 +302,11 @@ def _assemble(
             if not isinstance(entry.get(key), (str, type(None))):
                 raise FormatError(f"ops[{tag!r}].{key} must be a string or null, not {entry[key]!r}")
         sources[tag] = OpSource(entry.get("plugin"), entry.get("version"))
-    graph = Graph(
-        op_table=op_table,
-        op_codes=np.array(op_codes, dtype=OP_CODE_DTYPE),
-        parent_offsets=np.array(offsets, dtype=OFFSET_DTYPE),
-        parent_indices=np.array(parents, dtype=INDEX_DTYPE),
-        values=np.array(values, dtype=FLOAT_DTYPE),
+    graph = graph_from_lists(
+        tags,
+        counts,
+        parents,
+        values,
         grads=np.array(grads, dtype=FLOAT_DTYPE) if has_grads else None,
         names=names,
         attrs=attrs,

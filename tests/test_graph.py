@@ -10,7 +10,7 @@ import pytest
 
 from examples.make_examples import seed000  # the shipped example, built with GraphBuilder
 from graphsvc.errors import GraphStructureError, UsageError
-from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder
+from graphsvc.graph import CONST, LEAF, MAX_OPS, Graph, GraphBuilder
 
 
 def test_builder_lays_out_columns_in_csr_form() -> None:
@@ -221,3 +221,11 @@ def test_check_names_the_broken_rule(change: dict[str, object], message: str) ->
     with pytest.raises(GraphStructureError) as info:
         _broken(**change).check()
     assert str(info.value) == message
+
+
+def test_the_builder_refuses_more_op_tags_than_op_codes_hold() -> None:
+    b = GraphBuilder()
+    for i in range(MAX_OPS + 1):
+        b.add(f"op{i}")
+    with pytest.raises(GraphStructureError, match=r"^too many ops: 65537 \(at most 65536\)$"):
+        b.build()
