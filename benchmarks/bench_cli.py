@@ -3,7 +3,8 @@
     python benchmarks/bench_cli.py [--only startup|listing] [--rounds R] [--repeat K] [--width W] [--nodes N]
 
 Needs micrograd (``pip install micrograd==0.1.0``). Writes benchmarks/results/bench_cli.json (each
-part updates its own keys) and, for start-up, benchmarks/results/bench_cli_startup.md.
+part updates its own keys) and the tables benchmarks/results/bench_cli_startup.md and
+benchmarks/results/bench_cli_listing.md. ``--nodes 0`` leaves out the random DAG.
 
 Start-up (issue 13: any command on a graph under 10,000 nodes at most 2x ``python -c "import typer"``,
 ``graphsvc --help`` at most 1.5x):
@@ -17,7 +18,9 @@ Start-up (issue 13: any command on a graph under 10,000 nodes at most 2x ``pytho
   them alike. ``graphsvc`` is the console script installed next to this Python (not a pyenv shim).
   The installed example plugins are found and loaded as a user's would be.
 * Wall time (min / median / max) and the child's CPU time (user + system, median; less sensitive to
-  other processes on the machine than wall time); ratios are medians over ``import typer``'s median.
+  other processes on the machine than wall time); ratios are medians over ``import typer``'s median,
+  and per round (the command's time over ``import typer``'s in the same round: min / median / max).
+  The load average at the start is recorded with the figures.
 * The processes run with byte-compiled modules, as an installed wheel does (pip compiles them at
   install): ``PYTHONDONTWRITEBYTECODE`` is removed from their environment and ``PYTHONPYCACHEPREFIX``
   points at a temporary folder, warmed by one untimed run of each command. (Without that, every run
@@ -26,12 +29,16 @@ Start-up (issue 13: any command on a graph under 10,000 nodes at most 2x ``pytho
 Printing every node (the listing part):
 
 * **graphsvc**: ``graphsvc order FILE``, ``graphsvc backward FILE`` and the same with ``--json``,
-  each a whole process (start-up, load, replay, printing), stdout to /dev/null; wall time and the
-  process's peak resident memory, min / median / max over K runs.
+  each a whole process (start-up, load, replay, printing), stdout to /dev/null, with byte-compiled
+  modules as for start-up; wall time and the process's peak resident memory, min / median / max over
+  K rounds.
 * **micrograd**: printing the same MLP graph the way a micrograd user would: ``build_topo`` (with the
   recursion limit raised), ``backward()``, then ``print(v)`` for each node in reverse order, to
   /dev/null. Only the printing is timed (the graph is already built; ``backward()`` is not timed), so
   the comparison favours micrograd.
+* Each round runs micrograd's loop once, then each command once, so load on the shared machine falls
+  on all of them alike; the speed-up (micrograd's loop / graphsvc's process) is taken within each
+  round and reported as min / median / max over the rounds.
 * **scale**: the commands again on the wide random DAG of N nodes (1,000,000 by default), reported
   per node, which is what decides whether printing ten million nodes is usable.
 """
@@ -69,37 +76,52 @@ import os, resource, subprocess, sys, time
 start = time.perf_counter()
 code = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL)
 elapsed = time.perf_counter() - start
-print(code, elapsed, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(code, elapsed, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime)
 """
 
 
-def run_cli(command: list[str], path: Path) -> tuple[float, int]:
-    """Wall seconds and peak resident bytes of one ``graphsvc`` process, stdout discarded."""
+def run_cli(command: list[str], path: Path, env: dict[str, str] | None = None) -> tuple[float, int, float]:
+    """Wall seconds, peak resident bytes and CPU seconds (user + system, every thread) of one
+    ``graphsvc`` process, stdout discarded."""
     argv = [sys.executable, "-m", "graphsvc", command[0], str(path), *command[1:]]
-    report = subprocess.run([sys.executable, "-c", TRAMPOLINE, *argv], capture_output=True, text=True, check=True)
-    code, elapsed, peak = report.stdout.split()
+    # run from /tmp, not the checkout: ``python -m`` puts the working folder first on sys.path, which
+    # would hide a variant's PYTHONPATH
+    report = subprocess.run(
+        [sys.executable, "-c", TRAMPOLINE, *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=tempfile.gettempdir(),
+    )
+    code, elapsed, peak, cpu = report.stdout.split()
     if code != "0":
         raise SystemExit(f"{' '.join(argv)} exited with {code}")
-    return float(elapsed), int(peak)
+    return float(elapsed), int(peak), float(cpu)
 
 
-def measure(command: list[str], path: Path, repeat: int) -> dict[str, Any]:
-    runs = [run_cli(command, path) for _ in range(repeat)]
-    return {"seconds": stats([t for t, _ in runs]), "peak_bytes": max(m for _, m in runs)}
+def measure(command: list[str], path: Path, repeat: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+    run_cli(command, path, env)  # untimed: writes the byte-compiled modules
+    runs = [run_cli(command, path, env) for _ in range(repeat)]
+    return {"seconds": stats([t for t, _, _ in runs]), "peak_bytes": max(m for _, m, _ in runs)}
 
 
-def micrograd_print(root: Any, repeat: int) -> dict[str, float]:
+def micrograd_topo(root: Any) -> list[Any]:
+    """micrograd's graph as its user prints it: ``build_topo`` (recursion limit raised), ``backward()``."""
     sys.setrecursionlimit(1_000_000)
     topo = graphs.micrograd_build_topo(root)
     root.backward()
-    times = []
+    return topo
+
+
+def micrograd_print(topo: list[Any]) -> tuple[float, float]:
+    """Wall and CPU seconds of one ``print(v)`` for every node, in reverse order, to /dev/null."""
     with open(os.devnull, "w") as sink:
-        for _ in range(repeat):
-            start = time.perf_counter()
-            for v in reversed(topo):
-                print(v, file=sink)
-            times.append(time.perf_counter() - start)
-    return stats(times)
+        start, cpu = time.perf_counter(), time.process_time()
+        for v in reversed(topo):
+            print(v, file=sink)
+        return time.perf_counter() - start, time.process_time() - cpu
 
 
 # -- start-up on a small graph -------------------------------------------------------------------------
@@ -180,6 +202,7 @@ def startup(rounds: int, variants: dict[str, str]) -> dict[str, Any]:
     cpu: dict[str, list[float]] = {name: [] for name in commands}
     order = list(commands)
     shuffle = random.Random(13)
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="graphsvc-bench-pycache-") as pycache:
         env = startup_env(Path(pycache))
         envs = {path: {**env, "PYTHONPATH": path} if path else env for path in {"", *variants.values()}}
@@ -194,7 +217,13 @@ def startup(rounds: int, variants: dict[str, str]) -> dict[str, Any]:
                 cpu[name].append(used)
     base = statistics.median(wall[BASELINE])
     base_cpu = statistics.median(cpu[BASELINE])
-    results: dict[str, Any] = {"rounds": rounds, "typer": _version("typer"), "variants": variants, "commands": {}}
+    results: dict[str, Any] = {
+        "rounds": rounds,
+        "typer": _version("typer"),
+        "variants": variants,
+        "load average": load,
+        "commands": {},
+    }
     for name in commands:
         ratio = statistics.median(wall[name]) / base
         ceiling = CEILINGS.get(name, DEFAULT_CEILING) if name in plain and name.startswith("graphsvc") else None
@@ -202,6 +231,8 @@ def startup(rounds: int, variants: dict[str, str]) -> dict[str, Any]:
             "wall": stats(wall[name]),
             "cpu": stats(cpu[name]),
             "ratio": ratio,
+            # the command's time over import typer's in the same round
+            "round ratios": stats([t / b for t, b in zip(wall[name], wall[BASELINE], strict=True)]),
             "cpu ratio": statistics.median(cpu[name]) / base_cpu,
             "ceiling": ceiling,
         }
@@ -217,49 +248,131 @@ def _version(name: str) -> str:
 def startup_table(results: dict[str, Any]) -> str:
     lines = [
         f"Whole processes, {results['rounds']} rounds, typer {results['typer']}, Python "
-        f"{sys.version.split()[0]}; ratio = median / median of `{BASELINE}`.",
+        f"{sys.version.split()[0]}, load average at the start {_load_text(results.get('load average'))}; "
+        f"ratio = median / median of `{BASELINE}`; per round: the command's time / `{BASELINE}`'s in the same "
+        "round (min / median / max).",
         *(f"[{label}]: the same command with PYTHONPATH={path}" for label, path in results["variants"].items()),
         "",
-        "| command | wall min | median | max | ratio | CPU median | CPU ratio | target |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| command | wall min | median | max | ratio | per round | CPU median | CPU ratio | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, got in results["commands"].items():
         w, c = got["wall"], got["cpu"]
         ceiling = got["ceiling"]
         target = "" if ceiling is None else f"<= {ceiling}x: {'met' if got['ratio'] <= ceiling else 'MISSED'}"
+        r = got.get("round ratios")
+        per_round = "" if r is None else f"{r['min']:.2f} / {r['median']:.2f} / {r['max']:.2f}x"
         lines.append(
             f"| `{name}` | {w['min'] * 1e3:.0f} ms | {w['median'] * 1e3:.0f} ms | {w['max'] * 1e3:.0f} ms "
-            f"| {got['ratio']:.2f}x | {c['median'] * 1e3:.0f} ms | {got['cpu ratio']:.2f}x | {target} |"
+            f"| {got['ratio']:.2f}x | {per_round} | {c['median'] * 1e3:.0f} ms | {got['cpu ratio']:.2f}x | {target} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _load_text(load: Any) -> str:
+    return "?" if not load else " / ".join(f"{x:.2f}" for x in load) + " (1 / 5 / 15 min, 2 cores)"
+
+
+def listing_table(results: dict[str, Any]) -> str:
+    mlp = results["mlp"]
+    loop = mlp["micrograd print loop"]
+    lines = [
+        f"MLP({results.get('width', '?')}), {mlp['nodes']:,} nodes; {results['repeat']} rounds, load average at the "
+        f"start {_load_text(results.get('load average'))}. micrograd's loop of `print(v)` over the built, "
+        f"differentiated graph: {loop['min']:.2f} / {loop['median']:.2f} / {loop['max']:.2f} s (min / median / max; "
+        f"CPU median {mlp['micrograd cpu']['median']:.2f} s). "
+        "Speed-up = micrograd's loop / graphsvc's whole process, in the same round (target: at least 2x).",
+        "",
+        *(f"[{label}]: the same command with PYTHONPATH={path}" for label, path in results["variants"].items()),
+        "",
+        "CPU: the process's user + system seconds, every thread (numpy's OpenBLAS threads included), "
+        "next to micrograd's loop's; less sensitive to the other processes on the machine.",
+        "",
+        "| `graphsvc ... FILE > out` | wall min | median | max | peak memory | speed-up min | median | max "
+        "| CPU median | CPU speed-up min / median / max |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in results["mlp commands"]:
+        got = mlp[name]
+        s, up, cpu_up = got["seconds"], got["speedup"], got["cpu speedup"]
+        lines.append(
+            f"| `graphsvc {name}` | {s['min']:.2f} s | {s['median']:.2f} s | {s['max']:.2f} s "
+            f"| {got['peak_bytes'] / 2**20:.0f} MiB | {up['min']:.2f}x | {up['median']:.2f}x | {up['max']:.2f}x "
+            f"| {got['cpu']['median']:.2f} s | {cpu_up['min']:.2f} / {cpu_up['median']:.2f} / {cpu_up['max']:.2f}x |"
         )
     return "\n".join(lines) + "\n"
 
 
 # -- printing every node --------------------------------------------------------------------------------
 def listing(args: argparse.Namespace) -> dict[str, Any]:
-    results: dict[str, Any] = {"repeat": args.repeat}
-    with tempfile.TemporaryDirectory(prefix="graphsvc-bench-cli-") as folder:
+    results: dict[str, Any] = {
+        "repeat": args.repeat,
+        "width": args.width,
+        "variants": args.variants,
+        "load average": os.getloadavg(),
+    }
+    with (
+        tempfile.TemporaryDirectory(prefix="graphsvc-bench-cli-") as folder,
+        tempfile.TemporaryDirectory(prefix="graphsvc-bench-pycache-") as pycache,
+    ):
+        env = startup_env(Path(pycache))  # byte-compiled modules, as for start-up
         root = graphs.micrograd_mlp(args.width)[1]
         mlp_graph, _ = graphs.from_micrograd(root)
         mlp_path = Path(folder) / "mlp.msgpack"
         graphsvc.save(mlp_graph, mlp_path)
         dag_path = Path(folder) / "dag.msgpack"
-        graphsvc.save(graphs.dag(args.nodes), dag_path)
+        if args.nodes:
+            graphsvc.save(graphs.dag(args.nodes), dag_path)
         mlp_nodes = mlp_graph.num_nodes
-        micrograd = micrograd_print(root, args.repeat)
-        results["mlp"] = {"nodes": mlp_nodes, "micrograd print loop": micrograd}
-        print(f"MLP, {mlp_nodes:,} nodes: micrograd printing its nodes {micrograd['median']:.2f} s")
-        for command in COMMANDS:
-            got = measure(command, mlp_path, args.repeat)
-            results["mlp"][" ".join(command)] = got
-            ratio = micrograd["median"] / got["seconds"]["median"]
+        topo = micrograd_topo(root)
+        # every command, and again under each variant's PYTHONPATH (as "command [label]")
+        envs = {" ".join(command): (command, env) for command in COMMANDS}
+        for label, pythonpath in args.variants.items():
+            envs.update({f"{' '.join(c)} [{label}]": (c, {**env, "PYTHONPATH": pythonpath}) for c in COMMANDS})
+        for command, command_env in envs.values():  # untimed: writes the byte-compiled modules
+            run_cli(command, mlp_path, command_env)
+        # rounds: micrograd's loop, then each command once, so load on the shared machine falls on
+        # all of them alike; the ratio is taken within each round
+        loop: list[float] = []
+        loop_cpu: list[float] = []
+        runs: dict[str, list[tuple[float, int, float]]] = {name: [] for name in envs}
+        for _ in range(args.repeat):
+            wall, cpu = micrograd_print(topo)
+            loop.append(wall)
+            loop_cpu.append(cpu)
+            for name, (command, command_env) in envs.items():
+                runs[name].append(run_cli(command, mlp_path, command_env))
+        results["mlp"] = {"nodes": mlp_nodes, "micrograd print loop": stats(loop), "micrograd cpu": stats(loop_cpu)}
+        results["mlp commands"] = list(runs)
+        print(f"MLP, {mlp_nodes:,} nodes: micrograd printing its nodes {statistics.median(loop):.2f} s (median)")
+        for name, timed in runs.items():
+            seconds = [t for t, _, _ in timed]
+            speedups = [m / t for m, t in zip(loop, seconds, strict=True)]
+            cpu_speedups = [m / c for m, (_, _, c) in zip(loop_cpu, timed, strict=True)]
+            results["mlp"][name] = {
+                "seconds": stats(seconds),
+                "peak_bytes": max(m for _, m, _ in timed),
+                "speedup": stats(speedups),  # micrograd's loop / graphsvc, per round
+                "cpu": stats([c for _, _, c in timed]),
+                "cpu speedup": stats(cpu_speedups),  # the same in CPU seconds
+            }
             print(
-                f"  graphsvc {' '.join(command):16} {got['seconds']['median']:.2f} s (whole process), "
-                f"{got['peak_bytes'] / 2**20:.0f} MiB peak; micrograd's print loop / graphsvc = {ratio:.2f}x"
+                f"  graphsvc {name:16} {statistics.median(seconds):.2f} s (whole process), "
+                f"{max(m for _, m, _ in timed) / 2**20:.0f} MiB peak; micrograd's print loop / graphsvc per round: "
+                f"min {min(speedups):.2f}x, median {statistics.median(speedups):.2f}x, max {max(speedups):.2f}x"
             )
+        markdown = HERE / "results" / "bench_cli_listing.md"
+        markdown.write_text(
+            "# Printing every node of micrograd's MLP (benchmarks/bench_cli.py)\n\n" + listing_table(results),
+            encoding="utf-8",
+        )
+        print(f"wrote {markdown}")
+        if not args.nodes:
+            return results
         results["dag"] = {"nodes": args.nodes}
         print(f"random DAG, {args.nodes:,} nodes:")
         for command in COMMANDS:
-            got = measure(command, dag_path, args.repeat)
+            got = measure(command, dag_path, args.repeat, env)
             results["dag"][" ".join(command)] = got
             print(
                 f"  graphsvc {' '.join(command):16} {got['seconds']['median']:.2f} s, "
@@ -278,7 +391,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="LABEL=PYTHONPATH",
-        help="start-up: also run the commands with this PYTHONPATH (e.g. another checkout unpacked by "
+        help="also run the commands with this PYTHONPATH (e.g. another checkout unpacked by "
         "`git archive`, or another typer installed with pip --target), side by side",
     )
     parser.add_argument("--repeat", type=int, default=3)
@@ -290,9 +403,9 @@ def main() -> None:
         results: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         results = {}
+    args.variants = dict(variant.split("=", 1) for variant in args.variant)
     if args.only in (None, "startup"):
-        variants = dict(variant.split("=", 1) for variant in args.variant)
-        results["startup"] = startup(args.rounds, variants)
+        results["startup"] = startup(args.rounds, args.variants)
         table = startup_table(results["startup"])
         print(table)
         markdown = HERE / "results" / "bench_cli_startup.md"

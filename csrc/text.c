@@ -24,9 +24,8 @@ typedef struct {
     Py_ssize_t len, cap;
 } Buffer;
 
-/* Room for ``more`` bytes after the end: 0, or -1 with MemoryError set. */
-static int reserve(Buffer *out, Py_ssize_t more) {
-    if (more <= out->cap - out->len) return 0;
+/* Grows the buffer to hold ``more`` bytes after the end: 0, or -1 with MemoryError set. */
+static int grow(Buffer *out, Py_ssize_t more) {
     Py_ssize_t cap = out->cap ? out->cap : 4096;
     while (cap - out->len < more) {
         if (cap > PY_SSIZE_T_MAX / 2) {
@@ -45,6 +44,11 @@ static int reserve(Buffer *out, Py_ssize_t more) {
     return 0;
 }
 
+/* Room for ``more`` bytes after the end: 0, or -1 with MemoryError set. */
+static inline int reserve(Buffer *out, Py_ssize_t more) {
+    return more <= out->cap - out->len ? 0 : grow(out, more);
+}
+
 static int put(Buffer *out, const char *text, Py_ssize_t n) {
     if (reserve(out, n) < 0) return -1;
     memcpy(out->data + out->len, text, (size_t)n);
@@ -54,8 +58,11 @@ static int put(Buffer *out, const char *text, Py_ssize_t n) {
 
 #define PUT_LITERAL(out, literal) put((out), (literal), (Py_ssize_t)sizeof(literal) - 1)
 
-/* A decimal integer, as str(int) writes it. */
-static int put_int(Buffer *out, int64_t number) {
+/* Most bytes write_int writes: "-9223372036854775808". */
+#define INT_MAX_CHARS 20
+
+/* A decimal integer, as str(int) writes it, at ``to`` (room for INT_MAX_CHARS bytes); returns the end. */
+static inline char *write_int(char *to, int64_t number) {
     char digits[24];
     char *end = digits + sizeof digits, *p = end;
     /* negate through uint64_t, so INT64_MIN does not overflow */
@@ -65,7 +72,14 @@ static int put_int(Buffer *out, int64_t number) {
         magnitude /= 10;
     } while (magnitude);
     if (number < 0) *--p = '-';
-    return put(out, p, end - p);
+    memcpy(to, p, (size_t)(end - p));
+    return to + (end - p);
+}
+
+static int put_int(Buffer *out, int64_t number) {
+    if (reserve(out, INT_MAX_CHARS) < 0) return -1;
+    out->len = write_int(out->data + out->len, number) - out->data;
+    return 0;
 }
 
 /* -- floats ------------------------------------------------------------------------------------ */
@@ -117,6 +131,30 @@ static char *layout(char *p, const char *digits, int count, int decpt) {
     return p;
 }
 
+/* Does d = round(x 10^k), the nearest decimal with k digits after the point (x = m / 2^q; k in
+ * [-15, 20]), read back as x? If so, *best = d and *best_k = k. See shortest_repr. */
+static inline int reads_back(uint64_t m, int q, int k, uint64_t *best, int *best_k) {
+    u128 scale = k > 0 ? pow10[k] : 1; /* 10^max(k,0) */
+    u128 n = (u128)m * scale;
+    /* d = n / (2^q 10^max(-k,0)): the shift first, then the (rare) division by a power of ten */
+    u128 d = n >> q;
+    u128 d_den = (u128)1 << q;
+    if (k < 0) {
+        d /= pow10[-k];
+        d_den *= pow10[-k];
+    }
+    u128 rest = n - d * d_den;
+    /* nearest, a tie to the even one (both of a tie can read back: x = 0.25 is 0.05 from 0.2 and
+     * 0.3, within half an ulp of 0.125; Gay's dtoa then gives the even digit, as here) */
+    if (rest * 2 > d_den || (rest * 2 == d_den && (d & 1))) d++;
+    u128 dd = d * d_den;
+    u128 error = dd > n ? dd - n : n - dd;
+    if (error * 2 > scale || (error * 2 == scale && (m & 1))) return 0;
+    *best = (uint64_t)d;
+    *best_k = k;
+    return 1;
+}
+
 /* The shortest repr of a positive normal x = m / 2^q in [1e-4, 2^53), exactly, with 128-bit integers;
  * 0 where it does not apply (the caller then asks CPython). Returns the length written to ``p``.
  *
@@ -125,8 +163,8 @@ static char *layout(char *p, const char *digits, int count, int decpt) {
  * it lies within half an ulp (2^-q / 2) of x: |d D - N| * 2 <= 10^max(k,0), the bound itself only
  * when m is even (strtod rounds a tie to even). Where any p-digit decimal reads back as x, the
  * nearest one does, as long as x's rounding interval is symmetric, that is m is not a power of
- * two (excluded); and if p digits are enough, so are p + 1. So the shortest is found by going down
- * from 17 digits while they still read back: that is what repr gives (David Gay's shortest, the
+ * two (excluded); and if p digits are enough, so are p + 1. So the shortest is the fewest digits
+ * that still read back (17 always do): that is what repr gives (David Gay's shortest, the
  * nearest among the shortest, a tie to the even digit). Bounds: m < 2^53, k <= 20,
  * q <= 67, so N < 2^120 and D < 2^117. */
 static int shortest_repr(double x, char *out) {
@@ -136,8 +174,11 @@ static int shortest_repr(double x, char *out) {
     uint64_t m = (bits & ((1ULL << 52) - 1)) | (1ULL << 52);
     int q = 1075 - (int)(bits >> 52); /* x = m / 2^q; x < 2^53 gives q >= 1 */
     if (m == (1ULL << 52)) return 0;   /* a power of two: its rounding interval is lopsided */
-    /* e10 = floor(log10 x) in [-4, 15]: estimated, then checked exactly (10^e10 <= x < 10^(e10+1)) */
-    int e10 = (int)floor(log10(x));
+    /* e10 = floor(log10 x) in [-4, 15]: estimated, then checked exactly (10^e10 <= x < 10^(e10+1)).
+     * x is in [2^e2, 2^(e2+1)) with e2 = 52 - q, so floor(log10 x) is floor(e2 log10(2)) or one
+     * more; 78913 / 2^18 is log10(2) closely enough for that floor over this range (Ryu's log10Pow2) */
+    int e2 = 52 - q;
+    int e10 = e2 >= 0 ? (e2 * 78913) >> 18 : -((-e2 * 78913 + (1 << 18) - 1) >> 18);
     for (int round = 0; round < 2; round++) {
         if (e10 < -4) e10 = -4;
         if (e10 > 15) e10 = 15;
@@ -152,26 +193,13 @@ static int shortest_repr(double x, char *out) {
     }
     uint64_t best = 0; /* the shortest d that reads back, and its k */
     int best_k = 0;
-    for (int p = 17; p >= 1; p--) {
-        int k = p - 1 - e10; /* in [-15, 20] */
-        u128 scale = k > 0 ? pow10[k] : 1; /* 10^max(k,0) */
-        u128 n = (u128)m * scale;
-        /* d = n / (2^q 10^max(-k,0)): the shift first, then the (rare) division by a power of ten */
-        u128 d = n >> q;
-        u128 d_den = (u128)1 << q;
-        if (k < 0) {
-            d /= pow10[-k];
-            d_den *= pow10[-k];
+    /* Most floats need 16 or 17 digits: 16 is tried first; if it does not read back, neither does
+     * any shorter one and 17 is the answer; if it does, shorter ones are tried until one does not. */
+    if (!reads_back(m, q, 16 - 1 - e10, &best, &best_k)) {
+        reads_back(m, q, 17 - 1 - e10, &best, &best_k);
+    } else {
+        for (int p = 15; p >= 1 && reads_back(m, q, p - 1 - e10, &best, &best_k); p--) {
         }
-        u128 rest = n - d * d_den;
-        /* nearest, a tie to the even one (both of a tie can read back: x = 0.25 is 0.05 from 0.2 and
-         * 0.3, within half an ulp of 0.125; Gay's dtoa then gives the even digit, as here) */
-        if (rest * 2 > d_den || (rest * 2 == d_den && (d & 1))) d++;
-        u128 dd = d * d_den;
-        u128 error = dd > n ? dd - n : n - dd;
-        if (error * 2 > scale || (error * 2 == scale && (m & 1))) break;
-        best = (uint64_t)d;
-        best_k = k;
     }
     if (best == 0) return 0; /* 17 digits always read back; be safe */
     /* best's decimal digits, written backwards from the end of ``digits``: value 0.DIGITS x
@@ -187,32 +215,46 @@ static int shortest_repr(double x, char *out) {
     return (int)(layout(out, start, (int)(end - start), decpt) - out);
 }
 
-/* A float as repr() writes it; in JSON (``quote_special``) nan and the infinities as strings. */
-static int put_float(Buffer *out, double x, int quote_special) {
-    if (reserve(out, 32) < 0) return -1;
-    char *p = out->data + out->len;
+/* Most bytes write_float writes: 25 for the layout and a sign, or CPython's repr (at most 24) and quotes. */
+#define FLOAT_MAX_CHARS 32
+
+/* A float as repr() writes it, at ``to`` (room for FLOAT_MAX_CHARS bytes); in JSON (``quote_special``)
+ * nan and the infinities as strings. Returns the end, or NULL with an exception set. */
+static char *write_float(char *to, double x, int quote_special) {
+    char *p = to;
     if (x == 0.0) { /* 0.0 and -0.0 */
         if (signbit(x)) *p++ = '-';
         memcpy(p, "0.0", 3);
-        out->len = p + 3 - out->data;
-        return 0;
+        return p + 3;
     }
     if (x < 0 && isfinite(x)) *p++ = '-';
     int written = isfinite(x) ? shortest_repr(fabs(x), p) : 0;
-    if (written > 0) {
-        out->len = p + written - out->data;
-        return 0;
-    }
-    /* everything else (tiny, huge, powers of two, nan, inf) as float.__repr__ does it */
+    if (written > 0) return p + written;
+    /* everything else (tiny, huge, powers of two, nan, inf) as float.__repr__ does it, sign included */
     char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-    if (text == NULL) return -1;
+    if (text == NULL) return NULL;
+    size_t len = strlen(text);
+    if (len > FLOAT_MAX_CHARS - 2) { /* cannot happen: repr of a double is at most 24 characters */
+        PyMem_Free(text);
+        PyErr_SetString(PyExc_SystemError, "repr of a float longer than expected");
+        return NULL;
+    }
     int quoted = quote_special && !isfinite(x);
-    int status = 0;
-    if (quoted) status = PUT_LITERAL(out, "\"");
-    if (status == 0) status = put(out, text, (Py_ssize_t)strlen(text));
-    if (status == 0 && quoted) status = PUT_LITERAL(out, "\"");
+    p = to;
+    if (quoted) *p++ = '"';
+    memcpy(p, text, len);
+    p += len;
+    if (quoted) *p++ = '"';
     PyMem_Free(text);
-    return status;
+    return p;
+}
+
+static int put_float(Buffer *out, double x, int quote_special) {
+    if (reserve(out, FLOAT_MAX_CHARS) < 0) return -1;
+    char *end = write_float(out->data + out->len, x, quote_special);
+    if (end == NULL) return -1;
+    out->len = end - out->data;
+    return 0;
 }
 
 /* ``text`` as a JSON string, as json.dumps(..., ensure_ascii=False) writes it: the quote, the
@@ -434,22 +476,41 @@ static PyObject *text_chunk(PyObject *self, PyObject *args) {
     if (reserve(&out, c.n * (c.has_values || c.has_grads ? 64 : 32)) < 0) goto done;
     for (Py_ssize_t i = 0; i < c.n; i++) {
         int64_t node = id[i];
-        if (put_int(&out, node) < 0 || PUT_LITERAL(&out, "\t") < 0) goto done;
-        if (c.names) {
-            if (put(&out, c.names[i].text, c.names[i].len) < 0) goto done;
-        } else if (PUT_LITERAL(&out, "-") < 0) {
-            goto done;
-        }
         const Cell *tag = &c.tags[code[node]];
-        if (PUT_LITERAL(&out, "\t") < 0 || put(&out, tag->text, tag->len) < 0 || PUT_LITERAL(&out, "\t") < 0)
-            goto done;
-        if (off[node] == off[node + 1] && PUT_LITERAL(&out, "-") < 0) goto done;
-        for (int64_t slot = off[node]; slot < off[node + 1]; slot++) {
-            if ((slot > off[node] && PUT_LITERAL(&out, ",") < 0) || put_int(&out, parent[slot]) < 0) goto done;
+        Py_ssize_t name_len = c.names ? c.names[i].len : 1;
+        int64_t parent_count = off[node + 1] - off[node];
+        /* room for the whole line at once: id, name, tag, parents (an int32 and a comma each), floats,
+         * the tabs and the newline; the cells' and parents' sizes were checked by take() */
+        Py_ssize_t line = INT_MAX_CHARS + name_len + tag->len + (parent_count ? parent_count * 12 : 1) +
+                          2 * (1 + FLOAT_MAX_CHARS) + 4;
+        if (reserve(&out, line) < 0) goto done;
+        char *p = write_int(out.data + out.len, node);
+        *p++ = '\t';
+        if (c.names) {
+            memcpy(p, c.names[i].text, (size_t)name_len);
+            p += name_len;
+        } else {
+            *p++ = '-';
         }
-        if (c.has_values && (PUT_LITERAL(&out, "\t") < 0 || put_float(&out, value[node], 0) < 0)) goto done;
-        if (c.has_grads && (PUT_LITERAL(&out, "\t") < 0 || put_float(&out, grad[node], 0) < 0)) goto done;
-        if (PUT_LITERAL(&out, "\n") < 0) goto done;
+        *p++ = '\t';
+        memcpy(p, tag->text, (size_t)tag->len);
+        p += tag->len;
+        *p++ = '\t';
+        if (parent_count == 0) *p++ = '-';
+        for (int64_t slot = off[node]; slot < off[node + 1]; slot++) {
+            if (slot > off[node]) *p++ = ',';
+            p = write_int(p, parent[slot]);
+        }
+        if (c.has_values) {
+            *p++ = '\t';
+            if ((p = write_float(p, value[node], 0)) == NULL) goto done;
+        }
+        if (c.has_grads) {
+            *p++ = '\t';
+            if ((p = write_float(p, grad[node], 0)) == NULL) goto done;
+        }
+        *p++ = '\n';
+        out.len = p - out.data;
     }
     result = finish(&out);
 done:

@@ -176,8 +176,9 @@ class Graph:
         counts = np.bincount(self.op_codes, minlength=len(self.op_table))
         return {tag: int(c) for tag, c in zip(self.op_table, counts, strict=False) if c}
 
-    def copy(self) -> Graph:
-        """A deep copy with writable arrays."""
+    def copy(self, *, arrays: bool = True) -> Graph:
+        """A deep copy with writable arrays (``arrays=False``: without the tensor nodes' arrays,
+        for a caller that replaces them)."""
         return Graph(
             op_table=list(self.op_table),
             op_codes=self.op_codes.copy(),
@@ -190,8 +191,8 @@ class Graph:
             outputs=list(self.outputs),
             metadata=dict(self.metadata),
             op_sources=dict(self.op_sources),
-            arrays={k: v.copy() for k, v in self.arrays.items()},
-            grad_arrays={k: v.copy() for k, v in self.grad_arrays.items()},
+            arrays={k: v.copy() for k, v in self.arrays.items()} if arrays else {},
+            grad_arrays={k: v.copy() for k, v in self.grad_arrays.items()} if arrays else {},
         )
 
     # -- validation ------------------------------------------------------------------------

@@ -25,15 +25,18 @@ hold the two to the same bytes. Names and op tags are escaped here in Python eit
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
-from graphsvc.graph import Graph
 from graphsvc.text import escape, needs_escape
+
+if TYPE_CHECKING:  # only in annotations: the CLI's start-up does not import numpy.typing or json
+    import numpy.typing as npt
+
+    from graphsvc.graph import Graph
 
 #: How many nodes one chunk of a listing holds.
 CHUNK = 1 << 16
@@ -175,6 +178,8 @@ def _json_numbers(numbers: npt.NDArray[np.float64]) -> list[str]:
 
 
 def _json_names(graph: Graph, ids: list[int]) -> list[str]:
+    import json
+
     if not graph.names:
         return ["null"] * len(ids)
     return [json.dumps(name, ensure_ascii=False) for name in _names(graph, ids)]
@@ -187,6 +192,8 @@ def reference_json_objects(
     grads: npt.NDArray[np.float64] | None = None,
 ) -> Iterator[str]:
     """:func:`json_objects` in pure Python, each object an f-string of ``json.dumps`` texts."""
+    import json
+
     tags = [json.dumps(tag, ensure_ascii=False) for tag in graph.op_table]
     separator = ""
     for ids in _chunks(nodes):

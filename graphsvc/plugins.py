@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import pluggy
 
@@ -84,14 +84,20 @@ class PluginProblem:
         return f"plugin {self.plugin}: {self.message}"
 
 
-@dataclass(frozen=True)
 class _Candidate:
-    """A plugin to load: how to get its module, and the provenance its ops are recorded with."""
+    """A plugin to load: how to get its module, and the provenance its ops are recorded with.
 
-    label: str  # the name used in problems
-    load: Callable[[], ModuleType]
-    plugin: str | None = None  # provenance; None: the module's name
-    version: str | None = None  # None: the module's __version__, if any
+    (A plain class: a frozen dataclass costs about a millisecond of every command's start-up to create.)"""
+
+    __slots__ = ("label", "load", "plugin", "version")
+
+    def __init__(
+        self, label: str, load: Callable[[], ModuleType], plugin: str | None = None, version: str | None = None
+    ) -> None:
+        self.label = label  # the name used in problems
+        self.load = load
+        self.plugin = plugin  # provenance; None: the module's name
+        self.version = version  # None: the module's __version__, if any
 
 
 def load_registry(
@@ -211,27 +217,28 @@ def _third_party(extra: Sequence[str]) -> Iterable[_Candidate]:
             yield _Candidate(spec, functools.partial(importlib.import_module, spec))
 
 
-class _DistributionLike(Protocol):
-    @property
-    def name(self) -> str: ...
+if TYPE_CHECKING:  # for the type checker only: creating Protocol classes costs start-up time
 
-    @property
-    def version(self) -> str: ...
+    class _DistributionLike(Protocol):
+        @property
+        def name(self) -> str: ...
 
+        @property
+        def version(self) -> str: ...
 
-class _EntryPointLike(Protocol):
-    """What :func:`_third_party` needs of an entry point: ours, importlib.metadata's, a test's fake."""
+    class _EntryPointLike(Protocol):
+        """What :func:`_third_party` needs of an entry point: ours, importlib.metadata's, a test's fake."""
 
-    @property
-    def name(self) -> str: ...
+        @property
+        def name(self) -> str: ...
 
-    @property
-    def value(self) -> str: ...
+        @property
+        def value(self) -> str: ...
 
-    @property
-    def dist(self) -> _DistributionLike | None: ...
+        @property
+        def dist(self) -> _DistributionLike | None: ...
 
-    def load(self) -> Any: ...
+        def load(self) -> Any: ...
 
 
 def _entry_points() -> Sequence[_EntryPointLike]:
@@ -251,18 +258,17 @@ def _entry_points() -> Sequence[_EntryPointLike]:
     return list(entry_points(group=ENTRY_POINT_GROUP))
 
 
-@dataclass(frozen=True)
-class _Distribution:
+class _Distribution(NamedTuple):
     name: str
     version: str
 
 
-#: importlib.metadata's ``EntryPoint.pattern``: ``module[:attr.attr] [extras]``.
-_ENTRY_POINT_VALUE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
+#: importlib.metadata's ``EntryPoint.pattern``: ``module[:attr.attr] [extras]`` (compiled on first
+#: use, through :mod:`re`'s cache, not at import: ``order``, ``inspect`` and ``validate`` load no plugin).
+_ENTRY_POINT_VALUE = r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$"
 
 
-@dataclass(frozen=True)
-class _EntryPoint:
+class _EntryPoint(NamedTuple):
     """One entry point found by :func:`_scan_entry_points`; ``load`` as importlib.metadata's does it."""
 
     name: str
@@ -270,7 +276,7 @@ class _EntryPoint:
     dist: _Distribution | None
 
     def load(self) -> Any:
-        match = _ENTRY_POINT_VALUE.match(self.value)
+        match = re.match(_ENTRY_POINT_VALUE, self.value)
         if match is None:
             raise ValueError(f"malformed entry point {self.name} = {self.value}")
         module = importlib.import_module(match.group("module"))

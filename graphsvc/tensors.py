@@ -87,9 +87,21 @@ def elementwise_vjp(op: Op) -> Callable[..., Sequence[Any]]:
         if not isinstance(partials, (tuple, list)) or len(partials) != len(inputs):
             count = len(partials) if isinstance(partials, (tuple, list)) else type(partials).__name__
             raise ReplayError(f"derivatives returned {count}, expected a tuple of {len(inputs)} partial derivatives")
-        return [unbroadcast(g * np.asarray(d), x.shape) for d, x in zip(partials, inputs, strict=True)]
+        return [unbroadcast(_times(g, d), x.shape) for d, x in zip(partials, inputs, strict=True)]
 
     return vjp
+
+
+def _times(g: np.ndarray, partial: Any) -> np.ndarray:
+    """``g * partial`` in ``g``'s dtype: a partial of 1.0 (``add``) or a float64 array (``max``'s
+    tie rule) must not turn a float32 gradient into float64."""
+    if isinstance(partial, (int, float)):
+        if partial == 1:
+            return g
+        if partial == -1:
+            return -g
+        return g * partial
+    return np.multiply(g, partial, dtype=g.dtype)
 
 
 def _per_element(function: Callable[..., Any], arity: int) -> Callable[..., Any]:
@@ -257,7 +269,7 @@ def _accumulate(
         if ct.dtype != x.dtype:
             ct = ct.astype(x.dtype)
         previous = grads[parent]
-        grads[parent] = ct if previous is None else previous + ct
+        grads[parent] = ct if previous is None else np.asarray(previous + ct)  # 0-d + 0-d is a numpy scalar
         sent.append(ct)
     return sent
 
@@ -315,7 +327,7 @@ def describe(array: np.ndarray) -> str:
 def store(graph: Graph, values: Replayed, grads: Replayed | None) -> Graph:
     """A copy of ``graph`` holding replayed ``values`` (and ``grads``): float64 0-d results go to
     the scalar columns, every other array to ``arrays`` / ``grad_arrays`` (C-contiguous, read-only)."""
-    result = graph.copy()
+    result = graph.copy(arrays=False)
     result.values = np.full(graph.num_nodes, np.nan, dtype=FLOAT_DTYPE)
     result.arrays = {}
     _split(values, result.values, result.arrays, keep=graph.arrays)
@@ -331,16 +343,24 @@ def store(graph: Graph, values: Replayed, grads: Replayed | None) -> Graph:
 def _split(
     arrays: Replayed, column: np.ndarray, tensors: dict[int, np.ndarray], keep: Mapping[int, np.ndarray]
 ) -> None:
-    """Scalars into ``column``, the rest into ``tensors``; arrays that could share memory with the
-    graph given (leaves, views) are copied, so the result is independent of it."""
+    """Scalars into ``column``, the rest into ``tensors``. An array is copied only when it could
+    share memory with the graph given (``keep``: its arrays), is not C-contiguous, or is a view
+    holding on to a much larger array; the result is then independent of the graph given."""
+    given = {id(a) for a in keep.values()} | {id(a.base) for a in keep.values() if a.base is not None}
     for node, array in enumerate(arrays):
         if array is None:
             continue
         if array.ndim == 0 and array.dtype == FLOAT_DTYPE and node not in keep:
             column[node] = array
             continue
-        if array.flags.owndata and array.flags.c_contiguous and node not in keep:
-            tensor = array
+        root = array.base if isinstance(array.base, np.ndarray) else array
+        if (
+            array.flags.c_contiguous
+            and id(root) not in given
+            and id(array) not in given
+            and (root is array or (root.base is None and root.nbytes <= 2 * array.nbytes))
+        ):
+            tensor = array if array.flags.owndata else array.view()
         else:
             tensor = np.array(array, order="C")
         tensor.flags.writeable = False

@@ -11,14 +11,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import cache
 
 #: What :func:`escape` rewrites: the backslash itself (so escaping can be undone and a name that
 #: spells ``\\n`` is not confused with one that holds a newline), C0 and C1 control characters and
 #: DEL (tab, newline, carriage return, ESC...), Unicode's line and paragraph separators, and the
 #: bidirectional controls that can make text display in another order than it reads.
 _CONTROLS = "\x00-\x1f\x7f-\x9f\u0085\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
-_UNSAFE = re.compile(f"[\\\\{_CONTROLS}]")
-_CONTROL = re.compile(f"[{_CONTROLS}]")
+
+
+# Every character in _CONTROLS is unprintable (str.isprintable), so text that is printable and has
+# no backslash needs no pattern at all; the patterns are compiled on first use (~1 ms at start-up).
+@cache
+def _unsafe() -> re.Pattern[str]:
+    return re.compile(f"[\\\\{_CONTROLS}]")
+
+
+@cache
+def _control() -> re.Pattern[str]:
+    return re.compile(f"[{_CONTROLS}]")
+
 
 _NAMED = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
@@ -35,9 +47,9 @@ def _escaped(match: re.Match[str]) -> str:
 def escape(text: str) -> str:
     """``text`` with every unsafe character spelled as a Python escape (``\\t``, ``\\x1b``,
     ``\\u202e``) and each backslash doubled; text without any is returned as it is."""
-    if _UNSAFE.search(text) is None:
+    if "\\" not in text and text.isprintable():
         return text
-    return _UNSAFE.sub(_escaped, text)
+    return _unsafe().sub(_escaped, text)
 
 
 def needs_escape(texts: Iterable[str]) -> bool:
@@ -45,7 +57,7 @@ def needs_escape(texts: Iterable[str]) -> bool:
     joined = "".join(texts)
     if "\\" not in joined and joined.isprintable():  # every character escape() rewrites is unprintable
         return False
-    return _UNSAFE.search(joined) is not None
+    return _unsafe().search(joined) is not None
 
 
 #: Longest item :func:`listed` shows before cutting it.
@@ -90,6 +102,6 @@ def one_line(message: str, limit: int = LINE_CHARS) -> str:
     """A message as one printable line of at most ``limit`` characters: its control characters
     escaped as :func:`escape` does (backslashes are left alone, so text a message already quoted
     with ``repr`` is not escaped twice), then cut."""
-    if _CONTROL.search(message) is not None:
-        message = _CONTROL.sub(_escaped, message)
+    if not message.isprintable():
+        message = _control().sub(_escaped, message)
     return shorten(message, limit)

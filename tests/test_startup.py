@@ -9,7 +9,6 @@ email package ~20 ms, hashlib's OpenSSL) off the small-graph path.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -22,15 +21,16 @@ from tests.conftest import SEED004_BACKWARD_PLAIN
 ROOT = Path(__file__).resolve().parents[1]
 SEED = "examples/seed004.msgpack"
 
+#: Writes one module name a line (not JSON: the wrapper itself must not import json).
 WRAPPER = """
-import json, sys
+import sys
 from graphsvc.__main__ import main
 
 try:
     main()
 finally:
     with open({out!r}, "w", encoding="utf-8") as file:
-        json.dump(sorted(sys.modules), file)
+        file.write("\\n".join(sorted(sys.modules)))
 """
 
 #: Never imported by any command on a small graph.
@@ -51,7 +51,7 @@ def imported_by(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedPr
         env=env,
         check=False,
     )
-    return run, set(json.loads(out.read_text(encoding="utf-8")))
+    return run, set(out.read_text(encoding="utf-8").splitlines())
 
 
 COMMANDS = [
@@ -104,3 +104,66 @@ def test_help_and_version_import_neither_numpy_nor_the_plugins(tmp_path: Path) -
         run, modules = imported_by(args, tmp_path)
         assert run.returncode == 0
         assert sorted(m for m in ("numpy", "msgpack", "pluggy", "graphsvc.plugins") if m in modules) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["order", SEED], ["forward", SEED], ["backward", SEED], ["validate", SEED], ["inspect", SEED]],
+    ids=lambda args: args[0],
+)
+def test_text_output_imports_neither_json_nor_jsonio(args: list[str], tmp_path: Path) -> None:
+    """json (~2-3 ms) is for --json, JSON graph files and float metadata only: the tab-separated
+    listings and inspect's summary of seed 004 (string metadata) need none of it."""
+    run, modules = imported_by(args, tmp_path)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert ("graphsvc.listing" in modules) == (args[0] in ("order", "forward", "backward"))
+    assert sorted(m for m in ("json", "graphsvc.jsonio") if m in modules) == []
+
+
+def test_json_output_does_import_json(tmp_path: Path) -> None:
+    """The check above can tell: with --json the same command imports both."""
+    run, modules = imported_by(["backward", SEED, "--json"], tmp_path)
+    assert run.returncode == 0
+    assert run.stdout.startswith('{"output":6,"nodes":[{"id":6,"name":"L","op":"mul","parents":[4,5],"value":35.0,')
+    assert {"json", "graphsvc.jsonio"} <= modules
+
+
+# -- the fast paths of graphsvc.text and graphsvc.plugins' entry points ---------------------------------
+def _escape_by_pattern(text: str) -> str:
+    """graphsvc.text.escape as it was: one pattern over the whole text, whatever it holds."""
+    from graphsvc import text as text_module
+
+    return text_module._unsafe().sub(text_module._escaped, text)
+
+
+def test_escape_and_one_line_skip_the_pattern_only_where_it_would_change_nothing() -> None:
+    """escape() and one_line() return printable text without a backslash untouched without running
+    their pattern; every code point gives what the pattern gives."""
+    from graphsvc.text import escape, one_line
+
+    everything = [chr(code) for code in range(0x110000)]
+    assert [escape(char) for char in everything] == [_escape_by_pattern(char) for char in everything]
+    controls = [char for char in everything if _escape_by_pattern(char) != char and char != "\\"]
+    assert len(controls) == 0x20 + 0x21 + 1 + 2 + 7 + 4  # C0, DEL + C1, U+061C, LRM/RLM, U+2028-U+202E, U+2066-9
+    assert not any(char.isprintable() for char in controls)  # what the fast path relies on
+    assert "\x85" in controls and "\u202e" in controls and "\u2069" in controls
+    from graphsvc import text as text_module
+
+    by_pattern = [text_module._control().sub(text_module._escaped, char) for char in everything]
+    assert [one_line(char) for char in everything] == by_pattern
+    assert escape("a\\b\tc\u202e\xa0d") == "a\\\\b\\tc\\u202e\xa0d"  # NBSP: unprintable, left as it is
+    assert one_line("C:\\dir\tx\u2028y\xa0") == "C:\\dir\\tx\\u2028y\xa0"  # backslashes left alone
+    assert escape("plain name") == "plain name" and one_line("plain") == "plain"
+
+
+def test_an_entry_point_value_loads_its_module_and_attribute_or_says_it_is_malformed() -> None:
+    from graphsvc import plugins
+
+    dist = plugins._Distribution("graphsvc-x", "1.0")
+    found = plugins._EntryPoint("x", "os.path : join", dist).load()
+    assert found is os.path.join
+    assert plugins._EntryPoint("x", "graphsvc.text [extra]", None).load().__name__ == "graphsvc.text"
+    with pytest.raises(ValueError) as raised:
+        plugins._EntryPoint("bad", "not a module!", None).load()
+    assert str(raised.value) == "malformed entry point bad = not a module!"
+    assert plugins._EntryPoint("x", "m", dist) == ("x", "m", ("graphsvc-x", "1.0"))

@@ -18,7 +18,7 @@ from graphsvc.errors import GraphStructureError, OpError, ReplayError, UsageErro
 from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.ops import Op, OpRegistry
 from graphsvc.plugins import load_registry
-from graphsvc.tensors import describe, unbroadcast
+from graphsvc.tensors import describe, elementwise_vjp, unbroadcast
 
 pytestmark = pytest.mark.usefixtures("no_installed_plugins")
 
@@ -318,3 +318,29 @@ def test_big_endian_and_fortran_order_arrays_are_stored_native_and_c_ordered() -
     graph = b.build()
     assert graph.arrays[big].dtype == np.dtype("<f8") and graph.arrays[big].tolist() == [1.5, -2.0]
     assert graph.arrays[fortran].flags.c_contiguous and graph.arrays[fortran].tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_float32_gradients_stay_float32_through_every_elementwise_vjp() -> None:
+    """add's partial 1.0 and max's float64 tie rule must not promote a float32 gradient (the
+    engine would cast it back, after computing in float64 at twice the cost)."""
+    x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    y = np.array([3.0, 2.0, 1.0], dtype=np.float32)
+    g = np.ones(3, dtype=np.float32)
+    registry = builtins()
+    for name in ("add", "sub", "mul", "div", "max", "min", "relu", "abs", "neg", "tanh"):
+        op = registry.get(name)
+        inputs = (x, y)[: op.arity]
+        assert op.forward is not None
+        out = op.forward(*inputs)
+        cotangents = elementwise_vjp(op)(g, out, *inputs)
+        assert [c.dtype for c in cotangents] == [np.dtype("float32")] * op.arity, name
+    max_vjp = elementwise_vjp(registry.get("max"))(g, np.maximum(x, y), x, y)
+    assert [c.tolist() for c in max_vjp] == [[0.0, 0.5, 1.0], [1.0, 0.5, 0.0]]  # a tie splits evenly
+
+
+def test_a_0d_node_used_twice_gets_the_sum_of_its_gradients() -> None:
+    b = GraphBuilder()
+    s = b.add("sum", [b.leaf(np.array([1.0, 2.0, 3.0], dtype=np.float32), name="x")], name="s")
+    b.add("mul", [s, s], name="y")
+    graph = graphsvc.backward(b.build(), output="y", registry=builtins())
+    assert float(graph.grad("s")) == 12.0 and graph.grad("x").tolist() == [12.0, 12.0, 12.0]  # type: ignore[union-attr, arg-type]

@@ -1,0 +1,291 @@
+"""Tensor graphs (issue 14): graphsvc's replay next to hand-written numpy and PyTorch, in one run.
+
+    python benchmarks/bench_tensors.py [--rounds K] [--threads T] [--models mlp cnn transformer]
+
+Needs torch (``pip install torch==2.13.0``) and the conv plugin (``pip install ./plugins/graphsvc-conv``,
+for the CNN). Prints a table and writes benchmarks/results/bench_tensors.md and .json. What is timed:
+
+* The three models of :mod:`benchmarks.tensor_models` at the issue's sizes, float32, one forward and
+  backward pass each (the loss and every parameter's gradient):
+
+  - **graphsvc replay**: ``graphsvc.tensors.forward`` then ``graphsvc.tensors.backward`` on the graph,
+    with the ops resolved once before timing (what an engine step costs);
+  - **graphsvc.backward**: the whole public call: resolving the ops, the replay, and storing every
+    value and gradient in a new Graph;
+  - **numpy by hand**: :mod:`benchmarks.numpy_models`, the floor for a numpy engine;
+  - **PyTorch**: the same computation with torch (leaves with ``requires_grad``, their ``.grad``
+    cleared before each pass), ``loss.backward()``.
+
+* Threads: every alternative uses the same number, ``--threads`` (default 1): numpy's OpenBLAS is
+  pinned with ``OPENBLAS_NUM_THREADS`` (set before numpy is imported; the run reads the count back
+  from OpenBLAS and prints it) and PyTorch with ``torch.set_num_threads``. One thread by default
+  because the machine's two cores are shared: a BLAS thread that waits for a busy core stalls the
+  whole matmul, and the rounds then measure the other processes more than the engines.
+* Rounds: a round makes ``--passes`` sweeps, each sweep one pass of every alternative in turn (the
+  order rotates from sweep to sweep), with the cyclic garbage collector paused; an alternative's
+  time in a round is its fastest pass (other processes on the shared machine only ever add time,
+  and interleaving the passes exposes every alternative to the same load). A ratio is taken within
+  a round (``a / b`` is a's time over b's: below 1 means a is faster); min, median and max are over
+  the rounds. Every alternative runs a
+  few passes untimed first, and the first pass's loss and gradients are checked against PyTorch's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _threads_from_argv(argv: list[str]) -> int:
+    """``--threads`` read before numpy is imported: OpenBLAS takes its thread count from the
+    environment when it loads."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--threads", type=int, default=1)
+    return parser.parse_known_args(argv)[0].threads
+
+
+THREADS = _threads_from_argv(sys.argv[1:])
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_variable] = str(THREADS)
+
+import ctypes  # noqa: E402
+import functools  # noqa: E402
+import gc  # noqa: E402
+import glob  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+import graphsvc  # noqa: E402
+from benchmarks.numpy_models import NUMPY, torch_loss  # noqa: E402
+from benchmarks.run import machine, stats  # noqa: E402
+from benchmarks.tensor_models import MODELS, TensorModel  # noqa: E402
+from graphsvc import replay, tensors  # noqa: E402
+from graphsvc.ops import OpRegistry  # noqa: E402
+from graphsvc.plugins import load_registry  # noqa: E402
+
+RESULTS = HERE / "results"
+#: Issue 14's goal: graphsvc's replay within this factor of the hand-written numpy floor.
+GOAL = 1.05
+ALTERNATIVES = ("graphsvc replay", "graphsvc.backward", "numpy by hand", "PyTorch")
+#: The ratios reported, as (numerator, denominator) times.
+RATIOS = (
+    ("graphsvc replay", "numpy by hand"),
+    ("graphsvc replay", "PyTorch"),
+    ("numpy by hand", "PyTorch"),
+    ("graphsvc.backward", "numpy by hand"),
+    ("graphsvc.backward", "PyTorch"),
+)
+
+
+def blas_threads() -> int | None:
+    """The thread count numpy's OpenBLAS runs with, asked from the library itself."""
+    for path in glob.glob(str(Path(np.__file__).parent.parent / "numpy.libs" / "*openblas*")):
+        library = ctypes.CDLL(path)
+        for symbol in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_", "openblas_get_num_threads"):
+            if hasattr(library, symbol):
+                return int(getattr(library, symbol)())
+    return None
+
+
+def commit() -> str:
+    """The checkout's commit, and whether graphsvc's code differs from it (the engine measured)."""
+    root = HERE.parent
+    run = functools.partial(subprocess.run, cwd=root, capture_output=True, text=True, check=False)
+    head = run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
+    dirty = run(["git", "status", "--porcelain", "--", "graphsvc"]).stdout.strip()
+    engine = Path(graphsvc.__file__).parent
+    where = "" if engine == root / "graphsvc" else f" (graphsvc imported from {engine})"
+    return head + (" + uncommitted changes to graphsvc" if dirty else "") + where
+
+
+def steps(model: TensorModel, registry: OpRegistry) -> dict[str, Callable[[], Any]]:
+    """One forward and backward pass of ``model`` per alternative; each returns (loss, {name: grad})."""
+    import torch
+
+    graph, params = model.graph, list(model.params)
+    ops = replay.resolve_ops(graph, registry)
+    loss_id = graph.node_id("loss")
+
+    def graphsvc_replay() -> tuple[Any, dict[str, Any]]:
+        values = tensors.forward(graph, ops)
+        grads = tensors.backward(graph, ops, loss_id, values)
+        return values[loss_id], {name: grads[graph.node_id(name)] for name in params}
+
+    def graphsvc_backward() -> tuple[Any, dict[str, Any]]:
+        result = graphsvc.backward(graph, output="loss", registry=registry)
+        return result.value("loss"), {name: result.grad(name) for name in params}
+
+    def numpy_by_hand() -> tuple[Any, dict[str, Any]]:
+        return NUMPY[model.name](model.params, model.data, model.config)
+
+    leaves = {name: torch.tensor(array, requires_grad=True) for name, array in model.params.items()}
+    data = {name: torch.tensor(array) for name, array in model.data.items()}
+
+    def pytorch() -> tuple[Any, dict[str, Any]]:
+        for leaf in leaves.values():
+            leaf.grad = None
+        loss = torch_loss(model.name, leaves, data, model.config)
+        loss.backward()
+        return loss, leaves
+
+    return dict(zip(ALTERNATIVES, (graphsvc_replay, graphsvc_backward, numpy_by_hand, pytorch), strict=True))
+
+
+def check(model: TensorModel, results: dict[str, tuple[Any, dict[str, Any]]]) -> float:
+    """The largest gradient error of any alternative against PyTorch, relative to the largest
+    element of that gradient; raises if it exceeds float32's 1e-4."""
+    loss, leaves = results["PyTorch"]
+    worst = 0.0
+    for name, (their_loss, grads) in results.items():
+        if name == "PyTorch":
+            continue
+        assert abs(float(their_loss) - loss.item()) <= 1e-4 * abs(loss.item()), (model.name, name)
+        for key, leaf in leaves.items():
+            expected = leaf.grad.numpy()
+            got = np.asarray(grads[key])
+            assert got.dtype == expected.dtype, (model.name, name, key, got.dtype)
+            error = float(np.abs(got - expected).max() / np.abs(expected).max())
+            if error > 1e-4:
+                raise SystemExit(f"{model.name}: {name}'s gradient of {key} is off by {error:.3g} (relative)")
+            worst = max(worst, error)
+    return worst
+
+
+def one_round(alternatives: dict[str, Callable[[], Any]], passes: int) -> dict[str, float]:
+    """Each alternative's fastest of ``passes`` passes, the passes interleaved, the collector paused."""
+    order = list(alternatives)
+    times: dict[str, list[float]] = {alt: [] for alt in order}
+    gc.collect()
+    gc.disable()
+    try:
+        for sweep in range(passes):
+            for alt in order[sweep % len(order) :] + order[: sweep % len(order)]:
+                start = time.perf_counter()
+                alternatives[alt]()
+                times[alt].append(time.perf_counter() - start)
+    finally:
+        gc.enable()
+    return {alt: min(ts) for alt, ts in times.items()}
+
+
+def bench_model(name: str, registry: OpRegistry, rounds: int, passes: int) -> dict[str, Any]:
+    model = MODELS[name](np.float32, 0)
+    alternatives = steps(model, registry)
+    error = check(model, {alt: step() for alt, step in alternatives.items()})
+    for step in alternatives.values():
+        for _ in range(3):
+            step()
+    times: dict[str, list[float]] = {alt: [] for alt in alternatives}
+    for _ in range(rounds):
+        for alt, seconds in one_round(alternatives, passes).items():
+            times[alt].append(seconds)
+    ratios = {f"{a} / {b}": stats([x / y for x, y in zip(times[a], times[b], strict=True)]) for a, b in RATIOS}
+    row = {
+        "model": name,
+        "config": model.config,
+        "nodes": model.graph.num_nodes,
+        "max_relative_gradient_error": error,
+        "seconds": {alt: stats(ts) for alt, ts in times.items()},
+        "ratios": ratios,
+    }
+    line = ", ".join(f"{alt} {statistics.median(ts) * 1e3:.2f} ms" for alt, ts in times.items())
+    print(f"{name}: {line}", flush=True)
+    for key, s in ratios.items():
+        print(f"  {key:40} {s['median']:6.2f}x (min {s['min']:.2f}, max {s['max']:.2f})", flush=True)
+    return row
+
+
+def markdown(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    lines = [
+        "# Tensor graphs: graphsvc replay, hand-written numpy, PyTorch",
+        "",
+        f"Run {result['date']} with `python benchmarks/bench_tensors.py {' '.join(result['argv'])}` "
+        f"({result['seconds']:.0f} s).",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores; {m['os']}; Python {m['python']}, numpy {m['numpy']} "
+        f"(OpenBLAS threads: {result['blas_threads']}), torch {m['torch']} (threads: {result['torch_threads']}); "
+        f"graphsvc {m['graphsvc']} at {m['commit']}. float32; {result['rounds']} rounds of "
+        f"{result['passes']} interleaved passes (a round's time: an alternative's fastest pass). "
+        f"Load average at the start: {result['load_average']}.",
+        "",
+        "## Time of one forward + backward pass (median over rounds)",
+        "",
+        "| model | nodes | " + " | ".join(ALTERNATIVES) + " | max gradient error vs PyTorch |",
+        "|---|---:|" + "---:|" * len(ALTERNATIVES) + "---:|",
+    ]
+    for row in result["models"]:
+        cells = [f"{row['seconds'][alt]['median'] * 1e3:.2f} ms" for alt in ALTERNATIVES]
+        lines.append(
+            f"| {row['model']} | {row['nodes']} | "
+            + " | ".join(cells)
+            + f" | {row['max_relative_gradient_error']:.1e} |"
+        )
+    lines += [
+        "",
+        "## Ratios (time / time within a round; below 1: the first is faster)",
+        "",
+        f"Goal (issue 14): graphsvc replay / numpy by hand at most {GOAL}.",
+        "",
+        "| model | ratio | median | min | max |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for row in result["models"]:
+        for key, s in row["ratios"].items():
+            mark = "**" if key == "graphsvc replay / numpy by hand" else ""
+            lines.append(
+                f"| {row['model']} | {key} | {mark}{s['median']:.2f}x{mark} | {s['min']:.2f}x | {s['max']:.2f}x |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--threads", type=int, default=1, help="BLAS and torch threads (default 1)")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds per model (default 7)")
+    parser.add_argument("--passes", type=int, default=5, help="timed passes per alternative and round (default 5)")
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    parser.add_argument("--no-write", action="store_true", help="print only; leave benchmarks/results alone")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    registry, problems = load_registry(["graphsvc_conv"] if "cnn" in args.models else [])
+    if problems:
+        raise SystemExit(f"plugins failed to load ({problems}); the CNN needs: pip install ./plugins/graphsvc-conv")
+    start = time.perf_counter()
+    result: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "argv": sys.argv[1:] if argv is None else argv,
+        "machine": {**machine(), "commit": commit()},
+        "blas_threads": blas_threads(),
+        "torch_threads": torch.get_num_threads(),
+        "rounds": args.rounds,
+        "passes": args.passes,
+        "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+    }
+    print(f"threads: OpenBLAS {result['blas_threads']}, torch {result['torch_threads']}", flush=True)
+    result["models"] = [bench_model(name, registry, args.rounds, args.passes) for name in args.models]
+    result["seconds"] = time.perf_counter() - start
+    if not args.no_write:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "bench_tensors.json").write_text(json.dumps(result, indent=2) + "\n")
+        (RESULTS / "bench_tensors.md").write_text(markdown(result))
+        print(f"wrote {RESULTS / 'bench_tensors.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
