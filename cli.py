@@ -468,8 +468,12 @@ def _jsonable(value: Any) -> Any:
 
 
 def _echo_chunks(chunks: Iterable[str]) -> None:
+    """Write listing chunks as they are: typer.echo would scan each (megabytes) for terminal colour
+    codes to strip, and a listing holds none (text from the file is escaped)."""
+    stream = sys.stdout
     for chunk in chunks:
-        typer.echo(chunk, nl=False)
+        stream.write(chunk)
+    stream.flush()
 
 
 def _echo_listing(chunks: Iterable[str], nodes: int) -> None:
