@@ -640,8 +640,9 @@ def _tensor_info(graph: Graph) -> dict[str, Any] | None:
 
 def _tensor_info_text(info: dict[str, Any]) -> str:
     dtypes = ", ".join(f"{dtype} {count}" for dtype, count in info["dtypes"].items())
+    holds = "node holds an array" if info["nodes"] == 1 else "nodes hold arrays"
     return (
-        f"{info['nodes']} nodes hold arrays ({dtypes}); "
+        f"{info['nodes']} {holds} ({dtypes}); "
         f"{info['value_bytes']:,} bytes of values, {info['grad_bytes']:,} bytes of gradients"
     )
 
@@ -950,7 +951,11 @@ def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, Any]:
 
 
 def _read_npy(ref: str, path: str) -> Any:
-    """An array from a ``.npy`` file (never pickled objects), as a tensor leaf takes it."""
+    """An array from a ``.npy`` file (never pickled objects), as a tensor leaf takes it: C order,
+    native byte order, its own shape (0-d stays 0-d)."""
+    import os
+    import stat
+
     import numpy as np
 
     from graphsvc.graph import TENSOR_DTYPES
@@ -958,15 +963,20 @@ def _read_npy(ref: str, path: str) -> Any:
 
     where = f"--set {escape(ref)}: {escape(path)}"
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would wait for a writer forever
+            raise UsageError(f"{where} is not a regular file")
         array = np.load(path, allow_pickle=False)
     except OSError as exc:
         raise UsageError(f"{where} cannot be read: {one_line(exc.strerror or str(exc))}") from None
-    except Exception as exc:
-        raise UsageError(f"{where} is not a .npy array: {one_line(str(exc))}") from None
-    if not isinstance(array, np.ndarray) or array.dtype not in TENSOR_DTYPES:
-        kind = array.dtype if isinstance(array, np.ndarray) else type(array).__name__
-        raise UsageError(f"{where} holds {kind}; float64, float32 or int64 arrays only")
-    return np.ascontiguousarray(array)
+    except (ValueError, EOFError, MemoryError):  # numpy's own words suggest pickle: not repeated
+        raise UsageError(f"{where} is not a .npy file of numbers (without pickled objects)") from None
+    if not isinstance(array, np.ndarray):
+        raise UsageError(f"{where} is not a .npy file of numbers (without pickled objects)")
+    array = np.array(array, order="C")
+    array = array.astype(array.dtype.newbyteorder("="), copy=False)
+    if array.dtype not in TENSOR_DTYPES:
+        raise UsageError(f"{where} holds {array.dtype}; float64, float32 or int64 arrays only")
+    return array
 
 
 def _comparisons(graph: Graph, values: Any, grads: Any, rtol: float, atol: float) -> list[Any]:

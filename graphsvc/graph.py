@@ -45,6 +45,8 @@ FLOAT_DTYPE = np.dtype("<f8")
 #: The dtypes a tensor node's value or gradient may have: float64, float32, and int64 for index
 #: inputs (class labels, token ids), whose nodes get no gradient.
 TENSOR_DTYPES = (np.dtype("float64"), np.dtype("float32"), np.dtype("int64"))
+#: The most dimensions a tensor node's array may have (format 2.0 holds no more).
+MAX_DIMENSIONS = 32
 #: The most distinct op tags one graph can use (op codes are uint16).
 MAX_OPS = 1 << 16
 #: The most nodes one graph can hold (parent indices are int32).
@@ -289,6 +291,17 @@ class Graph:
                     raise GraphStructureError(
                         f"node {node}: a {what} must be an array of float64, float32 or int64, not {kind}"
                     )
+                if array.ndim > MAX_DIMENSIONS:
+                    raise GraphStructureError(
+                        f"node {node}: a {what} array has {array.ndim} dimensions, more than {MAX_DIMENSIONS}"
+                    )
+        for node, grad in self.grad_arrays.items():
+            value = self.arrays.get(node)
+            if value is not None and grad.shape != value.shape:
+                raise GraphStructureError(
+                    f"node {node}'s gradient array has shape {list(grad.shape)}, "
+                    f"but its value array has shape {list(value.shape)}"
+                )
 
 
 def _leaf_mask(graph: Graph, leaf_codes: list[int]) -> npt.NDArray[np.bool_]:

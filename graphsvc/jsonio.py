@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
-from graphsvc.graph import FLOAT_DTYPE, MAX_OPS, Graph, OpSource, graph_from_lists
+from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists
 from graphsvc.text import shorten
 from graphsvc.topo import topological_sort
 
@@ -322,6 +322,9 @@ def _assemble(
     return graph
 
 
+_MAX_ARRAY_BYTES = (1 << 63) - 1
+
+
 def _array_in(raw: dict[str, Any], where: str) -> np.ndarray:
     """A tensor object ``{"dtype", "shape", "data"}``: data nested exactly as the shape says."""
     name = raw.get("dtype")
@@ -331,6 +334,10 @@ def _array_in(raw: dict[str, Any], where: str) -> np.ndarray:
     shape = raw.get("shape")
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise FormatError(f"{where}: shape must be a list of non-negative integers")
+    if len(shape) > MAX_DIMENSIONS:
+        raise FormatError(f"{where}: the shape has {len(shape)} dimensions, more than {MAX_DIMENSIONS}")
+    if math.prod(d or 1 for d in shape) * dtype.itemsize > _MAX_ARRAY_BYTES:  # as numpy counts, empty too
+        raise FormatError(f"{where}: the shape {shorten(str(shape), 80)} is too large (more than 2**63 - 1 bytes)")
     if "data" not in raw:
         raise FormatError(f"{where}: the array has no data")
     level: list[Any] = [raw["data"]]

@@ -110,14 +110,17 @@ def _per_element(function: Callable[..., Any], arity: int) -> Callable[..., Any]
         return function
 
     def over_arrays(*args: np.ndarray, **attrs: Any) -> Any:
+        # the result has the inputs' float dtype (float32 stays float32), computed in Python floats
+        dtype = np.result_type(
+            *(a.dtype for a in args if isinstance(a, np.ndarray) and a.dtype.kind == "f"), np.float32
+        )
         arrays = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in args))
-        results = [
-            function(*map(float, items), **attrs) for items in zip(*(a.ravel().tolist() for a in arrays), strict=True)
-        ]
+        columns = (a.ravel().tolist() for a in arrays)
+        results = [function(*map(float, items), **attrs) for items in zip(*columns, strict=True)]
         shape = arrays[0].shape
         if results and isinstance(results[0], (tuple, list)):
-            return tuple(np.array([r[i] for r in results], dtype=np.float64).reshape(shape) for i in range(arity))
-        return np.array(results, dtype=np.float64).reshape(shape)
+            return tuple(np.array([r[i] for r in results], dtype=dtype).reshape(shape) for i in range(arity))
+        return np.array(results, dtype=dtype).reshape(shape)
 
     return over_arrays
 
@@ -443,7 +446,8 @@ def compare(what: str, graph: Graph, replayed: Replayed, rtol: float, atol: floa
             continue
         got, want = array.astype(np.float64), expected.astype(np.float64)
         with np.errstate(all="ignore"):
-            diff = np.where(got == want, 0.0, np.abs(got - want))
+            same = (got == want) | (np.isnan(got) & np.isnan(want))  # a nan replayed where one is stored
+            diff = np.where(same, 0.0, np.abs(got - want))
             diff = np.where(np.isnan(diff), np.inf, diff)
             rel = np.where(diff == 0.0, 0.0, diff / np.maximum(np.abs(want), np.finfo(np.float64).tiny))
         if not np.all(np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)):

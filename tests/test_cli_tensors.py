@@ -8,6 +8,7 @@ x=FILE.npy`` makes x an array, so dL/dw = sum(x) and dL/dx = w in every element.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,8 @@ from typer.testing import CliRunner
 from cli import app
 from graphsvc import format as fmt
 from graphsvc.graph import GraphBuilder
+from graphsvc.plugins import load_registry
+from graphsvc.replay import resolve_ops
 
 runner = CliRunner()
 
@@ -98,8 +101,6 @@ def test_check_names_the_worst_element() -> None:
     graph = b.build()
     # No tensor writer is needed: the check compares with the graph's stored arrays.
     from graphsvc import tensors
-    from graphsvc.plugins import load_registry
-    from graphsvc.replay import resolve_ops
 
     registry, _ = load_registry(disable_third_party=True)
     values = tensors.forward(graph, resolve_ops(graph, registry))
@@ -116,7 +117,7 @@ def test_a_npy_file_that_is_missing_or_not_an_array_is_a_usage_error(dot: Path) 
     (dot.parent / "text.npy").write_text("not numpy")
     code, _, err = run("forward", str(dot), "--set", f"x={dot.parent / 'text.npy'}")
     assert code == 2
-    assert err.startswith(f"Error: --set x: {dot.parent / 'text.npy'} is not a .npy array: ")
+    assert err == f"Error: --set x: {dot.parent / 'text.npy'} is not a .npy file of numbers (without pickled objects)\n"
     np.save(dot.parent / "words.npy", np.array(["a", "b"]))
     code, _, err = run("forward", str(dot), "--set", f"x={dot.parent / 'words.npy'}")
     assert (code, err) == (
@@ -143,7 +144,7 @@ def test_a_saved_tensor_graph_replays_and_inspects_from_the_command_line(tmp_pat
     code, out, _ = run("inspect", str(path))
     assert code == 0
     assert "format version: 2.0" in out.splitlines()
-    assert "tensors: 1 nodes hold arrays (float32 1); 16 bytes of values, 0 bytes of gradients" in out.splitlines()
+    assert "tensors: 1 node holds an array (float32 1); 16 bytes of values, 0 bytes of gradients" in out.splitlines()
     code, out, _ = run("backward", str(path), "--write", str(tmp_path / "replayed.msgpack"))
     assert code == 0
     assert out.splitlines() == [
@@ -159,3 +160,38 @@ def test_a_saved_tensor_graph_replays_and_inspects_from_the_command_line(tmp_pat
         "check values: worst abs diff 0.0 at x[0,0], worst rel diff 0.0 at x[0,0]: ok",
         "check grads: worst abs diff 0.0 at x[0,0], worst rel diff 0.0 at x[0,0]: ok",
     ]
+
+
+def test_a_0d_or_big_endian_npy_keeps_its_shape_and_reads_natively(dot: Path) -> None:
+    np.save(dot.parent / "z.npy", np.array(5.0))
+    code, out, _ = run("forward", str(dot), "--set", f"x={dot.parent / 'z.npy'}")
+    assert code == 0
+    assert out.splitlines()[-1] == "0\tx\tleaf\t-\t5.0"  # a 0-d float64: a scalar again, not f64[1]
+    np.save(dot.parent / "big.npy", np.array([1.0, 2.0], dtype=">f8"))
+    code, out, _ = run("forward", str(dot), "--set", f"x={dot.parent / 'big.npy'}")
+    assert (code, out.splitlines()[-1]) == (0, "0\tx\tleaf\t-\tf64[2] mean=1.5 max|x|=2")
+
+
+def test_npy_files_numpy_cannot_read_safely_get_our_words(dot: Path) -> None:
+    np.save(dot.parent / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    code, _, err = run("forward", str(dot), "--set", f"x={dot.parent / 'objects.npy'}")
+    assert (code, err) == (
+        2,
+        f"Error: --set x: {dot.parent / 'objects.npy'} is not a .npy file of numbers (without pickled objects)\n",
+    )
+    fifo = dot.parent / "fifo.npy"
+    os.mkfifo(fifo)
+    code, _, err = run("forward", str(dot), "--set", f"x={fifo}")
+    assert (code, err) == (2, f"Error: --set x: {fifo} is not a regular file\n")
+
+
+def test_identical_nans_are_no_difference_in_a_check() -> None:
+    from graphsvc import tensors
+
+    b = GraphBuilder()
+    x = b.leaf(np.array([1.0, np.nan]), name="x")
+    b.add("neg", [x], name="y", value=np.array([-1.0, np.nan]))
+    graph = b.build()
+    registry, _ = load_registry(disable_third_party=True)
+    comparison = tensors.compare("values", graph, tensors.forward(graph, resolve_ops(graph, registry)), 1e-9, 0.0)
+    assert (comparison.ok, comparison.worst_abs, comparison.worst_rel) == (True, 0.0, 0.0)

@@ -7,6 +7,7 @@ and against PyTorch on the same computation when it is installed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -344,3 +345,48 @@ def test_a_0d_node_used_twice_gets_the_sum_of_its_gradients() -> None:
     b.add("mul", [s, s], name="y")
     graph = graphsvc.backward(b.build(), output="y", registry=builtins())
     assert float(graph.grad("s")) == 12.0 and graph.grad("x").tolist() == [12.0, 12.0, 12.0]  # type: ignore[union-attr, arg-type]
+
+
+def test_a_gradient_array_must_have_its_values_shape_and_at_most_32_dimensions() -> None:
+    b = GraphBuilder()
+    b.leaf(np.zeros((2, 3)), grad=np.zeros(6))
+    with pytest.raises(
+        GraphStructureError, match=r"^node 0's gradient array has shape \[6\], but its value array has shape \[2, 3\]$"
+    ):
+        b.build()
+    b = GraphBuilder()
+    b.leaf(np.zeros((1,) * 33))
+    with pytest.raises(GraphStructureError, match=r"^node 0: a value array has 33 dimensions, more than 32$"):
+        b.build()
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ([0, 10**30], r"the shape \[0, 1000000000000000000000000000000\] is too large \(more than 2\*\*63 - 1 bytes\)"),
+        ([0] + [1] * 40, r"the shape has 41 dimensions, more than 32"),
+    ],
+)
+def test_json_tensor_shapes_numpy_cannot_make_are_format_errors(shape: list[int], message: str) -> None:
+    from graphsvc import jsonio
+    from graphsvc.errors import FormatError
+
+    document = {
+        "format": "graphsvc-json",
+        "version": [2, 0],
+        "nodes": [{"id": 0, "op": "leaf", "value": {"dtype": "float64", "shape": shape, "data": []}}],
+    }
+    with pytest.raises(FormatError, match=rf"^node 0: value: {message}$"):
+        jsonio.loads(json.dumps(document))
+
+
+def test_a_per_element_op_keeps_float32() -> None:
+    registry = builtins()
+    registry.register(
+        Op("cube", 1, forward=lambda x: x**3, derivatives=lambda x, out: (3 * x * x,), vectorized=False), plugin="p"
+    )
+    b = GraphBuilder()
+    b.add("sum", [b.add("cube", [b.leaf(np.array([1.0, 2.0], dtype=np.float32), name="x")], name="c")], name="L")
+    graph = graphsvc.backward(b.build(), registry=registry)
+    assert graph.value("c").dtype == np.float32 and graph.value("c").tolist() == [1.0, 8.0]  # type: ignore[union-attr]
+    assert graph.grad("x").dtype == np.float32 and graph.grad("x").tolist() == [3.0, 12.0]  # type: ignore[union-attr]
