@@ -253,7 +253,8 @@ def test_check_vjp_checks_a_vjp_and_its_attributes() -> None:
 def test_check_vjp_skips_an_index_input_with_no_cotangent() -> None:
     x = np.random.default_rng(2).standard_normal((4, 3))
     result = check_vjp(TAKE, x, np.array([2, 0, 2]))
-    assert (result.ok, result.points, result.skipped) == (True, 12, 0), result.message  # index elements are not "skipped"
+    # the index input's elements are neither checked nor "skipped"
+    assert (result.ok, result.points, result.skipped) == (True, 12, 0), result.message
     assert check_vjp(SUM_ROWS, x).ok
 
 
