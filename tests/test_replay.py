@@ -224,8 +224,7 @@ def test_default_output_lists_at_most_ten_outputs() -> None:
     with pytest.raises(UsageError) as info:
         replay.default_output(g.build())
     assert str(info.value) == (
-        "the graph has 20,000 outputs (y0, y1, y2, y3, y4, y5, y6, y7, y8, y9 and 19,990 more): "
-        "choose one with output="
+        "the graph has 20,000 outputs (y0, y1, y2, y3, y4, y5, y6, y7, y8, y9 and 19,990 more): choose one with output="
     )
 
 
@@ -238,8 +237,7 @@ def test_many_missing_ops_are_listed_with_a_count(registry: OpRegistry) -> None:
         replay.forward(g.build(), registry)
     shown = ", ".join(f"op{i} (plugin unknown)" for i in range(10))
     assert str(info.value) == (
-        f"the graph uses 25 ops not registered here: {shown} and 15 more; "
-        "install the plugin that provides them"
+        f"the graph uses 25 ops not registered here: {shown} and 15 more; install the plugin that provides them"
     )
 
 
