@@ -373,10 +373,13 @@ def _split(
 # -- looking at replayed tensors: summaries, comparisons, the first nan or inf -------------------
 def summary(array: np.ndarray, gradient: bool = False) -> str:
     """One short cell for a listing: ``f32[128,10] mean=0.0123 max|x|=1.5`` (``max|g|`` for a
-    gradient; ``min``/``max`` for integers); a float64 0-d array is its ``repr`` as a float."""
+    gradient; ``min``/``max`` for integers); a 0-d array is its dtype and number (``f32[] 3.5``),
+    a float64 one the ``repr`` of the float, as scalar nodes are listed."""
     if array.ndim == 0 and array.dtype == FLOAT_DTYPE:
         return repr(float(array))
     head = describe(array)
+    if array.ndim == 0:  # one number: shown as numpy prints it (shortest for its dtype)
+        return f"{head} {array[()]!s}"
     if array.size == 0:
         return head
     if array.dtype == _INDEX_DTYPE:
