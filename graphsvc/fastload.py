@@ -4,7 +4,9 @@ graphsvc writes every file in one canonical layout (``schemas/FORMAT.md`` §8), 
 mostly differ from it only in key order or header widths. :func:`scan` walks the document's top
 level and its ``nodes`` map byte by byte, without msgpack, in any key order and with any header
 widths, and finds each column's payload; :func:`read_column` then reads the payload from the file
-into a fresh, aligned buffer (one copy, no intermediate ``bytes``). Everything that is not in
+into a fresh, aligned buffer (one copy, no intermediate ``bytes``), and :func:`read_data` reads
+version 2.0's data section the same way, or views it where the source is already in memory (a
+mapped file: ``format.load(..., mmap=True)``). Everything that is not in
 ``nodes`` (format, version, ops, names, attributes, outputs, metadata, and any key a newer minor
 version adds) is handed back as byte ranges, for ``format.py`` to decode with msgpack and all its
 checks.
@@ -18,8 +20,10 @@ bad file's error message says.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -70,10 +74,14 @@ class FileSource:
             done += got
 
 
-class BytesSource:
-    """Bytes already in memory."""
+#: Bytes in memory: an object, or a file mapped read-only (``format.load(..., mmap=True)``).
+Buffer = bytes | bytearray | mmap.mmap
 
-    def __init__(self, data: bytes | bytearray) -> None:
+
+class BytesSource:
+    """Bytes already in memory, or a mapped file (whose views then map it too)."""
+
+    def __init__(self, data: Buffer) -> None:
         self._data = data
         self.size = len(data)
 
@@ -241,12 +249,25 @@ def _skip_object(cursor: _Cursor) -> None:
             raise NotCanonical
 
 
-def scan(source: Source, column_keys: tuple[str, ...], optional: str, max_string_length: int) -> Layout:
+#: Where the msgpack value at an offset of a source ends (``format.py`` gives msgpack's own
+#: ``Unpacker.skip``, so that this module need not import msgpack); raises :class:`NotCanonical`.
+ValueEnd = Callable[[Source, int], int]
+
+
+def scan(
+    source: Source,
+    column_keys: tuple[str, ...],
+    optional: str,
+    max_string_length: int,
+    value_end: ValueEnd | None = None,
+) -> Layout:
     """Find the parts of a graph document; raise :class:`NotCanonical` when the walk cannot.
 
     ``column_keys`` are the columns every file has; ``optional`` may be there too, or be nil.
     Keys and dtypes longer than ``max_string_length`` bytes are left to the general reader, which
-    words that limit's error.
+    words that limit's error. ``value_end``, when given, steps over the values outside ``nodes``
+    (version 2.0's tensor table has a msgpack item every byte or two: walked here in Python, it
+    would cost more than the rest of the load).
     """
     cursor = _Cursor(source)
     entries = cursor.map_header()
@@ -260,7 +281,7 @@ def scan(source: Source, column_keys: tuple[str, ...], optional: str, max_string
             break
         cursor.pos = start
         _skip_object(cursor)  # the key
-        _skip_object(cursor)  # its value
+        _skip_value(cursor, source, value_end)
     else:
         raise NotCanonical  # no nodes: the general reader says so
     count, columns = _scan_nodes(cursor, (*column_keys, optional), optional, max_string_length)
@@ -277,7 +298,7 @@ def scan(source: Source, column_keys: tuple[str, ...], optional: str, max_string
             cursor.pos = start
             break
         if key == "tensors":
-            _skip_object(cursor)
+            _skip_value(cursor, source, value_end)
             rest.append((start, cursor.pos))
             continue
         size = cursor.bin_header()  # a pad or data that is not bin data: the general reader says so
@@ -287,6 +308,26 @@ def scan(source: Source, column_keys: tuple[str, ...], optional: str, max_string
         rest_entries -= 1
     rest.append((cursor.pos, source.size))
     return Layout(tuple(rest), rest_entries, count, tuple(columns), data)
+
+
+class SourceStream:
+    """A source read in order from ``offset``, as a binary stream (``read(count)``)."""
+
+    def __init__(self, source: Source, offset: int) -> None:
+        self._source = source
+        self._pos = offset
+
+    def read(self, count: int) -> bytes:
+        chunk = self._source.read(self._pos, count)
+        self._pos += len(chunk)
+        return chunk
+
+
+def _skip_value(cursor: _Cursor, source: Source, value_end: ValueEnd | None) -> None:
+    if value_end is None:
+        _skip_object(cursor)
+    else:
+        cursor.pos = value_end(source, cursor.pos)
 
 
 def _next_key_is(cursor: _Cursor, key: str, max_string_length: int) -> bool:

@@ -4,7 +4,8 @@
 ``schemas/FORMAT.md``; the JSON Schemas of the decoded document are ``schemas/graphsvc-v1.schema.json``
 and ``schemas/graphsvc-v2.schema.json``. A graph of float64 scalars is written as 1.0; a tensor
 graph (:attr:`Graph.is_tensor_graph`) as 2.0: the same document plus a tensor table and one data
-section whose payloads are aligned, so that loading views them where they were read, without a copy.
+section whose payloads are aligned, so that loading views them where they were read, without a copy
+(or, with ``load(path, mmap=True)``, where the file is mapped, without reading them at all).
 
 A file is data, never code: no msgpack ext types, no pickle, nothing is imported or evaluated.
 Every size the file declares is checked against the bytes actually present before anything is
@@ -14,6 +15,7 @@ allocated, and every structural rule is checked before the graph is returned.
 from __future__ import annotations
 
 import itertools
+import mmap as _mmap
 import os
 import re
 import select
@@ -32,6 +34,7 @@ from graphsvc.errors import FormatError, GraphFileError, GraphStructureError
 from graphsvc.graph import (
     FLOAT_DTYPE,
     INDEX_DTYPE,
+    MAX_DIMENSIONS,
     MAX_NODES,
     OFFSET_DTYPE,
     OP_CODE_DTYPE,
@@ -70,8 +73,6 @@ _DTYPE_NAMES = {(dtype.kind, dtype.itemsize): name for name, dtype in TENSOR_DTY
 #: Every payload starts at a multiple of this many bytes, counted from the data section's start,
 #: which itself starts at a multiple of it in the file.
 ALIGNMENT = 64
-#: The most dimensions a stored array has (numpy 1's limit).
-MAX_DIMENSIONS = 32
 #: The largest number of bytes one array may take (what numpy can index).
 MAX_ARRAY_BYTES = (1 << 63) - 1
 #: A tensor table entry's ``which``: a node's value, or its gradient (in this order).
@@ -285,9 +286,9 @@ def _check_writable(graph: Graph) -> None:
 
 
 def _check_arrays_writable(graph: Graph) -> None:
-    """What version 2.0 requires of a tensor graph beyond :meth:`Graph.check`: nan in the columns
-    where a node holds an array, a gradient of its value's shape, at most 32 dimensions, and a data
-    section a msgpack bin can hold."""
+    """What version 2.0 requires of a tensor graph beyond :meth:`Graph.check` (which holds a
+    gradient to its value's shape and arrays to 32 dimensions): nan in the columns where a node
+    holds an array, and a data section a msgpack bin can hold."""
     for what, arrays, column in (("value", graph.arrays, graph.values), ("gradient", graph.grad_arrays, graph.grads)):
         for node in sorted(arrays):
             if column is not None and not np.isnan(column[node]):
@@ -296,18 +297,6 @@ def _check_arrays_writable(graph: Graph) -> None:
                     f"node {node} holds a {what} array, so its entry in the {key} column must be nan, "
                     f"not {float(column[node])!r}"
                 )
-            if arrays[node].ndim > MAX_DIMENSIONS:
-                raise FormatError(
-                    f"node {node}'s {what} array has {arrays[node].ndim} dimensions, more than the {MAX_DIMENSIONS} "
-                    "the format holds"
-                )
-    for node in sorted(graph.grad_arrays):
-        value = graph.arrays.get(node)
-        if value is not None and value.shape != graph.grad_arrays[node].shape:
-            raise FormatError(
-                f"node {node}'s gradient array has shape {list(graph.grad_arrays[node].shape)}, "
-                f"but its value array has shape {list(value.shape)}"
-            )
     size = _data_length(_stored_arrays(graph))
     if size >= 1 << 32:
         raise FormatError(
@@ -392,7 +381,7 @@ def _pairs_to_dict(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
     return result
 
 
-def _decode(data: bytes | bytearray, limits: Limits) -> Any:
+def _decode(data: fastload.Buffer, limits: Limits) -> Any:
     size = len(data)
     if not size:
         raise FormatError("the file is truncated: it is empty")
@@ -462,7 +451,7 @@ class _Pairs(list[tuple[Any, Any]]):
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
 
-def _locate_bad_key_or_string(data: bytes | bytearray, limits: Limits) -> str | None:
+def _locate_bad_key_or_string(data: fastload.Buffer, limits: Limits) -> str | None:
     """Say where the first repeated key, non-string key or invalid UTF-8 is, as a path such as
     ``metadata.notes[2]``; None when it cannot tell.
 
@@ -705,7 +694,7 @@ def _read_msgpack(data: bytes | bytearray, limits: Limits) -> tuple[Graph, tuple
 
 
 def _read(
-    source: fastload.Source, everything: Callable[[], bytes | bytearray], limits: Limits
+    source: fastload.Source, everything: Callable[[], fastload.Buffer], limits: Limits
 ) -> tuple[Graph, tuple[int, int]]:
     """Read the columns straight into arrays when :func:`fastload.scan` finds them; anything else
     (or any problem) the general way, which gets ``everything`` and words the error."""
@@ -725,7 +714,7 @@ def _decode_fast(source: fastload.Source, limits: Limits) -> dict[str, Any]:
 
     Everything outside ``nodes`` is decoded by msgpack with every check, as one map of its own.
     """
-    layout = fastload.scan(source, _COLUMNS, "grads", limits.max_string_length)
+    layout = fastload.scan(source, _COLUMNS, "grads", limits.max_string_length, _value_end)
     rest = _decode(
         _map_header(layout.rest_entries) + b"".join(source.read(start, end - start) for start, end in layout.rest),
         limits,
@@ -739,6 +728,26 @@ def _decode_fast(source: fastload.Source, limits: Limits) -> dict[str, Any]:
     if layout.data is not None:
         rest["data"] = fastload.read_data(source, *layout.data)
     return {**rest, "nodes": nodes}
+
+
+#: The most bytes :func:`_value_end` buffers: a longer tensor table is read the general way.
+_SKIP_BUFFER = 64 << 20
+
+
+def _value_end(source: fastload.Source, offset: int) -> int:
+    """Where the msgpack value at ``offset`` ends, found by msgpack (in C, reading the source in
+    windows); anything it cannot step over, it leaves to the general reader."""
+    unpacker = msgpack.Unpacker(
+        fastload.SourceStream(source, offset), read_size=1 << 16, max_buffer_size=_SKIP_BUFFER, raw=True
+    )
+    try:
+        unpacker.skip()
+    except Exception:  # truncated, too long, the reserved byte...: not canonical
+        raise fastload.NotCanonical from None
+    end = offset + unpacker.tell()
+    if end > source.size:
+        raise fastload.NotCanonical
+    return end
 
 
 def _validate_versioned(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
@@ -821,15 +830,17 @@ def _read_tensors(
         data = _expect(data, bytes, "data")
     size = len(data)
     entries = _expect(doc["tensors"], list, "tensors")
-    checked = [_read_tensor_entry(entry, f"tensors[{i}]", count, size) for i, entry in enumerate(entries)]
+    checked = [_read_tensor_entry(entry, i, count, size) for i, entry in enumerate(entries)]
+    not_nan = _first_not_nan(checked, values, grads)
     previous: tuple[int, int] = (-1, 1)
     for i, (node, which, _, shape, _, _) in enumerate(checked):
         if (node, which) <= previous:
             what = "twice" if (node, which) == previous else "out of order (entries are sorted by node, a value first)"
             raise FormatError(f"tensors[{i}]: the {WHICH[which]} of node {node} is listed {what}")
         previous = (node, which)
-        column, key = (values, "values") if which == 0 else (grads, "grads")
-        if column is not None and not np.isnan(column[node]):
+        if i == not_nan:
+            column, key = (values, "values") if which == 0 else (grads, "grads")
+            assert column is not None
             raise FormatError(
                 f"tensors[{i}]: node {node} holds a {'value' if which == 0 else 'gradient'} array, so its entry in "
                 f"the {key} column must be nan, not {float(column[node])!r}"
@@ -844,54 +855,86 @@ def _read_tensors(
         if start < end:
             one, two = sorted((first, second))
             raise FormatError(f"tensors[{one}] and tensors[{two}] overlap in the data section (at byte {start})")
+    # Views of a read-only buffer are read-only: no flag to set per array.
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    buffer.flags.writeable = False
     arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
-    for node, which, dtype, shape, offset, nbytes in checked:
-        array = np.frombuffer(data, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset).reshape(shape)
+    for node, which, dtype, shape, offset, _ in checked:
+        array = np.ndarray(shape, dtype, buffer, offset)
         if not dtype.isnative:  # a big-endian machine: the one case that copies
             array = array.astype(dtype.newbyteorder("="))
-        array.flags.writeable = False
+            array.flags.writeable = False
         arrays[which][node] = array
     return arrays
 
 
+def _first_not_nan(
+    checked: list[tuple[int, int, np.dtype[Any], tuple[int, ...], int, int]],
+    values: npt.NDArray[Any],
+    grads: npt.NDArray[Any] | None,
+) -> int | None:
+    """The index of the first entry whose node's column entry is not nan (rule 8), or None: one
+    vectorized look at the columns instead of one per entry."""
+    if not checked:
+        return None
+    nodes = np.fromiter((entry[0] for entry in checked), dtype=np.int64, count=len(checked))
+    is_grad = np.fromiter((entry[1] for entry in checked), dtype=bool, count=len(checked))
+    entries = values[nodes]
+    if grads is not None:
+        entries = np.where(is_grad, grads[nodes], entries)
+    else:
+        entries = np.where(is_grad, np.nan, entries)
+    bad = ~np.isnan(entries)
+    return int(bad.argmax()) if bad.any() else None
+
+
 def _read_tensor_entry(
-    entry: Any, where: str, count: int, size: int
+    entry: Any, i: int, count: int, size: int
 ) -> tuple[int, int, np.dtype[Any], tuple[int, ...], int, int]:
-    """One tensor table entry, checked on its own: ``(node, which, dtype, shape, offset, nbytes)``."""
-    if not isinstance(entry, list) or len(entry) != 6:
+    """One tensor table entry (``tensors[i]``), checked on its own: ``(node, which, dtype, shape,
+    offset, nbytes)``. The checks of a well-formed entry are inlined (a table has thousands)."""
+    where = f"tensors[{i}]"
+    if type(entry) is not list or len(entry) != 6:
         raise FormatError(f"{where} must be an array [node, which, dtype, shape, offset, nbytes]")
-    node = _expect(entry[0], int, f"{where}[0]")
+    node, which_name, dtype_name, raw_shape, offset, nbytes = entry
+    if type(node) is not int:
+        _expect(node, int, f"{where}[0]")
     if not 0 <= node < count:
         raise FormatError(f"{where} refers to node {node}, which does not exist (the graph has {count} nodes)")
-    if entry[1] not in WHICH:
-        raise FormatError(f'{where}[1] must be "value" or "grad", not {_shown(entry[1])}')
-    which = WHICH.index(entry[1])
-    dtype = TENSOR_DTYPES.get(entry[2]) if isinstance(entry[2], str) else None
+    if which_name == "value":
+        which = 0
+    elif which_name == "grad":
+        which = 1
+    else:
+        raise FormatError(f'{where}[1] must be "value" or "grad", not {_shown(which_name)}')
+    dtype = TENSOR_DTYPES.get(dtype_name) if type(dtype_name) is str else None
     if dtype is None:
-        raise FormatError(f'{where}[2] must be a dtype "F64", "F32" or "I64", not {_shown(entry[2])}')
-    raw_shape = _expect(entry[3], list, f"{where}[3]")
+        raise FormatError(f'{where}[2] must be a dtype "F64", "F32" or "I64", not {_shown(dtype_name)}')
+    if type(raw_shape) is not list:
+        _expect(raw_shape, list, f"{where}[3]")
     if len(raw_shape) > MAX_DIMENSIONS:
         raise FormatError(f"{where}: the shape has {len(raw_shape)} dimensions, more than {MAX_DIMENSIONS}")
+    items = 1
     for k, dimension in enumerate(raw_shape):
         if type(dimension) is not int or dimension < 0:
             raise FormatError(f"{where}[3][{k}] must be a non-negative integer (a dimension), not {_shown(dimension)}")
-    shape = tuple(raw_shape)
-    items = 1
-    for dimension in shape:
         items *= dimension or 1  # as numpy counts: an empty array may not have a huge other dimension either
+    shape = tuple(raw_shape)
     if items * dtype.itemsize > MAX_ARRAY_BYTES:
         raise FormatError(f"{where}: the shape {_shape_text(shape)} is too large (more than 2**63 - 1 bytes)")
     needed = dtype.itemsize * (0 if 0 in shape else items)
     if needed > size:
         raise FormatError(
-            f"{where}: an {entry[2]} array of shape {_shape_text(shape)} takes {needed:,} bytes, "
+            f"{where}: an {dtype_name} array of shape {_shape_text(shape)} takes {needed:,} bytes, "
             f"more than the data section's {size:,}"
         )
-    offset = _expect(entry[4], int, f"{where}[4]")
-    nbytes = _expect(entry[5], int, f"{where}[5]")
+    if type(offset) is not int:
+        _expect(offset, int, f"{where}[4]")
+    if type(nbytes) is not int:
+        _expect(nbytes, int, f"{where}[5]")
     if nbytes != needed:
         raise FormatError(
-            f"{where}: nbytes is {nbytes}, but an {entry[2]} array of shape {_shape_text(shape)} takes {needed}"
+            f"{where}: nbytes is {nbytes}, but an {dtype_name} array of shape {_shape_text(shape)} takes {needed}"
         )
     if offset < 0:
         raise FormatError(f"{where}: the offset {offset} is negative")
@@ -921,28 +964,45 @@ def _shown(value: Any) -> str:
 GraphSource = str | os.PathLike[str] | BinaryIO
 #: How many bytes one read from a pipe, a device or a stream asks for.
 _CHUNK = 1 << 20
+#: How many bytes are read first to tell msgpack from JSON (more only after leading whitespace).
+_HEAD = 1 << 12
 _MAP_HEADERS = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
 _BOM = b"\xef\xbb\xbf"
 _NOT_JSON_SPACE = re.compile(rb"[^ \t\n\r]")
 
 
-def load(source: GraphSource, limits: Limits = DEFAULT_LIMITS) -> Graph:
+def load(source: GraphSource, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = False) -> Graph:
     """Read and validate the graph at ``source``: a path, or a binary stream read to its end.
 
     The file may be a msgpack graph file or its JSON form (:mod:`graphsvc.jsonio`), told apart by
     content: msgpack starts with a map, JSON with ``{``. Raises :class:`GraphFileError` when the
     file cannot be read, :class:`FormatError` (a subclass) when it is not a valid graph; every
     message starts with the file's name.
+
+    ``mmap=True`` maps a msgpack file at a path instead of reading it: a version 2.0 file in the
+    canonical layout (FORMAT.md §15.3) then gives arrays that are read-only views into the mapping,
+    so loading costs neither the read nor the memory of the arrays until their pages are touched.
+    Every check is the same, made before any view exists; the same file gives the same graph or
+    the same error as without ``mmap``. A stream, a pipe, the JSON form, an empty file and a file
+    in another layout are read as without it (the arrays then own their memory).
+
+    The mapping lives as long as any array viewing it. Replacing the file (``save`` renames a new
+    file over it) leaves the arrays as they were; **writing into the file or truncating it while
+    it is mapped is not safe**: written bytes show through the arrays (which bypasses every check)
+    and reading a page a truncation removed kills the process with ``SIGBUS``. Use it on files no
+    one rewrites in place, which is what :func:`save` guarantees for its own files.
     """
-    return load_versioned(source, limits)[0]
+    return load_versioned(source, limits, mmap=mmap)[0]
 
 
-def load_versioned(source: GraphSource, limits: Limits = DEFAULT_LIMITS) -> tuple[Graph, tuple[int, int]]:
+def load_versioned(
+    source: GraphSource, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = False
+) -> tuple[Graph, tuple[int, int]]:
     """Like :func:`load`, and also return the version the file declares ``(major, minor)``: the
     msgpack format's, or for the JSON form the JSON document's."""
     if isinstance(source, (str, os.PathLike)):
         label = os.fspath(source)
-        read: Callable[[], tuple[Graph, tuple[int, int]]] = lambda: _load_path(label, limits)  # noqa: E731
+        read: Callable[[], tuple[Graph, tuple[int, int]]] = lambda: _load_path(label, limits, mmap)  # noqa: E731
     else:
         label = _stream_label(source)
         read = lambda: _load_stream(source.read, limits)  # noqa: E731
@@ -959,7 +1019,7 @@ def _stream_label(stream: BinaryIO) -> str:
     return name if isinstance(name, str) else "the stream"
 
 
-def _load_path(path: str, limits: Limits) -> tuple[Graph, tuple[int, int]]:
+def _load_path(path: str, limits: Limits, mapped: bool = False) -> tuple[Graph, tuple[int, int]]:
     try:
         # Non-blocking, so that opening a FIFO with no writer returns (and can be waited for).
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -975,7 +1035,7 @@ def _load_path(path: str, limits: Limits) -> tuple[Graph, tuple[int, int]]:
             if stat.S_ISDIR(mode):
                 raise GraphFileError("is a folder, not a graph file")
             if stat.S_ISREG(mode):
-                return _load_regular(file, limits)
+                return _load_regular(file, limits, mapped)
             if stat.S_ISFIFO(mode):
                 _wait_for_data(fd, limits.max_fifo_wait_seconds)
             os.set_blocking(fd, True)
@@ -998,7 +1058,7 @@ def _too_large(limit: int, field: str = "max_file_bytes") -> str:
     return f"it holds more than {limit:,} bytes, the limit (Limits.{field})"
 
 
-def _load_regular(file: IO[bytes], limits: Limits) -> tuple[Graph, tuple[int, int]]:
+def _load_regular(file: IO[bytes], limits: Limits, mapped: bool = False) -> tuple[Graph, tuple[int, int]]:
     fd = file.fileno()
     size = os.fstat(fd).st_size
     if size > limits.max_file_bytes:
@@ -1019,14 +1079,16 @@ def _load_regular(file: IO[bytes], limits: Limits) -> tuple[Graph, tuple[int, in
         return data
 
     try:
-        head = os.pread(fd, min(size, _CHUNK), 0)
+        head = os.pread(fd, min(size, _HEAD), 0)
         checked = len(head)
         try:
             kind = _kind(head, at_end=checked == size)
         except FormatError:  # neither form: the msgpack reader says what is wrong, as loads() does
             kind = "msgpack"
-        del head  # a MiB that would otherwise stay alive through the whole read
         if kind == "msgpack":
+            mapping = _map(fd) if mapped and size else None
+            if mapping is not None:
+                return _read(fastload.BytesSource(mapping), lambda: mapping, limits)
             return _read(fastload.FileSource(fd), everything, limits)
         data = everything()
         if kind is None:  # only whitespace in the first chunk
@@ -1037,6 +1099,15 @@ def _load_regular(file: IO[bytes], limits: Limits) -> tuple[Graph, tuple[int, in
         return _read_json(data, limits)
     except MemoryError:
         raise FormatError(_no_memory(size)) from None
+
+
+def _map(fd: int) -> _mmap.mmap | None:
+    """The whole file, mapped read-only (its length when mapped: a file that changed size since it
+    was measured is mapped as it is now); None when it cannot be mapped (it is then read)."""
+    try:
+        return _mmap.mmap(fd, 0, access=_mmap.ACCESS_READ)
+    except (OSError, ValueError):  # a file that became empty, a filesystem that cannot map
+        return None
 
 
 def _load_stream(read: Callable[[int], bytes], limits: Limits) -> tuple[Graph, tuple[int, int]]:
