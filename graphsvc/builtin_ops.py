@@ -303,8 +303,8 @@ BUILTIN_OPS: tuple[Op, ...] = (
     Op(
         "transpose", 1,
         forward=lambda x, axes=None: np.transpose(x, axes),
-        vjp=lambda g, out, x, axes=None: (np.transpose(g, None if axes is None else np.argsort(axes)),),
-        samples=_unary_samples({}, {"axes": [1, 2, 0]}, shape=(2, 3, 4)),
+        vjp=lambda g, out, x, axes=None: (np.transpose(g, None if axes is None else np.argsort(_axes(axes, x.ndim))),),
+        samples=_unary_samples({}, {"axes": [1, 2, 0]}, {"axes": [-1, 0, 1]}, shape=(2, 3, 4)),
         doc="np.transpose by `axes` (default: reversed).",
     ),
     Op(

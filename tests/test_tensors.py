@@ -162,6 +162,8 @@ CASES: list[tuple[str, list[tuple[int, ...]], dict[str, Any]]] = [
     ("amax", [(3, 5)], {}),
     ("reshape", [(2, 6)], {"shape": [3, -1]}),
     ("transpose", [(2, 3, 4)], {"axes": [2, 0, 1]}),
+    ("transpose", [(2, 3, 4)], {"axes": [-1, 0, 1]}),  # negative axes, as numpy takes them
+    ("transpose", [(2, 3, 4)], {"axes": [1, -1, 0]}),
     ("transpose", [(2, 3)], {}),
     ("broadcast_to", [(3, 1)], {"shape": [2, 3, 4]}),
     ("concatenate", [(2, 3), (1, 3), (4, 3)], {}),
