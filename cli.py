@@ -574,13 +574,8 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
 
     graph, version = _load_versioned(file)
     leaves = graph.leaves().tolist()
-    plugins: dict[str, list[str]] = {}
-    for tag in graph.op_table:
-        source = graph.op_sources.get(tag)
-        key = "unknown" if source is None or source.plugin is None else f"{source.plugin} {source.version or '?'}"
-        plugins.setdefault(key, []).append(tag)
     ops = graph.op_histogram()
-    plugin_list = {key: sorted(tags) for key, tags in sorted(plugins.items())}
+    plugin_list = graph.ops_by_plugin()
     info: dict[str, Any] = {
         "file": _shown(file),
         "file_size": None if _is_stdio(file) else file.stat().st_size,

@@ -174,6 +174,16 @@ class Graph:
         """Nodes without parents, in increasing id order."""
         return np.flatnonzero(self.parent_counts() == 0)
 
+    def ops_by_plugin(self) -> dict[str, list[str]]:
+        """The op tags grouped by the plugin the file records for them, ``"plugin version"`` (``?``
+        for an unknown version) or ``"unknown"``, sorted by that key, each list sorted."""
+        plugins: dict[str, list[str]] = {}
+        for tag in self.op_table:
+            source = self.op_sources.get(tag)
+            key = "unknown" if source is None or source.plugin is None else f"{source.plugin} {source.version or '?'}"
+            plugins.setdefault(key, []).append(tag)
+        return {key: sorted(tags) for key, tags in sorted(plugins.items())}
+
     def op_histogram(self) -> dict[str, int]:
         counts = np.bincount(self.op_codes, minlength=len(self.op_table))
         return {tag: int(c) for tag, c in zip(self.op_table, counts, strict=False) if c}

@@ -10,7 +10,7 @@ import pytest
 
 from examples.make_examples import seed000  # the shipped example, built with GraphBuilder
 from graphsvc.errors import GraphStructureError, UsageError
-from graphsvc.graph import CONST, LEAF, MAX_OPS, Graph, GraphBuilder
+from graphsvc.graph import CONST, LEAF, MAX_OPS, Graph, GraphBuilder, OpSource
 
 
 def test_builder_lays_out_columns_in_csr_form() -> None:
@@ -229,3 +229,15 @@ def test_the_builder_refuses_more_op_tags_than_op_codes_hold() -> None:
         b.add(f"op{i}")
     with pytest.raises(GraphStructureError, match=r"^too many ops: 65537 \(at most 65536\)$"):
         b.build()
+
+
+def test_ops_by_plugin_groups_the_tags_by_recorded_source() -> None:
+    b = GraphBuilder()
+    x = b.leaf(1.0)
+    b.add("tanh", [b.add("softplus", [b.add("mul", [x, x])])])
+    b.op_sources = {"softplus": OpSource("graphsvc-activations", "0.1.0"), "mul": OpSource("graphsvc", None)}
+    assert b.build().ops_by_plugin() == {
+        "graphsvc ?": ["mul"],
+        "graphsvc-activations 0.1.0": ["softplus"],
+        "unknown": ["leaf", "tanh"],
+    }
