@@ -15,15 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from numbers import Real
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from graphsvc.errors import UsageError
 from graphsvc.graph import Graph, NodeRef
 from graphsvc.ops import Op, OpRegistry
 from graphsvc.plugins import running_plugin_code
+
+if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
+    import numpy.typing as npt
 
 __all__ = ["backward", "forward", "replayed_graph"]
 

@@ -25,10 +25,12 @@ import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
+    import numpy.typing as npt
 
 #: How many bytes one small read for headers takes.
 _WINDOW = 1 << 16

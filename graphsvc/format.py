@@ -23,11 +23,10 @@ import stat
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, BinaryIO
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 import msgpack
 import numpy as np
-import numpy.typing as npt
 
 from graphsvc import fastload
 from graphsvc.errors import FormatError, GraphFileError, GraphStructureError
@@ -42,6 +41,9 @@ from graphsvc.graph import (
     OpSource,
 )
 from graphsvc.text import one_line, shorten
+
+if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
+    import numpy.typing as npt
 
 FORMAT_NAME = "graphsvc"
 #: The version this module writes for a graph of float64 scalars. A reader refuses a newer major

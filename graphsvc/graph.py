@@ -23,13 +23,15 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from graphsvc.errors import GraphStructureError, UsageError
 from graphsvc.kernels import compiled_for
+
+if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
+    import numpy.typing as npt
 
 #: Tag of an input node (a value a user may set: a weight, an ``x``).
 LEAF = "leaf"

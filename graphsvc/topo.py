@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from graphsvc.errors import GraphStructureError, UsageError
 from graphsvc.graph import Graph
 from graphsvc.kernels import compiled_for
 from graphsvc.text import ITEM_CHARS, escape, shorten
+
+if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
+    import numpy.typing as npt
 
 Algorithm = Literal["dfs", "kahn"]
 ALGORITHMS: tuple[Algorithm, ...] = ("dfs", "kahn")
