@@ -7,6 +7,11 @@ for the baseline of the machine's architecture (no ``-march=native``), so a whee
 that architecture, and with floating-point contraction off, so every operation rounds as the
 reference's does.
 
+``csrc/opmath.h``, the math of the builtin ops that ``csrc/replay.c`` compiles, is generated from
+``graphsvc/opmath.py`` and committed: after a change to that table, ``python -m graphsvc.opmath``
+writes it again (tests/test_opmath.py checks that it matches, and graphsvc does not use an
+extension built from another table).
+
 For development, ``python hatch_build.py [NAME...]`` rebuilds extensions into the checkout (what
 an editable install does).
 """
@@ -39,7 +44,7 @@ def build_extension(name: str, out_dir: Path, root: Path = ROOT) -> Path:
     extension = Extension(
         module,
         sources=[str(root / "csrc" / f"{name}.c")],
-        depends=[str(root / "csrc" / "native.h")],
+        depends=[str(root / "csrc" / header) for header in ("native.h", "opmath.h")],
         include_dirs=[str(root / "csrc")],
         extra_compile_args=EXTRA_COMPILE_ARGS,
     )

@@ -16,12 +16,22 @@ Three graphs (all with one output, the last node):
   a uniformly random earlier node; then a balanced tree of adds sums the last layer into the
   output (a loss). Depth is about 9 + log2(n / 11), so 26 at a million nodes.
 
+Two more graphs of ops beyond micrograd 0.1.0's (issue 14's scalar targets: every builtin op
+compiled), with micrograd's ``Value`` given the ``tanh`` of its lecture (:func:`micrograd_tanh`):
+
+* ``tanh_chain``: ``x = tanh(x * w + b)`` repeated ``steps`` times (``w = 0.9``, ``b = 0.1``, from
+  ``x0 = 0.5``), three ops per step (:func:`tanh_chain`, :func:`build_micrograd_tanh_chain`).
+* ``mixed_dag``: the random DAG above with the ops add, mul and tanh (tanh takes the first parent
+  only), leaves in [0.5, 1.5] (:func:`dag` with ``ops``); micrograd builds the same graph node by
+  node from its columns (:func:`build_micrograd_graph`).
+
 Alternative forms: per-node records (``{"op", "parents", "value"}`` dicts in a list, for pickle and
 msgpack), a ``{node: parents}`` map for :mod:`graphlib`, and the same scalar expression in PyTorch.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -34,6 +44,9 @@ CHAIN_B = 0.01
 CHAIN_X0 = 1.0
 DAG_LAYERS = 10
 DAG_OPS = ("add", "sub", "mul", "max")
+MIXED_OPS = ("add", "mul", "tanh")
+TANH_W, TANH_B, TANH_X0 = 0.9, 0.1, 0.5
+_UNARY = {"tanh": np.tanh}
 
 
 # -- numpy column generators ---------------------------------------------------------------------
@@ -77,22 +90,54 @@ def chain(num_ops: int) -> Graph:
     )
 
 
+def tanh_chain(steps: int) -> Graph:
+    """``x = tanh(x * w + b)``, ``steps`` times, as columns: leaves x0, w, b, then mul, add, tanh."""
+    n = 3 + 3 * steps
+    codes = np.empty(n, dtype=OP_CODE_DTYPE)
+    codes[:3] = 0
+    codes[3::3], codes[4::3], codes[5::3] = 1, 2, 3  # mul, add, tanh
+    counts = np.empty(n, dtype=np.int64)
+    counts[:3] = 0
+    counts[3::3], counts[4::3], counts[5::3] = 2, 2, 1
+    offsets = np.zeros(n + 1, dtype=OFFSET_DTYPE)
+    np.cumsum(counts, out=offsets[1:])
+    base = 3 + 3 * np.arange(steps, dtype=np.int64)
+    parents = np.empty(int(offsets[-1]), dtype=INDEX_DTYPE)
+    slots = 5 * np.arange(steps, dtype=np.int64)
+    parents[slots] = np.where(base == 3, 0, base - 1)  # mul: the previous tanh (x0 first), w
+    parents[slots + 1] = 1
+    parents[slots + 2] = base  # add: the mul, b
+    parents[slots + 3] = 2
+    parents[slots + 4] = base + 1  # tanh: the add
+    values = np.full(n, np.nan, dtype=FLOAT_DTYPE)  # computed values unstored: replay computes them
+    values[:3] = (TANH_X0, TANH_W, TANH_B)
+    return Graph(
+        op_table=[LEAF, "mul", "add", "tanh"],
+        op_codes=codes,
+        parent_offsets=offsets,
+        parent_indices=parents,
+        values=values,
+        outputs=[n - 1],
+        metadata={"benchmark": "tanh_chain", "steps": steps},
+    )
+
+
 def _binary(op: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if op in _UNARY:
+        return _UNARY[op](x)
     return {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum}[op](x, y)
 
 
-def dag(n: int, seed: int = 0) -> Graph:
-    """The wide random DAG of exactly ``n`` nodes (``n >= 64``); see the module docstring."""
+def dag(n: int, seed: int = 0, ops: tuple[str, ...] = DAG_OPS) -> Graph:
+    """The wide random DAG of exactly ``n`` nodes (``n >= 64``); see the module docstring. With
+    ``ops``, its layers mix those ops (a unary op, tanh, takes the first parent only)."""
     rng = np.random.default_rng(seed)
     width = n // (DAG_LAYERS + 1)
     num_leaves = n - DAG_LAYERS * width + 1  # the layers, then width - 1 adds of the reduction
     sizes = [num_leaves] + [width] * (DAG_LAYERS - 1)
     starts = np.cumsum([0, *sizes])
     core = int(starts[-1])
-    op_table = [
-        LEAF,
-        *DAG_OPS,
-    ]
+    op_table = [LEAF, *ops]
     codes = np.zeros(n, dtype=OP_CODE_DTYPE)
     values = np.empty(n, dtype=FLOAT_DTYPE)
     values[:num_leaves] = rng.uniform(0.5, 1.5, num_leaves)
@@ -103,14 +148,14 @@ def dag(n: int, seed: int = 0) -> Graph:
         count, prev_size = hi - lo, lo - prev_lo
         first[lo:hi] = prev_lo + rng.permutation(max(count, prev_size))[:count] % prev_size
         second[lo:hi] = rng.integers(0, lo, count)
-        codes[lo:hi] = rng.integers(1, 1 + len(DAG_OPS), count)
+        codes[lo:hi] = rng.integers(1, 1 + len(ops), count)
         x, y = values[first[lo:hi]], values[second[lo:hi]]
         layer = np.empty(count)
-        for c, op in enumerate(DAG_OPS, start=1):
+        for c, op in enumerate(ops, start=1):
             mask = codes[lo:hi] == c
             layer[mask] = _binary(op, x[mask], y[mask])
         values[lo:hi] = layer
-    add = 1 + DAG_OPS.index("add")
+    add = 1 + ops.index("add")
     level = np.arange(int(starts[-2]), core, dtype=np.int64)  # the last layer, summed pairwise
     nxt = core
     while len(level) > 1:
@@ -122,10 +167,13 @@ def dag(n: int, seed: int = 0) -> Graph:
         nxt += pairs
         level = np.concatenate([ids, level[2 * pairs :]])
     assert nxt == n, (nxt, n)
+    unary = np.isin(codes, [1 + ops.index(op) for op in ops if op in _UNARY])
+    counts = np.where(np.arange(n) < num_leaves, 0, np.where(unary, 1, 2))
     offsets = np.zeros(n + 1, dtype=OFFSET_DTYPE)
-    offsets[num_leaves + 1 :] = 2 * np.arange(1, n - num_leaves + 1)
-    parents = np.empty(2 * (n - num_leaves), dtype=INDEX_DTYPE)
-    parents[0::2], parents[1::2] = first[num_leaves:], second[num_leaves:]
+    np.cumsum(counts, out=offsets[1:])
+    pairs = np.stack([first, second], axis=1)[num_leaves:]
+    keep = np.stack([np.ones(n - num_leaves, dtype=bool), ~unary[num_leaves:]], axis=1)  # a unary op: one
+    parents = pairs[keep].astype(INDEX_DTYPE)
     return Graph(
         op_table=op_table,
         op_codes=codes,
@@ -164,7 +212,63 @@ def build_micrograd_chain(num_ops: int, x0: Any, w: Any, b: Any) -> Any:
     return x
 
 
-_MICROGRAD_OPS = {"+": "add", "*": "mul", "ReLU": "relu"}
+def micrograd_tanh(x: Any) -> Any:
+    """``x.tanh()`` as micrograd's lecture writes it (micrograd 0.1.0's ``Value`` has no tanh)."""
+    from micrograd.engine import Value
+
+    t = math.tanh(x.data)
+    out = Value(t, (x,), "tanh")
+
+    def _backward() -> None:
+        x.grad += (1 - t**2) * out.grad
+
+    out._backward = _backward
+    return out
+
+
+def micrograd_tanh_chain(steps: int) -> tuple[Any, tuple[Any, Any, Any]]:
+    """The tanh chain built with micrograd; returns (output, (x0, w, b))."""
+    from micrograd.engine import Value
+
+    x0, w, b = Value(TANH_X0), Value(TANH_W), Value(TANH_B)
+    return build_micrograd_tanh_chain(steps, x0, w, b), (x0, w, b)
+
+
+def build_micrograd_tanh_chain(steps: int, x0: Any, w: Any, b: Any) -> Any:
+    x = x0
+    for _ in range(steps):
+        x = micrograd_tanh(x * w + b)
+    return x
+
+
+def micrograd_columns(graph: Graph) -> tuple[list[str], list[list[int]], list[float]]:
+    """What :func:`build_micrograd_graph` reads: each node's op tag, parents and (leaf) value."""
+    tags = [graph.op_table[c] for c in graph.op_codes.tolist()]
+    offsets, parents = graph.parent_offsets.tolist(), graph.parent_indices.tolist()
+    return tags, [parents[offsets[i] : offsets[i + 1]] for i in range(graph.num_nodes)], graph.values.tolist()
+
+
+def build_micrograd_graph(columns: tuple[list[str], list[list[int]], list[float]]) -> Any:
+    """The graph (leaves, add, mul, tanh) built with micrograd's ``Value``, node by node in id
+    order, as a user's program would compute it; returns the last node."""
+    from micrograd.engine import Value
+
+    tags, parents, values = columns
+    made: list[Any] = []
+    append = made.append
+    for tag, ps, value in zip(tags, parents, values, strict=True):
+        if tag == "add":
+            append(made[ps[0]] + made[ps[1]])
+        elif tag == "mul":
+            append(made[ps[0]] * made[ps[1]])
+        elif tag == "tanh":
+            append(micrograd_tanh(made[ps[0]]))
+        else:
+            append(Value(value))
+    return made[-1]
+
+
+_MICROGRAD_OPS = {"+": "add", "*": "mul", "ReLU": "relu", "tanh": "tanh"}
 
 
 def micrograd_postorder(root: Any) -> list[Any]:

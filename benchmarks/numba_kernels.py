@@ -12,6 +12,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from graphsvc.kernels import PRIMITIVES
+
 #: The kernels, by name (the same names, arguments and results as graphsvc.kernels.KERNELS).
 KERNELS = (
     "inline_parents",
@@ -233,10 +235,11 @@ def backward_sweep(offsets, parents, local, nodes, output, n):  # type: ignore[n
 
 
 # -- primitive ops ----------------------------------------------------------------------------------
-# The codes of graphsvc.kernels.PRIMITIVES (0: not a primitive). Each computes exactly what the numpy
-# forward or derivative of the op with that kernel name computes (tests/test_kernels.py compares
-# them bit for bit, signed zeros and nan included). Unary primitives ignore ``y``.
-ADD, SUB, MUL, DIV, NEG, RELU, ABS, MAX, MIN = 1, 2, 3, 4, 5, 6, 7, 8, 9
+# The codes of graphsvc.kernels.PRIMITIVES (0: not a primitive), looked up by name: these kernels
+# predate the transcendental primitives and know only the arithmetic ones. Unary ones ignore ``y``.
+ADD, SUB, MUL, DIV, NEG, RELU, ABS, MAX, MIN = (
+    PRIMITIVES.index(name) + 1 for name in ("add", "sub", "mul", "div", "neg", "relu", "abs", "max", "min")
+)
 
 
 @njit(inline="always", error_model="numpy")

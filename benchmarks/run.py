@@ -65,7 +65,7 @@ from benchmarks import graphs as G  # noqa: E402
 from graphsvc import replay  # noqa: E402
 from graphsvc.graph import Graph  # noqa: E402
 from graphsvc.plugins import load_registry  # noqa: E402
-from graphsvc.topo import levels, reverse_topological_order  # noqa: E402
+from graphsvc.topo import ancestors, levels, reverse_topological_order  # noqa: E402
 
 RESULTS = HERE / "results"
 STEPS = ("save", "load", "validate", "order", "forward", "backward")
@@ -379,6 +379,61 @@ def run_chain(bench: Bench, n: int, workdir: Path, registry: Any, result: dict[s
     replay_steps(bench, "chain", loaded, registry, mg, torch_graph, records, result["checks"])
 
 
+def run_scalar_ops(bench: Bench, n: int, registry: Any, result: dict[str, Any]) -> None:
+    """Issue 14's scalar graphs of ops beyond micrograd 0.1.0's (graphs.py): a chain of ``n`` steps
+    ``x = tanh(x * w + b)`` and an ``n``-node random DAG mixing add, mul and tanh; forward against
+    micrograd building the same graph, backward against micrograd's ``backward()``."""
+    chain = G.tanh_chain(n)
+    result["graphs"]["tanh_chain"] = describe("tanh_chain", chain, f"numpy columns: tanh(x*w + b) x {n:,} steps")
+    root, (x0, w, b) = G.micrograd_tanh_chain(n)
+    mg = {"root": root, "build": lambda: G.build_micrograd_tanh_chain(n, x0, w, b)}
+    forward_backward(bench, "tanh_chain", chain, registry, mg, result["checks"])
+    del chain, root, mg
+    gc.collect()
+    dag = G.dag(n, ops=G.MIXED_OPS)
+    result["graphs"]["mixed_dag"] = describe("mixed_dag", dag, "numpy columns: random DAG of add, mul, tanh")
+    columns = G.micrograd_columns(dag)
+    mg = {"root": G.build_micrograd_graph(columns), "build": lambda: G.build_micrograd_graph(columns)}
+    forward_backward(bench, "mixed_dag", dag, registry, mg, result["checks"])
+
+
+def forward_backward(
+    bench: Bench, name: str, graph: Graph, registry: Any, micrograd: dict[str, Any], checks: dict[str, Any]
+) -> None:
+    """forward (micrograd: building the graph) and backward (micrograd: ``backward()``), then the
+    results compared: values bit for bit (libm's tanh on both sides), gradients within 1e-9."""
+    output = graph.outputs[0]
+    root = micrograd["root"]
+    nodes = G.micrograd_postorder(root)
+    bench.compare(
+        name,
+        "forward",
+        lambda: replay.forward(graph, registry),
+        {"micrograd (building it)": (micrograd["build"], None)},
+    )
+    values = replay.forward(graph, registry)
+
+    def zero() -> None:
+        for v in nodes:
+            v.grad = 0
+
+    bench.compare(
+        name,
+        "backward",
+        lambda: replay.backward(graph, registry, output, values),
+        {"micrograd backward()": (root.backward, zero)},
+    )
+    grads = replay.backward(graph, registry, output, values)
+    theirs = np.sort(np.array([float(v.grad) for v in nodes]))
+    ours = np.sort(grads[np.flatnonzero(ancestors(graph, output))])
+    checks[name] = {
+        "output_value_same_bits_as_micrograd": bool(values[output] == root.data),
+        "backward_matches_micrograd": bool(
+            len(ours) == len(theirs) and np.allclose(ours, theirs, rtol=1e-9, atol=1e-300)
+        ),
+    }
+
+
 def torch_backward(path: Path, rounds: int) -> dict[str, Any]:
     """PyTorch's backward times on the graph at ``path``, measured in a child process (see torch_backward.py)."""
     proc = subprocess.run(
@@ -493,6 +548,10 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     ratio("mlp", "backward", "PyTorch", 30, "MLP backward vs PyTorch autograd")
     ratio("mlp", "forward", "micrograd", 10, "MLP forward vs micrograd building it")
     ratio("chain", "forward", "micrograd", 1, "chain forward vs micrograd building it")
+    ratio("tanh_chain", "forward", "micrograd", 50, "tanh chain forward vs micrograd building it (issue 14)")
+    ratio("mixed_dag", "forward", "micrograd", 30, "add/mul/tanh DAG forward vs micrograd building it (issue 14)")
+    ratio("tanh_chain", "backward", "micrograd", 30, "tanh chain backward vs micrograd backward() (issue 14)")
+    ratio("mixed_dag", "backward", "micrograd", 30, "add/mul/tanh DAG backward vs micrograd backward() (issue 14)")
     for graph in ("dag", "chain", "mlp"):
         ratio(graph, "load", "pickle", 20, f"{graph} load vs pickle")
         ratio(graph, "save", "pickle", 20, f"{graph} save vs pickle (issue 2)")
@@ -504,7 +563,7 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         if step in steps.get("chain", {}) and step in steps.get("dag", {}):
             r = steps["chain"][step]["median"] / steps["dag"][step]["median"]
             add(f"deep chain / wide DAG, {step}", r, "<= 3x", r <= 3)
-    for row in result["scaling"]:
+    for row in result.get("scaling", []):
         if row["step"] == "gather":  # the hardware's own scaling, for context: not a graphsvc step
             continue
         add(
@@ -682,6 +741,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-memory", action="store_true", help="skip the peak memory processes")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for latest.json and latest.md")
     parser.add_argument("--render", action="store_true", help="only rebuild latest.md (and targets) from latest.json")
+    parser.add_argument(
+        "--only",
+        choices=("relu", "ops"),
+        help="relu: micrograd's graphs (mlp, chain, dags, scaling, memory, start-up); ops: the tanh chain and "
+        "the add/mul/tanh DAG (issue 14)",
+    )
     args = parser.parse_args(argv)
     if args.render:
         result = json.loads((args.out / "latest.json").read_text())
@@ -716,14 +781,18 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="graphsvc-bench-") as tmp:
         workdir = Path(tmp)
         warm_up(registry, workdir)
-
-        run_mlp(bench, width, workdir, registry, result, torch_ok)
-        gc.collect()
-        run_chain(bench, n, workdir, registry, result, torch_ok)
-        gc.collect()
+        relu = args.only in (None, "relu")
+        if args.only in (None, "ops"):
+            run_scalar_ops(bench, n, registry, result)
+            gc.collect()
+        if relu:
+            run_mlp(bench, width, workdir, registry, result, torch_ok)
+            gc.collect()
+            run_chain(bench, n, workdir, registry, result, torch_ok)
+            gc.collect()
 
         # DAGs ------------------------------------------------------------------------------------
-        for i, size in enumerate(sizes):
+        for i, size in enumerate(sizes if relu else []):
             name = "dag" if i == 0 else f"dag{size}"
             g = G.dag(size)
             result["graphs"][name] = describe(name, g, "numpy columns: random DAG, 10 layers + sum tree")
@@ -737,12 +806,12 @@ def main(argv: list[str] | None = None) -> int:
         result["comparisons"] = bench.comparisons
 
         # scaling ---------------------------------------------------------------------------------
-        names = ["dag"] + [f"dag{s}" for s in sizes[1:]]
+        names = ["dag"] + [f"dag{s}" for s in sizes[1:]] if relu else []
         print("fresh processes:", flush=True)
         warm = workdir / "warmup.graphsvc"
         result["fresh_steps"] = {name: fresh_times(name, workdir / f"{name}.graphsvc", warm, 3) for name in names}
         result["scaling"] = []
-        pairs = list(zip(names, sizes, strict=True))
+        pairs = list(zip(names, sizes, strict=True)) if relu else []
         for (a, sa), (b_, sb) in itertools.pairwise(pairs):
             # the team's rule (issue 13): a step may grow at most 1.5x as much as numpy's own random
             # gather grows between the same sizes in the same run (and never need be under 1.2x linear)
@@ -766,7 +835,7 @@ def main(argv: list[str] | None = None) -> int:
             )
 
         # memory ------------------------------------------------------------------------------------
-        if not args.no_memory:
+        if not args.no_memory and relu:
             print("peak memory (fresh process per step):", flush=True)
             warm = workdir / "warmup.graphsvc"
             for name in ["mlp", "chain", *names]:
@@ -775,7 +844,8 @@ def main(argv: list[str] | None = None) -> int:
             nodes = result["graphs"]["dag"]["nodes"]
             result["memory"] += memory("dag", workdir / "dag.pickle", warm, ("pickle_dump", "pickle_load"), nodes)
 
-    result["cli"] = cli_startup(10)
+    if args.only in (None, "relu"):
+        result["cli"] = cli_startup(10)
     result["elapsed_s"] = time.perf_counter() - t0
     result["targets"] = evaluate_targets(result)
     args.out.mkdir(parents=True, exist_ok=True)

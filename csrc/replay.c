@@ -6,11 +6,12 @@
  * Array lengths are checked; the columns' contents (offsets that never decrease, parent ids below
  * their child's) are trusted: Graph.check holds them.
  *
- * Every floating-point operation here is one correctly rounded IEEE operation, exactly the one the
- * numpy forward or derivative of graphsvc/builtin_ops.py performs, so the results are the same bits
- * on every CPU. The build passes -ffp-contract=off: ``a + b * c`` rounds twice, as numpy does; never
- * write fma() here. Comparisons with nan are false, so the branches below are written to pick the
- * operand numpy picks when one is nan (``x != x`` is true only for nan).
+ * The ops' math comes from opmath.h, generated from graphsvc/opmath.py, from which the numpy
+ * functions of graphsvc/builtin_ops.py and Value's arithmetic are derived too. The correctly rounded
+ * operations (+ - * /, sqrt, the comparisons) give the same bits as numpy on every CPU; exp, log,
+ * pow, sin, cos and tanh are libm's, as in Python's math, and builtin_ops runs those through the
+ * elementwise loops below, so every path agrees on one machine. The build passes -ffp-contract=off:
+ * ``a + b * c`` rounds twice, as numpy does; never write fma() here.
  */
 #include "native.h"
 
@@ -21,51 +22,62 @@
 #define AHEAD 32
 
 /* -- primitive ops --------------------------------------------------------------------------------
- * The codes of graphsvc.kernels.PRIMITIVES (position + 1; 0: not a primitive). Unary ones ignore y. */
-enum { ADD = 1, SUB, MUL, DIV, NEG, RELU, ABS, MAX, MIN };
+ * The codes of graphsvc.kernels.PRIMITIVES (position + 1; 0: not a primitive), the builtin
+ * elementwise ops of graphsvc/opmath.py's table. Their math is in opmath.h, generated from that
+ * table (``python -m graphsvc.opmath``); none is written here. */
+#include "opmath.h"
 
-/* What the numpy forward of the primitive computes, bit for bit. */
-static inline double primitive(int kind, double x, double y) {
-    switch (kind) {
-    case ADD: return x + y;
-    case SUB: return x - y;
-    case MUL: return x * y;
-    case DIV: return x / y; /* x/0 is ±inf or nan, as numpy's (no trap: errors are masked) */
-    case NEG: return -x;
-    /* np.maximum(x, 0.0): nan stays (with its sign), -0.0 gives 0.0 (a tie gives the second operand) */
-    case RELU: return (x > 0.0 || x != x) ? x : 0.0;
-    case ABS: return fabs(x); /* clears the sign bit, of -0.0 and of nan too, as np.abs does */
-    /* np.maximum / np.minimum: a nan in either operand is the result; a tie (0.0 and -0.0) gives y */
-    case MAX: return (x > y || x != x) ? x : y;
-    default: return (x < y || x != x) ? x : y; /* MIN */
-    }
+/* What the primitive computes: the op's forward of x and y (unary ones ignore y); p is the node's
+ * parameter (pow's exponent). */
+OPMATH_INLINE double primitive(int kind, double x, double y, double p) { return opmath_forward(kind, x, y, p); }
+
+/* (d out/d x, d out/d y) of a primitive. */
+OPMATH_INLINE void partials(int kind, double x, double y, double out, double p, double *dx, double *dy) {
+    opmath_partials(kind, x, y, out, p, dx, dy);
 }
 
-/* (d out/d x, d out/d y) of a primitive, as its numpy derivatives compute them. */
-static inline void partials(int kind, double x, double y, double out, double *dx, double *dy) {
-    double tie;
-    switch (kind) {
-    case ADD: *dx = 1.0; *dy = 1.0; return;
-    case SUB: *dx = 1.0; *dy = -1.0; return;
-    case MUL: *dx = y; *dy = x; return;
-    case DIV: *dx = 1.0 / y; *dy = -out / y; return;
-    case NEG: *dx = -1.0; *dy = 0.0; return;
-    case RELU: *dx = out > 0.0 ? 1.0 : 0.0; *dy = 0.0; return; /* np.where(out > 0, 1.0, 0.0) */
-    case ABS: /* np.sign(x): +0.0 for ±0.0, x itself for nan */
-        *dx = x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : (x == 0.0 ? 0.0 : x));
-        *dy = 0.0;
-        return;
-    case MAX: /* (x > y) + 0.5 * (x == y): each side of a tie gets half */
-        tie = x == y ? 0.5 : 0.0;
-        *dx = (x > y ? 1.0 : 0.0) + tie;
-        *dy = (y > x ? 1.0 : 0.0) + tie;
-        return;
-    default: /* MIN */
-        tie = x == y ? 0.5 : 0.0;
-        *dx = (x < y ? 1.0 : 0.0) + tie;
-        *dy = (y < x ? 1.0 : 0.0) + tie;
-        return;
+/* The optional ``params`` argument of the sweeps: one float64 per node (pow's exponent; other
+ * nodes' entries are not read), or None when no node takes a parameter. */
+typedef struct {
+    Py_buffer view;
+    const double *data; /* NULL: None was given */
+} params_arg;
+
+/* Acquire ``object`` (None or N float64s) into ``params``: 0, or -1 with an exception set. */
+static int take_params(PyObject *object, Py_ssize_t n, params_arg *params) {
+    params->data = NULL;
+    if (object == NULL || object == Py_None) return 0;
+    if (graphsvc_buffer(object, &params->view, 8, 0, "params") < 0) return -1;
+    if (params->view.len / 8 != n) {
+        PyErr_Format(PyExc_ValueError, "params: %zd items, expected one per node (%zd)", params->view.len / 8, n);
+        PyBuffer_Release(&params->view);
+        return -1;
     }
+    params->data = params->view.buf;
+    return 0;
+}
+
+static void release_params(params_arg *params) {
+    if (params->data != NULL) PyBuffer_Release(&params->view);
+    params->data = NULL;
+}
+
+/* Node ``node``'s parameter: 0 for a primitive that takes none; -1 (a failure) for one that takes
+ * one when no params were given. */
+OPMATH_INLINE int param_of(const params_arg *params, int kind, Py_ssize_t node, double *p) {
+    if (!opmath_takes_param(kind)) {
+        *p = 0.0;
+        return 0;
+    }
+    if (params->data == NULL) return -1;
+    *p = params->data[node];
+    return 0;
+}
+
+static PyObject *missing_params(Py_ssize_t node, int kind) {
+    PyErr_Format(PyExc_ValueError, "params: node %zd is a primitive with a parameter (code %d), but no params were given",
+                 node, kind);
+    return NULL;
 }
 
 /* -- arguments ------------------------------------------------------------------------------------
@@ -167,13 +179,15 @@ fail:
     return NULL;
 }
 
-/* forward_all_primitives(codes, table, offsets, parents, values): every node with parents, in id
- * order, gets the primitive ``table[its op code]`` of its inputs (``y`` is ``x`` for one parent). */
+/* forward_all_primitives(codes, table, offsets, parents, values[, params]): every node with
+ * parents, in id order, gets the primitive ``table[its op code]`` of its inputs (``y`` is ``x`` for
+ * one parent). */
 static PyObject *forward_all_primitives(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *a, *b, *c, *d, *e;
-    if (!PyArg_ParseTuple(args, "OOOOO:forward_all_primitives", &a, &b, &c, &d, &e)) return NULL;
+    PyObject *a, *b, *c, *d, *e, *f = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOO|O:forward_all_primitives", &a, &b, &c, &d, &e, &f)) return NULL;
     graphsvc_buffers held = {.count = 0};
+    params_arg params = {.data = NULL};
     const uint16_t *codes;
     const int8_t *table;
     const int64_t *offsets;
@@ -190,7 +204,9 @@ static PyObject *forward_all_primitives(PyObject *self, PyObject *args) {
                      "one per node (one more for offsets)", n + (offsets_n != n));
         goto fail;
     }
-    Py_ssize_t bad = -1; /* a node whose op code has no entry in the table, if one is met */
+    if (take_params(f, n, &params) < 0) goto fail;
+    Py_ssize_t bad = -1;      /* a node whose op code has no entry in the table, if one is met */
+    Py_ssize_t unset = -1;    /* a node that takes a parameter when none were given */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t node = 0; node < n; node++) {
         Py_ssize_t ahead = node + AHEAD;
@@ -207,9 +223,15 @@ static PyObject *forward_all_primitives(PyObject *self, PyObject *args) {
             bad = node;
             break;
         }
+        int kind = table[codes[node]];
+        double p;
+        if (param_of(&params, kind, node, &p) < 0) {
+            unset = node;
+            break;
+        }
         double x = values[parents[slot]];
         double y = stop - slot > 1 ? values[parents[slot + 1]] : x;
-        values[node] = primitive(table[codes[node]], x, y);
+        values[node] = primitive(kind, x, y, p);
     }
     Py_END_ALLOW_THREADS
     if (bad >= 0) {
@@ -217,9 +239,15 @@ static PyObject *forward_all_primitives(PyObject *self, PyObject *args) {
                      (int)codes[bad], table_length);
         goto fail;
     }
+    if (unset >= 0) {
+        missing_params(unset, table[codes[unset]]);
+        goto fail;
+    }
+    release_params(&params);
     graphsvc_release(&held);
     Py_RETURN_NONE;
 fail:
+    release_params(&params);
     graphsvc_release(&held);
     return NULL;
 }
@@ -232,15 +260,16 @@ static int check_nodes(Py_ssize_t n, Py_ssize_t kinds_length, Py_ssize_t values_
     return 0;
 }
 
-/* forward_primitives(nodes, kinds, offsets, parents, values, start): compute the values of
- * nodes[start:] in order; stop at the first whose kind is 0 (not a primitive) and return its
+/* forward_primitives(nodes, kinds, offsets, parents, values, start[, params]): compute the values
+ * of nodes[start:] in order; stop at the first whose kind is 0 (not a primitive) and return its
  * position (len(nodes) when all were done). */
 static PyObject *forward_primitives(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *a, *b, *c, *d, *e;
+    PyObject *a, *b, *c, *d, *e, *f = NULL;
     Py_ssize_t start;
-    if (!PyArg_ParseTuple(args, "OOOOOn:forward_primitives", &a, &b, &c, &d, &e, &start)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOn|O:forward_primitives", &a, &b, &c, &d, &e, &start, &f)) return NULL;
     graphsvc_buffers held = {.count = 0};
+    params_arg params = {.data = NULL};
     const int64_t *nodes, *offsets;
     const int8_t *kinds;
     const int32_t *parents;
@@ -252,6 +281,7 @@ static PyObject *forward_primitives(PyObject *self, PyObject *args) {
     if (n < 0) goto fail;
     if (take(&held, e, 8, 1, "values", (void **)&values, &values_length) < 0) goto fail;
     if (check_nodes(n, kinds_length, values_length) < 0) goto fail;
+    if (take_params(f, n, &params) < 0) goto fail;
     if (start < 0) start = 0;
     if (start > num_nodes) start = num_nodes; /* nothing left: len(nodes), as Python's range() gives */
     Py_ssize_t k = start;
@@ -267,30 +297,43 @@ static PyObject *forward_primitives(PyObject *self, PyObject *args) {
         }
         int kind = kinds[node];
         if (kind == 0) break;
+        double p;
+        if (param_of(&params, kind, node, &p) < 0) {
+            failed = 2;
+            bad = node;
+            break;
+        }
         int64_t slot = offsets[node];
         double x = values[parents[slot]];
         double y = offsets[node + 1] - slot > 1 ? values[parents[slot + 1]] : x;
-        values[node] = primitive(kind, x, y);
+        values[node] = primitive(kind, x, y, p);
     }
     Py_END_ALLOW_THREADS
-    if (failed) {
+    if (failed == 1) {
         PyErr_Format(PyExc_ValueError, "nodes: %lld is not a node of this graph of %zd", (long long)bad, n);
         goto fail;
     }
+    if (failed == 2) {
+        missing_params((Py_ssize_t)bad, kinds[bad]);
+        goto fail;
+    }
+    release_params(&params);
     graphsvc_release(&held);
     return PyLong_FromSsize_t(k);
 fail:
+    release_params(&params);
     graphsvc_release(&held);
     return NULL;
 }
 
-/* primitive_derivatives(nodes, kinds, offsets, parents, values, local): for each of ``nodes``
- * that is a primitive, its partial derivatives into ``local`` (one entry per parent slot). */
+/* primitive_derivatives(nodes, kinds, offsets, parents, values, local[, params]): for each of
+ * ``nodes`` that is a primitive, its partial derivatives into ``local`` (one entry per parent slot). */
 static PyObject *primitive_derivatives(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *a, *b, *c, *d, *e, *f;
-    if (!PyArg_ParseTuple(args, "OOOOOO:primitive_derivatives", &a, &b, &c, &d, &e, &f)) return NULL;
+    PyObject *a, *b, *c, *d, *e, *f, *g = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOO|O:primitive_derivatives", &a, &b, &c, &d, &e, &f, &g)) return NULL;
     graphsvc_buffers held = {.count = 0};
+    params_arg params = {.data = NULL};
     const int64_t *nodes, *offsets;
     const int8_t *kinds;
     const int32_t *parents;
@@ -308,6 +351,7 @@ static PyObject *primitive_derivatives(PyObject *self, PyObject *args) {
         wrong_length("local", local_length, "one per parent slot", offsets[n]);
         goto fail;
     }
+    if (take_params(g, n, &params) < 0) goto fail;
     int failed = 0;
     int64_t bad = 0; /* a node id out of range, if one is met */
     Py_BEGIN_ALLOW_THREADS
@@ -320,28 +364,40 @@ static PyObject *primitive_derivatives(PyObject *self, PyObject *args) {
         }
         int kind = kinds[node];
         if (kind == 0) continue;
+        double p;
+        if (param_of(&params, kind, node, &p) < 0) {
+            failed = 2;
+            bad = node;
+            break;
+        }
         int64_t slot = offsets[node];
         int binary = offsets[node + 1] - slot > 1;
         double x = values[parents[slot]];
         double y = binary ? values[parents[slot + 1]] : x;
         double dx, dy;
-        partials(kind, x, y, values[node], &dx, &dy);
+        partials(kind, x, y, values[node], p, &dx, &dy);
         local[slot] = dx;
         if (binary) local[slot + 1] = dy;
     }
     Py_END_ALLOW_THREADS
-    if (failed) {
+    if (failed == 1) {
         PyErr_Format(PyExc_ValueError, "nodes: %lld is not a node of this graph of %zd", (long long)bad, n);
         goto fail;
     }
+    if (failed == 2) {
+        missing_params((Py_ssize_t)bad, kinds[bad]);
+        goto fail;
+    }
+    release_params(&params);
     graphsvc_release(&held);
     Py_RETURN_NONE;
 fail:
+    release_params(&params);
     graphsvc_release(&held);
     return NULL;
 }
 
-/* backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads):
+/* backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads[, params]):
  * backward_sweep fused with ancestors and primitive_derivatives, for graphs whose every op is a
  * primitive (``table`` as in forward_all_primitives). One pass down from ``output``: a node is swept
  * once a child that depends on it has been (ids decrease, so all its children come first); same
@@ -351,12 +407,13 @@ fail:
  * the kernel for huge pages: the random accesses are then spared most of their TLB misses. */
 static PyObject *backward_primitives(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *a, *b, *c, *d, *e, *f, *g, *h;
+    PyObject *a, *b, *c, *d, *e, *f, *g, *h, *k = NULL;
     Py_ssize_t output;
-    if (!PyArg_ParseTuple(args, "OOOOOnOOO:backward_primitives", &a, &b, &c, &d, &e, &output, &f, &g, &h)) {
+    if (!PyArg_ParseTuple(args, "OOOOOnOOO|O:backward_primitives", &a, &b, &c, &d, &e, &output, &f, &g, &h, &k)) {
         return NULL;
     }
     graphsvc_buffers held = {.count = 0};
+    params_arg params = {.data = NULL}; /* a ninth buffer: held has room for eight */
     const int64_t *offsets;
     const int32_t *parents;
     const uint16_t *codes;
@@ -389,7 +446,9 @@ static PyObject *backward_primitives(PyObject *self, PyObject *args) {
                      is_both ? "2 (output + 1)" : "output + 1", is_both ? 2 * (output + 1) : output + 1);
         goto fail;
     }
-    Py_ssize_t bad = -1; /* a node whose op code has no entry in the table, if one is met */
+    if (take_params(k, n, &params) < 0) goto fail;
+    Py_ssize_t bad = -1;   /* a node whose op code has no entry in the table, if one is met */
+    Py_ssize_t unset = -1; /* a node that takes a parameter when none were given */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t node = 0; node <= output; node++) {
         both[2 * node] = values[node];
@@ -417,11 +476,17 @@ static PyObject *backward_primitives(PyObject *self, PyObject *args) {
             bad = node;
             break;
         }
+        int kind = table[codes[node]];
+        double p;
+        if (param_of(&params, kind, node, &p) < 0) {
+            unset = node;
+            break;
+        }
         int binary = stop - slot > 1;
         int64_t first = parents[slot];
         int64_t second = binary ? parents[slot + 1] : first;
         double dx, dy;
-        partials(table[codes[node]], both[2 * first], both[2 * second], both[2 * node], &dx, &dy);
+        partials(kind, both[2 * first], both[2 * second], both[2 * node], p, &dx, &dy);
         double grad = both[2 * node + 1];
         reached[first] = 1;
         both[2 * first + 1] += grad * dx;
@@ -438,26 +503,118 @@ static PyObject *backward_primitives(PyObject *self, PyObject *args) {
                      (int)codes[bad], table_length);
         goto fail;
     }
+    if (unset >= 0) {
+        missing_params(unset, table[codes[unset]]);
+        goto fail;
+    }
+    release_params(&params);
     graphsvc_release(&held);
     Py_RETURN_NONE;
 fail:
+    release_params(&params);
     graphsvc_release(&held);
     return NULL;
+}
+
+/* -- elementwise loops ----------------------------------------------------------------------------
+ * What graphsvc/builtin_ops.py calls for the float64 forward and derivatives of the ops whose math
+ * is not correctly rounded (exp, log, pow, sin, cos, tanh, sigmoid): the same opmath.h the sweeps
+ * use, so a node computes the same bits in a numpy group, on its own, and in a compiled sweep. */
+
+/* The ``count`` float64 buffers of ``objects`` (each n items, the first fixing n; the last
+ * ``writable`` ones writable): n, or -1 with an exception set. */
+static Py_ssize_t take_columns_of(graphsvc_buffers *held, PyObject **objects, const char **names, int count,
+                                  int writable, double **data) {
+    Py_ssize_t n = -1;
+    for (int i = 0; i < count; i++) {
+        Py_ssize_t length;
+        if (take(held, objects[i], 8, i >= count - writable, names[i], (void **)&data[i], &length) < 0) return -1;
+        if (n >= 0 && length != n) return wrong_length(names[i], length, "as many as x", n);
+        n = length;
+    }
+    return n;
+}
+
+/* The op code argument, checked: 1..OPMATH_COUNT, or -1 with an exception set. */
+static int check_code(int code) {
+    if (code < 1 || code > OPMATH_COUNT) {
+        PyErr_Format(PyExc_ValueError, "code %d is not a primitive (1 to %d)", code, OPMATH_COUNT);
+        return -1;
+    }
+    return code;
+}
+
+/* elementwise(code, x, y, p, out): out[i] = the op's forward of x[i], y[i] (p: its parameter). */
+static PyObject *elementwise(PyObject *self, PyObject *args) {
+    (void)self;
+    int code;
+    double p;
+    PyObject *objects[3];
+    const char *names[3] = {"x", "y", "out"};
+    if (!PyArg_ParseTuple(args, "iOOdO:elementwise", &code, &objects[0], &objects[1], &p, &objects[2])) return NULL;
+    if (check_code(code) < 0) return NULL;
+    graphsvc_buffers held = {.count = 0};
+    double *data[3];
+    Py_ssize_t n = take_columns_of(&held, objects, names, 3, 1, data);
+    if (n < 0) {
+        graphsvc_release(&held);
+        return NULL;
+    }
+    const double *x = data[0], *y = data[1];
+    double *out = data[2];
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = primitive(code, x[i], y[i], p);
+    Py_END_ALLOW_THREADS
+    graphsvc_release(&held);
+    Py_RETURN_NONE;
+}
+
+/* elementwise_partials(code, x, y, out, p, dx, dy): the op's partial derivatives into dx and dy. */
+static PyObject *elementwise_partials(PyObject *self, PyObject *args) {
+    (void)self;
+    int code;
+    double p;
+    PyObject *objects[5];
+    const char *names[5] = {"x", "y", "out", "dx", "dy"};
+    if (!PyArg_ParseTuple(args, "iOOOdOO:elementwise_partials", &code, &objects[0], &objects[1], &objects[2], &p,
+                          &objects[3], &objects[4])) {
+        return NULL;
+    }
+    if (check_code(code) < 0) return NULL;
+    graphsvc_buffers held = {.count = 0};
+    double *data[5];
+    Py_ssize_t n = take_columns_of(&held, objects, names, 5, 2, data);
+    if (n < 0) {
+        graphsvc_release(&held);
+        return NULL;
+    }
+    const double *x = data[0], *y = data[1], *out = data[2];
+    double *dx = data[3], *dy = data[4];
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) partials(code, x[i], y[i], out[i], p, &dx[i], &dy[i]);
+    Py_END_ALLOW_THREADS
+    graphsvc_release(&held);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"backward_sweep", backward_sweep, METH_VARARGS,
      "backward_sweep(offsets, parents, local, nodes, output, grads): the backward sweep into grads (zeros)."},
     {"forward_all_primitives", forward_all_primitives, METH_VARARGS,
-     "forward_all_primitives(codes, table, offsets, parents, values): every node's primitive, in id order."},
+     "forward_all_primitives(codes, table, offsets, parents, values[, params]): every node's primitive, in id "
+     "order."},
     {"forward_primitives", forward_primitives, METH_VARARGS,
-     "forward_primitives(nodes, kinds, offsets, parents, values, start): nodes[start:] up to the first that "
-     "is not a primitive; returns its position."},
+     "forward_primitives(nodes, kinds, offsets, parents, values, start[, params]): nodes[start:] up to the "
+     "first that is not a primitive; returns its position."},
     {"primitive_derivatives", primitive_derivatives, METH_VARARGS,
-     "primitive_derivatives(nodes, kinds, offsets, parents, values, local): the primitives' partials into local."},
+     "primitive_derivatives(nodes, kinds, offsets, parents, values, local[, params]): the primitives' partials "
+     "into local."},
     {"backward_primitives", backward_primitives, METH_VARARGS,
-     "backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads): the fused "
-     "backward of an all-primitive graph into grads."},
+     "backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads[, params]): the "
+     "fused backward of an all-primitive graph into grads."},
+    {"elementwise", elementwise, METH_VARARGS, "elementwise(code, x, y, p, out): a primitive's forward, element by element."},
+    {"elementwise_partials", elementwise_partials, METH_VARARGS,
+     "elementwise_partials(code, x, y, out, p, dx, dy): a primitive's partial derivatives, element by element."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -465,4 +622,13 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, .m_name = "graphsvc._creplay", .m_doc = "replay sweeps", .m_size = -1, .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__creplay(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__creplay(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    /* the checksum of the op table this was built from (graphsvc.opmath.digest()) */
+    if (PyModule_AddStringConstant(m, "opmath_digest", OPMATH_DIGEST) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

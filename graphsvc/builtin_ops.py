@@ -1,38 +1,74 @@
 """graphsvc's own ops, registered through the same hook third-party plugins use.
 
-One declaration per op, the forward function next to its local derivatives. The derivatives receive
-the inputs, then the output ``out``, then the node's attributes as keywords, and return one partial
-derivative per input. All functions work on float64 numpy arrays (every node of an op at once).
+The elementwise ops (add sub mul div neg pow exp log sqrt sin cos tanh relu sigmoid abs max min)
+are written once, in :data:`graphsvc.opmath.RULES` (forward, local derivatives, doc and the
+conventions at non-differentiable points, side by side); their numpy functions here are derived
+from that table (:func:`graphsvc.opmath.numpy_functions`), as are the compiled kernels that replay
+them (each op's ``kernel`` is its own name) and :class:`graphsvc.value.Value`'s arithmetic. The
+derivatives receive the inputs, then the output ``out``, then the node's attributes as keywords, and
+return one partial derivative per input. They work on numpy arrays (every node of an op at once),
+with broadcasting. Where the C extension is built, the float64 forward and derivatives of the ops
+that are not correctly rounded (exp, log, pow, sin, cos, tanh, sigmoid) run through its elementwise
+loop (:func:`graphsvc._replay_kernels.elementwise`), the code the compiled sweeps run, so a node gets
+the same bits on every path; other dtypes (float32 tensors) use numpy.
 
 The tensor ops (numpy's names and semantics) come after them, each with its vector-Jacobian
-product ``vjp(g, out, *inputs, **attrs)`` (see :mod:`graphsvc.ops`); the elementwise ops above work
-on arrays too, with broadcasting.
-
-Conventions at the points where an op is not differentiable (the same as micrograd and PyTorch):
-
-- ``relu`` at 0: derivative 0 (micrograd's ``out > 0``).
-- ``abs`` at 0: derivative 0 (``sign(0)``).
-- ``max`` and ``min`` on a tie (``x == y``): the gradient is split evenly, 0.5 to each input, as
-  PyTorch's ``torch.maximum``/``torch.minimum`` do; it is also what a central difference measures.
-- ``amax`` with several maxima along the axis: the gradient is split evenly among them (PyTorch's
-  ``amax``).
+product ``vjp(g, out, *inputs, **attrs)`` (see :mod:`graphsvc.ops`). ``amax`` with several maxima
+along the axis splits the gradient evenly among them (PyTorch's ``amax``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
+from numbers import Real
 from typing import Any
 
 import numpy as np
 
+from graphsvc import kernels, opmath
 from graphsvc.graph import CONST, LEAF
 from graphsvc.hookspecs import hookimpl
 from graphsvc.ops import Op
 from graphsvc.tensors import unbroadcast
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+# -- the elementwise ops, from graphsvc.opmath's table --------------------------------------------
+def _elementwise(name: str) -> Op:
+    """Op ``name`` of :data:`graphsvc.opmath.RULES`, with its numpy functions (through the C loop
+    for float64 arrays when the op is not correctly rounded) and its compiled kernel."""
+    rule = opmath.RULES[name]
+    forward, derivatives = opmath.numpy_functions(name)
+    if not opmath.rounded(name):
+        forward, derivatives = _through_c(name, forward), _through_c(name, derivatives, partials=True)
+    return Op(name, rule.arity, forward=forward, derivatives=derivatives, doc=rule.doc, kernel=name)
+
+
+def _through_c(name: str, numpy_function: Callable[..., Any], *, partials: bool = False) -> Callable[..., Any]:
+    """``numpy_function`` (signature kept), run by the compiled elementwise loop of op ``name`` when
+    every input is a float64 array, the attributes are the op's own and the extension is in use."""
+    rule, code = opmath.RULES[name], opmath.CODES[name]
+
+    @functools.wraps(numpy_function)
+    def run(*inputs: Any, **attrs: Any) -> Any:
+        jit = kernels.compiled_elementwise()
+        param = attrs.get(rule.attrs[0], None) if rule.attrs else 0.0
+        if (
+            jit is None
+            or len(attrs) != len(rule.attrs)
+            or not isinstance(param, Real)
+            or isinstance(param, bool)
+            or not all(type(x) is np.ndarray and x.dtype == np.float64 for x in inputs)
+        ):
+            return numpy_function(*inputs, **attrs)
+        columns = [np.ascontiguousarray(x) for x in np.broadcast_arrays(*inputs)]
+        x, y = columns[0], columns[1 if rule.arity == 2 else 0]
+        if not partials:
+            return jit.elementwise(code, x, y, float(param))
+        dx, dy = jit.elementwise_partials(code, x, y, columns[-1], float(param))
+        return (dx, dy) if rule.arity == 2 else (dx,)
+
+    return run
 
 
 # -- helpers of the tensor ops' VJPs -------------------------------------------------------------
@@ -146,122 +182,8 @@ BUILTIN_OPS: tuple[Op, ...] = (
     # -- leaf tags: values come from the file --------------------------------------------------------
     Op(LEAF, 0, forward=None, derivatives=None, doc="An input: a value a user may set (a weight, an x)."),
     Op(CONST, 0, forward=None, derivatives=None, doc="A constant that appeared in an expression (the 2 in 2*a)."),
-    # -- arithmetic ----------------------------------------------------------------------------------
-    Op(
-        "add", 2,
-        forward=lambda x, y: x + y,
-        derivatives=lambda x, y, out: (1.0, 1.0),
-        doc="x + y. Distributes the gradient: both inputs receive it unchanged.",
-        kernel="add",
-    ),
-    Op(
-        "sub", 2,
-        forward=lambda x, y: x - y,
-        derivatives=lambda x, y, out: (1.0, -1.0),
-        doc="x - y.",
-        kernel="sub",
-    ),
-    Op(
-        "mul", 2,
-        forward=lambda x, y: x * y,
-        derivatives=lambda x, y, out: (y, x),
-        doc="x * y. Swaps the multipliers: d/dx = y, d/dy = x.",
-        kernel="mul",
-    ),
-    Op(
-        "div", 2,
-        forward=lambda x, y: x / y,
-        derivatives=lambda x, y, out: (1.0 / y, -out / y),
-        doc="x / y. d/dx = 1/y, d/dy = -x/y**2.",
-        kernel="div",
-    ),
-    Op(
-        "neg", 1,
-        forward=lambda x: -x,
-        derivatives=lambda x, out: (-1.0,),
-        doc="-x.",
-        kernel="neg",
-    ),
-    Op(
-        "pow", 1,
-        forward=lambda x, exponent: x**exponent,
-        derivatives=lambda x, out, exponent: (exponent * x ** (exponent - 1),),
-        doc="x ** exponent, with a constant exponent (attribute `exponent`). nan for x < 0 and a non-integer exponent.",
-    ),
-    # -- exponentials and logarithms -----------------------------------------------------------------
-    Op(
-        "exp", 1,
-        forward=np.exp,
-        derivatives=lambda x, out: (out,),
-        doc="e ** x. Its own derivative: d/dx = out.",
-    ),
-    Op(
-        "log", 1,
-        forward=np.log,
-        derivatives=lambda x, out: (1.0 / x,),
-        doc="Natural logarithm. nan for x < 0, -inf at 0.",
-    ),
-    Op(
-        "sqrt", 1,
-        forward=np.sqrt,
-        derivatives=lambda x, out: (0.5 / out,),
-        doc="Square root. nan for x < 0; the derivative is inf at 0.",
-    ),
-    # -- trigonometry --------------------------------------------------------------------------------
-    Op(
-        "sin", 1,
-        forward=np.sin,
-        derivatives=lambda x, out: (np.cos(x),),
-        doc="Sine (radians).",
-    ),
-    Op(
-        "cos", 1,
-        forward=np.cos,
-        derivatives=lambda x, out: (-np.sin(x),),
-        doc="Cosine (radians).",
-    ),
-    # -- activations ---------------------------------------------------------------------------------
-    Op(
-        "tanh", 1,
-        forward=np.tanh,
-        derivatives=lambda x, out: (1.0 - out**2,),
-        doc="Hyperbolic tangent. d/dx = 1 - out**2.",
-    ),
-    Op(
-        "relu", 1,
-        forward=lambda x: np.maximum(x, 0.0),
-        derivatives=lambda x, out: (np.where(out > 0, 1.0, 0.0),),
-        doc="max(x, 0). The derivative at 0 is 0 (micrograd's out > 0).",
-        kernel="relu",
-    ),
-    Op(
-        "sigmoid", 1,
-        forward=_sigmoid,
-        derivatives=lambda x, out: (out * (1.0 - out),),
-        doc="1 / (1 + e ** -x). d/dx = out * (1 - out).",
-    ),
-    # -- piecewise -----------------------------------------------------------------------------------
-    Op(
-        "abs", 1,
-        forward=np.abs,
-        derivatives=lambda x, out: (np.sign(x),),
-        doc="|x|. The derivative at 0 is 0 (sign(0)).",
-        kernel="abs",
-    ),
-    Op(
-        "max", 2,
-        forward=np.maximum,
-        derivatives=lambda x, y, out: ((x > y) + 0.5 * (x == y), (y > x) + 0.5 * (x == y)),
-        doc="The larger of x and y. Routes the gradient to the larger input; on a tie each gets half.",
-        kernel="max",
-    ),
-    Op(
-        "min", 2,
-        forward=np.minimum,
-        derivatives=lambda x, y, out: ((x < y) + 0.5 * (x == y), (y < x) + 0.5 * (x == y)),
-        doc="The smaller of x and y. Routes the gradient to the smaller input; on a tie each gets half.",
-        kernel="min",
-    ),
+    # -- elementwise: graphsvc.opmath's table (arithmetic, exp/log, trigonometry, activations, piecewise)
+    *(_elementwise(name) for name in opmath.RULES),
     # -- linear algebra ------------------------------------------------------------------------------
     Op(
         "matmul", 2,

@@ -19,16 +19,22 @@ from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
+from graphsvc.opmath import RULES, digest
+
 #: Graphs with fewer nodes use the pure-Python references (as fast there, and the oracle every
 #: compiled path is tested against).
 JIT_THRESHOLD = 1_000
 
 #: The primitives the compiled replay knows, by the name an op gives as its ``kernel``, with the
-#: number of inputs of each; an op may name one only if its forward and derivatives compute exactly
-#: what the primitive computes (the builtin ops of the same names do).
-PRIMITIVE_ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "neg": 1, "relu": 1, "abs": 1, "max": 2, "min": 2}
-#: The same names in order: position + 1 is the primitive's code in ``csrc/replay.c``.
+#: number of inputs of each: the elementwise ops of :data:`graphsvc.opmath.RULES`. An op may name
+#: one only if its forward and derivatives compute exactly what the primitive computes (the builtin
+#: ops of the same names do: they are derived from the same table). A primitive with an attribute
+#: (``pow``'s ``exponent``) takes it as a per-node parameter.
+PRIMITIVE_ARITY = {name: rule.arity for name, rule in RULES.items()}
+#: The same names in order: position + 1 is the primitive's code in ``csrc/opmath.h``.
 PRIMITIVES = tuple(PRIMITIVE_ARITY)
+#: The attributes each primitive takes, as per-node parameters (at most one: ``pow``'s ``exponent``).
+PRIMITIVE_ATTRS = {name: rule.attrs for name, rule in RULES.items()}
 
 
 @cache
@@ -40,6 +46,8 @@ def _compiled() -> Any:
         from graphsvc import _replay_kernels, _topo_kernels
     except ImportError:  # an extension was not built here: the references run
         return None
+    if _replay_kernels.OPMATH_DIGEST != digest():  # built from another op table: rebuild it
+        return None
     return SimpleNamespace(
         **{name: getattr(module, name) for module in (_topo_kernels, _replay_kernels) for name in module.__all__}
     )
@@ -48,3 +56,9 @@ def _compiled() -> Any:
 def compiled_for(num_nodes: int) -> Any:
     """The compiled kernels when they are worth it for a graph of this size, else ``None``."""
     return None if num_nodes < JIT_THRESHOLD else _compiled()
+
+
+def compiled_elementwise() -> Any:
+    """The compiled kernels for :mod:`graphsvc.builtin_ops`' elementwise loops, whatever the graph's
+    size (an op must compute the same bits on every path), or ``None`` where they are off or not built."""
+    return _compiled()

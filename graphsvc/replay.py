@@ -11,21 +11,29 @@ This module never names a concrete op: every op comes from the registry.
   ``grad[child] * local[edge]`` to each parent. Every replay starts from zero gradients, so the
   seeds' zero-gradient trap cannot happen here.
 
-What is promised bit for bit, on every CPU numpy dispatches to: a graph's replay does not depend on
-the path its nodes take. Grouped nodes and nodes replayed one at a time (narrow levels) make the
-same call, an op's function on float64 arrays (one-element arrays node by node), so numpy runs the
-same loop for them; the compiled kernels compute only correctly rounded IEEE operations (``+ - * /``,
-``neg``, ``abs``, ``relu``, ``max``, ``min``, and the sweeps' unfused multiply-adds), which give one
-answer everywhere. What is not promised: the last bits of ops that are not correctly rounded
-(``exp``, ``log``, ``tanh``, ``pow``, ``sin``...) from one machine (or numpy version) to another,
-or against Python's ``math``; and nan's sign and payload.
+Every builtin elementwise op is a compiled primitive (``pow`` with its ``exponent`` as a per-node
+parameter): its math is written once, in :mod:`graphsvc.opmath`, from which the compiled kernels,
+the numpy functions of :mod:`graphsvc.builtin_ops` and :class:`graphsvc.value.Value` are derived.
+
+What is promised bit for bit: a graph's replay does not depend on the path its nodes take. Grouped
+nodes and nodes replayed one at a time (narrow levels) make the same call, an op's function on
+float64 arrays (one-element arrays node by node). The correctly rounded ops (``+ - * /``, ``neg``,
+``sqrt``, ``abs``, ``relu``, ``max``, ``min``, and the sweeps' unfused multiply-adds) give one answer
+on every CPU numpy dispatches to, compiled or not. The others (``exp``, ``log``, ``pow``, ``sin``,
+``cos``, ``tanh``, ``sigmoid``) call libm: where the C extension is built, the builtin ops run them
+for float64 arrays through its elementwise loop, the code the compiled sweeps run, so every path
+gives the same bits on one machine, and :class:`~graphsvc.value.Value` (libm through ``math``) gives
+them too. What is not promised: those ops' last bits from one machine (libm) to another, or with the
+extension off (``GRAPHSVC_JIT=0``: numpy's loops) against with it on; and nan's sign and payload.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
@@ -33,7 +41,7 @@ import numpy.typing as npt
 
 from graphsvc.errors import MissingOpsError, OpError, ReplayError, UsageError
 from graphsvc.graph import LEAF_TAGS, Graph
-from graphsvc.kernels import PRIMITIVES, compiled_for
+from graphsvc.kernels import PRIMITIVE_ATTRS, PRIMITIVES, compiled_for
 from graphsvc.ops import Op, OpRegistry, evaluate, evaluate_node, local_derivatives
 from graphsvc.plugins import running_plugin_code
 from graphsvc.text import ITEM_CHARS, escape, listed, shorten
@@ -135,20 +143,54 @@ def _primitive_table(ops: list[Op | None]) -> npt.NDArray[np.int8]:
     )
 
 
-def _all_primitives(graph: Graph, ops: list[Op | None], table: npt.NDArray[np.int8]) -> bool:
-    """True when every op of the graph is a compiled primitive and no computed node has attributes,
-    so one compiled sweep over the op codes replays it (decided on the op table, not per node)."""
+@dataclass(frozen=True)
+class _Params:
+    """What the compiled primitives need beyond the op codes: each node's parameter (``pow``'s
+    ``exponent``; ``None`` when no node has one) and the computed nodes of primitive ops whose
+    attributes are not their primitive's own (such a node goes through its op's functions)."""
+
+    params: FloatArray | None
+    excluded: npt.NDArray[np.int64]
+
+
+def _primitive_params(graph: Graph, table: npt.NDArray[np.int8]) -> _Params:
+    """The parameters of the nodes carrying attributes: a primitive takes its own attributes (at
+    most one, a real number), nothing else."""
+    params: FloatArray | None = None
+    excluded: list[int] = []
+    offsets, codes = graph.parent_offsets, graph.op_codes
+    for node, attrs in graph.attrs.items():
+        code = int(table[codes[node]])
+        if code == 0 or offsets[node + 1] == offsets[node]:  # not a primitive anyway, or a leaf
+            continue
+        names = PRIMITIVE_ATTRS[PRIMITIVES[code - 1]]
+        value = attrs.get(names[0]) if len(names) == 1 and len(attrs) == 1 else None
+        if not isinstance(value, Real) or isinstance(value, bool):
+            excluded.append(node)
+            continue
+        if params is None:
+            params = np.zeros(graph.num_nodes, dtype=np.float64)
+        params[node] = value
+    return _Params(params, np.array(excluded, dtype=np.int64))
+
+
+def _all_primitives(
+    graph: Graph, ops: list[Op | None], table: npt.NDArray[np.int8], params: _Params | None = None
+) -> bool:
+    """True when every op of the graph is a compiled primitive and every computed node's attributes
+    are its primitive's own (``params``, from :func:`_primitive_params`), so one compiled sweep over
+    the op codes replays it."""
     if any(op is not None and code == 0 for op, code in zip(ops, table.tolist(), strict=True)):
         return False
-    return not any(graph.parent_offsets[node + 1] > graph.parent_offsets[node] for node in graph.attrs)
+    return not len((params or _primitive_params(graph, table)).excluded)
 
 
-def _primitive_kinds(graph: Graph, ops: list[Op | None]) -> npt.NDArray[np.int8]:
+def _primitive_kinds(graph: Graph, ops: list[Op | None], params: _Params | None = None) -> npt.NDArray[np.int8]:
     """Per node, the code of its op's compiled primitive; 0 for leaves, ops without a kernel, and
-    nodes carrying attributes (a primitive takes none: such a node goes through its op's functions)."""
-    kinds = _primitive_table(ops)[graph.op_codes]
-    if graph.attrs:
-        kinds[np.fromiter(graph.attrs, dtype=np.int64, count=len(graph.attrs))] = 0
+    nodes carrying attributes that are not their primitive's own."""
+    table = _primitive_table(ops)
+    kinds = table[graph.op_codes]
+    kinds[(params or _primitive_params(graph, table)).excluded] = 0
     return kinds
 
 
@@ -226,16 +268,20 @@ def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] |
             raise UsageError(f"node {graph.label(node)} is a {graph.op(node)} node, not a leaf: only leaves can be set")
         values[node] = value
     jit = compiled_for(graph.num_nodes)
+    kinds, params = None, None
     if jit is not None:
         table = _primitive_table(ops)
-        if _all_primitives(graph, ops, table):
+        plan = _primitive_params(graph, table)
+        params = plan.params
+        if _all_primitives(graph, ops, table, plan):
             # Every op is a compiled primitive: one sweep in id order (a topological order).
-            jit.forward_all_primitives(graph.op_codes, table, graph.parent_offsets, graph.parent_indices, values)
+            offsets, parents = graph.parent_offsets, graph.parent_indices
+            jit.forward_all_primitives(graph.op_codes, table, offsets, parents, values, params)
             return values
+        kinds = _primitive_kinds(graph, ops, plan)
     computed = np.flatnonzero(graph.parent_counts() > 0)
     if not len(computed):
         return values
-    kinds = None if jit is None else _primitive_kinds(graph, ops)
     level = levels(graph)[computed]
     order = np.argsort(level, kind="stable")  # by level, then by id
     nodes, level = computed[order], level[order]
@@ -248,13 +294,13 @@ def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] |
         if hi - lo < NARROW_LEVEL:
             continue
         if start < lo:
-            narrow = narrow or _NarrowReplay(graph, ops, kinds)
+            narrow = narrow or _NarrowReplay(graph, ops, kinds, params)
             narrow.run(nodes[start:lo], values)
         for group in _groups(graph, ops, nodes[lo:hi]):
             _forward_group(graph, group, values)
         start = hi
     if start < len(nodes):
-        narrow = narrow or _NarrowReplay(graph, ops, kinds)
+        narrow = narrow or _NarrowReplay(graph, ops, kinds, params)
         narrow.run(nodes[start:], values)
     return values
 
@@ -262,14 +308,21 @@ def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] |
 class _NarrowReplay:
     """Node-by-node forward replay, for stretches of levels too narrow for numpy to pay off.
 
-    With ``kinds`` (large graphs), runs of compiled primitives go through the compiled sweep and
-    only the other nodes are Python calls.
+    With ``kinds`` (large graphs), runs of compiled primitives go through the compiled sweep (with
+    ``params``, their parameters) and only the other nodes are Python calls.
     """
 
-    def __init__(self, graph: Graph, ops: list[Op | None], kinds: npt.NDArray[np.int8] | None = None) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        ops: list[Op | None],
+        kinds: npt.NDArray[np.int8] | None = None,
+        params: FloatArray | None = None,
+    ) -> None:
         self.graph = graph
         self.ops = ops
         self.kinds = kinds
+        self.params = params
         self.codes = graph.op_codes.tolist()
         self.offsets = graph.parent_offsets.tolist()
         self.parents = graph.parent_indices.tolist()
@@ -287,7 +340,7 @@ class _NarrowReplay:
             graph, position, count = self.graph, 0, len(nodes)
             while position < count:
                 position = jit.forward_primitives(
-                    nodes, self.kinds, graph.parent_offsets, graph.parent_indices, values, position
+                    nodes, self.kinds, graph.parent_offsets, graph.parent_indices, values, position, self.params
                 )
                 if position < count:
                     self._one(int(nodes[position]), values)
@@ -346,8 +399,10 @@ def _edge_derivatives(
     nodes = nodes[graph.parent_counts()[nodes] > 0]
     jit = compiled_for(graph.num_nodes)
     if jit is not None:
-        kinds = _primitive_kinds(graph, ops)
-        jit.primitive_derivatives(nodes, kinds, graph.parent_offsets, graph.parent_indices, values, local)
+        plan = _primitive_params(graph, _primitive_table(ops))
+        kinds = _primitive_kinds(graph, ops, plan)
+        offsets, parents = graph.parent_offsets, graph.parent_indices
+        jit.primitive_derivatives(nodes, kinds, offsets, parents, values, local, plan.params)
         nodes = nodes[kinds[nodes] == 0]
     for group in _groups(graph, ops, nodes):
         starts = graph.parent_offsets[group.nodes]
@@ -374,11 +429,12 @@ def backward(graph: Graph, registry: OpRegistry, output: int, values: FloatArray
     jit = compiled_for(graph.num_nodes)
     if jit is not None:
         table = _primitive_table(ops)
-        if _all_primitives(graph, ops, table):  # every op compiled: one fused pass
+        plan = _primitive_params(graph, table)
+        if _all_primitives(graph, ops, table, plan):  # every op compiled: one fused pass
             grads = np.empty(graph.num_nodes, dtype=np.float64)
-            both, reached = np.empty(2 * (output + 1), dtype=np.float64), np.empty(output + 1, dtype=np.bool_)
+            both, reached = _backward_scratch(output)
             codes, offsets, parents = graph.op_codes, graph.parent_offsets, graph.parent_indices
-            jit.backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads)
+            jit.backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads, plan.params)
             return grads
     reach = ancestors(graph, output)
     nodes = np.flatnonzero(reach)
@@ -386,6 +442,22 @@ def backward(graph: Graph, registry: OpRegistry, output: int, values: FloatArray
     if jit is not None:
         return jit.backward_sweep(graph.parent_offsets, graph.parent_indices, local, nodes, output, graph.num_nodes)
     return reference_sweep(graph, output, local, nodes)
+
+
+#: Per thread, the fused backward's scratch, reused by the next backward of a graph no larger.
+_scratch = threading.local()
+
+
+def _backward_scratch(output: int) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """``both`` (``2 * (output + 1)`` floats) and ``reached`` (``output + 1`` booleans) for
+    ``backward_primitives``. Kept per thread (17 bytes per node of the largest graph it replayed)
+    and reused: fresh pages of tens of megabytes cost more than the sweep itself, above all right
+    after other work has freed memory (the kernel then compacts memory to find huge pages)."""
+    both, reached = getattr(_scratch, "both", None), getattr(_scratch, "reached", None)
+    if both is None or reached is None or len(reached) < output + 1:
+        both, reached = np.empty(2 * (output + 1), dtype=np.float64), np.empty(output + 1, dtype=np.bool_)
+        _scratch.both, _scratch.reached = both, reached
+    return both[: 2 * (output + 1)], reached[: output + 1]
 
 
 def reference_sweep(

@@ -9,10 +9,14 @@
 A ``Value`` records what made it: an op tag of the registry (``"add"``, ``"sub"``, ``"pow"``...), its
 parents in order (``a * a`` has two parents, both ``a``) and the op's attributes (``{"exponent":
 2.0}``). Numbers in expressions become ``const`` nodes. The builtin operators compute ``.data`` with
-plain Python floats, following IEEE rules as numpy does (``x / 0`` is inf, ``log(-1)`` is nan), so a
-replay of a saved graph reproduces the same values: exactly for + - * / and sqrt, within an ulp or
-two for exp, log, tanh, sin, cos and pow (``math`` here, numpy's vectorized code in a replay).
-:meth:`Value.apply` runs any registered op, plugin ops included.
+plain Python floats, by the functions :func:`graphsvc.opmath.python_forward` derives from the one
+table of op math that the replay's numpy functions and compiled kernels come from too. They follow
+IEEE rules as numpy does (``x / 0`` is inf, ``log(-1)`` is nan), so a replay of a saved graph
+reproduces the same values: bit for bit where graphsvc's C extension is built (exp, log, tanh, sin,
+cos and pow are libm's both in ``math`` here and in the compiled code a replay runs), and for the
+correctly rounded ops (+ - * / sqrt abs relu max min) everywhere; without the extension, exp, log,
+tanh, sin, cos, pow and sigmoid may differ from numpy's by an ulp or two. :meth:`Value.apply` runs
+any registered op, plugin ops included.
 
 :meth:`Value.backward` does not walk the graph recursively and keeps no per-op derivative code:
 it traces the graph (:func:`trace`) and runs :func:`graphsvc.replay.backward` with the op registry's
@@ -34,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import math
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -45,6 +48,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from graphsvc.errors import OpError, UsageError
+from graphsvc.opmath import python_forward
 
 if TYPE_CHECKING:
     from graphsvc.graph import Graph
@@ -55,8 +59,12 @@ __all__ = ["Value", "default_registry", "save", "trace", "use_registry", "zero_g
 # The leaf tags, spelled as graphsvc.graph spells them (that module imports numpy; this one must not).
 _LEAF = "leaf"
 _CONST = "const"
-_NAN = math.nan
-_INF = math.inf
+# Each builtin op's forward on Python floats, from graphsvc.opmath's table.
+_ADD, _SUB, _MUL, _DIV, _NEG = (python_forward(op) for op in ("add", "sub", "mul", "div", "neg"))
+_POW, _EXP, _LOG, _SQRT, _SIN, _COS = (python_forward(op) for op in ("pow", "exp", "log", "sqrt", "sin", "cos"))
+_TANH, _RELU, _SIGMOID, _ABS, _MAX, _MIN = (
+    python_forward(op) for op in ("tanh", "relu", "sigmoid", "abs", "max", "min")
+)
 
 
 class Value:
@@ -139,55 +147,55 @@ class Value:
             if not _is_number(other):
                 return NotImplemented
             other = Value(float(other), None, _CONST)
-        return Value(self.data + other.data, None, "add", (self, other))
+        return Value(_ADD(self.data, other.data), None, "add", (self, other))
 
     def __radd__(self, other: float) -> Value:
         if not _is_number(other):
             return NotImplemented
         constant = Value(float(other), None, _CONST)
-        return Value(constant.data + self.data, None, "add", (constant, self))
+        return Value(_ADD(constant.data, self.data), None, "add", (constant, self))
 
     def __sub__(self, other: Value | float) -> Value:
         if not isinstance(other, Value):
             if not _is_number(other):
                 return NotImplemented
             other = Value(float(other), None, _CONST)
-        return Value(self.data - other.data, None, "sub", (self, other))
+        return Value(_SUB(self.data, other.data), None, "sub", (self, other))
 
     def __rsub__(self, other: float) -> Value:
         if not _is_number(other):
             return NotImplemented
         constant = Value(float(other), None, _CONST)
-        return Value(constant.data - self.data, None, "sub", (constant, self))
+        return Value(_SUB(constant.data, self.data), None, "sub", (constant, self))
 
     def __mul__(self, other: Value | float) -> Value:
         if not isinstance(other, Value):
             if not _is_number(other):
                 return NotImplemented
             other = Value(float(other), None, _CONST)
-        return Value(self.data * other.data, None, "mul", (self, other))
+        return Value(_MUL(self.data, other.data), None, "mul", (self, other))
 
     def __rmul__(self, other: float) -> Value:
         if not _is_number(other):
             return NotImplemented
         constant = Value(float(other), None, _CONST)
-        return Value(constant.data * self.data, None, "mul", (constant, self))
+        return Value(_MUL(constant.data, self.data), None, "mul", (constant, self))
 
     def __truediv__(self, other: Value | float) -> Value:
         if not isinstance(other, Value):
             if not _is_number(other):
                 return NotImplemented
             other = Value(float(other), None, _CONST)
-        return Value(_div(self.data, other.data), None, "div", (self, other))
+        return Value(_DIV(self.data, other.data), None, "div", (self, other))
 
     def __rtruediv__(self, other: float) -> Value:
         if not _is_number(other):
             return NotImplemented
         constant = Value(float(other), None, _CONST)
-        return Value(_div(constant.data, self.data), None, "div", (constant, self))
+        return Value(_DIV(constant.data, self.data), None, "div", (constant, self))
 
     def __neg__(self) -> Value:
-        return Value(-self.data, None, "neg", (self,))
+        return Value(_NEG(self.data), None, "neg", (self,))
 
     def __pow__(self, exponent: float) -> Value:
         if isinstance(exponent, Value) or not isinstance(exponent, Real):
@@ -196,44 +204,35 @@ class Value:
                 "(for a Value exponent write (b * a.log()).exp())"
             )
         k = float(exponent)
-        return Value(_pow(self.data, k), None, "pow", (self,), {"exponent": k})
+        return Value(_POW(self.data, k), None, "pow", (self,), {"exponent": k})
 
     # -- functions -----------------------------------------------------------------------------
     def relu(self) -> Value:
-        x = self.data
-        return Value(x if x > 0.0 or x != x else 0.0, None, "relu", (self,))  # nan stays nan, as in numpy
+        return Value(_RELU(self.data), None, "relu", (self,))
 
     def tanh(self) -> Value:
-        return Value(math.tanh(self.data), None, "tanh", (self,))
+        return Value(_TANH(self.data), None, "tanh", (self,))
 
     def exp(self) -> Value:
-        return Value(_exp(self.data), None, "exp", (self,))
+        return Value(_EXP(self.data), None, "exp", (self,))
 
     def log(self) -> Value:
-        x = self.data
-        return Value(math.log(x) if x > 0.0 else (-_INF if x == 0.0 else _NAN), None, "log", (self,))
+        return Value(_LOG(self.data), None, "log", (self,))
 
     def sqrt(self) -> Value:
-        x = self.data
-        return Value(math.sqrt(x) if x >= 0.0 else _NAN, None, "sqrt", (self,))
+        return Value(_SQRT(self.data), None, "sqrt", (self,))
 
     def sigmoid(self) -> Value:
-        x = self.data
-        if x >= 0.0:
-            s = 1.0 / (1.0 + math.exp(-x))
-        else:  # exp(-x) would overflow for very negative x
-            e = math.exp(x)
-            s = e / (1.0 + e)
-        return Value(s, None, "sigmoid", (self,))
+        return Value(_SIGMOID(self.data), None, "sigmoid", (self,))
 
     def sin(self) -> Value:
-        return Value(_unary(math.sin, self.data), None, "sin", (self,))
+        return Value(_SIN(self.data), None, "sin", (self,))
 
     def cos(self) -> Value:
-        return Value(_unary(math.cos, self.data), None, "cos", (self,))
+        return Value(_COS(self.data), None, "cos", (self,))
 
     def abs(self) -> Value:
-        return Value(abs(self.data), None, "abs", (self,))
+        return Value(_ABS(self.data), None, "abs", (self,))
 
     def __abs__(self) -> Value:
         return self.abs()
@@ -242,15 +241,13 @@ class Value:
         """The larger of two values (the gradient goes to the larger; half each on a tie)."""
         if not isinstance(other, Value):
             other = _const(other)
-        x, y = self.data, other.data
-        return Value(_NAN if x != x or y != y else (x if x >= y else y), None, "max", (self, other))
+        return Value(_MAX(self.data, other.data), None, "max", (self, other))
 
     def min(self, other: Value | float) -> Value:
         """The smaller of two values (the gradient goes to the smaller; half each on a tie)."""
         if not isinstance(other, Value):
             other = _const(other)
-        x, y = self.data, other.data
-        return Value(_NAN if x != x or y != y else (x if x <= y else y), None, "min", (self, other))
+        return Value(_MIN(self.data, other.data), None, "min", (self, other))
 
     def apply(self, op_name: str, *others: Value | float, **attrs: Any) -> Value:
         """Apply a registered op (a plugin's included) with this value as its first input.
@@ -311,42 +308,6 @@ def _const(number: object) -> Value:
     if _is_number(number):
         return Value(float(number), None, _CONST)  # type: ignore[arg-type]
     raise TypeError(f"expected a Value or a number, not {type(number).__name__}")
-
-
-# -- IEEE arithmetic for the few places where Python raises instead ------------------------------
-def _div(x: float, y: float) -> float:
-    try:
-        return x / y
-    except ZeroDivisionError:
-        if x != x or x == 0.0:
-            return _NAN
-        return math.copysign(_INF, x) * math.copysign(1.0, y)
-
-
-def _pow(x: float, k: float) -> float:
-    try:
-        result = x**k
-    except (ZeroDivisionError, OverflowError):
-        import numpy as np
-
-        with np.errstate(all="ignore"):
-            return float(np.power(np.float64(x), k))
-    return _NAN if isinstance(result, complex) else result
-
-
-def _exp(x: float) -> float:
-    try:
-        return math.exp(x)
-    except OverflowError:
-        return _INF
-
-
-def _unary(function: Any, x: float) -> float:
-    try:
-        result: float = function(x)
-    except ValueError:  # sin(inf), cos(inf)
-        return _NAN
-    return result
 
 
 # -- the registry -------------------------------------------------------------------------------

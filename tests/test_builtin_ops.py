@@ -158,3 +158,39 @@ def test_the_chain_rule_over_local_derivatives_gives_seed_004(registry: OpRegist
     d_a_mul, d_b_mul = (d_ab * d for d in derivatives_at(mul, (a, b)))
     d_a_add, d_b_add = (d_apb * d for d in derivatives_at(add, (a, b)))
     assert (d_a_mul + d_a_add, d_b_mul + d_b_add, d_c) == (22.0, 17.0, 5.0)
+
+
+# -- the elementwise ops come from graphsvc.opmath's table ------------------------------------------
+def test_the_elementwise_ops_are_the_tables(registry: OpRegistry) -> None:
+    from graphsvc import opmath
+
+    for name, rule in opmath.RULES.items():
+        op = registry.get(name)
+        assert (op.arity, op.doc, op.kernel, op.derivatives is not None) == (rule.arity, rule.doc, name, True)
+
+
+def test_float64_transcendental_ops_run_the_compiled_loop_and_float32_stays_numpy(registry: OpRegistry) -> None:
+    """Where the C extension is built, tanh of a float64 array is the C loop's (the code a compiled
+    sweep runs), broadcasting included; float32 arrays keep numpy's loops and dtype."""
+    from graphsvc import opmath
+    from tests.conftest import require_compiled
+
+    jit = require_compiled()
+    tanh, pow_ = registry.get("tanh"), registry.get("pow")
+    x = np.random.default_rng(3).standard_normal((4, 5))
+    assert tanh.forward is not None and pow_.forward is not None and pow_.derivatives is not None
+    expected = jit.elementwise(opmath.CODES["tanh"], x.ravel(), x.ravel(), 0.0).reshape(4, 5)
+    assert tanh.forward(x).tobytes() == expected.tobytes()
+    assert tanh.forward(x[:, ::2]).tobytes() == expected[:, ::2].copy().tobytes()  # not contiguous
+    cube = pow_.forward(x, exponent=3)
+    assert cube.tobytes() == jit.elementwise(opmath.CODES["pow"], x.ravel(), x.ravel(), 3.0).reshape(4, 5).tobytes()
+    (slope,) = pow_.derivatives(x, cube, exponent=3.0)
+    assert (
+        slope.shape == (4, 5)
+        and slope.tolist() == (3.0 * np.array([xi**2 for xi in x.ravel().tolist()])).reshape(4, 5).tolist()
+    )
+    single = x.astype(np.float32)
+    assert tanh.forward(single).dtype == np.float32
+    assert tanh.forward(single).tobytes() == np.tanh(single).tobytes()
+    with pytest.raises(TypeError, match="exponent"):
+        pow_.forward(x)  # no exponent: the numpy function's own error, as before

@@ -42,8 +42,9 @@ def test_compiled_primitive_matches_the_numpy_op_bit_for_bit(op: Op, jit) -> Non
     ]
     inputs = [np.array([p[k] for p in pairs], dtype=np.float64) for k in range(op.arity)]
     m = len(pairs)
-    expected = np.asarray(evaluate(op, inputs, {}))
-    expected_local = local_derivatives(op, inputs, expected, {})
+    attrs = {"exponent": 3.0} if op.kernel == "pow" else {}  # pow's exponent travels as a parameter
+    expected = np.asarray(evaluate(op, inputs, attrs))
+    expected_local = local_derivatives(op, inputs, expected, attrs)
     # one graph: the inputs as leaves, then one node of the op per pair
     kinds = np.zeros(m * op.arity + m, dtype=np.int8)
     nodes = np.arange(m * op.arity, m * op.arity + m, dtype=np.int64)
@@ -53,16 +54,17 @@ def test_compiled_primitive_matches_the_numpy_op_bit_for_bit(op: Op, jit) -> Non
     offsets = np.cumsum(offsets)
     parents = np.array([k * m + i for i in range(m) for k in range(op.arity)], dtype=np.int32)
     values = np.concatenate([*inputs, np.zeros(m)])
+    params = np.full(len(kinds), attrs.get("exponent", 0.0))
     leaves = values.copy()
-    assert jit.forward_primitives(nodes, kinds, offsets, parents, values, 0) == m
+    assert jit.forward_primitives(nodes, kinds, offsets, parents, values, 0, params) == m
     assert same_bits(values[nodes], expected)
     # the whole-graph sweep over op codes: code 0 the leaves, code 1 the op
     codes = (kinds != 0).astype(np.uint16)
     table = np.array([0, kinds[nodes[0]]], dtype=np.int8)
-    jit.forward_all_primitives(codes, table, offsets, parents, leaves)
+    jit.forward_all_primitives(codes, table, offsets, parents, leaves, params)
     assert same_bits(leaves, values)
     local = np.zeros(len(parents))
-    jit.primitive_derivatives(nodes, kinds, offsets, parents, values, local)
+    jit.primitive_derivatives(nodes, kinds, offsets, parents, values, local, params)
     for k in range(op.arity):
         assert same_bits(local[k :: op.arity], np.broadcast_to(expected_local[k], (m,)).astype(np.float64))
 

@@ -96,7 +96,8 @@ def test_an_unknown_op_is_an_error_naming_it() -> None:
         (Op("f", 1, abs, abs, vectorized=1), "op 'f': vectorized must be True or False, not 1"),  # type: ignore[arg-type]
         (
             Op("f", 1, abs, abs, kernel=["neg"]),  # type: ignore[arg-type]
-            "op 'f': kernel ['neg'] is not a primitive of arity 1 (add, sub, mul, div, neg, relu, abs, max, min)",
+            "op 'f': kernel ['neg'] is not a primitive of arity 1 (add, sub, mul, div, neg, pow, exp, log, sqrt, "
+            "sin, cos, tanh, relu, sigmoid, abs, max, min)",
         ),
     ],
 )

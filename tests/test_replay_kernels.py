@@ -7,6 +7,7 @@ tests/test_kernels.py and tests/test_replay.py compare the same kernels on rando
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,8 @@ from tests.conftest import require_compiled, require_native
 
 NAMES = (
     "backward_sweep",
+    "elementwise",
+    "elementwise_partials",
     "forward_all_primitives",
     "forward_primitives",
     "primitive_derivatives",
@@ -85,8 +88,26 @@ def one_node_per_pair(arity: int, pairs: list[tuple[float, ...]]) -> tuple[np.nd
     return offsets, parents, values, nodes
 
 
-@pytest.mark.parametrize("op", primitive_ops(), ids=lambda op: op.name)
-def test_every_primitive_on_special_values_matches_numpy_on_every_path(op: Op, native: Any) -> None:
+#: Exponents pow is checked with: integers (odd, even, negative), halves, zero, non-integers.
+EXPONENTS = [2.0, 3.0, -1.0, -2.0, 0.5, -0.5, 0.0, 1.0, 2.5, 1e-3]
+
+
+def primitive_cases() -> list[tuple[Op, dict[str, float]]]:
+    """Each primitive op with the attributes it is checked under (pow: each of EXPONENTS)."""
+    cases: list[tuple[Op, dict[str, float]]] = []
+    for op in primitive_ops():
+        assert op.kernel is not None
+        names = kernels.PRIMITIVE_ATTRS[op.kernel]
+        cases += [(op, {names[0]: k}) for k in EXPONENTS] if names else [(op, {})]
+    return cases
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"), primitive_cases(), ids=lambda case: case.name if isinstance(case, Op) else repr(case)
+)
+def test_every_primitive_on_special_values_matches_numpy_on_every_path(
+    op: Op, attrs: dict[str, float], native: Any
+) -> None:
     """Forward (both sweeps), the derivatives, and the fused backward (0 + 1 * each partial, as
     the reference sweep adds it) against the op's numpy functions, on every pair of special values."""
     pairs = list(itertools.product(SPECIAL, repeat=op.arity))
@@ -94,9 +115,9 @@ def test_every_primitive_on_special_values_matches_numpy_on_every_path(op: Op, n
     m, n = len(pairs), len(values)
     inputs = [values[k * m : (k + 1) * m] for k in range(op.arity)]
     with np.errstate(all="ignore"):
-        expected = np.asarray(evaluate(op, inputs, {}))
+        expected = np.asarray(evaluate(op, inputs, attrs))
         expected_local = [
-            np.broadcast_to(d, (m,)).astype(np.float64) for d in local_derivatives(op, inputs, expected, {})
+            np.broadcast_to(d, (m,)).astype(np.float64) for d in local_derivatives(op, inputs, expected, attrs)
         ]
     assert op.kernel is not None
     code = kernels.PRIMITIVES.index(op.kernel) + 1
@@ -104,17 +125,18 @@ def test_every_primitive_on_special_values_matches_numpy_on_every_path(op: Op, n
     kinds[nodes] = code
     codes = (kinds != 0).astype(np.uint16)
     table = np.array([0, code], dtype=np.int8)
+    params = np.full(n, attrs.get("exponent", np.nan))  # a primitive without a parameter does not read it
 
     by_nodes = values.copy()
-    assert native.forward_primitives(nodes, kinds, offsets, parents, by_nodes, 0) == m
+    assert native.forward_primitives(nodes, kinds, offsets, parents, by_nodes, 0, params) == m
     assert same_bits(by_nodes[nodes], expected)
     by_codes = values.copy()
-    assert native.forward_all_primitives(codes, table, offsets, parents, by_codes) is None
+    assert native.forward_all_primitives(codes, table, offsets, parents, by_codes, params) is None
     assert same_bits(by_codes, by_nodes)
     assert same_bits(by_codes[: m * op.arity], values[: m * op.arity])  # the leaves are left alone
 
     local = np.full(len(parents), 99.0)
-    native.primitive_derivatives(nodes, kinds, offsets, parents, by_codes, local)
+    native.primitive_derivatives(nodes, kinds, offsets, parents, by_codes, local, params)
     for k in range(op.arity):
         assert same_bits(local[k :: op.arity], expected_local[k])
 
@@ -124,7 +146,7 @@ def test_every_primitive_on_special_values_matches_numpy_on_every_path(op: Op, n
     grads = np.empty(n)
     for i, node in enumerate(nodes.tolist()):
         both, reached = np.empty(2 * (node + 1)), np.empty(node + 1, dtype=np.bool_)
-        native.backward_primitives(offsets, parents, codes, table, by_codes, node, both, reached, grads)
+        native.backward_primitives(offsets, parents, codes, table, by_codes, node, both, reached, grads, params)
         want = np.zeros(n)
         want[node] = 1.0
         for k in range(op.arity):
@@ -175,7 +197,7 @@ def test_signed_zeros_and_nan_go_where_numpy_puts_them(native: Any) -> None:
     abs_of_nan[0] = -np.nan
     native.forward_primitives(
         np.array([1]),
-        np.array([0, 7], dtype=np.int8),
+        np.array([0, kernels.PRIMITIVES.index("abs") + 1], dtype=np.int8),
         np.array([0, 0, 1]),
         np.array([0], dtype=np.int32),
         abs_of_nan,
@@ -360,7 +382,8 @@ def test_a_chain_a_million_deep_through_the_c_sweeps(native: Any, registry: OpRe
 
 
 def test_forward_primitives_resumes_where_it_stopped(native: Any) -> None:
-    kinds = np.array([0, 5, 0, 6], dtype=np.int8)  # leaf, neg, (something else), relu
+    neg, relu = kernels.PRIMITIVES.index("neg") + 1, kernels.PRIMITIVES.index("relu") + 1
+    kinds = np.array([0, neg, 0, relu], dtype=np.int8)  # leaf, neg, (something else), relu
     offsets = np.array([0, 0, 1, 2, 3], dtype=np.int64)
     parents = np.array([0, 1, 2], dtype=np.int32)
     values = np.array([2.0, 0.0, -9.0, 7.0])
@@ -409,3 +432,66 @@ def test_wrong_arguments_are_errors_not_wild_memory_accesses() -> None:
         _creplay.forward_all_primitives(codes, np.array([0, 5], dtype=np.int8), offsets, parents, readonly)
     _creplay.forward_all_primitives(codes, np.array([0, 5], dtype=np.int8), offsets, parents, values)
     assert values.tolist() == [2.0, -2.0]  # the same arguments, right: neg
+
+
+def test_pow_nodes_replay_compiled_with_their_exponent_as_a_parameter(
+    native: Any, registry: OpRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pow with its exponent attribute is a primitive (a params column); a node with other attributes
+    still goes through its op's functions; both replay like the reference, bit for bit."""
+    g = GraphBuilder()
+    x = g.leaf(0.7, name="x")
+    for i in range(kernels.JIT_THRESHOLD):
+        x = g.add("tanh", [g.add("pow", [x], attrs={"exponent": [2.0, 3.0, -0.5, 1.5][i % 4]})])
+    g.add("pow", [x], attrs={"exponent": 2.0})
+    graph = g.build()
+    sweeps: list[Any] = []
+    sweep = native.forward_all_primitives
+    monkeypatch.setattr(native, "forward_all_primitives", lambda *args: sweeps.append(args[-1]) or sweep(*args))
+    values = replay.forward(graph, registry)
+    assert len(sweeps) == 1 and sweeps[0][1:7].tolist() == [2.0, 0.0, 3.0, 0.0, -0.5, 0.0]  # one sweep, exponents
+    grads = replay.backward(graph, registry, graph.num_nodes - 1, values)
+    with pytest.MonkeyPatch.context() as off:
+        off.setattr(kernels, "JIT_THRESHOLD", 10**12)
+        assert same_bits(replay.forward(graph, registry), values)
+    assert same_bits(grads, reference_backward(graph, registry, graph.num_nodes - 1, values))
+    assert np.isfinite(values).all() and grads[0] != 0.0
+
+    extra = g.add("pow", [x], attrs={"exponent": 2.0, "note": 1.0})  # not pow's own attributes only
+    g.add("add", [extra, x])
+    other = g.build()
+    ops = replay.resolve_ops(other, registry)
+    assert not replay._all_primitives(other, ops, replay._primitive_table(ops))
+    assert replay._primitive_kinds(other, ops)[extra] == 0
+    with pytest.raises(Exception, match="note"):  # the numpy pow does not take it
+        replay.forward(other, registry)
+
+
+def test_a_primitive_with_a_parameter_needs_the_params(native: Any) -> None:
+    pow_ = kernels.PRIMITIVES.index("pow") + 1
+    offsets, parents, values, nodes = one_node_per_pair(1, [(3.0,)])
+    kinds = np.array([0, pow_], dtype=np.int8)
+    with pytest.raises(ValueError, match=r"^params: node 1 is a primitive with a parameter \(code 6\), but no params"):
+        native.forward_primitives(nodes, kinds, offsets, parents, values, 0)
+    with pytest.raises(ValueError, match=r"^params: 1 items, expected one per node \(2\)$"):
+        native.forward_primitives(nodes, kinds, offsets, parents, values, 0, np.ones(1))
+    assert native.forward_primitives(nodes, kinds, offsets, parents, values, 0, np.array([0.0, 3.0])) == 1
+    assert values.tolist() == [3.0, 27.0]
+
+
+def test_the_fused_backward_reuses_its_scratch_and_leftovers_do_not_matter(
+    native: Any, registry: OpRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread keeps the fused backward's scratch: a second backward, of this graph or a smaller
+    one, reuses it (no fresh pages), and what an earlier backward left in it changes nothing."""
+    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 0)
+    monkeypatch.setattr(replay, "_scratch", threading.local())  # none kept from earlier tests
+    big, small = random_primitives(400, seed=0), random_primitives(100, seed=1)
+    values_big, values_small = replay.forward(big, registry), replay.forward(small, registry)
+    first = replay.backward(small, registry, small.num_nodes - 1, values_small)
+    replay.backward(big, registry, big.num_nodes - 1, values_big)
+    kept = replay._scratch.both
+    again = replay.backward(small, registry, small.num_nodes - 1, values_small)
+    assert replay._scratch.both is kept and len(kept) == 2 * big.num_nodes
+    assert same_bits(again, first)
+    assert same_bits(again, reference_backward(small, registry, small.num_nodes - 1, values_small))
