@@ -61,12 +61,14 @@ def _through_c(name: str, numpy_function: Callable[..., Any], *, partials: bool 
             or not all(type(x) is np.ndarray and x.dtype == np.float64 for x in inputs)
         ):
             return numpy_function(*inputs, **attrs)
-        columns = [np.ascontiguousarray(x) for x in np.broadcast_arrays(*inputs)]
+        arrays = np.broadcast_arrays(*inputs)
+        shape = arrays[0].shape  # a 0-d input stays 0-d (ascontiguousarray would make it 1-d)
+        columns = [np.ascontiguousarray(x).reshape(-1) for x in arrays]
         x, y = columns[0], columns[1 if rule.arity == 2 else 0]
         if not partials:
-            return jit.elementwise(code, x, y, float(param))
+            return jit.elementwise(code, x, y, float(param)).reshape(shape)
         dx, dy = jit.elementwise_partials(code, x, y, columns[-1], float(param))
-        return (dx, dy) if rule.arity == 2 else (dx,)
+        return (dx.reshape(shape), dy.reshape(shape)) if rule.arity == 2 else (dx.reshape(shape),)
 
     return run
 

@@ -392,3 +392,19 @@ def test_a_per_element_op_keeps_float32() -> None:
     graph = graphsvc.backward(b.build(), registry=registry)
     assert graph.value("c").dtype == np.float32 and graph.value("c").tolist() == [1.0, 8.0]  # type: ignore[union-attr]
     assert graph.grad("x").dtype == np.float32 and graph.grad("x").tolist() == [3.0, 12.0]  # type: ignore[union-attr]
+
+
+def test_a_0d_float64_array_keeps_its_shape_through_the_compiled_elementwise_ops() -> None:
+    """exp, tanh, pow... run a C loop on float64 arrays when it is built: 0-d must stay 0-d, as
+    numpy's functions keep it (the stored shape must not depend on the build)."""
+    b = GraphBuilder()
+    x = b.leaf(np.array([0.5, 1.0]), name="x")
+    for name in ("exp", "tanh", "sigmoid", "log", "sin", "cos"):
+        b.add(name, [b.add("sum", [x])], name=name)
+    b.add("pow", [b.add("sum", [x])], attrs={"exponent": 3.0}, name="cube")
+    graph = graphsvc.forward(b.build(), registry=builtins())
+    for name in ("exp", "tanh", "sigmoid", "log", "sin", "cos", "cube"):
+        value = graph.value(name)
+        assert isinstance(value, float), name  # a float64 0-d result: a scalar node
+    assert abs(graph.value("exp") - 4.4816890703380645) <= 1e-15  # type: ignore[operator]  # e**1.5
+    assert graph.value("cube") == 3.375
