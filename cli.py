@@ -817,8 +817,8 @@ def _tensor_command(
             _print_table(columns, rows)
         else:
             _echo_lines(["\t".join(row) for row in rows])
-        checks = [_tensor_nonfinite_line(graph, found) for found in nonfinite.values() if found is not None]
-        _echo_lines(checks + [_tensor_comparison_line(graph, c) for c in comparisons])
+        checks = [_nonfinite_line(graph, found) for found in nonfinite.values() if found is not None]
+        _echo_lines(checks + [_comparison_line(graph, c) for c in comparisons])
     if not all(c.ok for c in comparisons):
         raise typer.Exit(1)
 
@@ -829,23 +829,6 @@ def _element(graph: Graph, at: tuple[int, tuple[int, ...]] | None) -> str:
         return "-"
     node, index = at
     return _label(graph, node) + (f"[{','.join(map(str, index))}]" if index else "")
-
-
-def _tensor_comparison_line(graph: Graph, c: Any) -> str:
-    verdict = "ok" if c.ok else f"{c.mismatches} of {c.nodes - c.unstored} nodes beyond tolerance"
-    missing = f"{c.unstored} of {c.nodes} nodes have no stored value; " if c.unstored else ""
-    return (
-        f"check {c.what}: {missing}worst abs diff {c.worst_abs!r} at {_element(graph, c.worst_abs_at)}, "
-        f"worst rel diff {c.worst_rel!r} at {_element(graph, c.worst_rel_at)}: {verdict}"
-    )
-
-
-def _tensor_nonfinite_line(graph: Graph, found: Any) -> str:
-    order = "first in the backward sweep" if found.what == "grads" else "first"
-    return (
-        f"nonfinite {found.what}: {order} at {_element(graph, (found.node, found.index))} "
-        f"(node {found.node}, {_op(graph, found.node)}) = {found.value!r}; {found.count} of {graph.num_nodes} nodes"
-    )
 
 
 def _tensor_steps_text(graph: Graph, step_list: list[Any]) -> str:
@@ -984,14 +967,12 @@ def _comparisons(graph: Graph, values: Any, grads: Any, rtol: float, atol: float
 
 
 def _comparison_line(graph: Graph, c: Any) -> str:
-    def at(node: int | None) -> str:
-        return "-" if node is None else _label(graph, node)
-
+    """A --check line, for scalars (replay.Comparison) and arrays (tensors.TensorComparison)."""
     verdict = "ok" if c.ok else f"{c.mismatches} beyond tolerance"
     missing = f"{c.unstored} of {c.nodes} nodes have no stored value; " if c.unstored else ""
     return (
-        f"check {c.what}: {missing}worst abs diff {c.worst_abs!r} at {at(c.worst_abs_node)}, "
-        f"worst rel diff {c.worst_rel!r} at {at(c.worst_rel_node)}: {verdict}"
+        f"check {c.what}: {missing}worst abs diff {c.worst_abs!r} at {_element(graph, c.worst_abs_at)}, "
+        f"worst rel diff {c.worst_rel!r} at {_element(graph, c.worst_rel_at)}: {verdict}"
     )
 
 
@@ -1034,9 +1015,11 @@ def _nonfinite_item(graph: Graph, found: Any) -> dict[str, Any] | None:
 
 
 def _nonfinite_line(graph: Graph, found: Any) -> str:
+    """Where nan or inf first appeared, for scalars (replay.NonFinite) and arrays (an index too)."""
     order = "first in the backward sweep" if found.what == "grads" else "first"
+    where = _element(graph, (found.node, getattr(found, "index", ())))
     return (
-        f"nonfinite {found.what}: {order} at {_label(graph, found.node)} (node {found.node}, {_op(graph, found.node)})"
+        f"nonfinite {found.what}: {order} at {where} (node {found.node}, {_op(graph, found.node)})"
         f" = {found.value!r}; {found.count} of {graph.num_nodes} nodes"
     )
 

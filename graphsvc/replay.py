@@ -549,6 +549,17 @@ class Comparison:
         """How many nodes had a stored number to compare with."""
         return self.nodes - self.unstored
 
+    @property
+    def worst_abs_at(self) -> tuple[int, tuple[int, ...]] | None:
+        """Where the worst absolute difference is, as :class:`graphsvc.tensors.TensorComparison`
+        says it: (node, index into its array), the index ``()`` for a scalar."""
+        return None if self.worst_abs_node is None else (self.worst_abs_node, ())
+
+    @property
+    def worst_rel_at(self) -> tuple[int, tuple[int, ...]] | None:
+        """Where the worst relative difference is: (node, ``()``)."""
+        return None if self.worst_rel_node is None else (self.worst_rel_node, ())
+
 
 def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, atol: float) -> Comparison:
     """Compare two columns; a node mismatches when ``|replayed - stored| > atol + rtol * |stored|``.
