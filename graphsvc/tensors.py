@@ -106,14 +106,11 @@ def _times(g: np.ndarray, partial: Any) -> np.ndarray:
 
 def _per_element(function: Callable[..., Any], arity: int) -> Callable[..., Any]:
     """A per-element op (Python floats in and out) applied over broadcast arrays."""
-    if function is None:
-        return function
 
     def over_arrays(*args: np.ndarray, **attrs: Any) -> Any:
         # the result has the inputs' float dtype (float32 stays float32), computed in Python floats
-        dtype = np.result_type(
-            *(a.dtype for a in args if isinstance(a, np.ndarray) and a.dtype.kind == "f"), np.float32
-        )
+        floats = [a.dtype for a in args if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+        dtype = np.result_type(*floats) if floats else np.dtype(np.float64)
         arrays = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in args))
         columns = (a.ravel().tolist() for a in arrays)
         results = [function(*map(float, items), **attrs) for items in zip(*columns, strict=True)]

@@ -408,3 +408,12 @@ def test_a_0d_float64_array_keeps_its_shape_through_the_compiled_elementwise_ops
         assert isinstance(value, float), name  # a float64 0-d result: a scalar node
     assert abs(graph.value("exp") - 4.4816890703380645) <= 1e-15  # type: ignore[operator]  # e**1.5
     assert graph.value("cube") == 3.375
+
+
+def test_a_per_element_op_on_integers_gives_float64() -> None:
+    registry = builtins()
+    registry.register(Op("half", 1, forward=lambda x: x / 2, derivatives=lambda x, out: (0.5,), vectorized=False))
+    b = GraphBuilder()
+    b.add("half", [b.const(np.array([1, 3]), name="n")], name="h")
+    value = graphsvc.forward(b.build(), registry=registry).value("h")
+    assert value.dtype == np.float64 and value.tolist() == [0.5, 1.5]  # type: ignore[union-attr]
