@@ -880,33 +880,9 @@ def _tensor_document(
         }
         for node in range(graph.num_nodes - 1, -1, -1)
     ]
-    document["nonfinite"] = {
-        what: None
-        if found is None
-        else {
-            "node": found.node,
-            "name": graph.names.get(found.node),
-            "op": graph.op(found.node),
-            "index": list(found.index),
-            "value": json_float(found.value),
-            "count": found.count,
-        }
-        for what, found in nonfinite.items()
-    }
+    document["nonfinite"] = {what: _nonfinite_item(graph, found) for what, found in nonfinite.items()}
     if comparisons:
-        document["check"] = {
-            c.what: {
-                "ok": c.ok,
-                "mismatches": c.mismatches,
-                "nodes": c.nodes,
-                "unstored": c.unstored,
-                "worst_abs": json_float(c.worst_abs),
-                "worst_abs_at": None if c.worst_abs_at is None else [c.worst_abs_at[0], list(c.worst_abs_at[1])],
-                "worst_rel": json_float(c.worst_rel),
-                "worst_rel_at": None if c.worst_rel_at is None else [c.worst_rel_at[0], list(c.worst_rel_at[1])],
-            }
-            for c in comparisons
-        }
+        document["check"] = {c.what: _check_item(c) for c in comparisons}
     return document
 
 
@@ -1005,12 +981,33 @@ def _nonfinite_item(graph: Graph, found: Any) -> dict[str, Any] | None:
     if found is None:
         return None
     node = found.node
-    return {
-        "node": node,
-        "name": graph.names.get(node),
-        "op": graph.op(node),
-        "value": json_float(found.value),
-        "count": found.count,
+    item: dict[str, Any] = {"node": node, "name": graph.names.get(node), "op": graph.op(node)}
+    if hasattr(found, "index"):  # a tensor node's: where in its array
+        item["index"] = list(found.index)
+    return item | {"value": json_float(found.value), "count": found.count}
+
+
+def _check_item(c: Any) -> dict[str, Any]:
+    """A --check result in --json: a column's (replay.Comparison: the worst nodes) or arrays'
+    (tensors.TensorComparison: the worst elements, node and index)."""
+    from graphsvc.jsonio import json_float
+
+    def at(where: tuple[int, tuple[int, ...]] | None) -> list[Any] | None:
+        return None if where is None else [where[0], list(where[1])]
+
+    item: dict[str, Any] = {"ok": c.ok, "mismatches": c.mismatches, "nodes": c.nodes, "unstored": c.unstored}
+    if hasattr(c, "worst_abs_node"):
+        return item | {
+            "worst_abs": json_float(c.worst_abs),
+            "worst_abs_node": c.worst_abs_node,
+            "worst_rel": json_float(c.worst_rel),
+            "worst_rel_node": c.worst_rel_node,
+        }
+    return item | {
+        "worst_abs": json_float(c.worst_abs),
+        "worst_abs_at": at(c.worst_abs_at),
+        "worst_rel": json_float(c.worst_rel),
+        "worst_rel_at": at(c.worst_rel_at),
     }
 
 
@@ -1035,23 +1032,9 @@ def _report(
     nonfinite = _nonfinite(values, grads)
     nodes = np.arange(graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
     if as_json:
-        from graphsvc.jsonio import json_float  # here: the text listing needs neither it nor json
-
         tail: dict[str, Any] = {"nonfinite": {what: _nonfinite_item(graph, found) for what, found in nonfinite.items()}}
         if check:
-            tail["check"] = {
-                c.what: {
-                    "ok": c.ok,
-                    "mismatches": c.mismatches,
-                    "nodes": c.nodes,
-                    "unstored": c.unstored,
-                    "worst_abs": json_float(c.worst_abs),
-                    "worst_abs_node": c.worst_abs_node,
-                    "worst_rel": json_float(c.worst_rel),
-                    "worst_rel_node": c.worst_rel_node,
-                }
-                for c in comparisons
-            }
+            tail["check"] = {c.what: _check_item(c) for c in comparisons}
         _print_json_listing(dict(extra), listing.json_objects(graph, nodes, values, grads), graph.num_nodes, tail)
     else:
         checks = [_nonfinite_line(graph, found) for found in nonfinite.values() if found is not None]

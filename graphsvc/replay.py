@@ -561,6 +561,19 @@ class Comparison:
         return None if self.worst_rel_node is None else (self.worst_rel_node, ())
 
 
+def differences(replayed: FloatArray, stored: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``|replayed - stored|`` and that over ``|stored|``, element by element (float64): 0 where
+    the two are equal (two nans included), inf where only one is nan. Shared by the column
+    comparison here and the array one (:func:`graphsvc.tensors.compare`)."""
+    with np.errstate(all="ignore"):
+        same = (replayed == stored) | (np.isnan(replayed) & np.isnan(stored))
+        diff = np.where(same, 0.0, np.abs(replayed - stored))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        rel = np.where(diff == 0.0, 0.0, diff / np.maximum(np.abs(stored), np.finfo(np.float64).tiny))
+        rel = np.where(np.isnan(rel), np.inf, rel)
+    return diff, rel
+
+
 def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, atol: float) -> Comparison:
     """Compare two columns; a node mismatches when ``|replayed - stored| > atol + rtol * |stored|``.
 
@@ -568,11 +581,7 @@ def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, at
     """
     has_value = ~np.isnan(stored)
     close = np.isclose(replayed, stored, rtol=rtol, atol=atol, equal_nan=True) | ~has_value
-    with np.errstate(all="ignore"):
-        diff = np.where(~has_value | (replayed == stored), 0.0, np.abs(replayed - stored))
-        diff = np.where(np.isnan(diff), np.inf, diff)  # a replayed nan where a number is stored
-        rel = np.where(diff == 0.0, 0.0, diff / np.maximum(np.abs(stored), np.finfo(np.float64).tiny))
-        rel = np.where(np.isnan(rel), np.inf, rel)
+    diff, rel = differences(replayed, stored)
     n = len(diff)
     unstored = n - int(np.count_nonzero(has_value))
     compared = n > unstored

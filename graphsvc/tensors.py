@@ -26,6 +26,7 @@ import numpy as np
 from graphsvc.errors import ReplayError, UsageError
 from graphsvc.graph import FLOAT_DTYPE, LEAF_TAGS, TENSOR_DTYPES, Graph
 from graphsvc.ops import Op, describe_exception, interrupts_told_apart, is_user_interrupt
+from graphsvc.replay import differences
 from graphsvc.topo import ancestors
 
 __all__ = [
@@ -430,7 +431,8 @@ def stored(graph: Graph, node: int, gradients: bool = False) -> np.ndarray | Non
 
 
 def compare(what: str, graph: Graph, replayed: Replayed, rtol: float, atol: float) -> TensorComparison:
-    """Compare replayed values (``what="values"``) or gradients with what ``graph`` stores."""
+    """Compare replayed values (``what="values"``) or gradients with what ``graph`` stores, element
+    by element with :func:`graphsvc.replay.differences` (the column comparison's rule)."""
     worst_abs, worst_rel = 0.0, 0.0
     worst_abs_at: Element | None = None
     worst_rel_at: Element | None = None
@@ -445,11 +447,7 @@ def compare(what: str, graph: Graph, replayed: Replayed, rtol: float, atol: floa
             worst_abs, worst_abs_at, worst_rel, worst_rel_at = math.inf, (node, ()), math.inf, (node, ())
             continue
         got, want = array.astype(np.float64), expected.astype(np.float64)
-        with np.errstate(all="ignore"):
-            same = (got == want) | (np.isnan(got) & np.isnan(want))  # a nan replayed where one is stored
-            diff = np.where(same, 0.0, np.abs(got - want))
-            diff = np.where(np.isnan(diff), np.inf, diff)
-            rel = np.where(diff == 0.0, 0.0, diff / np.maximum(np.abs(want), np.finfo(np.float64).tiny))
+        diff, rel = differences(got, want)
         if not np.all(np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)):
             mismatches += 1
         if diff.size:

@@ -160,6 +160,18 @@ def test_a_saved_tensor_graph_replays_and_inspects_from_the_command_line(tmp_pat
         "check values: worst abs diff 0.0 at x[0,0], worst rel diff 0.0 at x[0,0]: ok",
         "check grads: worst abs diff 0.0 at x[0,0], worst rel diff 0.0 at x[0,0]: ok",
     ]
+    code, out, _ = run("backward", str(tmp_path / "replayed.msgpack"), "--check", "--json")
+    assert code == 0
+    assert json.loads(out)["check"]["grads"] == {
+        "ok": True,
+        "mismatches": 0,
+        "nodes": 3,
+        "unstored": 0,
+        "worst_abs": 0.0,
+        "worst_abs_at": [0, [0, 0]],
+        "worst_rel": 0.0,
+        "worst_rel_at": [0, [0, 0]],
+    }
 
 
 def test_a_0d_or_big_endian_npy_keeps_its_shape_and_reads_natively(dot: Path) -> None:
