@@ -755,18 +755,6 @@ DataOpt = Annotated[
 ]
 
 
-def _tensor_replay(graph: Graph, registry: OpRegistry, overrides: dict[int, Any]) -> bool:
-    """Is this a replay for graphsvc.tensors (arrays in the graph or in --set, or tensor ops)?"""
-    import numpy as np
-
-    from graphsvc import tensors
-    from graphsvc.replay import resolve_ops
-
-    if any(isinstance(v, np.ndarray) for v in overrides.values()):
-        return True
-    return tensors.needed(graph, resolve_ops(graph, registry))
-
-
 def _tensor_command(
     graph: Graph,
     registry: OpRegistry,
@@ -1082,13 +1070,13 @@ def forward(
 
     Example: graphsvc forward examples/seed004.msgpack --set a=3 --set b=1
     """
-    from graphsvc import replay
+    from graphsvc import replay, tensors
 
     _check_write(write)
     graph = _load(file)
     registry = _registry()
     overrides = _overrides(graph, set_)
-    if _tensor_replay(graph, registry, overrides):
+    if tensors.needed(graph, registry, overrides):
         _tensor_command(graph, registry, overrides, None, False, check, rtol, atol, as_json, data, write)
         return
     with _replaying("replaying forward"):
@@ -1127,7 +1115,7 @@ def backward(
 
     Example: graphsvc backward examples/seed004.msgpack --steps
     """
-    from graphsvc import replay
+    from graphsvc import replay, tensors
 
     _check_write(write)
     graph = _load(file)
@@ -1136,7 +1124,7 @@ def backward(
     registry = _registry()
     start = replay.default_output(graph, "--output") if output is None else graph.node_id(output)
     overrides = _overrides(graph, set_)
-    if _tensor_replay(graph, registry, overrides):
+    if tensors.needed(graph, registry, overrides):
         _tensor_command(graph, registry, overrides, start, steps, check, rtol, atol, as_json, data, write)
         return
     with _replaying("replaying forward and backward"):

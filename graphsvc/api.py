@@ -13,7 +13,7 @@ installed plugins, loaded once; a plugin that fails to load is a one-line ``Runt
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from graphsvc.errors import UsageError
 from graphsvc.graph import Graph, NodeRef
-from graphsvc.ops import Op, OpRegistry
+from graphsvc.ops import OpRegistry
 from graphsvc.plugins import running_plugin_code
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
@@ -44,8 +44,8 @@ def forward(
 
     registry = _registry(registry)
     overrides = _overrides(graph, set)
-    ops = replay.resolve_ops(graph, registry)
-    if _tensor_replay(graph, ops, overrides):
+    if tensors.needed(graph, registry, overrides):
+        ops = replay.resolve_ops(graph, registry)
         with running_plugin_code():
             result = tensors.store(graph, tensors.forward(graph, ops, overrides), None)
         registry.record_sources(result)
@@ -72,8 +72,8 @@ def backward(
     registry = _registry(registry)
     start = replay.default_output(graph, "output=") if output is None else graph.node_id(output)
     overrides = _overrides(graph, set)
-    ops = replay.resolve_ops(graph, registry)
-    if _tensor_replay(graph, ops, overrides):
+    if tensors.needed(graph, registry, overrides):
+        ops = replay.resolve_ops(graph, registry)
         with running_plugin_code():
             replayed = tensors.forward(graph, ops, overrides)
             result = tensors.store(graph, replayed, tensors.backward(graph, ops, start, replayed))
@@ -82,12 +82,6 @@ def backward(
     values = replay.forward(graph, registry, overrides)
     grads = replay.backward(graph, registry, start, values)
     return replayed_graph(graph, registry, values, grads)
-
-
-def _tensor_replay(graph: Graph, ops: Sequence[Op | None], overrides: Mapping[int, Any]) -> bool:
-    from graphsvc import tensors
-
-    return tensors.needed(graph, ops) or any(isinstance(v, np.ndarray) for v in overrides.values())
 
 
 def replayed_graph(

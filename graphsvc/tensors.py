@@ -25,7 +25,7 @@ import numpy as np
 
 from graphsvc.errors import ReplayError, UsageError
 from graphsvc.graph import FLOAT_DTYPE, LEAF_TAGS, TENSOR_DTYPES, Graph
-from graphsvc.ops import Op, describe_exception, interrupts_told_apart, is_user_interrupt
+from graphsvc.ops import Op, OpRegistry, describe_exception, interrupts_told_apart, is_user_interrupt
 from graphsvc.replay import differences
 from graphsvc.topo import ancestors
 
@@ -55,10 +55,14 @@ _NO_ATTRS: Mapping[str, Any] = {}
 _INDEX_DTYPE = np.dtype(np.int64)
 
 
-def needed(graph: Graph, ops: Sequence[Op | None]) -> bool:
-    """Whether ``graph`` must be replayed here: it holds a tensor node, or one of its ops is given
-    only by a VJP (or takes any number of inputs), which the scalar column engine cannot run."""
-    return graph.is_tensor_graph or any(op is not None and (op.derivatives is None or op.variadic) for op in ops)
+def needed(graph: Graph, registry: OpRegistry, overrides: Mapping[int, Any] | None = None) -> bool:
+    """Whether ``graph`` must be replayed here: it holds a tensor node, ``overrides`` set a leaf to
+    an array, or one of its ops is given only by a VJP (or takes any number of inputs), which the
+    scalar column engine cannot run. Decided on the op table, with no pass over the nodes."""
+    if graph.is_tensor_graph or any(isinstance(v, np.ndarray) for v in (overrides or {}).values()):
+        return True
+    ops = (registry.get(tag) for tag in graph.op_table if tag in registry)
+    return any(op.arity > 0 and (op.derivatives is None or op.variadic) for op in ops)
 
 
 def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
