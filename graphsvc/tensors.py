@@ -25,7 +25,16 @@ import numpy as np
 
 from graphsvc.errors import ReplayError, UsageError
 from graphsvc.graph import FLOAT_DTYPE, LEAF_TAGS, TENSOR_DTYPES, Graph
-from graphsvc.ops import Op, OpRegistry, describe_exception, interrupts_told_apart, is_user_interrupt
+from graphsvc.ops import (
+    Op,
+    OpRegistry,
+    _call_one,
+    describe_exception,
+    evaluate,
+    interrupts_told_apart,
+    is_user_interrupt,
+    local_derivatives,
+)
 from graphsvc.replay import differences
 from graphsvc.topo import ancestors
 
@@ -42,6 +51,7 @@ __all__ = [
     "forward",
     "needed",
     "node_cells",
+    "per_element",
     "store",
     "summary",
     "unbroadcast",
@@ -84,14 +94,19 @@ def elementwise_vjp(op: Op) -> Callable[..., Sequence[Any]]:
     back to each input's shape."""
     derivatives = op.derivatives
     assert derivatives is not None
-    if not op.vectorized:
-        derivatives = _per_element(derivatives, op.arity)
+    over_arrays = None if op.vectorized else per_element(op, "derivatives")
 
     def vjp(g: np.ndarray, out: np.ndarray, *inputs: np.ndarray, **attrs: Any) -> list[np.ndarray]:
-        partials = derivatives(*inputs, out, **attrs)
+        if over_arrays is None:  # a failure is a ReplayError naming the op, as in the column engine
+            partials = _call_one(op, "derivatives", derivatives, [*inputs, out], attrs)
+        else:
+            partials = over_arrays(*inputs, out, **attrs)
         if not isinstance(partials, (tuple, list)) or len(partials) != len(inputs):
             count = len(partials) if isinstance(partials, (tuple, list)) else type(partials).__name__
-            raise ReplayError(f"derivatives returned {count}, expected a tuple of {len(inputs)} partial derivatives")
+            raise ReplayError(
+                f"op {op.name!r} ({op.source}): derivatives returned {count}, "
+                f"expected a tuple of {len(inputs)} partial derivatives"
+            )
         return [unbroadcast(_times(g, d), x.shape) for d, x in zip(partials, inputs, strict=True)]
 
     return vjp
@@ -109,20 +124,22 @@ def _times(g: np.ndarray, partial: Any) -> np.ndarray:
     return np.multiply(g, partial, dtype=g.dtype)
 
 
-def _per_element(function: Callable[..., Any], arity: int) -> Callable[..., Any]:
-    """A per-element op (Python floats in and out) applied over broadcast arrays."""
+def per_element(op: Op, what: str) -> Callable[..., Any]:
+    """A per-element op's ``forward`` (``what="forward"``) or ``derivatives`` over arrays that
+    broadcast: the elements go through :func:`graphsvc.ops.evaluate` / ``local_derivatives`` (the
+    column engine's per-element loop and its checks of what the op returns), the results come back
+    in the inputs' shape and float dtype (float32 stays float32; integers give float64)."""
 
     def over_arrays(*args: np.ndarray, **attrs: Any) -> Any:
-        # the result has the inputs' float dtype (float32 stays float32), computed in Python floats
         floats = [a.dtype for a in args if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
         dtype = np.result_type(*floats) if floats else np.dtype(np.float64)
-        arrays = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in args))
-        columns = (a.ravel().tolist() for a in arrays)
-        results = [function(*map(float, items), **attrs) for items in zip(*columns, strict=True)]
+        arrays = np.broadcast_arrays(*args)
         shape = arrays[0].shape
-        if results and isinstance(results[0], (tuple, list)):
-            return tuple(np.array([r[i] for r in results], dtype=dtype).reshape(shape) for i in range(arity))
-        return np.array(results, dtype=dtype).reshape(shape)
+        columns = [np.array(a, dtype=np.float64).reshape(-1) for a in arrays]
+        if what == "forward":
+            return evaluate(op, columns, attrs).reshape(shape).astype(dtype)
+        partials = local_derivatives(op, columns[:-1], columns[-1], attrs)
+        return tuple(np.asarray(d).reshape(shape).astype(dtype) for d in partials)
 
     return over_arrays
 
@@ -290,11 +307,11 @@ def _call(
 ) -> Any:
     assert function is not None
     if what == "forward" and not op.vectorized:
-        function = _per_element(function, op.arity)
+        function = per_element(op, "forward")
     try:
         return function(*args, **attrs)
-    except ReplayError as exc:
-        raise ReplayError(f"node {graph.label(node)}: op {op.name!r} ({op.source}): {exc}") from exc
+    except ReplayError as exc:  # the op's own checks: their messages name it
+        raise ReplayError(f"node {graph.label(node)}: {exc}") from exc.__cause__
     except BaseException as exc:
         if is_user_interrupt(exc):
             raise

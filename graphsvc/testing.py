@@ -42,7 +42,7 @@ import numpy as np
 from graphsvc.errors import GraphsvcError, ReplayError
 from graphsvc.ops import Op, OpRegistry, _call_one, evaluate, interrupts_told_apart, local_derivatives
 from graphsvc.plugins import running_plugin_code
-from graphsvc.tensors import _per_element, elementwise_vjp
+from graphsvc.tensors import elementwise_vjp, per_element
 
 __all__ = [
     "ATTRIBUTE_SAMPLES",
@@ -374,9 +374,10 @@ def _describe(x: np.ndarray) -> str:
 def _forward(op: Op, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
     forward = op.forward
     assert forward is not None
-    if not op.vectorized:
-        forward = _per_element(forward, len(inputs))
-    result = _call_one(op, "forward", forward, inputs, attrs)
+    if op.vectorized:
+        result = _call_one(op, "forward", forward, inputs, attrs)
+    else:  # its checks are the replay's; its errors name the op already
+        result = per_element(op, "forward")(*inputs, **attrs)
     out = np.asarray(result)
     if out.dtype.kind not in "biuf":
         raise ReplayError(f"op {op.name!r} ({op.source}): forward returned {type(result).__name__}, not real numbers")
@@ -389,8 +390,10 @@ def _cotangents(
     """The op's vjp, or its elementwise derivatives as one (graphsvc.tensors.elementwise_vjp, as
     replay does), each checked against its input's shape."""
     what = "vjp" if op.vjp is not None else "derivatives"
-    vjp = op.vjp if op.vjp is not None else elementwise_vjp(op)
-    given = _call_one(op, what, vjp, [g, out, *inputs], attrs)
+    if op.vjp is not None:
+        given = _call_one(op, what, op.vjp, [g, out, *inputs], attrs)
+    else:  # the derived VJP calls the op's derivatives itself, and its errors name the op already
+        given = elementwise_vjp(op)(g, out, *inputs, **attrs)
     if not isinstance(given, tuple | list) or len(given) != len(inputs):
         raise ReplayError(f"op {op.name!r} ({op.source}): {what} must return one cotangent per input ({len(inputs)})")
     cotangents: list[np.ndarray | None] = []
