@@ -922,7 +922,7 @@ def _read_npy(ref: str, path: str) -> Any:
 
 
 def _comparisons(graph: Graph, values: Any, grads: Any, rtol: float, atol: float) -> list[Any]:
-    from graphsvc.replay import compare
+    from graphsvc.checks import compare
 
     results = [compare("values", values, graph.values, rtol, atol)]
     if grads is not None and graph.grads is not None:  # backward checked that the file has them
@@ -931,7 +931,7 @@ def _comparisons(graph: Graph, values: Any, grads: Any, rtol: float, atol: float
 
 
 def _comparison_line(graph: Graph, c: Any) -> str:
-    """A --check line, for scalars (replay.Comparison) and arrays (tensors.TensorComparison)."""
+    """A --check line, for scalars (checks.Comparison) and arrays (tensors.TensorComparison)."""
     verdict = "ok" if c.ok else f"{c.mismatches} beyond tolerance"
     missing = f"{c.unstored} of {c.nodes} nodes have no stored value; " if c.unstored else ""
     return (
@@ -955,7 +955,7 @@ def _op(graph: Graph, node: int) -> str:
 
 def _nonfinite(values: Any, grads: Any) -> dict[str, Any]:
     """Where nan or inf first appeared: ``{"values": NonFinite | None[, "grads": ...]}``."""
-    from graphsvc.replay import first_nonfinite
+    from graphsvc.checks import first_nonfinite
 
     found = {"values": first_nonfinite("values", values)}
     if grads is not None:
@@ -976,7 +976,7 @@ def _nonfinite_item(graph: Graph, found: Any) -> dict[str, Any] | None:
 
 
 def _check_item(c: Any) -> dict[str, Any]:
-    """A --check result in --json: a column's (replay.Comparison: the worst nodes) or arrays'
+    """A --check result in --json: a column's (checks.Comparison: the worst nodes) or arrays'
     (tensors.TensorComparison: the worst elements, node and index)."""
     from graphsvc.jsonio import json_float
 
@@ -1000,7 +1000,7 @@ def _check_item(c: Any) -> dict[str, Any]:
 
 
 def _nonfinite_line(graph: Graph, found: Any) -> str:
-    """Where nan or inf first appeared, for scalars (replay.NonFinite) and arrays (an index too)."""
+    """Where nan or inf first appeared, for scalars (checks.NonFinite) and arrays (an index too)."""
     order = "first in the backward sweep" if found.what == "grads" else "first"
     where = _element(graph, (found.node, getattr(found, "index", ())))
     return (

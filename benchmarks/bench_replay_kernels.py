@@ -10,9 +10,9 @@ three is a compiled primitive, so replay takes the whole-graph sweeps.
 What is timed, per graph, C then numba within each round:
 
 * ``replay.forward`` and ``replay.backward`` (from the last node), end to end: resolving the ops,
-  the primitive table, allocating results and scratch, the sweep. For numba, the kernels namespace
-  that :func:`graphsvc.kernels._compiled` hands to replay has the five replay sweeps swapped for
-  ``benchmarks/numba_kernels.py``'s for the duration of the call; for C it is left as graphsvc uses it.
+  the primitive table, allocating results and scratch, the sweep. Each is given its engine
+  (:class:`graphsvc.kernels.Engine`): C's is graphsvc's compiled one; numba's is the same with the
+  five replay sweeps swapped for ``benchmarks/numba_kernels.py``'s.
 * The kernels alone, called directly from each module with the same arguments, prepared before
   the clock starts (results and scratch allocated and written once, so no first-touch page faults
   are timed): ``forward_all_primitives``, ``forward_primitives`` over every computed node,
@@ -38,8 +38,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -64,18 +64,9 @@ SWEEPS = (
 )
 
 
-@contextmanager
-def numba_sweeps(jit: Any) -> Any:
-    """Replay through numba's five sweeps (the compiled namespace's other kernels unchanged)."""
-    namespace = kernels._compiled()
-    saved = {name: getattr(namespace, name) for name in SWEEPS}
-    try:
-        for name in SWEEPS:
-            setattr(namespace, name, getattr(jit, name))
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(namespace, name, value)
+def numba_engine(c: Any, jit: Any) -> kernels.Engine:
+    """The compiled engine with numba's five sweeps (the other kernels C's, as graphsvc runs them)."""
+    return kernels.Engine(SimpleNamespace(**{**vars(c), **{name: getattr(jit, name) for name in SWEEPS}}))
 
 
 def same_bits(a: Any, b: Any) -> bool:
@@ -101,23 +92,15 @@ class Steps:
         computed = np.flatnonzero(graph.parent_counts() > 0)
         reach = np.flatnonzero(ancestors(graph, output))
 
-        def forward_end_to_end(numba: bool) -> Callable[[], Callable[[], Any]]:
-            def run() -> Any:
-                if not numba:
-                    return replay.forward(graph, registry)
-                with numba_sweeps(jit):
-                    return replay.forward(graph, registry)
+        engines = {False: kernels.Engine(c), True: numba_engine(c, jit)}
 
-            return lambda: run
+        def forward_end_to_end(numba: bool) -> Callable[[], Callable[[], Any]]:
+            engine = engines[numba]
+            return lambda: lambda: replay.forward(graph, registry, engine=engine)
 
         def backward_end_to_end(numba: bool) -> Callable[[], Callable[[], Any]]:
-            def run() -> Any:
-                if not numba:
-                    return replay.backward(graph, registry, output, values)
-                with numba_sweeps(jit):
-                    return replay.backward(graph, registry, output, values)
-
-            return lambda: run
+            engine = engines[numba]
+            return lambda: lambda: replay.backward(graph, registry, output, values, engine=engine)
 
         def forward_all(module: Any) -> Callable[[], Callable[[], Any]]:
             def prepare() -> Callable[[], Any]:

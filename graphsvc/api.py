@@ -21,6 +21,7 @@ import numpy as np
 
 from graphsvc.errors import UsageError
 from graphsvc.graph import Graph, NodeRef
+from graphsvc.kernels import Engine, engine_for
 from graphsvc.ops import OpRegistry
 from graphsvc.plugins import running_plugin_code
 
@@ -31,7 +32,11 @@ __all__ = ["backward", "forward", "replayed_graph"]
 
 
 def forward(
-    graph: Graph, set: Mapping[NodeRef, float | np.ndarray] | None = None, *, registry: OpRegistry | None = None
+    graph: Graph,
+    set: Mapping[NodeRef, float | np.ndarray] | None = None,
+    *,
+    registry: OpRegistry | None = None,
+    engine: Engine | None = None,
 ) -> Graph:
     """``graph`` with every value recomputed from its leaves; ``graph`` itself is not changed.
 
@@ -39,18 +44,23 @@ def forward(
     as ``graphsvc forward --set``); setting a node that is not a leaf, or an unknown one, raises
     :class:`~graphsvc.errors.UsageError`. The result holds no gradients (stored ones would belong
     to the old values); its op table records the plugin of each op the replay used.
+
+    ``engine`` (:class:`graphsvc.kernels.Engine`) runs the sweeps: by default the compiled kernels
+    for graphs of 1,000 nodes or more, the pure-Python references below (``kernels.REFERENCE``
+    forces them); the numbers are the same either way. Tensor graphs replay one op call per node.
     """
     from graphsvc import replay, tensors
 
     registry = _registry(registry)
+    engine = engine or engine_for(graph.num_nodes)
     overrides = _overrides(graph, set)
     if tensors.needed(graph, registry, overrides):
-        ops = replay.resolve_ops(graph, registry)
+        ops = replay.resolve_ops(graph, registry, engine)
         with running_plugin_code():
             result = tensors.store(graph, tensors.forward(graph, ops, overrides), None)
         registry.record_sources(result)
         return result
-    values = replay.forward(graph, registry, overrides)
+    values = replay.forward(graph, registry, overrides, engine)
     return replayed_graph(graph, registry, values, None)
 
 
@@ -60,27 +70,30 @@ def backward(
     set: Mapping[NodeRef, float | np.ndarray] | None = None,
     *,
     registry: OpRegistry | None = None,
+    engine: Engine | None = None,
 ) -> Graph:
     """``graph`` replayed forward, then backward from ``output`` seeded with 1, from zero gradients.
 
     ``output`` is a node id or name; by default the graph's single output. ``set`` is as for
     :func:`forward`. Returns a new graph whose ``grads`` hold d(output)/d(node) for every node (0
-    for nodes the output does not depend on): ``graphsvc.backward(graph).grad("a")``.
+    for nodes the output does not depend on): ``graphsvc.backward(graph).grad("a")``. ``engine`` is
+    as for :func:`forward`.
     """
     from graphsvc import replay, tensors
 
     registry = _registry(registry)
+    engine = engine or engine_for(graph.num_nodes)
     start = replay.default_output(graph, "output=") if output is None else graph.node_id(output)
     overrides = _overrides(graph, set)
     if tensors.needed(graph, registry, overrides):
-        ops = replay.resolve_ops(graph, registry)
+        ops = replay.resolve_ops(graph, registry, engine)
         with running_plugin_code():
             replayed = tensors.forward(graph, ops, overrides)
             result = tensors.store(graph, replayed, tensors.backward(graph, ops, start, replayed))
         registry.record_sources(result)
         return result
-    values = replay.forward(graph, registry, overrides)
-    grads = replay.backward(graph, registry, start, values)
+    values = replay.forward(graph, registry, overrides, engine)
+    grads = replay.backward(graph, registry, start, values, engine)
     return replayed_graph(graph, registry, values, grads)
 
 
@@ -130,4 +143,24 @@ def _overrides(graph: Graph, assignments: Mapping[NodeRef, float | np.ndarray] |
         if node in result:
             raise UsageError(f"set gives node {graph.label(node)} two values")
         result[node] = value
+    return result
+
+
+def replayed_tensor_graph(
+    graph: Graph,
+    registry: OpRegistry,
+    values: list[np.ndarray | None],
+    grads: list[np.ndarray | None] | None = None,
+) -> Graph:
+    """:func:`replayed_graph` for a tensor replay (:func:`graphsvc.tensors.forward` and
+    :func:`~graphsvc.tensors.backward`: one array per node, ``None`` where a node has none).
+
+    A copy of ``graph`` holding them as :func:`graphsvc.tensors.store` lays them out; each op tag
+    the file does not attribute to a plugin gets the plugin and version of the op ``registry``
+    replayed it with, sources the file records are kept.
+    """
+    from graphsvc import tensors
+
+    result = tensors.store(graph, values, grads)
+    registry.record_sources(result)
     return result

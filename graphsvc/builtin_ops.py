@@ -127,16 +127,31 @@ def _count(x: np.ndarray, axis: int | Sequence[int] | None) -> int:
     return int(np.prod([x.shape[a] for a in _axes(axis, x.ndim)]))
 
 
-def _matmul_vjp(g: np.ndarray, out: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """np.matmul; a stack of matrices times one matrix (a linear layer on a batch of sequences) is
+    one matrix product of the stack's rows, not one per matrix of the stack."""
+    if y.ndim == 2 and x.ndim > 2:
+        return np.matmul(x.reshape(-1, x.shape[-1]), y).reshape(*x.shape[:-1], y.shape[-1])
+    return np.matmul(x, y)
+
+
+def _matmul_vjp(
+    g: np.ndarray, out: np.ndarray, x: np.ndarray, y: np.ndarray, needs_input_grad: Sequence[bool] = (True, True)
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    need_x, need_y = needs_input_grad
     if x.ndim == 1 and y.ndim == 1:
-        return g * y, g * x
+        return (g * y if need_x else None), (g * x if need_y else None)
+    if y.ndim == 2 and x.ndim > 2:  # as _matmul: the stack's rows, then y's gradient is one product
+        rows, g_rows = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+        gx = np.matmul(g_rows, y.T).reshape(x.shape) if need_x else None
+        return gx, (np.matmul(rows.T, g_rows) if need_y else None)
     x2 = x[np.newaxis, :] if x.ndim == 1 else x  # np.matmul's promotion of 1-d operands
     y2 = y[:, np.newaxis] if y.ndim == 1 else y
     g2 = np.expand_dims(g, -2) if x.ndim == 1 else g
     g2 = np.expand_dims(g2, -1) if y.ndim == 1 else g2
-    gx = unbroadcast(g2 @ np.swapaxes(y2, -1, -2), x2.shape)
-    gy = unbroadcast(np.swapaxes(x2, -1, -2) @ g2, y2.shape)
-    return gx.reshape(x.shape), gy.reshape(y.shape)
+    gx = unbroadcast(g2 @ np.swapaxes(y2, -1, -2), x2.shape).reshape(x.shape) if need_x else None
+    gy = unbroadcast(np.swapaxes(x2, -1, -2) @ g2, y2.shape).reshape(y.shape) if need_y else None
+    return gx, gy
 
 
 def _amax_vjp(
@@ -189,7 +204,7 @@ BUILTIN_OPS: tuple[Op, ...] = (
     # -- linear algebra ------------------------------------------------------------------------------
     Op(
         "matmul", 2,
-        forward=np.matmul,
+        forward=_matmul,
         vjp=_matmul_vjp,
         samples=_matmul_samples,
         doc="np.matmul: matrix product, batched over (broadcast) leading axes; 1-d operands promoted as numpy does.",

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphsvc.errors import GraphStructureError, UsageError
-from graphsvc.kernels import compiled_for
+from graphsvc.kernels import Engine, engine_for
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
@@ -210,8 +210,11 @@ class Graph:
         )
 
     # -- validation ------------------------------------------------------------------------
-    def check(self) -> None:
-        """Check every structural rule, vectorized; raise :class:`GraphStructureError` on the first broken one."""
+    def check(self, engine: Engine | None = None) -> None:
+        """Check every structural rule, vectorized; raise :class:`GraphStructureError` on the first broken one.
+
+        ``engine``: the compiled check or the reference; by default the one
+        :func:`graphsvc.kernels.engine_for` picks for the graph's size."""
         n = self.num_nodes
         e = self.num_edges
         if n > MAX_NODES:
@@ -231,7 +234,7 @@ class Graph:
         if self.grads is not None and len(self.grads) != n:
             raise GraphStructureError(f"column grads has {len(self.grads)} entries, expected {n}")
         leaf_codes = [i for i, tag in enumerate(self.op_table) if tag in LEAF_TAGS]
-        jit = compiled_for(n)
+        jit = (engine or engine_for(n)).kernels
         if jit is None or not jit.structure_ok(
             self.parent_offsets, self.parent_indices, self.op_codes, len(self.op_table), _leaf_mask(self, leaf_codes)
         ):

@@ -1,11 +1,13 @@
-"""Compiled versions of the graph sweeps in :mod:`graphsvc.topo`, :mod:`graphsvc.graph` and
-:mod:`graphsvc.replay`.
+"""Which code runs a graph's sweeps: the :class:`Engine`, chosen once at the top of a replay
+(:func:`engine_for`) and handed down to every sweep it makes in :mod:`graphsvc.replay`,
+:mod:`graphsvc.topo` and :mod:`graphsvc.graph`.
 
-Each kernel is written in C (``csrc/topo.c``, ``csrc/replay.c``; built at install by
-``hatch_build.py``) and called through a thin module (:mod:`graphsvc._topo_kernels`,
-:mod:`graphsvc._replay_kernels`) that allocates its results with numpy. Each is the twin of a
-pure-Python reference kept beside its caller; the tests compare the two on random graphs, bit for
-bit. They cost nothing to start (no compiler at run time, no cache), so they run for every graph of
+An engine is either compiled or the reference. Each compiled kernel is written in C
+(``csrc/topo.c``, ``csrc/replay.c``; built at install by ``hatch_build.py``) and called through a
+thin module (:mod:`graphsvc._topo_kernels`, :mod:`graphsvc._replay_kernels`) that allocates its
+results with numpy. Each is the twin of a pure-Python reference kept beside its caller; the tests
+compare the two on random graphs, bit for bit, by passing each engine explicitly. The kernels cost
+nothing to start (no compiler at run time, no cache), so they run for every graph of
 :data:`JIT_THRESHOLD` nodes or more; ``GRAPHSVC_JIT=0`` turns them off, and where the extensions
 could not be built (no C compiler at install) the references run, with the same results.
 
@@ -15,6 +17,7 @@ None of these sweeps recurses: each keeps an explicit stack in an array.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from functools import cache
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +27,10 @@ from graphsvc.opmath import RULES, digest
 #: Graphs with fewer nodes use the pure-Python references (as fast there, and the oracle every
 #: compiled path is tested against).
 JIT_THRESHOLD = 1_000
+
+#: Forward replay computes levels narrower than this node by node (one Python call each), wider
+#: ones one numpy call per (op, attributes) group: a deep chain is all narrow levels, an MLP layer wide.
+NARROW_LEVEL = 32
 
 #: The primitives the compiled replay knows, by the name an op gives as its ``kernel``, with the
 #: number of inputs of each: the elementwise ops of :data:`graphsvc.opmath.RULES`. An op may name
@@ -53,9 +60,36 @@ def _compiled() -> Any:
     )
 
 
-def compiled_for(num_nodes: int) -> Any:
-    """The compiled kernels when they are worth it for a graph of this size, else ``None``."""
-    return None if num_nodes < JIT_THRESHOLD else _compiled()
+@dataclass(frozen=True)
+class Engine:
+    """How one replay runs its sweeps: chosen once at its top and passed down, never looked up again.
+
+    ``kernels`` is the namespace of compiled kernels, or ``None`` for the pure-Python references
+    (the oracle every compiled path is tested against). ``narrow_level`` splits forward replay
+    between node-by-node calls and numpy groups (see :data:`NARROW_LEVEL`): 0 groups every level,
+    a number larger than the graph computes every node on its own.
+    """
+
+    kernels: Any = None
+    narrow_level: int = NARROW_LEVEL
+
+    @property
+    def name(self) -> str:
+        """``"compiled"`` or ``"reference"``."""
+        return "reference" if self.kernels is None else "compiled"
+
+    def __repr__(self) -> str:  # not the kernels' namespace, a screen of functions
+        return f"Engine({self.name}, narrow_level={self.narrow_level})"
+
+
+#: The pure-Python references, whatever the graph's size.
+REFERENCE = Engine()
+
+
+def engine_for(num_nodes: int) -> Engine:
+    """The engine for a graph of this size: the compiled kernels from :data:`JIT_THRESHOLD` nodes
+    on, where they are built and not turned off (``GRAPHSVC_JIT=0``); else the references."""
+    return REFERENCE if num_nodes < JIT_THRESHOLD else Engine(_compiled())
 
 
 def compiled_elementwise() -> Any:

@@ -182,6 +182,12 @@ class Word:
     rounded: bool
 
 
+def _indicator(np: Any, truth: Any, a: Any) -> Any:
+    """A comparison's truth as 1.0 and 0.0 in ``a``'s float dtype (float32 stays float32, so a
+    float32 gradient times ``relu``'s partial is not computed in float64)."""
+    return truth.astype(np.result_type(a, 1.0)) if hasattr(truth, "astype") else float(truth)
+
+
 WORDS: dict[str, Word] = {
     "div": Word(2, "a / b", _div, lambda np: np.divide, rounded=True),
     "sqrt": Word(1, "sqrt(a)", _sqrt, lambda np: np.sqrt, rounded=True),
@@ -196,21 +202,21 @@ WORDS: dict[str, Word] = {
         2,
         "a > b ? 1.0 : 0.0",
         lambda a, b: 1.0 if a > b else 0.0,
-        lambda np: lambda a, b: np.greater(a, b) * 1.0,
+        lambda np: lambda a, b: _indicator(np, np.greater(a, b), a),
         rounded=True,
     ),
     "lt": Word(
         2,
         "a < b ? 1.0 : 0.0",
         lambda a, b: 1.0 if a < b else 0.0,
-        lambda np: lambda a, b: np.less(a, b) * 1.0,
+        lambda np: lambda a, b: _indicator(np, np.less(a, b), a),
         rounded=True,
     ),
     "eq": Word(
         2,
         "a == b ? 1.0 : 0.0",
         lambda a, b: 1.0 if a == b else 0.0,
-        lambda np: lambda a, b: np.equal(a, b) * 1.0,
+        lambda np: lambda a, b: _indicator(np, np.equal(a, b), a),
         rounded=True,
     ),
     "exp": Word(1, "exp(a)", _exp, lambda np: np.exp, rounded=False),

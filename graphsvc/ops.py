@@ -17,7 +17,11 @@ Any op may instead give a *vector-Jacobian product*, the contract of autograd's 
   graphsvc calls ``vjp`` when an op has one; an elementwise op's ``derivatives`` are turned into
   a VJP (``g * partial``, broadcast dimensions summed back: :func:`graphsvc.tensors.unbroadcast`).
   An op with only a ``vjp`` works on tensor graphs (a graph of scalars that uses it is replayed as
-  one, node by node, with 0-d arrays).
+  one, node by node, with 0-d arrays). A ``vjp`` that declares a parameter ``needs_input_grad`` is
+  given a tuple of bools, one per input (PyTorch's ``ctx.needs_input_grad``): an input whose entry
+  is False gets no gradient (data: a ``const`` array, what is computed from consts alone), and its
+  cotangent may be ``None``; a ``vjp`` without it computes every cotangent and graphsvc drops those
+  nobody needs.
 - ``variadic=True``: a node may have ``arity`` or more inputs (``concatenate``).
 - ``samples(rng)``, optional, returns ``[(inputs, attrs), ...]``: points where ``graphsvc
   gradcheck`` checks an op given by its ``vjp`` (an elementwise op is checked at scalar points

@@ -11,6 +11,11 @@ This module never names a concrete op: every op comes from the registry.
   ``grad[child] * local[edge]`` to each parent. Every replay starts from zero gradients, so the
   seeds' zero-gradient trap cannot happen here.
 
+Which code runs the sweeps (the compiled kernels or the pure-Python references; numpy groups or
+node by node) is one :class:`graphsvc.kernels.Engine`, chosen at the top of each replay from the
+graph's size (or given by the caller) and passed down. Comparing replayed numbers with stored ones
+is :mod:`graphsvc.checks`' job, not this module's.
+
 Every builtin elementwise op is a compiled primitive (``pow`` with its ``exponent`` as a per-node
 parameter): its math is written once, in :mod:`graphsvc.opmath`, from which the compiled kernels,
 the numpy functions of :mod:`graphsvc.builtin_ops` and :class:`graphsvc.value.Value` are derived.
@@ -41,7 +46,7 @@ import numpy.typing as npt
 
 from graphsvc.errors import MissingOpsError, OpError, ReplayError, UsageError
 from graphsvc.graph import LEAF_TAGS, Graph
-from graphsvc.kernels import PRIMITIVE_ATTRS, PRIMITIVES, compiled_for
+from graphsvc.kernels import PRIMITIVE_ATTRS, PRIMITIVES, Engine, engine_for
 from graphsvc.ops import Op, OpRegistry, evaluate, evaluate_node, local_derivatives
 from graphsvc.plugins import running_plugin_code
 from graphsvc.text import ITEM_CHARS, escape, listed, shorten
@@ -73,11 +78,12 @@ class _Group:
     nodes: npt.NDArray[np.int64]
 
 
-def resolve_ops(graph: Graph, registry: OpRegistry) -> list[Op | None]:
+def resolve_ops(graph: Graph, registry: OpRegistry, engine: Engine | None = None) -> list[Op | None]:
     """The op of each op code (``None`` for the leaf tags), checked before any work.
 
     Raises :class:`OpError` naming every op the registry lacks, with the plugin and version the
-    file records for it, or the first node whose parent count does not match its op's arity.
+    file records for it, or the first node whose parent count does not match its op's arity
+    (found by ``engine``, by default the one :func:`graphsvc.kernels.engine_for` picks).
     """
     missing = [tag for tag in graph.op_table if tag not in LEAF_TAGS and tag not in registry]
     if missing:
@@ -102,7 +108,7 @@ def resolve_ops(graph: Graph, registry: OpRegistry) -> list[Op | None]:
     # One pass over the nodes: each node's expected parent count by its op code (leaves: their
     # count, which Graph.check already holds at 0).
     arity_of_code = np.array([-1 if op is None or op.variadic else op.arity for op in ops], dtype=np.int64)
-    jit = compiled_for(graph.num_nodes)
+    jit = (engine or engine_for(graph.num_nodes)).kernels
     if jit is not None:
         node = int(jit.first_arity_mismatch(graph.op_codes, graph.parent_offsets, arity_of_code))
     else:
@@ -253,21 +259,23 @@ def _locate_failure(graph: Graph, group: _Group, run: Any, error: Exception) -> 
     return failure
 
 
-#: Levels narrower than this are replayed node by node (one Python call each), wider ones one
-#: numpy call per (op, attributes) group: a deep chain is all narrow levels, an MLP layer wide.
-NARROW_LEVEL = 32
-
-
 @_runs_plugin_code
-def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] | None = None) -> FloatArray:
-    """Recompute every non-leaf value from the leaves; ``overrides`` replaces leaf values first."""
-    ops = resolve_ops(graph, registry)
+def forward(
+    graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] | None = None, engine: Engine | None = None
+) -> FloatArray:
+    """Recompute every non-leaf value from the leaves; ``overrides`` replaces leaf values first.
+
+    ``engine`` (as for :func:`backward`): the compiled kernels or the references, and where node by
+    node gives way to numpy groups; by default :func:`graphsvc.kernels.engine_for` picks it from
+    the graph's size. Every engine gives the same bits (the tests compare them with the reference)."""
+    engine = engine or engine_for(graph.num_nodes)
+    ops = resolve_ops(graph, registry, engine)
     values = np.array(graph.values, dtype=np.float64)
     for node, value in (overrides or {}).items():
         if graph.op(node) not in LEAF_TAGS:
             raise UsageError(f"node {graph.label(node)} is a {graph.op(node)} node, not a leaf: only leaves can be set")
         values[node] = value
-    jit = compiled_for(graph.num_nodes)
+    jit = engine.kernels
     kinds, params = None, None
     if jit is not None:
         table = _primitive_table(ops)
@@ -282,7 +290,7 @@ def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] |
     computed = np.flatnonzero(graph.parent_counts() > 0)
     if not len(computed):
         return values
-    level = levels(graph)[computed]
+    level = levels(graph, engine)[computed]
     order = np.argsort(level, kind="stable")  # by level, then by id
     nodes, level = computed[order], level[order]
     cuts = np.flatnonzero(np.diff(level)) + 1
@@ -291,16 +299,16 @@ def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] |
     start = 0  # first node of the pending stretch of narrow levels
     for i in range(len(bounds) - 1):
         lo, hi = bounds[i], bounds[i + 1]
-        if hi - lo < NARROW_LEVEL:
+        if hi - lo < engine.narrow_level:
             continue
         if start < lo:
-            narrow = narrow or _NarrowReplay(graph, ops, kinds, params)
+            narrow = narrow or _NarrowReplay(graph, ops, engine, kinds, params)
             narrow.run(nodes[start:lo], values)
         for group in _groups(graph, ops, nodes[lo:hi]):
             _forward_group(graph, group, values)
         start = hi
     if start < len(nodes):
-        narrow = narrow or _NarrowReplay(graph, ops, kinds, params)
+        narrow = narrow or _NarrowReplay(graph, ops, engine, kinds, params)
         narrow.run(nodes[start:], values)
     return values
 
@@ -308,19 +316,21 @@ def forward(graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] |
 class _NarrowReplay:
     """Node-by-node forward replay, for stretches of levels too narrow for numpy to pay off.
 
-    With ``kinds`` (large graphs), runs of compiled primitives go through the compiled sweep (with
-    ``params``, their parameters) and only the other nodes are Python calls.
+    With ``kinds`` (the compiled engine), runs of compiled primitives go through the compiled sweep
+    (with ``params``, their parameters) and only the other nodes are Python calls.
     """
 
     def __init__(
         self,
         graph: Graph,
         ops: list[Op | None],
+        engine: Engine,
         kinds: npt.NDArray[np.int8] | None = None,
         params: FloatArray | None = None,
     ) -> None:
         self.graph = graph
         self.ops = ops
+        self.jit = engine.kernels
         self.kinds = kinds
         self.params = params
         self.codes = graph.op_codes.tolist()
@@ -329,7 +339,7 @@ class _NarrowReplay:
         self.readonly: FloatArray = np.empty(0)  # run() sets it: a read-only view of the values
 
     def run(self, nodes: npt.NDArray[np.int64], values: FloatArray) -> None:
-        jit = compiled_for(self.graph.num_nodes)
+        jit = self.jit
         self.readonly = values.view()
         self.readonly.flags.writeable = False
         with np.errstate(all="ignore"):
@@ -381,23 +391,28 @@ def _forward_group(graph: Graph, group: _Group, values: FloatArray) -> None:
 
 @_runs_plugin_code
 def edge_derivatives(
-    graph: Graph, registry: OpRegistry, values: FloatArray, nodes: npt.NDArray[np.int64] | None = None
+    graph: Graph,
+    registry: OpRegistry,
+    values: FloatArray,
+    nodes: npt.NDArray[np.int64] | None = None,
+    engine: Engine | None = None,
 ) -> FloatArray:
     """The local derivative d(child)/d(parent) of every parent slot of ``nodes`` (default: all).
 
-    Slots of other nodes are left at 0.
+    Slots of other nodes are left at 0. ``engine`` is as for :func:`forward`.
     """
-    return _edge_derivatives(graph, resolve_ops(graph, registry), values, nodes)
+    engine = engine or engine_for(graph.num_nodes)
+    return _edge_derivatives(graph, resolve_ops(graph, registry, engine), values, nodes, engine)
 
 
 def _edge_derivatives(
-    graph: Graph, ops: list[Op | None], values: FloatArray, nodes: npt.NDArray[np.int64] | None
+    graph: Graph, ops: list[Op | None], values: FloatArray, nodes: npt.NDArray[np.int64] | None, engine: Engine
 ) -> FloatArray:
     local = np.zeros(graph.num_edges, dtype=np.float64)
     if nodes is None:
         nodes = np.arange(graph.num_nodes, dtype=np.int64)
     nodes = nodes[graph.parent_counts()[nodes] > 0]
-    jit = compiled_for(graph.num_nodes)
+    jit = engine.kernels
     if jit is not None:
         plan = _primitive_params(graph, _primitive_table(ops))
         kinds = _primitive_kinds(graph, ops, plan)
@@ -422,11 +437,16 @@ def _edge_derivatives(
 
 
 @_runs_plugin_code
-def backward(graph: Graph, registry: OpRegistry, output: int, values: FloatArray | None = None) -> FloatArray:
-    """The gradient of ``output`` with respect to every node (0 for nodes it does not depend on)."""
+def backward(
+    graph: Graph, registry: OpRegistry, output: int, values: FloatArray | None = None, engine: Engine | None = None
+) -> FloatArray:
+    """The gradient of ``output`` with respect to every node (0 for nodes it does not depend on).
+
+    ``engine`` is as for :func:`forward`; the compiled one gives the reference's bits."""
     values = graph.values if values is None else values
-    ops = resolve_ops(graph, registry)
-    jit = compiled_for(graph.num_nodes)
+    engine = engine or engine_for(graph.num_nodes)
+    ops = resolve_ops(graph, registry, engine)
+    jit = engine.kernels
     if jit is not None:
         table = _primitive_table(ops)
         plan = _primitive_params(graph, table)
@@ -436,9 +456,8 @@ def backward(graph: Graph, registry: OpRegistry, output: int, values: FloatArray
             codes, offsets, parents = graph.op_codes, graph.parent_offsets, graph.parent_indices
             jit.backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads, plan.params)
             return grads
-    reach = ancestors(graph, output)
-    nodes = np.flatnonzero(reach)
-    local = _edge_derivatives(graph, ops, values, nodes)
+    nodes = np.flatnonzero(ancestors(graph, output, engine))
+    local = _edge_derivatives(graph, ops, values, nodes, engine)
     if jit is not None:
         return jit.backward_sweep(graph.parent_offsets, graph.parent_indices, local, nodes, output, graph.num_nodes)
     return reference_sweep(graph, output, local, nodes)
@@ -496,12 +515,14 @@ class Step:
 
 @_runs_plugin_code
 def backward_steps(
-    graph: Graph, registry: OpRegistry, output: int, values: FloatArray | None = None
+    graph: Graph, registry: OpRegistry, output: int, values: FloatArray | None = None, engine: Engine | None = None
 ) -> tuple[FloatArray, list[Step]]:
-    """Like :func:`backward`, and also the steps, in the order the sweep takes them."""
+    """Like :func:`backward`, and also the steps, in the order the sweep takes them (the reference
+    sweep, whatever ``engine`` computes the local derivatives)."""
     values = graph.values if values is None else values
-    nodes = np.flatnonzero(ancestors(graph, output))
-    local = edge_derivatives(graph, registry, values, nodes)
+    engine = engine or engine_for(graph.num_nodes)
+    nodes = np.flatnonzero(ancestors(graph, output, engine))
+    local = edge_derivatives(graph, registry, values, nodes, engine)
     steps: list[Step] = []
     grads = reference_sweep(graph, output, local, nodes, steps)
     return grads, steps
@@ -518,106 +539,3 @@ def default_output(graph: Graph, choose: str = "output=") -> int:
         raise UsageError(f"the graph lists no outputs: choose one with {choose}")
     shown = listed((graph.label(o) for o in outputs[:_LISTED]), total=len(outputs), shown=_LISTED)
     raise UsageError(f"the graph has {len(outputs):,} outputs ({shown}): choose one with {choose}")
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """How far replayed numbers are from stored ones.
-
-    A stored nan is the format's "no stored value" (FORMAT.md: values not computed yet, no gradient),
-    so those nodes are counted in ``unstored`` and not compared; ``inf`` equals ``inf``. The worst
-    differences are over the compared nodes (``None`` nodes when none was compared).
-    """
-
-    what: str
-    worst_abs: float
-    worst_abs_node: int | None
-    worst_rel: float
-    worst_rel_node: int | None
-    mismatches: int
-    #: How many nodes have no stored number (nan in the file): not compared, not mismatches.
-    unstored: int = 0
-    #: How many nodes the columns hold (``nodes - unstored`` were compared).
-    nodes: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.mismatches == 0
-
-    @property
-    def compared(self) -> int:
-        """How many nodes had a stored number to compare with."""
-        return self.nodes - self.unstored
-
-    @property
-    def worst_abs_at(self) -> tuple[int, tuple[int, ...]] | None:
-        """Where the worst absolute difference is, as :class:`graphsvc.tensors.TensorComparison`
-        says it: (node, index into its array), the index ``()`` for a scalar."""
-        return None if self.worst_abs_node is None else (self.worst_abs_node, ())
-
-    @property
-    def worst_rel_at(self) -> tuple[int, tuple[int, ...]] | None:
-        """Where the worst relative difference is: (node, ``()``)."""
-        return None if self.worst_rel_node is None else (self.worst_rel_node, ())
-
-
-def differences(replayed: FloatArray, stored: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """``|replayed - stored|`` and that over ``|stored|``, element by element (float64): 0 where
-    the two are equal (two nans included), inf where only one is nan. Shared by the column
-    comparison here and the array one (:func:`graphsvc.tensors.compare`)."""
-    with np.errstate(all="ignore"):
-        same = (replayed == stored) | (np.isnan(replayed) & np.isnan(stored))
-        diff = np.where(same, 0.0, np.abs(replayed - stored))
-        diff = np.where(np.isnan(diff), np.inf, diff)
-        rel = np.where(diff == 0.0, 0.0, diff / np.maximum(np.abs(stored), np.finfo(np.float64).tiny))
-        rel = np.where(np.isnan(rel), np.inf, rel)
-    return diff, rel
-
-
-def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, atol: float) -> Comparison:
-    """Compare two columns; a node mismatches when ``|replayed - stored| > atol + rtol * |stored|``.
-
-    Nodes whose stored number is nan have no stored value: they are counted, not compared.
-    """
-    has_value = ~np.isnan(stored)
-    close = np.isclose(replayed, stored, rtol=rtol, atol=atol, equal_nan=True) | ~has_value
-    diff, rel = differences(replayed, stored)
-    n = len(diff)
-    unstored = n - int(np.count_nonzero(has_value))
-    compared = n > unstored
-    abs_node = int(np.argmax(np.where(has_value, diff, -1.0))) if compared else None
-    rel_node = int(np.argmax(np.where(has_value, rel, -1.0))) if compared else None
-    return Comparison(
-        what=what,
-        worst_abs=float(diff[abs_node]) if abs_node is not None else 0.0,
-        worst_abs_node=abs_node,
-        worst_rel=float(rel[rel_node]) if rel_node is not None else 0.0,
-        worst_rel_node=rel_node,
-        mismatches=int(np.count_nonzero(~close)),
-        unstored=unstored,
-        nodes=n,
-    )
-
-
-@dataclass(frozen=True)
-class NonFinite:
-    """Where nan or inf first appears in a column of replayed numbers.
-
-    For values that is the lowest id (node ids are a topological order, so the forward pass meets
-    it first); for gradients the highest id (the backward sweep runs in decreasing id order).
-    A nan or inf is a finding, not an error: replay goes on and the exit code does not change.
-    """
-
-    what: str
-    node: int
-    value: float
-    count: int
-
-
-def first_nonfinite(what: str, column: FloatArray, *, backward: bool = False) -> NonFinite | None:
-    """The first node of ``column`` holding nan or inf (see :class:`NonFinite`), or None."""
-    bad = np.flatnonzero(~np.isfinite(column))
-    if not len(bad):
-        return None
-    node = int(bad[-1] if backward else bad[0])
-    return NonFinite(what, node, float(column[node]), len(bad))

@@ -16,6 +16,8 @@ Every replay starts from zero gradients; int64 nodes (indices) get none.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from graphsvc.checks import differences
 from graphsvc.errors import ReplayError, UsageError
-from graphsvc.graph import FLOAT_DTYPE, LEAF_TAGS, TENSOR_DTYPES, Graph
+from graphsvc.graph import FLOAT_DTYPE, LEAF, LEAF_TAGS, TENSOR_DTYPES, Graph
 from graphsvc.ops import (
     Op,
     OpRegistry,
@@ -35,7 +38,6 @@ from graphsvc.ops import (
     is_user_interrupt,
     local_derivatives,
 )
-from graphsvc.replay import differences
 from graphsvc.topo import ancestors
 
 __all__ = [
@@ -52,9 +54,11 @@ __all__ = [
     "needed",
     "node_cells",
     "per_element",
+    "requires_grad",
     "store",
     "summary",
     "unbroadcast",
+    "vjp_of",
 ]
 
 #: The values (or gradients) of a replayed tensor graph: one array per node (0-d for scalars),
@@ -96,7 +100,13 @@ def elementwise_vjp(op: Op) -> Callable[..., Sequence[Any]]:
     assert derivatives is not None
     over_arrays = None if op.vectorized else per_element(op, "derivatives")
 
-    def vjp(g: np.ndarray, out: np.ndarray, *inputs: np.ndarray, **attrs: Any) -> list[np.ndarray]:
+    def vjp(
+        g: np.ndarray,
+        out: np.ndarray,
+        *inputs: np.ndarray,
+        needs_input_grad: Sequence[bool] | None = None,
+        **attrs: Any,
+    ) -> list[np.ndarray | None]:
         if over_arrays is None:  # a failure is a ReplayError naming the op, as in the column engine
             partials = _call_one(op, "derivatives", derivatives, [*inputs, out], attrs)
         else:
@@ -107,7 +117,11 @@ def elementwise_vjp(op: Op) -> Callable[..., Sequence[Any]]:
                 f"op {op.name!r} ({op.source}): derivatives returned {count}, "
                 f"expected a tuple of {len(inputs)} partial derivatives"
             )
-        return [unbroadcast(_times(g, d), x.shape) for d, x in zip(partials, inputs, strict=True)]
+        wanted = needs_input_grad or (True,) * len(inputs)
+        return [
+            unbroadcast(_times(g, d), x.shape) if want else None
+            for d, x, want in zip(partials, inputs, wanted, strict=True)
+        ]
 
     return vjp
 
@@ -153,13 +167,14 @@ class _Node:
         self.op, self.parents, self.attrs = op, parents, attrs
 
 
-def _initial_values(graph: Graph, overrides: Mapping[int, Any]) -> Replayed:
-    """Each node's stored value as an array (read-only), with ``overrides`` applied to leaves."""
+def _initial_values(graph: Graph, calls: Sequence[_Node | None], overrides: Mapping[int, Any]) -> Replayed:
+    """Each leaf's stored value as a read-only array, with ``overrides`` applied."""
     values: Replayed = [None] * graph.num_nodes
     column = graph.values
-    for node in range(graph.num_nodes):
-        array = graph.arrays.get(node)
-        values[node] = _read_only(np.asarray(column[node]) if array is None else array)
+    for node, call in enumerate(calls):
+        if call is None:
+            array = graph.arrays.get(node)
+            values[node] = _read_only(np.asarray(column[node]) if array is None else array)
     for node, value in overrides.items():
         if graph.op(node) not in LEAF_TAGS:
             raise UsageError(f"node {graph.label(node)} is a {graph.op(node)} node, not a leaf: only leaves can be set")
@@ -168,9 +183,25 @@ def _initial_values(graph: Graph, overrides: Mapping[int, Any]) -> Replayed:
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
+    """``array`` through a read-only view (itself when it is read-only already)."""
     if array.flags.writeable:
         array = array.view()
         array.flags.writeable = False
+    return array
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """A result to keep: made read-only in place when it owns its data (a new array: a view would
+    look shared with something), else through a read-only view. Every value and gradient a replay
+    keeps is read-only, so ops and VJPs receive them as they are, and a plugin that returns a
+    buffer of its own and writes into it later fails instead of changing a kept result."""
+    flags = array.flags
+    if flags.writeable:
+        if flags.owndata:
+            flags.writeable = False
+        else:
+            array = array.view()
+            array.flags.writeable = False
     return array
 
 
@@ -192,19 +223,16 @@ def _calls(graph: Graph, ops: Sequence[Op | None]) -> list[_Node | None]:
 def forward(graph: Graph, ops: Sequence[Op | None], overrides: Mapping[int, Any] | None = None) -> Replayed:
     """Every node's value, recomputed in id order from the leaves (``overrides`` replace leaf
     values first). The caller resolved ``ops`` (:func:`graphsvc.replay.resolve_ops`)."""
-    values = _initial_values(graph, overrides or {})
+    calls = _calls(graph, ops)
+    values = _initial_values(graph, calls, overrides or {})
     with np.errstate(all="ignore"), interrupts_told_apart():
-        for node, call in enumerate(_calls(graph, ops)):
+        for node, call in enumerate(calls):
             if call is None:
                 continue
             op = call.op
             inputs = [values[p] for p in call.parents]
-            result = _as_tensor(
-                graph, node, op, "forward", _call(graph, node, op, "forward", op.forward, inputs, call.attrs)
-            )
-            if result.flags.owndata:  # a new array: freeze it in place (a view would look shared)
-                result.flags.writeable = False
-            values[node] = _read_only(result)
+            result = _call(graph, node, op, "forward", op.forward, inputs, call.attrs)
+            values[node] = _frozen(_as_tensor(graph, node, op, "forward", result))
     return values
 
 
@@ -221,9 +249,10 @@ class Step:
 def backward(
     graph: Graph, ops: Sequence[Op | None], output: int, values: Replayed, steps: list[Step] | None = None
 ) -> Replayed:
-    """d(output)/d(node) for every node (zeros where the output does not depend on a node; ``None``
-    for int64 nodes), from the output seeded with 1. The output must hold a single number. When
-    ``steps`` is a list, each node's :class:`Step` is appended to it, in the order of the sweep."""
+    """d(output)/d(node) for every node that :func:`requires_grad` (zeros where the output does not
+    depend on it), ``None`` for the others (int64 nodes, const arrays and what is computed from them
+    alone), from the output seeded with 1. The output must hold a single number. When ``steps`` is
+    a list, each node's :class:`Step` is appended to it, in the order of the sweep."""
     out = values[output]
     assert out is not None
     if out.size != 1:
@@ -233,31 +262,66 @@ def backward(
         )
     if out.dtype == _INDEX_DTYPE:
         raise UsageError(f"node {graph.label(output)} holds integers (int64): it has no gradient")
-    grads: Replayed = [None] * graph.num_nodes
-    grads[output] = np.ones_like(out)
     calls = _calls(graph, ops)
-    vjps: dict[str, Callable[..., Any]] = {}
+    requires = requires_grad(graph, calls, values)
+    grads: Replayed = [None] * graph.num_nodes
+    if requires[output]:
+        grads[output] = _frozen(np.ones_like(out))
     with np.errstate(all="ignore"), interrupts_told_apart():
         for node in np.flatnonzero(ancestors(graph, output))[::-1].tolist():
             call, g = calls[node], grads[node]
             if call is None or g is None:
                 continue
             op = call.op
-            vjp = vjps.get(op.name)
-            if vjp is None:
-                vjp = vjps[op.name] = op.vjp if op.vjp is not None else elementwise_vjp(op)
+            vjp, told = vjp_of(op)
             inputs = [values[p] for p in call.parents]
-            cotangents = _call(graph, node, op, "vjp", vjp, [_read_only(g), values[node], *inputs], call.attrs)
-            sent = _accumulate(graph, node, op, call.parents, inputs, cotangents, grads)
+            needs = tuple(requires[p] for p in call.parents)
+            attrs = {**call.attrs, NEEDS_INPUT_GRAD: needs} if told else call.attrs
+            cotangents = _call(graph, node, op, "vjp", vjp, [g, values[node], *inputs], attrs)
+            sent = _accumulate(graph, node, op, call.parents, inputs, needs, cotangents, grads)
             if steps is not None:
                 steps.append(Step(node, g, list(zip(call.parents, sent, strict=True))))
     for node, value in enumerate(values):
-        assert value is not None
-        if grads[node] is None and value.dtype != _INDEX_DTYPE:  # not reached: zero
-            grads[node] = np.zeros_like(value)
-        elif value.dtype == _INDEX_DTYPE:
-            grads[node] = None
+        if requires[node] and grads[node] is None:  # not reached: zero
+            assert value is not None
+            grads[node] = _frozen(np.zeros_like(value))
     return grads
+
+
+def requires_grad(graph: Graph, calls: Sequence[_Node | None], values: Replayed) -> list[bool]:
+    """Which nodes get a gradient, PyTorch's ``requires_grad``: ``leaf`` nodes, scalar ``const``
+    nodes (a number in the columns, as micrograd's ``Value(2.0)``: every node of a graph of scalars
+    gets one) and every node computed from one of these; not ``const`` arrays (data: inputs, masks,
+    the ``eps`` of a layer norm), not what is computed from them alone, never int64 nodes."""
+    requires = [False] * graph.num_nodes
+    for node, call in enumerate(calls):
+        value = values[node]
+        assert value is not None
+        if value.dtype == _INDEX_DTYPE:
+            continue
+        if call is not None:
+            requires[node] = any(requires[p] for p in call.parents)
+        elif graph.op(node) == LEAF:
+            requires[node] = True
+        else:  # const (or a tag replay does not know): a number in the columns gets one
+            requires[node] = node not in graph.arrays and value.shape == ()
+    return requires
+
+
+#: The keyword by which a VJP is told which inputs need a cotangent (PyTorch's
+#: ``ctx.needs_input_grad``): passed to a ``vjp`` that declares a parameter of this name.
+NEEDS_INPUT_GRAD = "needs_input_grad"
+
+
+@functools.cache
+def vjp_of(op: Op) -> tuple[Callable[..., Any], bool]:
+    """``op``'s VJP (derived from its ``derivatives`` when it gives none), and whether it takes
+    :data:`NEEDS_INPUT_GRAD` (it declares a parameter of that name; the derived VJPs do)."""
+    vjp = elementwise_vjp(op) if op.vjp is None else op.vjp
+    try:
+        return vjp, NEEDS_INPUT_GRAD in inspect.signature(vjp).parameters
+    except (TypeError, ValueError):  # no inspectable signature: called without it
+        return vjp, False
 
 
 def _accumulate(
@@ -266,10 +330,11 @@ def _accumulate(
     op: Op,
     parents: list[int],
     inputs: list[np.ndarray | None],
+    needs: Sequence[bool],
     cotangents: Any,
     grads: Replayed,
 ) -> list[np.ndarray | None]:
-    """Add each cotangent to its parent's gradient; return what each parent received."""
+    """Add each cotangent to the gradient of a parent that needs one; return what each received."""
     if not isinstance(cotangents, (tuple, list)) or len(cotangents) != len(parents):
         got = f"{len(cotangents)} cotangents" if isinstance(cotangents, (tuple, list)) else type(cotangents).__name__
         raise ReplayError(
@@ -277,9 +342,9 @@ def _accumulate(
             f"expected one per input ({len(parents)})"
         )
     sent: list[np.ndarray | None] = []
-    for position, (parent, x, cotangent) in enumerate(zip(parents, inputs, cotangents, strict=True)):
+    for position, (parent, x, cotangent, need) in enumerate(zip(parents, inputs, cotangents, needs, strict=True)):
         assert x is not None
-        if cotangent is None or x.dtype == _INDEX_DTYPE:
+        if cotangent is None or not need:
             sent.append(None)
             continue
         ct = _as_tensor(graph, node, op, "vjp", cotangent)
@@ -290,8 +355,9 @@ def _accumulate(
             )
         if ct.dtype != x.dtype:
             ct = ct.astype(x.dtype)
+        ct = _frozen(ct)
         previous = grads[parent]
-        grads[parent] = ct if previous is None else np.asarray(previous + ct)  # 0-d + 0-d is a numpy scalar
+        grads[parent] = ct if previous is None else _frozen(np.asarray(previous + ct))  # 0-d + 0-d: a scalar
         sent.append(ct)
     return sent
 
@@ -453,7 +519,7 @@ def stored(graph: Graph, node: int, gradients: bool = False) -> np.ndarray | Non
 
 def compare(what: str, graph: Graph, replayed: Replayed, rtol: float, atol: float) -> TensorComparison:
     """Compare replayed values (``what="values"``) or gradients with what ``graph`` stores, element
-    by element with :func:`graphsvc.replay.differences` (the column comparison's rule)."""
+    by element with :func:`graphsvc.checks.differences` (the column comparison's rule)."""
     worst_abs, worst_rel = 0.0, 0.0
     worst_abs_at: Element | None = None
     worst_rel_at: Element | None = None

@@ -42,7 +42,7 @@ import numpy as np
 from graphsvc.errors import GraphsvcError, ReplayError
 from graphsvc.ops import Op, OpRegistry, _call_one, evaluate, interrupts_told_apart, local_derivatives
 from graphsvc.plugins import running_plugin_code
-from graphsvc.tensors import elementwise_vjp, per_element
+from graphsvc.tensors import NEEDS_INPUT_GRAD, per_element, vjp_of
 
 __all__ = [
     "ATTRIBUTE_SAMPLES",
@@ -290,7 +290,8 @@ def check_vjp(
     ``None`` is not checked. An element passes when ``|analytic - numeric| <= atol + rtol *
     |numeric|``; the message of a failure names the op, the input and its worst element.
     ``points`` counts the elements checked, ``skipped`` the float elements not checked (index
-    inputs are neither).
+    inputs are neither). A ``vjp`` that takes ``needs_input_grad`` is also asked for each float
+    input alone, and must give it the cotangent it gives with every input needed.
     """
     with running_plugin_code(), np.errstate(all="ignore"), interrupts_told_apart():
         return _check_vjp(op, inputs, dict(attrs or {}), eps, rtol, atol, seed)
@@ -311,8 +312,11 @@ def _check_vjp(
         g = np.random.default_rng(seed).standard_normal(out.shape)
         g.flags.writeable = False
         analytic = _cotangents(op, g, out, inputs, attrs)
+        selective = _selective_failure(op, g, out, inputs, attrs, analytic)
     except GraphsvcError as exc:
         return result(False, 0, 0, 0.0, 0.0, f"{exc}{_with(attrs)}")
+    if selective is not None:
+        return result(False, 0, 0, 0.0, 0.0, f"{selective}{_with(attrs)}")
     checked = skipped = 0
     max_abs = max_rel = 0.0
     worst: tuple[float, str] | None = None  # (how far beyond the tolerance, message)
@@ -384,16 +388,58 @@ def _forward(op: Op, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> 
     return out.astype(np.float64, copy=False)
 
 
+def _vjp_call(
+    op: Op,
+    g: np.ndarray,
+    out: np.ndarray,
+    inputs: Sequence[np.ndarray],
+    attrs: Mapping[str, Any],
+    needs: tuple[bool, ...] | None,
+) -> Any:
+    """The op's vjp (or its derivatives as one, as replay calls them), told ``needs`` when it takes
+    ``needs_input_grad`` and ``needs`` is given."""
+    vjp, takes_needs = vjp_of(op)
+    if takes_needs and needs is not None:
+        attrs = {**attrs, NEEDS_INPUT_GRAD: needs}
+    if op.vjp is not None:
+        return _call_one(op, "vjp", vjp, [g, out, *inputs], attrs)
+    return vjp(g, out, *inputs, **attrs)  # the derived VJP's errors name the op already
+
+
+def _selective_failure(
+    op: Op,
+    g: np.ndarray,
+    out: np.ndarray,
+    inputs: Sequence[np.ndarray],
+    attrs: Mapping[str, Any],
+    full: Sequence[np.ndarray | None],
+) -> str | None:
+    """For an op whose vjp takes ``needs_input_grad``: ask for each float input alone; the
+    cotangent must be the one given with every input needed (bit for bit: the same arithmetic)."""
+    for i, x in enumerate(inputs):
+        if x.dtype.kind != "f" or full[i] is None:
+            continue
+        needs = tuple(j == i for j in range(len(inputs)))
+        given = _vjp_call(op, g, out, inputs, attrs, needs)
+        got = given[i] if isinstance(given, tuple | list) and len(given) == len(inputs) else None
+        want = full[i]
+        assert want is not None
+        if got is None or not np.array_equal(np.asarray(got, dtype=np.float64), want, equal_nan=True):
+            shown = "None" if got is None else "a different cotangent"
+            return (
+                f"op {op.name!r} ({op.source}): with needs_input_grad={needs}, vjp gives input {i} {shown}, "
+                "not the one it gives with every input needed"
+            )
+    return None
+
+
 def _cotangents(
     op: Op, g: np.ndarray, out: np.ndarray, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]
 ) -> list[np.ndarray | None]:
     """The op's vjp, or its elementwise derivatives as one (graphsvc.tensors.elementwise_vjp, as
     replay does), each checked against its input's shape."""
     what = "vjp" if op.vjp is not None else "derivatives"
-    if op.vjp is not None:
-        given = _call_one(op, what, op.vjp, [g, out, *inputs], attrs)
-    else:  # the derived VJP calls the op's derivatives itself, and its errors name the op already
-        given = elementwise_vjp(op)(g, out, *inputs, **attrs)
+    given = _vjp_call(op, g, out, inputs, attrs, None)
     if not isinstance(given, tuple | list) or len(given) != len(inputs):
         raise ReplayError(f"op {op.name!r} ({op.source}): {what} must return one cotangent per input ({len(inputs)})")
     cotangents: list[np.ndarray | None] = []

@@ -25,7 +25,7 @@ import numpy as np
 
 from graphsvc.errors import GraphStructureError, UsageError
 from graphsvc.graph import Graph
-from graphsvc.kernels import compiled_for
+from graphsvc.kernels import Engine, engine_for
 from graphsvc.text import ITEM_CHARS, escape, shorten
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
@@ -38,13 +38,16 @@ K = TypeVar("K", bound=Hashable)
 
 
 def reverse_topological_order(
-    graph: Graph, output: int | None = None, algorithm: Algorithm = "dfs"
+    graph: Graph, output: int | None = None, algorithm: Algorithm = "dfs", engine: Engine | None = None
 ) -> npt.NDArray[np.int64]:
-    """Node ids, each before all of its parents. ``output=None`` orders the whole graph."""
+    """Node ids, each before all of its parents. ``output=None`` orders the whole graph.
+
+    ``engine`` (as for every sweep here): the compiled kernels or the references; by default the
+    one :func:`graphsvc.kernels.engine_for` picks for the graph's size."""
     if algorithm not in ALGORITHMS:
         raise UsageError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
     start_array = graph.sinks() if output is None else np.array([output], dtype=np.int64)
-    jit = compiled_for(graph.num_nodes)
+    jit = (engine or engine_for(graph.num_nodes)).kernels
     if jit is not None:
         # scratch arrays from numpy, which asks for huge pages: fewer TLB misses on random access
         n, offsets, parents = graph.num_nodes, graph.parent_offsets, graph.parent_indices
@@ -132,9 +135,9 @@ def _unique(items: Sequence[int]) -> list[int]:
     return out
 
 
-def levels(graph: Graph) -> npt.NDArray[np.int64]:
+def levels(graph: Graph, engine: Engine | None = None) -> npt.NDArray[np.int64]:
     """Each node's level: 0 for a node without parents, else one more than its highest parent."""
-    jit = compiled_for(graph.num_nodes)
+    jit = (engine or engine_for(graph.num_nodes)).kernels
     if jit is not None:
         return jit.levels(graph.parent_offsets, graph.parent_indices, graph.num_nodes)
     level = [0] * graph.num_nodes
@@ -147,9 +150,9 @@ def levels(graph: Graph) -> npt.NDArray[np.int64]:
     return np.array(level, dtype=np.int64)
 
 
-def ancestors(graph: Graph, output: int) -> npt.NDArray[np.bool_]:
+def ancestors(graph: Graph, output: int, engine: Engine | None = None) -> npt.NDArray[np.bool_]:
     """Mask of ``output`` and every node it depends on."""
-    jit = compiled_for(graph.num_nodes)
+    jit = (engine or engine_for(graph.num_nodes)).kernels
     if jit is not None:
         return jit.ancestors(graph.parent_offsets, graph.parent_indices, output, graph.num_nodes)
     mask = bytearray(graph.num_nodes)

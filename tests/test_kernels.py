@@ -89,19 +89,17 @@ def test_an_op_may_name_only_a_primitive_of_its_arity() -> None:
         check_op_declaration(Op("twice", 1, lambda x: 2 * x, lambda x, out: (2.0,), kernel="mul"))
 
 
-def check_outcome(graph) -> str:  # type: ignore[no-untyped-def]
+def check_outcome(graph, engine: kernels.Engine) -> str:  # type: ignore[no-untyped-def]
     from graphsvc.errors import GraphStructureError
 
     try:
-        graph.check()
+        graph.check(engine)
     except GraphStructureError as exc:
         return str(exc)
     return "ok"
 
 
-def test_compiled_structure_check_accepts_and_refuses_what_the_vectorized_one_does(
-    jit, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+def test_compiled_structure_check_accepts_and_refuses_what_the_vectorized_one_does(jit) -> None:  # type: ignore[no-untyped-def]
     from graphsvc.graph import GraphBuilder
 
     g = GraphBuilder()
@@ -127,12 +125,8 @@ def test_compiled_structure_check_accepts_and_refuses_what_the_vectorized_one_do
             node = int(rng.integers(6, graph.num_nodes))
             graph.parent_indices[graph.parent_offsets[node]] = node  # a self-loop
         # kind 5: unchanged
-        with monkeypatch.context() as m:
-            m.setattr(kernels, "JIT_THRESHOLD", 0)
-            compiled = check_outcome(graph)
-        with monkeypatch.context() as m:
-            m.setattr(kernels, "JIT_THRESHOLD", 10**12)
-            reference = check_outcome(graph)
+        compiled = check_outcome(graph, kernels.Engine(jit))
+        reference = check_outcome(graph, kernels.REFERENCE)
         assert compiled == reference
         outcomes.add(reference if reference == "ok" else " ".join(reference.split(" ")[2:5]))
     assert len(outcomes) >= 5, outcomes  # accepted graphs and several kinds of refusal were all tried
@@ -156,23 +150,21 @@ def random_columns(n: int, seed: int):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_compiled_orders_levels_and_ancestors_match_the_references(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compiled_orders_levels_and_ancestors_match_the_references(jit, seed: int) -> None:  # type: ignore[no-untyped-def]
     from graphsvc.topo import ALGORITHMS, ancestors, levels, reverse_topological_order
 
     graph = random_columns(3000, seed)
     middle = int(np.flatnonzero(graph.parent_counts()[:1500] > 2)[-1])
     outputs = [None, graph.num_nodes - 1, middle, 7]
 
-    def run() -> list[np.ndarray]:
-        results = [levels(graph), *(ancestors(graph, o) for o in outputs[1:])]
+    def run(engine: kernels.Engine) -> list[np.ndarray]:
+        results = [levels(graph, engine), *(ancestors(graph, o, engine) for o in outputs[1:])]
         for algorithm in ALGORITHMS:
-            results += [reverse_topological_order(graph, o, algorithm) for o in outputs]
+            results += [reverse_topological_order(graph, o, algorithm, engine) for o in outputs]
         return results
 
-    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 0)
-    compiled = run()
-    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 10**12)
-    reference = run()
+    compiled = run(kernels.Engine(jit))
+    reference = run(kernels.REFERENCE)
     assert len(compiled) == len(reference) == 1 + 3 + 2 * 4
     for ours, theirs in zip(compiled, reference, strict=True):
         assert ours.dtype == theirs.dtype
@@ -188,10 +180,17 @@ def test_the_structure_check_every_load_runs_is_compiled_from_the_threshold(
     calls: list[int] = []
     real = jit.structure_ok
     monkeypatch.setattr(jit, "structure_ok", lambda *args: calls.append(1) or real(*args))
-    graph = random_columns(200, 0)
-    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 201)
-    graph.check()
+    random_columns(kernels.JIT_THRESHOLD - 1, 0).check()
     assert calls == []
-    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 200)
-    graph.check()
+    random_columns(kernels.JIT_THRESHOLD, 0).check()
     assert calls == [1]
+
+
+def test_the_engine_is_chosen_from_the_graphs_size(jit) -> None:  # type: ignore[no-untyped-def]
+    assert kernels.JIT_THRESHOLD == 1_000
+    assert kernels.engine_for(999) is kernels.REFERENCE
+    assert kernels.engine_for(0) is kernels.REFERENCE
+    compiled = kernels.engine_for(1_000)
+    assert compiled.kernels is jit and compiled.narrow_level == kernels.NARROW_LEVEL == 32
+    assert (compiled.name, repr(compiled)) == ("compiled", "Engine(compiled, narrow_level=32)")
+    assert (kernels.REFERENCE.name, repr(kernels.REFERENCE)) == ("reference", "Engine(reference, narrow_level=32)")

@@ -7,14 +7,16 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from graphsvc import kernels, replay
+from graphsvc import checks, kernels, replay
 from graphsvc.errors import OpError, ReplayError, UsageError
 from graphsvc.graph import Graph, GraphBuilder, OpSource
+from graphsvc.kernels import REFERENCE, Engine
 from graphsvc.ops import Op, OpRegistry
 from graphsvc.plugins import load_registry
 from graphsvc.topo import ancestors
@@ -165,9 +167,7 @@ def test_parent_count_must_match_the_arity(registry: OpRegistry) -> None:
         replay.forward(g.build(), registry)
 
 
-def test_a_large_graph_names_the_same_node_with_the_wrong_parent_count(
-    registry: OpRegistry, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_large_graph_names_the_same_node_with_the_wrong_parent_count(registry: OpRegistry) -> None:
     """The compiled arity check (large graphs) finds the first bad node, as the vectorized one does."""
     g = GraphBuilder()
     x = g.leaf(1.0)
@@ -177,12 +177,11 @@ def test_a_large_graph_names_the_same_node_with_the_wrong_parent_count(
     g.add("neg", [x, x], name="long")
     graph = g.build()
     message = r"^node short: op add takes 2 inputs but the node has 1 parent$"
-    for threshold in (0, 10**12):  # compiled, then vectorized
-        monkeypatch.setattr(kernels, "JIT_THRESHOLD", threshold)
+    for engine in (kernels.engine_for(graph.num_nodes), REFERENCE):  # compiled (where built), then vectorized
         with pytest.raises(OpError, match=message):
-            replay.forward(graph, registry)
+            replay.forward(graph, registry, engine=engine)
         with pytest.raises(OpError, match=message):
-            replay.backward(graph, registry, graph.num_nodes - 1)
+            replay.backward(graph, registry, graph.num_nodes - 1, engine=engine)
 
 
 def test_an_op_that_raises_is_named_with_its_plugin_and_node() -> None:
@@ -251,43 +250,14 @@ def test_default_output_is_an_output_listed_twice() -> None:
         replay.default_output(g.build(outputs=["q", "p", "q"]))
 
 
-def test_compare_counts_nodes_without_a_stored_value_apart() -> None:
-    # nan in a stored column is the format's "no stored value" (values not computed yet, no gradient)
-    stored = np.array([1.0, np.nan, 3.0, np.nan, np.nan, np.inf, 7.0])
-    replayed = np.array([1.0, 2.0, 3.5, np.nan, 5.0, np.inf, np.nan])
-    c = replay.compare("values", replayed, stored, rtol=0.0, atol=0.1)
-    assert (c.unstored, c.nodes, c.compared) == (3, 7, 4)
-    assert (c.worst_abs, c.worst_abs_node, c.mismatches, c.ok) == (math.inf, 6, 2, False)  # 3.5 vs 3, nan vs 7
-    assert (c.worst_rel, c.worst_rel_node) == (math.inf, 6)
-    only_missing = replay.compare("values", replayed[:5], stored[:5], rtol=0.0, atol=1.0)
-    assert (only_missing.ok, only_missing.mismatches, only_missing.unstored) == (True, 0, 3)
-    assert (only_missing.worst_abs, only_missing.worst_abs_node) == (0.5, 2)
-    nothing = replay.compare("grads", np.array([1.0, 2.0]), np.array([np.nan, np.nan]), 0.0, 0.0)
-    assert (nothing.ok, nothing.unstored, nothing.compared, nothing.worst_abs_node, nothing.worst_rel_node) == (
-        True,
-        2,
-        0,
-        None,
-        None,
-    )
-
-
 def test_forward_check_of_a_graph_with_values_left_out(registry: OpRegistry) -> None:
     """A graph built without computed values (GraphBuilder's default, nan) has nothing to check them against."""
     g = GraphBuilder()
     x, y = g.leaf(2.0, name="x"), g.leaf(3.0, name="y")
     g.add("exp", [g.add("mul", [x, y], name="xy")], name="e")
     graph = g.build()
-    c = replay.compare("values", replay.forward(graph, registry), graph.values, rtol=1e-9, atol=0.0)
+    c = checks.compare("values", replay.forward(graph, registry), graph.values, rtol=1e-9, atol=0.0)
     assert (c.ok, c.mismatches, c.unstored, c.nodes, c.worst_abs, c.worst_abs_node) == (True, 0, 2, 4, 0.0, 0)
-
-
-def test_compare_reports_the_worst_node() -> None:
-    stored = np.array([1.0, 2.0, np.nan, np.inf])
-    replayed = np.array([1.0, 2.5, np.nan, np.inf])
-    c = replay.compare("values", replayed, stored, rtol=1e-9, atol=0.0)
-    assert (c.worst_abs, c.worst_abs_node, c.worst_rel, c.worst_rel_node, c.mismatches) == (0.5, 1, 0.25, 1, 1)
-    assert replay.compare("values", stored, stored, 0.0, 0.0).ok
 
 
 # -- fast paths against the straightforward references -------------------------------------------
@@ -318,40 +288,34 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 @pytest.mark.parametrize("seed", [1, 12, 17, 18])
-def test_grouped_and_node_by_node_forward_agree_bit_for_bit(
-    registry: OpRegistry, monkeypatch: pytest.MonkeyPatch, seed: int
-) -> None:
+def test_grouped_and_node_by_node_forward_agree_bit_for_bit(registry: OpRegistry, seed: int) -> None:
     """Both paths call the op's function on float64 arrays (node by node: one-element arrays), so
     numpy runs the same loop for a node either way, whatever CPU features it dispatches to. With
     numpy scalars node by node, seeds 12, 17 and 18 differed even without AVX-512: a scalar's
     ``x ** 2.0`` is libm's ``pow``, an array's is ``x * x``."""
     graph = random_graph(3000, seed=seed)
-    monkeypatch.setattr(replay, "NARROW_LEVEL", 0)  # every level as numpy groups
-    grouped = replay.forward(graph, registry)
-    monkeypatch.setattr(replay, "NARROW_LEVEL", 10**9)  # every node on its own
-    single = replay.forward(graph, registry)
+    engine = kernels.engine_for(graph.num_nodes)
+    grouped = replay.forward(graph, registry, engine=replace(engine, narrow_level=0))  # every level as numpy groups
+    single = replay.forward(graph, registry, engine=replace(engine, narrow_level=10**9))  # every node on its own
     assert same_bits(grouped, single)
     assert np.isfinite(grouped).sum() > 1000  # the comparison covers real numbers, not only nan
 
 
-def test_compiled_replay_matches_the_references(registry: OpRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compiled_replay_matches_the_references(registry: OpRegistry) -> None:
     """Large graphs replay through compiled kernels; the result must be the pure-Python one, bit for bit.
 
     That holds on every CPU because the kernels compute only correctly rounded operations (the
     primitives, the sweeps' multiply-adds); exp, tanh... take the same numpy calls on both sides."""
-    require_compiled()
-    size = max(kernels.JIT_THRESHOLD, 20_000)  # compiled, and large enough for the counts below
-    for graph in (random_graph(size + 500, seed=2), primitives_only(size + 10)):
+    compiled = Engine(require_compiled())
+    for graph in (random_graph(20_500, seed=2), primitives_only(20_010)):  # large enough for the counts below
         output = graph.num_nodes - 1
-        values = replay.forward(graph, registry)  # compiled primitives, numpy groups, Python nodes
-        grads = replay.backward(graph, registry, output, values)  # compiled locals and sweep
-        reach = ancestors(graph, output)
-        with monkeypatch.context() as off:
-            off.setattr(kernels, "JIT_THRESHOLD", 10**12)
-            reference_values = replay.forward(graph, registry)
-            nodes = np.flatnonzero(ancestors(graph, output))
-            local = replay.edge_derivatives(graph, registry, reference_values, nodes)
-            reference_grads = replay.reference_sweep(graph, output, local, nodes)
+        values = replay.forward(graph, registry, engine=compiled)  # compiled primitives, numpy groups, Python nodes
+        grads = replay.backward(graph, registry, output, values, engine=compiled)  # compiled locals and sweep
+        reach = ancestors(graph, output, compiled)
+        reference_values = replay.forward(graph, registry, engine=REFERENCE)
+        nodes = np.flatnonzero(ancestors(graph, output, REFERENCE))
+        local = replay.edge_derivatives(graph, registry, reference_values, nodes, engine=REFERENCE)
+        reference_grads = replay.reference_sweep(graph, output, local, nodes)
         assert same_bits(values, reference_values)
         assert same_bits(grads, reference_grads)
         assert np.array_equal(reach, np.isin(np.arange(graph.num_nodes), nodes))
@@ -363,32 +327,72 @@ def test_the_fused_compiled_backward_from_any_node_matches_the_reference(
 ) -> None:
     """The one-pass backward of all-primitive graphs, from outputs in the middle of the graph too
     (nodes after the output get 0), against the straightforward sweep, bit for bit."""
-    graph = primitives_only(kernels.JIT_THRESHOLD + 10)
+    graph = primitives_only(200)  # small: the engine passed decides, not the size
     fused = []
-    original = require_compiled().backward_primitives
+    jit = require_compiled()
+    original = jit.backward_primitives
 
     def spy(*args):  # type: ignore[no-untyped-def]
         fused.append(args[5])
         return original(*args)
 
-    monkeypatch.setattr(kernels._compiled(), "backward_primitives", spy)
-    values = replay.forward(graph, registry)
+    monkeypatch.setattr(jit, "backward_primitives", spy)
+    compiled = Engine(jit)
+    values = replay.forward(graph, registry, engine=compiled)
     rng = np.random.default_rng(11)
     outputs = [graph.num_nodes - 1, graph.num_nodes // 2, *rng.integers(20, graph.num_nodes, 3).tolist()]
     for output in outputs:
-        grads = replay.backward(graph, registry, output, values)
-        with monkeypatch.context() as off:
-            off.setattr(kernels, "JIT_THRESHOLD", 10**12)  # the pure-Python local derivatives
-            nodes = np.flatnonzero(ancestors(graph, output))
-            local = replay.edge_derivatives(graph, registry, values, nodes)
+        grads = replay.backward(graph, registry, output, values, engine=compiled)
+        nodes = np.flatnonzero(ancestors(graph, output, REFERENCE))
+        local = replay.edge_derivatives(graph, registry, values, nodes, engine=REFERENCE)  # pure-Python locals
         assert same_bits(grads, replay.reference_sweep(graph, output, local, nodes))
         assert not grads[output + 1 :].any()
     assert fused == outputs  # every backward above took the fused pass
 
 
-def test_a_deep_chain_mixing_primitives_and_other_ops_replays_like_the_reference(
+def test_every_sweep_of_a_replay_runs_on_the_engine_given(
     registry: OpRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The engine is chosen once and passed down: with the references, a graph far above the
+    threshold runs no compiled sweep (the ops' own elementwise loops aside, which every path shares);
+    the compiled engine runs its sweeps on a graph far below it."""
+    large = random_graph(3000, seed=1)  # built (and checked) before the kernels are watched
+    mixed = load_registry(disable_third_party=True)[0]
+    mixed.register(Op("double", 1, lambda x: 2.0 * x, lambda x, out: (2.0,)), plugin="demo")  # no kernel
+    g = GraphBuilder()
+    x = g.leaf(0.5)
+    for _ in range(100):
+        x = g.add("tanh", [g.add("double", [x])])
+    small = g.build()
+    jit = require_compiled()
+    calls: list[str] = []
+    for name, kernel in list(vars(jit).items()):
+        monkeypatch.setattr(jit, name, lambda *args, name=name, kernel=kernel: calls.append(name) or kernel(*args))
+    sweeps = {name for name in vars(jit) if not name.startswith("elementwise")}
+    output = large.num_nodes - 1
+    values = replay.forward(large, registry, engine=REFERENCE)
+    grads = replay.backward(large, registry, output, values, engine=REFERENCE)
+    steps_grads, _ = replay.backward_steps(large, registry, output, values, engine=REFERENCE)
+    large.check(REFERENCE)
+    assert sweeps.isdisjoint(calls)
+    assert same_bits(grads, steps_grads)
+    calls.clear()
+    compiled = Engine(jit)
+    chain = replay.forward(small, mixed, engine=compiled)
+    assert sorted(sweeps.intersection(calls)) == ["first_arity_mismatch", "forward_primitives", "levels"]
+    calls.clear()
+    chain_grads = replay.backward(small, mixed, small.num_nodes - 1, chain, engine=compiled)
+    assert sorted(sweeps.intersection(calls)) == [
+        "ancestors",
+        "backward_sweep",
+        "first_arity_mismatch",
+        "primitive_derivatives",
+    ]
+    assert same_bits(chain, replay.forward(small, mixed, engine=REFERENCE))
+    assert same_bits(chain_grads, replay.backward(small, mixed, small.num_nodes - 1, chain, engine=REFERENCE))
+
+
+def test_a_deep_chain_mixing_primitives_and_other_ops_replays_like_the_reference(registry: OpRegistry) -> None:
     """x = tanh(x * w + b), repeated: narrow levels, compiled runs of mul and add between tanh calls."""
     g = GraphBuilder()
     x, w, b = g.leaf(0.3, name="x"), g.leaf(0.9, name="w"), g.leaf(0.05, name="b")
@@ -396,9 +400,8 @@ def test_a_deep_chain_mixing_primitives_and_other_ops_replays_like_the_reference
     for _ in range(steps):
         x = g.add("tanh", [g.add("add", [g.add("mul", [x, w]), b])])
     graph = g.build()
-    values = replay.forward(graph, registry)
-    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 10**12)
-    reference = replay.forward(graph, registry)
+    values = replay.forward(graph, registry)  # the engine for its size: compiled, where built
+    reference = replay.forward(graph, registry, engine=REFERENCE)
     assert same_bits(values, reference)
     expected = 0.3
     for _ in range(steps):
@@ -442,7 +445,7 @@ def test_a_chain_a_million_deep_replays_at_the_default_recursion_limit(registry:
 
 
 @pytest.mark.parametrize("narrow", [0, 10**9], ids=["numpy groups", "node by node"])
-def test_an_op_gets_read_only_inputs_on_every_path(monkeypatch: pytest.MonkeyPatch, narrow: int) -> None:
+def test_an_op_gets_read_only_inputs_on_every_path(narrow: int) -> None:
     def double_in_place(x: np.ndarray) -> np.ndarray:
         x *= 2.0
         return x
@@ -451,20 +454,19 @@ def test_an_op_gets_read_only_inputs_on_every_path(monkeypatch: pytest.MonkeyPat
     registry.register(Op("twice", 1, double_in_place, lambda x, out: (2.0,)), plugin="demo")
     g = GraphBuilder()
     g.add("twice", [g.leaf(1.5, name="x")], name="y")
-    monkeypatch.setattr(replay, "NARROW_LEVEL", narrow)
     with pytest.raises(ReplayError) as info:
-        replay.forward(g.build(), registry)
+        replay.forward(g.build(), registry, engine=Engine(narrow_level=narrow))
     assert str(info.value) == "node y: op 'twice' (demo): forward raised ValueError: output array is read-only"
 
 
-def test_node_by_node_pow_is_numpys_array_pow(registry: OpRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_node_by_node_pow_is_numpys_array_pow(registry: OpRegistry) -> None:
     """x ** 2.0 on an array is numpy's x * x (correctly rounded); on a numpy scalar it would be libm's
     pow, one ulp off at this x on this project's CI machine."""
     x = -1.3275170599102342
     g = GraphBuilder()
     g.add("pow", [g.leaf(x)], attrs={"exponent": 2.0})
-    monkeypatch.setattr(replay, "NARROW_LEVEL", 10**9)
-    assert replay.forward(g.build(), registry)[1] == x * x == 1.7623015443527121
+    node_by_node = Engine(narrow_level=10**9)
+    assert replay.forward(g.build(), registry, engine=node_by_node)[1] == x * x == 1.7623015443527121
 
 
 def test_the_promises_hold_with_numpys_other_cpu_dispatch(tmp_path: Path) -> None:
@@ -495,6 +497,7 @@ import numpy as np
 from numpy._core._multiarray_umath import __cpu_features__, __cpu_dispatch__
 sys.path.insert(0, "tests")
 from graphsvc import replay
+from graphsvc.kernels import Engine
 from graphsvc.plugins import load_registry
 from test_replay import _correctly_rounded_bits, random_graph, same_bits
 
@@ -503,10 +506,8 @@ print("features off:", sorted(f for f in __cpu_dispatch__ if not __cpu_features_
       __import__("os").environ["NPY_DISABLE_CPU_FEATURES"].split()))
 for seed in (12, 17):
     graph = random_graph(3000, seed=seed)
-    replay.NARROW_LEVEL = 0
-    grouped = replay.forward(graph, registry)
-    replay.NARROW_LEVEL = 10**9
-    single = replay.forward(graph, registry)
+    grouped = replay.forward(graph, registry, engine=Engine(narrow_level=0))
+    single = replay.forward(graph, registry, engine=Engine(narrow_level=10**9))
     print(f"seed {seed}: grouped {'==' if same_bits(grouped, single) else '!='} node by node")
 print("correctly rounded:", _correctly_rounded_bits())
 """

@@ -19,8 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
+from graphsvc import checks, replay
 from graphsvc import format as fmt
-from graphsvc import replay
 from graphsvc.errors import ReplayError
 from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.ops import Op, OpRegistry, UserInterrupt
@@ -152,11 +152,11 @@ def test_a_faulty_op_through_the_cli_exits_1_with_one_line(tmp_path: Path) -> No
 # -- nan and inf ----------------------------------------------------------------------------------------
 def test_first_nonfinite_is_vectorized_and_takes_the_order_of_each_pass() -> None:
     column = np.array([1.0, 2.0, np.inf, 3.0, np.nan, -np.inf, 0.0])
-    assert replay.first_nonfinite("values", column) == replay.NonFinite("values", 2, math.inf, 3)
-    found = replay.first_nonfinite("grads", column, backward=True)
-    assert found == replay.NonFinite("grads", 5, -math.inf, 3)
-    assert replay.first_nonfinite("values", np.array([1.0, -0.0, 1e308])) is None
-    assert replay.first_nonfinite("values", np.array([], dtype=np.float64)) is None
+    assert checks.first_nonfinite("values", column) == checks.NonFinite("values", 2, math.inf, 3)
+    found = checks.first_nonfinite("grads", column, backward=True)
+    assert found == checks.NonFinite("grads", 5, -math.inf, 3)
+    assert checks.first_nonfinite("values", np.array([1.0, -0.0, 1e308])) is None
+    assert checks.first_nonfinite("values", np.array([], dtype=np.float64)) is None
 
 
 def _log_of_zero(tmp_path: Path) -> Path:

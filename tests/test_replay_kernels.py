@@ -15,6 +15,7 @@ import pytest
 
 from graphsvc import kernels, replay
 from graphsvc.graph import Graph, GraphBuilder
+from graphsvc.kernels import REFERENCE, Engine
 from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
 from graphsvc.plugins import load_registry
 from graphsvc.topo import ancestors
@@ -270,10 +271,8 @@ def random_primitives(width: int, seed: int, layers: int = 6) -> Graph:
 
 def reference_backward(graph: Graph, registry: OpRegistry, output: int, values: np.ndarray) -> np.ndarray:
     """The pure-Python local derivatives (numpy's op functions) and sweep."""
-    nodes = np.flatnonzero(ancestors(graph, output))
-    with pytest.MonkeyPatch.context() as off:
-        off.setattr(kernels, "JIT_THRESHOLD", 10**12)
-        local = replay.edge_derivatives(graph, registry, values, nodes)
+    nodes = np.flatnonzero(ancestors(graph, output, REFERENCE))
+    local = replay.edge_derivatives(graph, registry, values, nodes, engine=REFERENCE)
     return replay.reference_sweep(graph, output, local, nodes)
 
 
@@ -286,7 +285,7 @@ def test_the_fused_backward_from_outputs_in_the_middle_matches_the_reference(
     sweep) and the reference agree, nan and inf included."""
     graph = random_primitives(800, seed)
     n = graph.num_nodes
-    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 0)
+    compiled = Engine(native)
     calls: list[int] = []
     fused = native.backward_primitives
 
@@ -295,14 +294,14 @@ def test_the_fused_backward_from_outputs_in_the_middle_matches_the_reference(
         fused(*args)
 
     monkeypatch.setattr(native, "backward_primitives", spy)
-    values = replay.forward(graph, registry)
+    values = replay.forward(graph, registry, engine=compiled)
     assert np.isnan(values).any() and np.isinf(values).any() and np.isfinite(values).sum() > n // 2
     rng = np.random.default_rng(seed)
     outputs = [800, *rng.integers(801, 6400, 4).tolist(), 6100, n - 3, n - 2, n - 1]
     kinds = replay._primitive_kinds(graph, replay.resolve_ops(graph, registry))
     special = 0
     for output in outputs:
-        grads = replay.backward(graph, registry, output, values)
+        grads = replay.backward(graph, registry, output, values, engine=compiled)
         reference = reference_backward(graph, registry, output, values)
         assert same_bits(grads, reference), output
         assert not grads[output + 1 :].any()
@@ -448,12 +447,11 @@ def test_pow_nodes_replay_compiled_with_their_exponent_as_a_parameter(
     sweeps: list[Any] = []
     sweep = native.forward_all_primitives
     monkeypatch.setattr(native, "forward_all_primitives", lambda *args: sweeps.append(args[-1]) or sweep(*args))
-    values = replay.forward(graph, registry)
+    compiled = Engine(native)
+    values = replay.forward(graph, registry, engine=compiled)
     assert len(sweeps) == 1 and sweeps[0][1:7].tolist() == [2.0, 0.0, 3.0, 0.0, -0.5, 0.0]  # one sweep, exponents
-    grads = replay.backward(graph, registry, graph.num_nodes - 1, values)
-    with pytest.MonkeyPatch.context() as off:
-        off.setattr(kernels, "JIT_THRESHOLD", 10**12)
-        assert same_bits(replay.forward(graph, registry), values)
+    grads = replay.backward(graph, registry, graph.num_nodes - 1, values, engine=compiled)
+    assert same_bits(replay.forward(graph, registry, engine=REFERENCE), values)
     assert same_bits(grads, reference_backward(graph, registry, graph.num_nodes - 1, values))
     assert np.isfinite(values).all() and grads[0] != 0.0
 
@@ -484,14 +482,15 @@ def test_the_fused_backward_reuses_its_scratch_and_leftovers_do_not_matter(
 ) -> None:
     """A thread keeps the fused backward's scratch: a second backward, of this graph or a smaller
     one, reuses it (no fresh pages), and what an earlier backward left in it changes nothing."""
-    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 0)
+    compiled = Engine(native)
     monkeypatch.setattr(replay, "_scratch", threading.local())  # none kept from earlier tests
     big, small = random_primitives(400, seed=0), random_primitives(100, seed=1)
-    values_big, values_small = replay.forward(big, registry), replay.forward(small, registry)
-    first = replay.backward(small, registry, small.num_nodes - 1, values_small)
-    replay.backward(big, registry, big.num_nodes - 1, values_big)
+    values_big = replay.forward(big, registry, engine=compiled)
+    values_small = replay.forward(small, registry, engine=compiled)
+    first = replay.backward(small, registry, small.num_nodes - 1, values_small, engine=compiled)
+    replay.backward(big, registry, big.num_nodes - 1, values_big, engine=compiled)
     kept = replay._scratch.both
-    again = replay.backward(small, registry, small.num_nodes - 1, values_small)
+    again = replay.backward(small, registry, small.num_nodes - 1, values_small, engine=compiled)
     assert replay._scratch.both is kept and len(kept) == 2 * big.num_nodes
     assert same_bits(again, first)
     assert same_bits(again, reference_backward(small, registry, small.num_nodes - 1, values_small))

@@ -417,3 +417,89 @@ def test_a_per_element_op_on_integers_gives_float64() -> None:
     b.add("half", [b.const(np.array([1, 3]), name="n")], name="h")
     value = graphsvc.forward(b.build(), registry=registry).value("h")
     assert value.dtype == np.float64 and value.tolist() == [0.5, 1.5]  # type: ignore[union-attr]
+
+
+# -- which nodes get a gradient: PyTorch's requires_grad ------------------------------------------
+def test_const_arrays_and_what_is_computed_from_them_alone_get_no_gradient() -> None:
+    b = GraphBuilder()
+    x = b.const(np.array([[1.0, 2.0], [3.0, 4.0]]), name="x")  # data
+    scaled = b.add("mul", [x, b.const(np.array(0.5), name="half")], name="scaled")  # data too
+    w = b.leaf(np.array([[1.0], [-1.0]]), name="w")
+    c = b.const(3.0, name="c")  # a number, as in a graph of scalars: it gets one
+    b.leaf(np.array([7.0, 8.0]), name="unused")
+    b.add("mul", [b.add("sum", [b.add("matmul", [scaled, w], name="h")]), c], name="loss")
+    graph = graphsvc.backward(b.build(), output="loss", registry=builtins())
+    for name in ("x", "half", "scaled"):
+        assert np.isnan(graph.grad(name)), name
+        assert graph.node_id(name) not in graph.grad_arrays
+    # loss = 3 * sum(0.5 * x @ w): dL/dw = 1.5 * column sums of x, dL/dc = sum(0.5 * x @ w)
+    assert graph.grad("w").tolist() == [[6.0], [9.0]]  # type: ignore[union-attr]
+    assert graph.grad("c") == -1.0
+    assert graph.grad("h").tolist() == [[3.0], [3.0]]  # type: ignore[union-attr]
+    assert graph.grad("unused").tolist() == [0.0, 0.0]  # a leaf the loss does not use: zeros
+
+
+def test_a_vjp_that_declares_needs_input_grad_is_told_which_inputs_need_one() -> None:
+    seen: list[tuple[bool, ...]] = []
+
+    def vjp(g: Any, out: Any, x: Any, y: Any, needs_input_grad: tuple[bool, ...] = (True, True)) -> Any:
+        seen.append(needs_input_grad)
+        return (g * y if needs_input_grad[0] else None), (g * x if needs_input_grad[1] else None)
+
+    def vjp_without(g: Any, out: Any, x: Any, y: Any) -> Any:
+        return g * y, np.full_like(x, 99.0)  # the second is for the data input: it must be dropped
+
+    registry = builtins()
+    registry.register(Op("times", 2, forward=np.multiply, vjp=vjp))
+    registry.register(Op("times_all", 2, forward=np.multiply, vjp=vjp_without))
+    b = GraphBuilder()
+    w, x = b.leaf(np.array([2.0, 3.0]), name="w"), b.const(np.array([5.0, 7.0]), name="x")
+    b.add("sum", [b.add("times_all", [b.add("times", [w, x], name="p"), x], name="q")], name="loss")
+    steps: list[Any] = []
+    graph = graphsvc.backward(b.build(), registry=registry)
+    assert seen == [(True, False)]
+    assert graph.grad("w").tolist() == [25.0, 49.0]  # type: ignore[union-attr]
+    assert np.isnan(graph.grad("x"))
+    from graphsvc import replay, tensors
+
+    built = b.build()
+    ops = replay.resolve_ops(built, registry)
+    values = tensors.forward(built, ops)
+    tensors.backward(built, ops, built.node_id("loss"), values, steps)
+    sent = {built.label(s.node): [(built.label(p), c) for p, c in s.cotangents] for s in steps}
+    assert sent["q"][1] == ("x", None)  # what the data input received: nothing
+    assert sent["p"][1] == ("x", None)
+
+
+def test_check_vjp_asks_a_selective_vjp_for_each_input_alone() -> None:
+    from graphsvc.testing import check_vjp
+
+    def honest(g: Any, out: Any, x: Any, y: Any, needs_input_grad: tuple[bool, ...] = (True, True)) -> Any:
+        return (g * y if needs_input_grad[0] else None), (g * x if needs_input_grad[1] else None)
+
+    def swapped(g: Any, out: Any, x: Any, y: Any, needs_input_grad: tuple[bool, ...] = (True, True)) -> Any:
+        if needs_input_grad == (True, True):
+            return g * y, g * x
+        return (g * x if needs_input_grad[0] else None), (g * y if needs_input_grad[1] else None)
+
+    x, y = np.array([1.0, 2.0]), np.array([3.0, 5.0])
+    assert check_vjp(Op("honest", 2, forward=np.multiply, vjp=honest), x, y).ok
+    result = check_vjp(Op("swapped", 2, forward=np.multiply, vjp=swapped), x, y)
+    assert not result.ok
+    assert result.message == (
+        "op 'swapped' (an unnamed plugin): with needs_input_grad=(True, False), vjp gives input 0 "
+        "a different cotangent, not the one it gives with every input needed"
+    )
+
+
+def test_the_builtin_matmul_and_conv2d_skip_what_is_not_needed() -> None:
+    from graphsvc.tensors import vjp_of
+
+    registry = builtins()
+    vjp, takes_needs = vjp_of(registry.get("matmul"))
+    assert takes_needs
+    g, x, y = np.ones((2, 4, 5)), np.ones((2, 4, 3)), np.full((3, 5), 2.0)
+    gx, gy = vjp(g, None, x, y, needs_input_grad=(False, True))
+    assert gx is None and gy.tolist() == [[8.0] * 5] * 3  # one product of the stack's rows
+    gx, gy = vjp(g, None, x, y, needs_input_grad=(True, False))
+    assert gy is None and gx.tolist() == [[[10.0] * 3] * 4] * 2

@@ -101,11 +101,9 @@ def kahn(c: Any, graph: Graph, starts: npt.ArrayLike) -> npt.NDArray[np.int64]:
     return c.child_count_order(starts, graph.parent_offsets, graph.parent_indices, pairs, counts, reached)
 
 
-def reference(monkeypatch: pytest.MonkeyPatch, function: Any, *args: Any) -> Any:
-    """topo.py's pure-Python answer (compiled kernels off, whatever the graph's size)."""
-    with monkeypatch.context() as m:
-        m.setattr(kernels, "JIT_THRESHOLD", 10**12)
-        return function(*args)
+def reference(function: Any, *args: Any) -> Any:
+    """topo.py's pure-Python answer (the reference engine, whatever the graph's size)."""
+    return function(*args, engine=kernels.REFERENCE)
 
 
 def start_sets(graph: Graph, rng: np.random.Generator) -> list[npt.NDArray[np.int64]]:
@@ -196,16 +194,16 @@ def test_inline_parents_puts_the_first_two_parents_side_by_side(c: Any) -> None:
 
 # -- levels, ancestors ------------------------------------------------------------------------------
 @pytest.mark.parametrize("seed", range(3))
-def test_levels_and_ancestors_match_the_references(c: Any, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_levels_and_ancestors_match_the_references(c: Any, seed: int) -> None:
     graph = random_graph(20_000, seed)
     n = graph.num_nodes
     got = c.levels(graph.parent_offsets, graph.parent_indices, n)
-    expected = reference(monkeypatch, topo.levels, graph)
+    expected = reference(topo.levels, graph)
     assert got.dtype == np.int64 and np.array_equal(got, expected)
     assert int(got.max()) > 100
     for output in (n - 1, n // 2, 2, 0):
         got = c.ancestors(graph.parent_offsets, graph.parent_indices, output, n)
-        expected = reference(monkeypatch, topo.ancestors, graph, output)
+        expected = reference(topo.ancestors, graph, output)
         assert got.dtype == np.bool_ and np.array_equal(got, expected)
 
 
@@ -299,12 +297,12 @@ def test_graph_check_runs_the_c_kernel_and_names_the_broken_rule(c: Any, monkeyp
     compiled = kernels._compiled()
     verdicts: list[bool] = []
     monkeypatch.setattr(compiled, "structure_ok", lambda *args: verdicts.append(c.structure_ok(*args)) or verdicts[-1])
-    monkeypatch.setattr(kernels, "JIT_THRESHOLD", 0)
+    engine = kernels.Engine(compiled)  # a small graph: the engine passed decides, not the size
     graph = small_graph()
-    graph.check()
+    graph.check(engine)
     graph.parent_indices[graph.parent_offsets[5]] = 5
     with pytest.raises(GraphStructureError, match=r"^node 5 lists itself as a parent \(a self-loop\)$"):
-        graph.check()
+        graph.check(engine)
     assert verdicts == [True, False]
 
 

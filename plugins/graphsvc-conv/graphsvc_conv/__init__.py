@@ -2,7 +2,9 @@
 
 A worked example of a graphsvc plugin whose ops work on arrays and give a vector-Jacobian product
 (see docs/plugins.md in graphsvc): ``vjp(g, out, *inputs, **attrs)`` returns one cotangent per input,
-the gradient of the loss with respect to that input. Only the public plugin API is used
+the gradient of the loss with respect to that input; conv2d's VJP also declares
+``needs_input_grad``, so graphsvc tells it which cotangents to compute (an image that is data needs
+none). Only the public plugin API is used
 (``graphsvc.ops.Op``, ``graphsvc.hookspecs.hookimpl``).
 
 Layouts are PyTorch's: ``x`` is (N, C, H, W), a conv2d weight (O, C, kH, kW), and an output row
@@ -145,15 +147,27 @@ def conv2d(x: np.ndarray, weight: np.ndarray, stride: Any = 1, padding: Any = 0)
 
 
 def conv2d_vjp(
-    g: np.ndarray, out: np.ndarray, x: np.ndarray, weight: np.ndarray, stride: Any = 1, padding: Any = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """The cotangents of x and weight, given ``g`` of the output's shape."""
+    g: np.ndarray,
+    out: np.ndarray,
+    x: np.ndarray,
+    weight: np.ndarray,
+    stride: Any = 1,
+    padding: Any = 0,
+    needs_input_grad: tuple[bool, bool] = (True, True),
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The cotangents of x and weight, given ``g`` of the output's shape; only those graphsvc says
+    are needed (an image that is data gets none: its col2im is the larger half of the work)."""
     kernel, stride_, padding_, (oh, ow) = _conv_setup(x, weight, stride, padding)
+    need_x, need_weight = needs_input_grad
     n, c, h, w = x.shape
     o = weight.shape[0]
     g3 = np.asarray(g, dtype=x.dtype).reshape(n, o, oh * ow)
-    columns = _columns(x, kernel, stride_, padding_)
-    grad_weight = np.matmul(g3, columns.transpose(0, 2, 1)).sum(axis=0).reshape(weight.shape)
+    grad_weight = None
+    if need_weight:
+        columns = _columns(x, kernel, stride_, padding_)
+        grad_weight = np.matmul(g3, columns.transpose(0, 2, 1)).sum(axis=0).reshape(weight.shape)
+    if not need_x:
+        return None, grad_weight
     column_grads = _scratch("column_grads", (n, c * kernel[0] * kernel[1], oh * ow), x.dtype)
     np.matmul(weight.reshape(o, -1).T, g3, out=column_grads)
     column_grads = column_grads.reshape(n, c, kernel[0], kernel[1], oh, ow)
