@@ -16,6 +16,7 @@ import contextlib
 import functools
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -755,60 +756,86 @@ DataOpt = Annotated[
 ]
 
 
-def _tensor_command(
-    graph: Graph,
-    registry: OpRegistry,
-    overrides: dict[int, Any],
-    start: int | None,
-    steps: bool,
-    check: bool,
-    rtol: float,
-    atol: float,
-    as_json: bool,
-    data: bool,
-    write: Path | None,
-) -> None:
-    """forward (``start`` None) or backward on a tensor graph: replay, --write, list, check."""
+@dataclass(frozen=True)
+class _Replay:
+    """What forward or backward found, for :func:`_report` to print and ``--write`` to save.
+
+    The numbers come in the form of the engine that replayed them: float64 columns for a graph of
+    scalars (graphsvc.replay), one array per node for a tensor graph (graphsvc.tensors, ``tensor``).
+    """
+
+    #: The graph as loaded: --check compares with the numbers it stores.
+    graph: Graph
+    tensor: bool
+    values: Any
+    #: None for forward.
+    grads: Any
+    #: The node backward differentiated; None for forward.
+    output: int | None
+    #: With --steps, the backward pass's steps (replay.Step or tensors.Step) in the sweep's order.
+    steps: list[Any] | None
+    #: Where nan or inf first appeared: ``{"values": finding or None[, "grads": ...]}``.
+    nonfinite: dict[str, Any]
+    #: With --check: how far the numbers are from the stored ones, values then gradients.
+    comparisons: list[Any] = field(default_factory=list)
+
+
+def _replay(graph: Graph, registry: OpRegistry, overrides: dict[int, Any], output: int | None, steps: bool) -> _Replay:
+    """Replay forward, then (``output`` given) backward from ``output``, with the engine the graph
+    needs (graphsvc.tensors.needed); ``steps`` records the backward pass step by step."""
+    from graphsvc import replay, tensors
+    from graphsvc.kernels import engine_for
+
+    engine = engine_for(graph.num_nodes)  # chosen once for every sweep of this replay
+    values: Any  # a float64 column, or one array per node
+    grads: Any = None
+    step_list: list[Any] | None = [] if steps else None
+    description = "replaying forward" if output is None else "replaying forward and backward"
+    if tensors.needed(graph, registry, overrides):
+        ops = replay.resolve_ops(graph, registry, engine)
+        with _replaying(description):
+            values = tensors.forward(graph, ops, overrides)
+            if output is not None:
+                grads = tensors.backward(graph, ops, output, values, step_list)
+        return _Replay(graph, True, values, grads, output, step_list, _nonfinite(values, grads, tensor=True))
+    with _replaying(description):
+        values = replay.forward(graph, registry, overrides, engine)
+        if output is not None and steps:
+            grads, step_list = replay.backward_steps(graph, registry, output, values, engine)
+        elif output is not None:
+            grads = replay.backward(graph, registry, output, values, engine)
+    return _Replay(graph, False, values, grads, output, step_list, _nonfinite(values, grads, tensor=False))
+
+
+def _checked(run: _Replay, rtol: float, atol: float) -> _Replay:
+    """``run`` with --check's comparisons: its values (and gradients) against those the file stores."""
     from graphsvc import tensors
-    from graphsvc.replay import resolve_ops
+    from graphsvc.checks import compare
 
-    ops = resolve_ops(graph, registry)
-    step_list: list[tensors.Step] | None = [] if steps else None
-    with _replaying("replaying forward" if start is None else "replaying forward and backward"):
-        values = tensors.forward(graph, ops, overrides)
-        grads = None if start is None else tensors.backward(graph, ops, start, values, step_list)
-    if write is not None:
-        from graphsvc.format import save
-
-        result = tensors.store(graph, values, grads)
-        registry.record_sources(result)
-        save(result, write)
-        _wrote(write, result.num_nodes)
-    comparisons = []
-    if check:
-        comparisons.append(tensors.compare("values", graph, values, rtol, atol))
-        if grads is not None:
-            comparisons.append(tensors.compare("grads", graph, grads, rtol, atol))
-    nonfinite = {"values": tensors.first_nonfinite("values", values)}
-    if grads is not None:
-        nonfinite["grads"] = tensors.first_nonfinite("grads", grads, backward=True)
-    nodes = range(graph.num_nodes - 1, -1, -1)
-    if as_json:
-        _print_json(_tensor_document(graph, values, grads, start, step_list, comparisons, nonfinite, data))
+    graph = run.graph
+    results: list[Any]  # checks.Comparison, or tensors.TensorComparison for arrays
+    if run.tensor:
+        results = [tensors.compare("values", graph, run.values, rtol, atol)]
+        if run.grads is not None:
+            results.append(tensors.compare("grads", graph, run.grads, rtol, atol))
     else:
-        if step_list:
-            typer.echo(_tensor_steps_text(graph, step_list))
-            typer.echo("")
-        rows = [tensors.node_cells(graph, node, values, grads) for node in nodes]
-        if _wants_table(len(rows)):
-            columns = [*NODE_COLUMNS, ("value", "left"), *([("grad", "left")] if grads is not None else [])]
-            _print_table(columns, rows)
-        else:
-            _echo_lines(["\t".join(row) for row in rows])
-        checks = [_nonfinite_line(graph, found) for found in nonfinite.values() if found is not None]
-        _echo_lines(checks + [_comparison_line(graph, c) for c in comparisons])
-    if not all(c.ok for c in comparisons):
-        raise typer.Exit(1)
+        results = [compare("values", run.values, graph.values, rtol, atol)]
+        if run.grads is not None and graph.grads is not None:  # backward checked that the file has them
+            results.append(compare("grads", run.grads, graph.grads, rtol, atol))
+    return replace(run, comparisons=results)
+
+
+def _nonfinite(values: Any, grads: Any, *, tensor: bool) -> dict[str, Any]:
+    """Where nan or inf first appeared: ``{"values": NonFinite | None[, "grads": ...]}`` (for
+    arrays, graphsvc.tensors.TensorNonFinite, which also says where in the array)."""
+    from graphsvc import tensors
+    from graphsvc.checks import first_nonfinite
+
+    first = tensors.first_nonfinite if tensor else first_nonfinite
+    found = {"values": first("values", values)}
+    if grads is not None:
+        found["grads"] = first("grads", grads, backward=True)
+    return found
 
 
 def _element(graph: Graph, at: tuple[int, tuple[int, ...]] | None) -> str:
@@ -817,61 +844,6 @@ def _element(graph: Graph, at: tuple[int, tuple[int, ...]] | None) -> str:
         return "-"
     node, index = at
     return _label(graph, node) + (f"[{','.join(map(str, index))}]" if index else "")
-
-
-def _tensor_steps_text(graph: Graph, step_list: list[Any]) -> str:
-    from graphsvc.tensors import describe, norm
-
-    lines = []
-    for number, step in enumerate(step_list, 1):
-        lines.append(
-            f"step {number}: {_label(graph, step.node)} ({_op(graph, step.node)}) "
-            f"grad {describe(step.grad)} norm {norm(step.grad):.6g}"
-        )
-        for parent, sent in step.cotangents:
-            what = "no gradient" if sent is None else f"{describe(sent)} norm {norm(sent):.6g}"
-            lines.append(f"  -> {_label(graph, parent)}: {what}")
-    return "\n".join(lines)
-
-
-def _tensor_document(
-    graph: Graph,
-    values: Any,
-    grads: Any,
-    start: int | None,
-    step_list: list[Any] | None,
-    comparisons: list[Any],
-    nonfinite: dict[str, Any],
-    data: bool,
-) -> dict[str, Any]:
-    from graphsvc.jsonio import json_float
-    from graphsvc.tensors import json_cell, norm
-
-    document: dict[str, Any] = {} if start is None else {"output": start}
-    if step_list is not None:
-        document["steps"] = [
-            {
-                "node": s.node,
-                "grad": {"dtype": str(s.grad.dtype), "shape": list(s.grad.shape), "norm": json_float(norm(s.grad))},
-                "to": [{"parent": p, "norm": None if ct is None else json_float(norm(ct))} for p, ct in s.cotangents],
-            }
-            for s in step_list
-        ]
-    document["nodes"] = [
-        {
-            "id": node,
-            "name": graph.names.get(node),
-            "op": graph.op(node),
-            "parents": graph.parents(node),
-            "value": json_cell(values[node], data),
-            "grad": None if grads is None else json_cell(grads[node], data),
-        }
-        for node in range(graph.num_nodes - 1, -1, -1)
-    ]
-    document["nonfinite"] = {what: _nonfinite_item(graph, found) for what, found in nonfinite.items()}
-    if comparisons:
-        document["check"] = {c.what: _check_item(c) for c in comparisons}
-    return document
 
 
 def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, Any]:
@@ -921,15 +893,6 @@ def _read_npy(ref: str, path: str) -> Any:
     return array
 
 
-def _comparisons(graph: Graph, values: Any, grads: Any, rtol: float, atol: float) -> list[Any]:
-    from graphsvc.checks import compare
-
-    results = [compare("values", values, graph.values, rtol, atol)]
-    if grads is not None and graph.grads is not None:  # backward checked that the file has them
-        results.append(compare("grads", grads, graph.grads, rtol, atol))
-    return results
-
-
 def _comparison_line(graph: Graph, c: Any) -> str:
     """A --check line, for scalars (checks.Comparison) and arrays (tensors.TensorComparison)."""
     verdict = "ok" if c.ok else f"{c.mismatches} beyond tolerance"
@@ -951,16 +914,6 @@ def _op(graph: Graph, node: int) -> str:
     from graphsvc.text import escape
 
     return escape(graph.op(node))
-
-
-def _nonfinite(values: Any, grads: Any) -> dict[str, Any]:
-    """Where nan or inf first appeared: ``{"values": NonFinite | None[, "grads": ...]}``."""
-    from graphsvc.checks import first_nonfinite
-
-    found = {"values": first_nonfinite("values", values)}
-    if grads is not None:
-        found["grads"] = first_nonfinite("grads", grads, backward=True)
-    return found
 
 
 def _nonfinite_item(graph: Graph, found: Any) -> dict[str, Any] | None:
@@ -1009,32 +962,157 @@ def _nonfinite_line(graph: Graph, found: Any) -> str:
     )
 
 
-def _report(
-    graph: Graph, values: Any, grads: Any, check: bool, rtol: float, atol: float, as_json: bool, extra: dict[str, Any]
-) -> None:
-    import numpy as np
+def _report(run: _Replay, as_json: bool, data: bool) -> None:
+    """Print what forward or backward found and exit 1 when --check finds differences beyond tolerance.
 
-    from graphsvc import listing
-
-    comparisons = _comparisons(graph, values, grads, rtol, atol) if check else []
-    nonfinite = _nonfinite(values, grads)
-    nodes = np.arange(graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
+    As text: the steps (--steps) and a blank line, the nodes in decreasing id order (a reverse
+    topological order), then where nan or inf first appeared and the --check lines. As ``--json``,
+    one object: ``output``, ``steps``, ``nodes``, ``nonfinite``, ``check``. Graphs of scalars and
+    tensor graphs differ only in their cells (:class:`_ScalarCells`, :class:`_TensorCells`); ``data``
+    is --data, every array's elements in --json.
+    """
+    graph = run.graph
+    cells = _TensorCells(run, data) if run.tensor else _ScalarCells(run)
     if as_json:
-        tail: dict[str, Any] = {"nonfinite": {what: _nonfinite_item(graph, found) for what, found in nonfinite.items()}}
-        if check:
-            tail["check"] = {c.what: _check_item(c) for c in comparisons}
-        _print_json_listing(dict(extra), listing.json_objects(graph, nodes, values, grads), graph.num_nodes, tail)
+        head: dict[str, Any] = {} if run.output is None else {"output": run.output}
+        if run.steps is not None:
+            head["steps"] = list(map(cells.step_item, run.steps))
+        tail: dict[str, Any] = {"nonfinite": {what: _nonfinite_item(graph, f) for what, f in run.nonfinite.items()}}
+        if run.comparisons:
+            tail["check"] = {c.what: _check_item(c) for c in run.comparisons}
+        _print_json_listing(head, cells.json_objects(), graph.num_nodes, tail)
     else:
-        checks = [_nonfinite_line(graph, found) for found in nonfinite.values() if found is not None]
-        checks += [_comparison_line(graph, c) for c in comparisons]
+        if run.steps:
+            typer.echo("\n".join(_step_lines(run, cells)))
+            typer.echo("")
         if _wants_table(graph.num_nodes):
-            columns = [*NODE_COLUMNS, ("value", "right"), *([("grad", "right")] if grads is not None else [])]
-            _print_table(columns, listing.all_rows(graph, nodes, values, grads))
+            numbers = [("value", cells.align), *([("grad", cells.align)] if run.grads is not None else [])]
+            _print_table([*NODE_COLUMNS, *numbers], cells.rows())
         else:
-            _echo_listing(listing.text(graph, nodes, values, grads), graph.num_nodes)
-        _echo_lines(checks)
-    if not all(c.ok for c in comparisons):
+            _echo_listing(cells.text(), graph.num_nodes)
+        findings = [_nonfinite_line(graph, found) for found in run.nonfinite.values() if found is not None]
+        _echo_lines(findings + [_comparison_line(graph, c) for c in run.comparisons])
+    if not all(c.ok for c in run.comparisons):
         raise typer.Exit(1)
+
+
+def _step_lines(run: _Replay, cells: _ScalarCells | _TensorCells) -> list[str]:
+    """--steps as text: each node of the backward pass with its gradient, then what it sends each parent."""
+    graph, lines = run.graph, []
+    for number, step in enumerate(run.steps or (), 1):
+        lines.append(f"step {number}: {_label(graph, step.node)} ({_op(graph, step.node)}) {cells.step_grad(step)}")
+        lines += [f"  -> {_label(graph, parent)}: {sent}" for parent, sent in cells.step_parents(step)]
+    return lines
+
+
+class _ScalarCells:
+    """The nodes of a graph of scalars as forward and backward list them: values and gradients from
+    float64 columns, written by graphsvc.listing (in C where it is compiled), numbers right-aligned
+    in a table; a step gives each parent's local derivative and what it adds."""
+
+    align = "right"
+
+    def __init__(self, run: _Replay) -> None:
+        import numpy as np
+
+        self.run = run
+        self.nodes = np.arange(run.graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
+
+    def text(self) -> Iterable[str]:
+        from graphsvc import listing
+
+        return listing.text(self.run.graph, self.nodes, self.run.values, self.run.grads)
+
+    def rows(self) -> Sequence[Sequence[str]]:
+        from graphsvc import listing
+
+        return listing.all_rows(self.run.graph, self.nodes, self.run.values, self.run.grads)
+
+    def json_objects(self) -> Iterable[str]:
+        from graphsvc import listing
+
+        return listing.json_objects(self.run.graph, self.nodes, self.run.values, self.run.grads)
+
+    def step_grad(self, step: Any) -> str:
+        return f"grad = {step.grad!r}"
+
+    def step_parents(self, step: Any) -> list[tuple[int, str]]:
+        return [(parent, f"local derivative {local!r}, adds {adds!r}") for parent, local, adds in step.contributions]
+
+    def step_item(self, step: Any) -> dict[str, Any]:
+        from graphsvc.jsonio import json_float
+
+        return {
+            "node": step.node,
+            "grad": json_float(step.grad),
+            "contributions": [
+                {"parent": p, "local": json_float(d), "adds": json_float(c)} for p, d, c in step.contributions
+            ],
+        }
+
+
+class _TensorCells:
+    """The nodes of a tensor graph as forward and backward list them: each array summarized
+    (graphsvc.tensors.summary: dtype, shape, mean, largest magnitude), left-aligned in a table; in
+    --json as graphsvc.tensors.json_cell gives it, with every element when ``data``; a step gives
+    the shape and norm of what it sends each parent."""
+
+    align = "left"
+
+    def __init__(self, run: _Replay, data: bool) -> None:
+        self.run = run
+        self.data = data
+        self.nodes = range(run.graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
+
+    def text(self) -> Iterable[str]:
+        rows = self.rows()
+        return ["\n".join(map("\t".join, rows)) + "\n"] if rows else []
+
+    def rows(self) -> Sequence[Sequence[str]]:
+        from graphsvc.tensors import node_cells
+
+        return [node_cells(self.run.graph, node, self.run.values, self.run.grads) for node in self.nodes]
+
+    def json_objects(self) -> Iterator[str]:
+        from graphsvc.tensors import json_cell
+
+        graph, values, grads = self.run.graph, self.run.values, self.run.grads
+        separator = ""  # chunks after the first start with their comma (see _print_json_listing)
+        for node in self.nodes:
+            item = {
+                "id": node,
+                "name": graph.names.get(node),
+                "op": graph.op(node),
+                "parents": graph.parents(node),
+                "value": json_cell(values[node], self.data),
+                "grad": None if grads is None else json_cell(grads[node], self.data),
+            }
+            yield separator + _json_text(item)
+            separator = ","
+
+    def step_grad(self, step: Any) -> str:
+        from graphsvc.tensors import describe, norm
+
+        return f"grad {describe(step.grad)} norm {norm(step.grad):.6g}"
+
+    def step_parents(self, step: Any) -> list[tuple[int, str]]:
+        from graphsvc.tensors import describe, norm
+
+        return [
+            (parent, "no gradient" if sent is None else f"{describe(sent)} norm {norm(sent):.6g}")
+            for parent, sent in step.cotangents
+        ]
+
+    def step_item(self, step: Any) -> dict[str, Any]:
+        from graphsvc.jsonio import json_float
+        from graphsvc.tensors import norm
+
+        grad = step.grad
+        return {
+            "node": step.node,
+            "grad": {"dtype": str(grad.dtype), "shape": list(grad.shape), "norm": json_float(norm(grad))},
+            "to": [{"parent": p, "norm": None if ct is None else json_float(norm(ct))} for p, ct in step.cotangents],
+        }
 
 
 def _check_write(write: Path | None) -> None:
@@ -1042,11 +1120,15 @@ def _check_write(write: Path | None) -> None:
         raise UsageError("--write -: standard output holds the listing; give a file name")
 
 
-def _write_replayed(graph: Graph, registry: OpRegistry, out: Path, values: Any, grads: Any) -> None:
-    from graphsvc.api import replayed_graph
+def _write_replayed(run: _Replay, registry: OpRegistry, out: Path) -> None:
+    """--write: the graph with the replayed numbers, each op attributed to the plugin that replayed it."""
+    from graphsvc.api import replayed_graph, replayed_tensor_graph
     from graphsvc.format import save
 
-    result = replayed_graph(graph, registry, values, grads)
+    if run.tensor:
+        result = replayed_tensor_graph(run.graph, registry, run.values, run.grads)
+    else:
+        result = replayed_graph(run.graph, registry, run.values, run.grads)
     save(result, out)
     _wrote(out, result.num_nodes)
 
@@ -1070,20 +1152,13 @@ def forward(
 
     Example: graphsvc forward examples/seed004.msgpack --set a=3 --set b=1
     """
-    from graphsvc import replay, tensors
-
     _check_write(write)
     graph = _load(file)
     registry = _registry()
-    overrides = _overrides(graph, set_)
-    if tensors.needed(graph, registry, overrides):
-        _tensor_command(graph, registry, overrides, None, False, check, rtol, atol, as_json, data, write)
-        return
-    with _replaying("replaying forward"):
-        values = replay.forward(graph, registry, overrides)
+    run = _replay(graph, registry, _overrides(graph, set_), None, steps=False)
     if write is not None:
-        _write_replayed(graph, registry, write, values, None)
-    _report(graph, values, None, check, rtol, atol, as_json, {})
+        _write_replayed(run, registry, write)
+    _report(_checked(run, rtol, atol) if check else run, as_json, data)
 
 
 @command()
@@ -1115,7 +1190,7 @@ def backward(
 
     Example: graphsvc backward examples/seed004.msgpack --steps
     """
-    from graphsvc import replay, tensors
+    from graphsvc import replay
 
     _check_write(write)
     graph = _load(file)
@@ -1123,45 +1198,10 @@ def backward(
         raise UsageError("--check: the file stores no gradients to compare with")
     registry = _registry()
     start = replay.default_output(graph, "--output") if output is None else graph.node_id(output)
-    overrides = _overrides(graph, set_)
-    if tensors.needed(graph, registry, overrides):
-        _tensor_command(graph, registry, overrides, start, steps, check, rtol, atol, as_json, data, write)
-        return
-    with _replaying("replaying forward and backward"):
-        values = replay.forward(graph, registry, overrides)
-        if steps:
-            grads, step_list = replay.backward_steps(graph, registry, start, values)
-        else:
-            grads, step_list = replay.backward(graph, registry, start, values), []
+    run = _replay(graph, registry, _overrides(graph, set_), start, steps)
     if write is not None:
-        _write_replayed(graph, registry, write, values, grads)
-    if steps and not as_json:
-        typer.echo(_steps_text(graph, step_list))
-        typer.echo("")
-    extra: dict[str, Any] = {"output": start}
-    if steps and as_json:
-        from graphsvc.jsonio import json_float
-
-        extra["steps"] = [
-            {
-                "node": s.node,
-                "grad": json_float(s.grad),
-                "contributions": [
-                    {"parent": p, "local": json_float(d), "adds": json_float(c)} for p, d, c in s.contributions
-                ],
-            }
-            for s in step_list
-        ]
-    _report(graph, values, grads, check, rtol, atol, as_json, extra)
-
-
-def _steps_text(graph: Graph, step_list: list[Any]) -> str:
-    lines = []
-    for number, step in enumerate(step_list, 1):
-        lines.append(f"step {number}: {_label(graph, step.node)} ({_op(graph, step.node)}) grad = {step.grad!r}")
-        for parent, local, adds in step.contributions:
-            lines.append(f"  -> {_label(graph, parent)}: local derivative {local!r}, adds {adds!r}")
-    return "\n".join(lines)
+        _write_replayed(run, registry, write)
+    _report(_checked(run, rtol, atol) if check else run, as_json, data)
 
 
 # -- drawing -------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from graphsvc.plugins import running_plugin_code
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
 
-__all__ = ["backward", "forward", "replayed_graph"]
+__all__ = ["backward", "forward", "replayed_graph", "replayed_tensor_graph"]
 
 
 def forward(
@@ -57,9 +57,8 @@ def forward(
     if tensors.needed(graph, registry, overrides):
         ops = replay.resolve_ops(graph, registry, engine)
         with running_plugin_code():
-            result = tensors.store(graph, tensors.forward(graph, ops, overrides), None)
-        registry.record_sources(result)
-        return result
+            arrays = tensors.forward(graph, ops, overrides)
+        return replayed_tensor_graph(graph, registry, arrays)
     values = replay.forward(graph, registry, overrides, engine)
     return replayed_graph(graph, registry, values, None)
 
@@ -76,8 +75,10 @@ def backward(
 
     ``output`` is a node id or name; by default the graph's single output. ``set`` is as for
     :func:`forward`. Returns a new graph whose ``grads`` hold d(output)/d(node) for every node (0
-    for nodes the output does not depend on): ``graphsvc.backward(graph).grad("a")``. ``engine`` is
-    as for :func:`forward`.
+    for nodes the output does not depend on): ``graphsvc.backward(graph).grad("a")``. In a tensor
+    graph, gradients go where PyTorch's ``requires_grad`` sends them
+    (:func:`graphsvc.tensors.requires_grad`): a ``const`` array, what is computed from consts
+    alone and int64 nodes get none (``grad()`` is nan). ``engine`` is as for :func:`forward`.
     """
     from graphsvc import replay, tensors
 
@@ -88,10 +89,9 @@ def backward(
     if tensors.needed(graph, registry, overrides):
         ops = replay.resolve_ops(graph, registry, engine)
         with running_plugin_code():
-            replayed = tensors.forward(graph, ops, overrides)
-            result = tensors.store(graph, replayed, tensors.backward(graph, ops, start, replayed))
-        registry.record_sources(result)
-        return result
+            arrays = tensors.forward(graph, ops, overrides)
+            gradients = tensors.backward(graph, ops, start, arrays)
+        return replayed_tensor_graph(graph, registry, arrays, gradients)
     values = replay.forward(graph, registry, overrides, engine)
     grads = replay.backward(graph, registry, start, values, engine)
     return replayed_graph(graph, registry, values, grads)
@@ -112,6 +112,26 @@ def replayed_graph(
     result = graph.copy()
     result.values = values
     result.grads = grads
+    registry.record_sources(result)
+    return result
+
+
+def replayed_tensor_graph(
+    graph: Graph,
+    registry: OpRegistry,
+    values: list[np.ndarray | None],
+    grads: list[np.ndarray | None] | None = None,
+) -> Graph:
+    """:func:`replayed_graph` for a tensor replay (:func:`graphsvc.tensors.forward` and
+    :func:`~graphsvc.tensors.backward`: one array per node, ``None`` where a node has none).
+
+    A copy of ``graph`` holding them as :func:`graphsvc.tensors.store` lays them out; each op tag
+    the file does not attribute to a plugin gets the plugin and version of the op ``registry``
+    replayed it with, sources the file records are kept.
+    """
+    from graphsvc import tensors
+
+    result = tensors.store(graph, values, grads)
     registry.record_sources(result)
     return result
 
@@ -143,24 +163,4 @@ def _overrides(graph: Graph, assignments: Mapping[NodeRef, float | np.ndarray] |
         if node in result:
             raise UsageError(f"set gives node {graph.label(node)} two values")
         result[node] = value
-    return result
-
-
-def replayed_tensor_graph(
-    graph: Graph,
-    registry: OpRegistry,
-    values: list[np.ndarray | None],
-    grads: list[np.ndarray | None] | None = None,
-) -> Graph:
-    """:func:`replayed_graph` for a tensor replay (:func:`graphsvc.tensors.forward` and
-    :func:`~graphsvc.tensors.backward`: one array per node, ``None`` where a node has none).
-
-    A copy of ``graph`` holding them as :func:`graphsvc.tensors.store` lays them out; each op tag
-    the file does not attribute to a plugin gets the plugin and version of the op ``registry``
-    replayed it with, sources the file records are kept.
-    """
-    from graphsvc import tensors
-
-    result = tensors.store(graph, values, grads)
-    registry.record_sources(result)
     return result

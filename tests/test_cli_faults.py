@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from graphsvc import format as fmt
-from graphsvc import plugins, topo
+from graphsvc import topo
 from graphsvc.graph import GraphBuilder, OpSource
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,9 +103,9 @@ def test_help_and_ops_work_when_every_installed_plugin_is_broken(tmp_path: Path)
     assert all(line.split("\t")[3].startswith("graphsvc ") for line in off.stdout.splitlines())
 
 
+@pytest.mark.usefixtures("no_installed_plugins")
 def test_ops_works_with_broken_plugins_from_every_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     paths = _write_broken(tmp_path)
-    monkeypatch.setattr(plugins, "_entry_points", lambda: [])
     monkeypatch.setenv("GRAPHSVC_PLUGINS", f"{paths['fails_to_import']},{paths['raising_hook']}")
     result = runner.invoke(
         app, ["--plugin", str(paths["bad_signature"]), "--plugin", str(paths["malformed_op"]), "ops"]

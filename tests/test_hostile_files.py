@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 from cli import app
 from fuzz.property import check_input
 from graphsvc import format as fmt
-from graphsvc import jsonio, plugins, replay
+from graphsvc import jsonio, replay
 from graphsvc.errors import FormatError, GraphsvcError, OpError
 from graphsvc.graph import GraphBuilder, OpSource
 from graphsvc.plugins import load_registry
@@ -60,6 +60,7 @@ def message(data: bytes, limits: fmt.Limits = fmt.DEFAULT_LIMITS) -> str:
 PAYLOAD = "graphsvc_hostile_payload"
 
 
+@pytest.mark.usefixtures("no_installed_plugins")
 def test_nothing_named_in_a_file_is_ever_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Op tags, plugin names, names, attributes and metadata that name a module are only data: loading,
     converting, ordering and replaying the file (in Python and through the CLI) imports none of them."""
@@ -87,8 +88,6 @@ def test_nothing_named_in_a_file_is_ever_imported(tmp_path: Path, monkeypatch: p
 
     monkeypatch.setattr(builtins, "__import__", recording_import)
     monkeypatch.setattr(importlib, "import_module", recording_import_module)
-    monkeypatch.setattr(plugins, "_entry_points", lambda: [])
-    monkeypatch.delenv("GRAPHSVC_PLUGINS", raising=False)
 
     graph = fmt.load(path)
     jsonio.loads(jsonio.dumps(graph))
