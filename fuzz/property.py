@@ -13,8 +13,8 @@ document, and they must agree on every array (``dumps`` writes the arrays' bytes
 
 from __future__ import annotations
 
+from graphsvc import codec, document, replay
 from graphsvc import format as fmt
-from graphsvc import replay
 from graphsvc.errors import FormatError, GraphsvcError
 from graphsvc.ops import OpRegistry
 from graphsvc.topo import depth, reverse_topological_order
@@ -49,7 +49,7 @@ def check_input(data: bytes, registry: OpRegistry) -> None:
 def general_outcome(data: bytes) -> bytes | str:
     """What the general reader makes of ``data``: the graph's canonical bytes, or the error's text."""
     try:
-        doc = fmt._decode(data, fmt.DEFAULT_LIMITS)
-        return fmt.dumps(fmt._validate_versioned(doc, fmt.DEFAULT_LIMITS)[0])
+        doc = codec.decode(data, fmt.DEFAULT_LIMITS)
+        return fmt.dumps(document.validate(doc, fmt.DEFAULT_LIMITS)[0])
     except FormatError as exc:
         return str(exc)

@@ -36,13 +36,15 @@ between the check and the replace.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import secrets
 import stat
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
@@ -61,6 +63,9 @@ SAVE_WAIT = 10.0
 MAX_LINKS = 40
 #: errno values with which a filesystem (or an older kernel) refuses O_TMPFILE.
 _NO_TMPFILE = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)
+#: errno values with which fallocate(2) says it cannot reserve space on this file: it is then written
+#: without (mode 0 refuses where the filesystem lacks it; glibc's posix_fallocate would write zeros).
+_NO_FALLOCATE = (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -113,6 +118,49 @@ def atomic_writer(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO
             raise GraphFileError(f"cannot write {escape(str(path))}: {exc.strerror or exc}") from None
         raise
     _fsync_folder(folder)
+
+
+def reserve(stream: IO[Any], size: int) -> None:
+    """Reserve ``size`` bytes for the file ``stream`` writes (from its start), before writing them.
+
+    Linux's ``fallocate(2)`` in mode 0: the blocks are allocated now, so a filesystem that delays
+    allocation (ext4) has none left to do when the file is renamed over the target, and a full disk
+    is found before a byte is written. Where the filesystem or the system cannot (``EOPNOTSUPP``,
+    ``ENOSYS``, ``EINVAL``, not Linux) nothing happens; another error (``ENOSPC``) raises
+    :class:`OSError`, which :func:`atomic_writer` turns into its one-line :class:`GraphFileError`.
+    The file's size becomes ``size``: write exactly that many bytes.
+    """
+    if size > 0:
+        error = _fallocate(stream.fileno(), size)
+        if error and error not in _NO_FALLOCATE:
+            raise OSError(error, os.strerror(error))
+
+
+def _fallocate(fd: int, size: int) -> int:
+    """``fallocate(fd, 0, 0, size)``: 0, or the errno it failed with (``ENOSYS`` without one)."""
+    call = _libc_fallocate()
+    return errno.ENOSYS if call is None else call(fd, size)
+
+
+@functools.cache
+def _libc_fallocate() -> Callable[[int, int], int] | None:
+    """The C library's ``fallocate`` through ctypes (loaded on the first save), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        function = getattr(libc, "fallocate64", None) or libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    function.restype = ctypes.c_int
+
+    def call(fd: int, size: int) -> int:
+        return 0 if function(fd, 0, 0, size) == 0 else ctypes.get_errno()
+
+    return call
 
 
 def writable_target(path: Path) -> Path:

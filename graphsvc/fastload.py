@@ -6,10 +6,11 @@ level and its ``nodes`` map byte by byte, without msgpack, in any key order and 
 widths, and finds each column's payload; :func:`read_column` then reads the payload from the file
 into a fresh, aligned buffer (one copy, no intermediate ``bytes``), and :func:`read_data` reads
 version 2.0's data section the same way, or views it where the source is already in memory (a
-mapped file: ``format.load(..., mmap=True)``). Everything that is not in
-``nodes`` (format, version, ops, names, attributes, outputs, metadata, and any key a newer minor
-version adds) is handed back as byte ranges, for ``format.py`` to decode with msgpack and all its
-checks.
+mapped file: ``format.load(..., mmap=True)``). The layout it walks (key names and order, the msgpack
+type bytes of each field) is :mod:`graphsvc.layout`'s, the one the writer (:mod:`graphsvc.codec`)
+uses. Everything that is not in ``nodes`` (format, version, ops, names, attributes, outputs,
+metadata, and any key a newer minor version adds) is handed back as byte ranges, for
+:mod:`graphsvc.codec` to decode with msgpack and all its checks.
 
 The walk accepts only documents whose ``nodes`` map holds nothing but ``count`` and the known
 columns, each column a map of exactly ``dtype``, ``length`` and ``data``, and says
@@ -28,6 +29,29 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+from graphsvc.layout import (
+    ARRAY,
+    BIN,
+    COLUMN_FIELD_TYPES,
+    COLUMN_FIELDS,
+    COUNT,
+    COUNT_TYPE,
+    FALSE,
+    FLOAT32,
+    FLOAT64,
+    INT,
+    KEYS,
+    MAP,
+    NEGATIVE_FIXINT,
+    NIL,
+    NUMBER_FORMATS,
+    STR,
+    TENSOR_KEYS,
+    TRUE,
+    UINT,
+    Family,
+)
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
@@ -131,14 +155,13 @@ class Layout:
     data: tuple[int, int] | None = None
 
 
-_UINT = {0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q"}
-_BIN = {0xC4: ">B", 0xC5: ">H", 0xC6: ">I"}
-_STR = {0xD9: ">B", 0xDA: ">H", 0xDB: ">I"}
-_MAP = {0xDE: ">H", 0xDF: ">I"}
-#: The canonical layout, shared with the writer (``format.py``): a column map's keys, in order.
-COLUMN_FIELDS = ("dtype", "length", "data")
-#: The keys version 2.0 writes right after ``nodes``, in this order.
-TENSOR_KEYS = ("tensors", "pad", "data")
+#: The key of the map the walk looks for at the top level.
+_NODES = KEYS[3]
+
+
+def _fix_bytes(family: Family) -> range:
+    """The type bytes of ``family``'s fix form."""
+    return range(family.fix, (family.fix | family.fix_mask) + 1) if family.fix is not None else range(0)
 
 
 class _Cursor:
@@ -174,37 +197,32 @@ class _Cursor:
             raise NotCanonical
         self.pos += count
 
-    def _number(self, fmt: str) -> int:
-        value: int = struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+    def number(self, family: Family) -> int:
+        """A header of ``family`` (any width), read: its number (a size, a count, a uint's value)."""
+        first = self.take(1)[0]
+        fixed = family.number(first)
+        if fixed is not None:
+            return fixed
+        width = family.sized.get(first)
+        if width is None:
+            raise NotCanonical
+        value: int = struct.unpack(NUMBER_FORMATS[first], self.take(width))[0]
         return value
 
     def unsigned(self) -> int:
-        first = self.take(1)[0]
-        if first <= 0x7F:
-            return first
-        fmt = _UINT.get(first)
-        if fmt is None:
-            raise NotCanonical
-        return self._number(fmt)
+        return self.number(UINT)
 
     def map_header(self) -> int:
-        first = self.take(1)[0]
-        if 0x80 <= first <= 0x8F:
-            return first & 0x0F
-        fmt = _MAP.get(first)
-        if fmt is None:
-            raise NotCanonical
-        return self._number(fmt)
+        return self.number(MAP)
+
+    def is_string(self) -> bool:
+        """Is the next value a str?"""
+        first = self.peek()
+        return STR.number(first) is not None or first in STR.sized
 
     def string(self, max_length: int) -> str:
         """A str of at most ``max_length`` bytes of valid UTF-8."""
-        first = self.take(1)[0]
-        if 0xA0 <= first <= 0xBF:
-            length = first & 0x1F
-        elif first in _STR:
-            length = self._number(_STR[first])
-        else:
-            raise NotCanonical
+        length = self.number(STR)
         if length > max_length:
             raise NotCanonical
         try:
@@ -213,10 +231,14 @@ class _Cursor:
             raise NotCanonical from None
 
     def bin_header(self) -> int:
-        fmt = _BIN.get(self.take(1)[0])
-        if fmt is None:
-            raise NotCanonical
-        return self._number(fmt)
+        return self.number(BIN)
+
+
+#: The width of the value after each type byte of a fixed-width scalar.
+_SCALAR_WIDTHS = {FLOAT32: 4, FLOAT64: 8, **UINT.sized, **INT.sized}
+#: Each type byte of the kinds :func:`_skip_object` steps over by their size or count.
+_SIZED = {first: family for family in (STR, BIN) for first in (*family.sized, *_fix_bytes(family))}
+_CONTAINERS = {first: family for family in (ARRAY, MAP) for first in (*family.sized, *_fix_bytes(family))}
 
 
 def _skip_object(cursor: _Cursor) -> None:
@@ -227,31 +249,21 @@ def _skip_object(cursor: _Cursor) -> None:
         cursor.budget -= 1
         if cursor.budget < 0:
             raise NotCanonical
-        first = cursor.take(1)[0]
-        if first <= 0x7F or first >= 0xE0 or first in (0xC0, 0xC2, 0xC3):
-            continue  # fixint, nil, false, true
-        if first <= 0x8F:
-            pending += 2 * (first & 0x0F)
-        elif first <= 0x9F:
-            pending += first & 0x0F
-        elif first <= 0xBF:
-            cursor.skip(first & 0x1F)
-        elif first in (0xCA, 0xCB):  # float 32 / 64
-            cursor.skip(4 if first == 0xCA else 8)
-        elif 0xCC <= first <= 0xD3:  # uint / int 8 .. 64
-            cursor.skip(1 << ((first - 0xCC) % 4))
-        elif first in (0xC4, 0xC5, 0xC6, 0xD9, 0xDA, 0xDB):  # bin, str 8 .. 32
-            width = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}[first]
-            cursor.skip(int.from_bytes(cursor.take(width), "big"))
-        elif first in (0xDC, 0xDD):  # array 16 / 32
-            pending += int.from_bytes(cursor.take(2 if first == 0xDC else 4), "big")
-        elif first in (0xDE, 0xDF):  # map 16 / 32
-            pending += 2 * int.from_bytes(cursor.take(2 if first == 0xDE else 4), "big")
+        first = cursor.peek()
+        if UINT.number(first) is not None or first >= NEGATIVE_FIXINT or first in (NIL, FALSE, TRUE):
+            cursor.skip(1)
+        elif first in _SCALAR_WIDTHS:  # float, uint and int 8 .. 64: a value of a fixed width
+            cursor.skip(1 + _SCALAR_WIDTHS[first])
+        elif first in _SIZED:  # str and bin: a size, then that many bytes
+            cursor.skip(cursor.number(_SIZED[first]))
+        elif first in _CONTAINERS:  # array and map: a count, then that many items (two per map entry)
+            family = _CONTAINERS[first]
+            pending += cursor.number(family) * (2 if family is MAP else 1)
         else:  # ext types and the reserved byte: never in a graphsvc file
             raise NotCanonical
 
 
-#: Where the msgpack value at an offset of a source ends (``format.py`` gives msgpack's own
+#: Where the msgpack value at an offset of a source ends (:mod:`graphsvc.codec` gives msgpack's own
 #: ``Unpacker.skip``, so that this module need not import msgpack); raises :class:`NotCanonical`.
 ValueEnd = Callable[[Source, int], int]
 
@@ -276,8 +288,7 @@ def scan(
     before = cursor.pos
     for index in range(entries):
         start = cursor.pos
-        first = cursor.peek()
-        if (0xA0 <= first <= 0xBF or first in _STR) and cursor.string(max_string_length) == "nodes":
+        if cursor.is_string() and cursor.string(max_string_length) == _NODES:
             nodes_at = start
             remaining = entries - index - 1
             break
@@ -294,17 +305,18 @@ def scan(
     data: tuple[int, int] | None = None
     # Version 2.0 (FORMAT.md §15): tensors, pad and data follow nodes; the table is decoded with the
     # rest, the pad skipped, the data payload read on its own. Anything else stops the walk.
+    table_key, _, data_key = TENSOR_KEYS
     for key in TENSOR_KEYS[:remaining]:
         start = cursor.pos
         if not _next_key_is(cursor, key, max_string_length):
             cursor.pos = start
             break
-        if key == "tensors":
+        if key == table_key:
             _skip_value(cursor, source, value_end)
             rest.append((start, cursor.pos))
             continue
         size = cursor.bin_header()  # a pad or data that is not bin data: the general reader says so
-        if key == "data":
+        if key == data_key:
             data = (cursor.pos, size)
         cursor.skip(size)
         rest_entries -= 1
@@ -334,10 +346,7 @@ def _skip_value(cursor: _Cursor, source: Source, value_end: ValueEnd | None) -> 
 
 def _next_key_is(cursor: _Cursor, key: str, max_string_length: int) -> bool:
     """Is the next entry's key ``key``? The cursor is left after the key when it is."""
-    first = cursor.peek()
-    if not (0xA0 <= first <= 0xBF or first in _STR):
-        return False
-    return cursor.string(max_string_length) == key
+    return cursor.is_string() and cursor.string(max_string_length) == key
 
 
 def _scan_nodes(
@@ -351,9 +360,9 @@ def _scan_nodes(
         if key in seen:
             raise NotCanonical
         seen.add(key)
-        if key == "count":
-            count = cursor.unsigned()
-        elif key == optional and cursor.peek() == 0xC0:  # nil: no such column
+        if key == COUNT:
+            count = cursor.number(COUNT_TYPE)
+        elif key == optional and cursor.peek() == NIL:  # no such column
             cursor.skip(1)
         elif key in known:
             columns.append(_scan_column(cursor, key, max_string_length))
@@ -367,33 +376,37 @@ def _scan_nodes(
 def _scan_column(cursor: _Cursor, key: str, max_string_length: int) -> ColumnSpan:
     if cursor.map_header() != len(COLUMN_FIELDS):
         raise NotCanonical
-    dtype: str | None = None
-    length: int | None = None
-    payload: tuple[int, int] | None = None
+    found: dict[str, str | int] = {}
+    payload = (0, 0)
     for _ in COLUMN_FIELDS:
         field = cursor.string(max_string_length)
-        if field == "dtype" and dtype is None:
-            dtype = cursor.string(max_string_length)
-        elif field == "length" and length is None:
-            length = cursor.unsigned()
-        elif field == "data" and payload is None:
-            size = cursor.bin_header()
+        family = COLUMN_FIELD_TYPES.get(field)
+        if family is None or field in found:
+            raise NotCanonical
+        if family is STR:
+            found[field] = cursor.string(max_string_length)
+        elif family is BIN:  # the payload: where it starts and its size; stepped over
+            size = cursor.number(BIN)
             payload = (cursor.pos, size)
+            found[field] = size
             cursor.skip(size)
         else:
-            raise NotCanonical
-    assert dtype is not None and length is not None and payload is not None
+            found[field] = cursor.number(family)
+    dtype_field, length_field, _ = COLUMN_FIELDS
+    dtype, length = found[dtype_field], found[length_field]
+    assert isinstance(dtype, str) and isinstance(length, int)
     return ColumnSpan(key, dtype, length, *payload)
 
 
 def read_data(source: Source, offset: int, size: int) -> npt.NDArray[np.uint8]:
     """Version 2.0's data section: the bytes read once, into a buffer the arrays then view (a view
     of the bytes themselves when they are already in memory)."""
+    data_key = TENSOR_KEYS[2]
     if isinstance(source, BytesSource):
         view = source.view(offset, size)
         if view.ctypes.data % 8 == 0:  # a canonical file's payloads, 64-aligned in it, stay aligned in memory
             return view
-    return read_column(source, ColumnSpan("data", "|u1", size, offset, size))
+    return read_column(source, ColumnSpan(data_key, "|u1", size, offset, size))
 
 
 def read_column(source: Source, span: ColumnSpan) -> npt.NDArray[np.uint8]:

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from graphsvc import atomic
+from graphsvc import atomic, codec
 from graphsvc import format as fmt
 from graphsvc.atomic import atomic_writer
 from graphsvc.errors import GraphFileError
@@ -296,9 +296,9 @@ def test_an_exception_at_any_point_of_a_save_leaves_the_old_file_and_no_temporar
     fmt.save(chain(50, 1.0), path)
     old = path.read_bytes()
     new_graph = chain(60, 2.0)
-    real_encode = fmt._encode
+    real_encode = codec.encode
     chunks = sum(1 for _ in real_encode(new_graph))
-    assert chunks > 20
+    assert chunks > 15
 
     for fail_at in range(chunks + 1):
 
@@ -310,12 +310,12 @@ def test_an_exception_at_any_point_of_a_save_leaves_the_old_file_and_no_temporar
             if fail_at == chunks:
                 raise RuntimeError("failed after the last chunk")
 
-        monkeypatch.setattr(fmt, "_encode", failing)
+        monkeypatch.setattr(codec, "encode", failing)
         with pytest.raises(RuntimeError, match=r"^failed "):
             fmt.save(new_graph, path)
         assert path.read_bytes() == old, fail_at
         assert _files(tmp_path) == ["g.msgpack"], fail_at
-    monkeypatch.setattr(fmt, "_encode", real_encode)
+    monkeypatch.setattr(codec, "encode", real_encode)
 
     for name in ("fsync", "replace"):  # the two system calls after the last write
         with monkeypatch.context() as patch:
@@ -558,3 +558,89 @@ def test_a_leftover_that_may_not_be_removed_does_not_stop_the_save(
     assert path.read_bytes() == fmt.dumps(chain(5, 1.0))
     assert _files(tmp_path) == [leftover.name, "g.msgpack"]
     assert leftover.read_bytes() == b"another user's"
+
+
+# -- reserving the file's size, writing with writev ------------------------------------------------------
+def test_a_save_reserves_exactly_the_file_s_size_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[int, int]] = []
+    real = atomic._fallocate
+
+    def spy(fd: int, size: int) -> int:
+        calls.append((os.fstat(fd).st_size, size))  # the file is still empty when it is reserved
+        return real(fd, size)
+
+    monkeypatch.setattr(atomic, "_fallocate", spy)
+    graph = chain(60, 2.0)
+    fmt.save(graph, tmp_path / "g.msgpack")
+    expected = fmt.dumps(graph)
+    assert calls == [(0, len(expected))]
+    assert (tmp_path / "g.msgpack").read_bytes() == expected
+
+
+def test_reserve_allocates_the_blocks_and_sets_the_size(tmp_path: Path) -> None:
+    with open(tmp_path / "f", "wb") as stream:
+        if atomic._fallocate(stream.fileno(), 1) in (errno.EOPNOTSUPP, errno.ENOSYS):
+            pytest.skip("no fallocate(2) on this filesystem")
+        atomic.reserve(stream, 1 << 20)
+        info = os.fstat(stream.fileno())
+    assert info.st_size == 1 << 20
+    assert info.st_blocks * 512 >= 1 << 20
+
+
+@pytest.mark.parametrize("error", [errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL])
+def test_a_filesystem_that_cannot_reserve_is_written_without(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str, error: int
+) -> None:
+    monkeypatch.setattr(atomic, "_fallocate", lambda fd, size: error)
+    graph = chain(60, 2.0)
+    fmt.save(graph, tmp_path / "g.msgpack")
+    assert (tmp_path / "g.msgpack").read_bytes() == fmt.dumps(graph)
+    assert _files(tmp_path) == ["g.msgpack"]
+
+
+def test_a_full_disk_is_found_before_a_byte_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    path = tmp_path / "g.msgpack"
+    fmt.save(chain(50, 1.0), path)
+    old = path.read_bytes()
+    monkeypatch.setattr(atomic, "_fallocate", lambda fd, size: errno.ENOSPC)
+    monkeypatch.setattr(os, "writev", _must_not_be_called)
+    with pytest.raises(GraphFileError) as refused:
+        fmt.save(chain(60, 2.0), path)
+    assert str(refused.value) == f"cannot write {path}: No space left on device"
+    assert path.read_bytes() == old
+    assert _files(tmp_path) == ["g.msgpack"]
+
+
+def test_short_writes_are_resumed_and_a_failing_write_leaves_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "g.msgpack"
+    graph = chain(60, 2.0)
+    real_writev = os.writev
+    calls = []
+
+    def short(fd: int, buffers: list[Any]) -> int:  # at most 7 bytes of the first buffer at a time
+        calls.append(len(buffers))
+        return real_writev(fd, [memoryview(buffers[0])[:7]])
+
+    monkeypatch.setattr(os, "writev", short)
+    fmt.save(graph, path)
+    assert path.read_bytes() == fmt.dumps(graph)
+    assert len(calls) > len(fmt.dumps(graph)) // 7
+
+    def failing(fd: int, buffers: list[Any]) -> int:
+        if len(calls) > 20:
+            raise OSError(5, "Input/output error")
+        return short(fd, buffers)
+
+    calls.clear()
+    monkeypatch.setattr(os, "writev", failing)
+    with pytest.raises(GraphFileError) as refused:
+        fmt.save(chain(61, 3.0), path)
+    assert str(refused.value) == f"cannot write {path}: Input/output error"
+    assert path.read_bytes() == fmt.dumps(graph)
+    assert _files(tmp_path) == ["g.msgpack"]

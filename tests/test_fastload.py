@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fuzz.property import general_outcome
-from graphsvc import fastload
+from graphsvc import codec, fastload
 from graphsvc import format as fmt
 from graphsvc.graph import GraphBuilder
 
@@ -56,7 +56,7 @@ def test_every_shipped_file_is_canonical_and_reads_as_the_general_reader_does(pa
     assert data[head_end : head_end + 6] == b"\xa5nodes"
     assert data[tail_start : tail_start + 6] == b"\xa5names"
     assert tail_end == len(data)
-    doc = fmt._decode_fast(fastload.BytesSource(data), fmt.DEFAULT_LIMITS)
+    doc = codec.decode_fast(fastload.BytesSource(data), fmt.DEFAULT_LIMITS)
     assert all(isinstance(doc["nodes"][span.key]["data"], np.ndarray) for span in layout.columns)
     assert fmt.dumps(fmt.loads(data)) == general_outcome(data) == data
 
@@ -100,7 +100,7 @@ def test_other_key_orders_and_header_widths_are_read_the_fast_way() -> None:
             "parent_offsets",
             "op_codes",
         ]
-        doc = fmt._decode_fast(fastload.BytesSource(variant), fmt.DEFAULT_LIMITS)
+        doc = codec.decode_fast(fastload.BytesSource(variant), fmt.DEFAULT_LIMITS)
         assert isinstance(doc["nodes"]["values"]["data"], np.ndarray)
         assert fmt.dumps(fmt.loads(variant)) == data == general_outcome(variant)
 

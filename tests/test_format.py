@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from graphsvc import codec
 from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.graph import Graph, GraphBuilder, OpSource
@@ -669,7 +670,7 @@ def test_a_failing_save_leaves_the_old_file_and_no_temporary_file(
     path = tmp_path / "g.msgpack"
     fmt.save(golden.worked(), path)
     before = path.read_bytes()
-    monkeypatch.setattr(fmt, "_encode", _failing_encoder(fmt._encode, error))
+    monkeypatch.setattr(codec, "encode", _failing_encoder(codec.encode, error))
     with pytest.raises(expected) as info:
         fmt.save(golden.seed000(), path)
     assert str(info.value) == message.format(path=path)

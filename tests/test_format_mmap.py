@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from graphsvc import codec, fastload, jsonio
 from graphsvc import format as fmt
-from graphsvc import jsonio
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.graph import Graph, GraphBuilder
 from tests.test_format_v2 import BAD_TABLES, V2_DIR, mutated
@@ -247,7 +247,7 @@ def many_arrays(count: int) -> Graph:
 def test_a_table_of_20_000_entries_reads_the_fast_way() -> None:
     # walked in Python, 20,000 entries (160,000 msgpack items) went past the walk's budget
     data = fmt.dumps(many_arrays(20_000))
-    document = fmt._decode_fast(fmt.fastload.BytesSource(data), fmt.DEFAULT_LIMITS)
+    document = codec.decode_fast(fastload.BytesSource(data), fmt.DEFAULT_LIMITS)
     assert isinstance(document["data"], np.ndarray) and len(document["tensors"]) == 20_000
     graph = fmt.loads(data)
     assert graph.value(19_999).tolist() == [19_999] and fmt.dumps(graph) == data
@@ -258,15 +258,15 @@ def test_a_table_of_20_000_entries_reads_the_fast_way() -> None:
 )
 def test_value_end_finds_where_a_value_ends(value: Any) -> None:
     data = b"\xc0" + msgpack.packb(value, use_bin_type=True) + b"\xc0"
-    assert fmt._value_end(fmt.fastload.BytesSource(data), 1) == len(data) - 1
+    assert codec.value_end(fastload.BytesSource(data), 1) == len(data) - 1
 
 
 @pytest.mark.parametrize(
     "data", [b"\x92\x01\xc1", b"\x92\x01", b"\xdb\xff\xff\xff\xff"], ids=["reserved-byte", "truncated", "long-string"]
 )
 def test_value_end_leaves_what_it_cannot_step_over_to_the_general_reader(data: bytes) -> None:
-    with pytest.raises(fmt.fastload.NotCanonical):
-        fmt._value_end(fmt.fastload.BytesSource(data), 0)
+    with pytest.raises(fastload.NotCanonical):
+        codec.value_end(fastload.BytesSource(data), 0)
 
 
 def test_an_ext_type_in_the_table_is_stepped_over_then_refused_by_the_decoder() -> None:

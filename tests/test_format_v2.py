@@ -25,8 +25,9 @@ from typer.testing import CliRunner
 
 from cli import app
 from fuzz.property import check_input, general_outcome
-from graphsvc import fastload, jsonio
+from graphsvc import document, fastload, jsonio
 from graphsvc import format as fmt
+from graphsvc import layout as file_layout
 from graphsvc.errors import FormatError, GraphStructureError
 from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.plugins import load_registry
@@ -231,7 +232,7 @@ def test_non_contiguous_fortran_and_big_endian_arrays_are_written_c_order_little
     assert payload[192:] == b"\x00" * 8 + b"\x01" + b"\x00" * 7 + b"\x02" + b"\x00" * 7
     loaded = fmt.loads(data)
     assert loaded.arrays[0].tolist() == [[0, 2], [4, 6], [8, 10]] and loaded.arrays[1].tolist() == matrix.tolist()
-    assert bytes(fmt._little_endian_bytes(np.array([1.0], dtype=">f4"))) == b"\x00\x00\x80\x3f"
+    assert bytes(document.little_endian_bytes(np.array([1.0], dtype=">f4"))) == b"\x00\x00\x80\x3f"
 
 
 # -- saving streams --------------------------------------------------------------------------------
@@ -282,7 +283,9 @@ def test_load_peak_memory_stays_near_the_arrays_bytes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", sorted(GOLDEN_SHA256))
 def test_the_fast_reader_finds_the_data_section_and_reads_what_the_general_reader_does(name: str) -> None:
     data = (V2_DIR / f"{name}.msgpack").read_bytes()
-    layout = fastload.scan(fastload.BytesSource(data), fmt._COLUMNS, "grads", fmt.DEFAULT_LIMITS.max_string_length)
+    layout = fastload.scan(
+        fastload.BytesSource(data), file_layout.COLUMNS, "grads", fmt.DEFAULT_LIMITS.max_string_length
+    )
     assert layout.data is not None and layout.data[0] % 64 == 0
     assert data[layout.data[0] - 10 : layout.data[0]] == b"\xa4data\xc6" + layout.data[1].to_bytes(4, "big")
     assert layout.data[0] + layout.data[1] < len(data)
@@ -296,7 +299,7 @@ def test_a_reordered_2_0_file_reads_the_general_way_to_the_same_graph() -> None:
     document = msgpack.unpackb((V2_DIR / "tensor_kinds.msgpack").read_bytes())
     reordered = msgpack.packb(dict(reversed(list(document.items()))))
     with pytest.raises(fastload.NotCanonical):
-        fastload.scan(fastload.BytesSource(b"\x81\xa4data\xc4\x00"), fmt._COLUMNS, "grads", 100)
+        fastload.scan(fastload.BytesSource(b"\x81\xa4data\xc4\x00"), file_layout.COLUMNS, "grads", 100)
     assert fmt.dumps(fmt.loads(reordered)) == (V2_DIR / "tensor_kinds.msgpack").read_bytes()
 
 

@@ -19,7 +19,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from graphsvc import fastload, jsonio
+from graphsvc import codec, fastload, jsonio
+from graphsvc import document as doc_module
 from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.graph import Graph
@@ -345,7 +346,7 @@ def test_a_large_non_canonical_file_is_copied_once(tmp_path: Path, monkeypatch: 
     assert len(data) > 45_000_000 and data != canonical
     del data
     read: list[Any] = []
-    monkeypatch.setattr(fmt, "_validate_versioned", lambda doc, limits: read.append(doc) or (None, (1, 0)))
+    monkeypatch.setattr(doc_module, "validate", lambda doc, limits: read.append(doc) or (None, (1, 0)))
     tracemalloc.start()
     try:
         fmt.load(path)
@@ -365,7 +366,7 @@ def _no_memory(*args: Any, **kwargs: Any) -> Any:
 
 @pytest.mark.parametrize(
     ("target", "name"),
-    [(fastload, "read_column"), (fmt, "_decode"), (jsonio, "from_document")],
+    [(fastload, "read_column"), (codec, "decode"), (jsonio, "from_document")],
     ids=["fast-reader", "general-reader", "json"],
 )
 def test_running_out_of_memory_is_a_format_error(

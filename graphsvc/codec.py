@@ -1,0 +1,191 @@
+"""Bytes <-> documents: the only modules that import msgpack are this one and :mod:`graphsvc.diagnose`.
+
+:func:`encode` writes a graph's document in the canonical layout of :mod:`graphsvc.layout`, piece by
+piece (column and array payloads as views, never copied into one buffer). :func:`decode` reads any
+valid msgpack document with every safety check (no ext types, string keys only, no key twice, no
+declared size larger than the file); :func:`decode_fast` reads a file in the canonical layout with
+the columns and the data section straight into buffers of their own (:mod:`graphsvc.fastload`),
+and everything else through :func:`decode`. What a document means is :mod:`graphsvc.document`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+
+from graphsvc import diagnose, document, fastload
+from graphsvc.errors import FormatError
+from graphsvc.graph import Graph
+from graphsvc.layout import (
+    COLUMN_DTYPES,
+    COLUMN_FIELDS,
+    COLUMNS,
+    COUNT,
+    FORMAT_NAME,
+    KEYS,
+    KEYS_2,
+    OPTIONAL_COLUMN,
+    TENSOR_KEYS,
+    TENSOR_VERSION,
+    VERSION,
+    Limits,
+    bin_header,
+    key,
+    map_header,
+    pad_and_data_header,
+)
+
+
+# -- writing ------------------------------------------------------------------------------------------
+def encode(graph: Graph) -> Iterator[bytes | memoryview]:
+    """Yield the document's bytes in order; column and array payloads are yielded as views.
+
+    The output is exactly ``msgpack.packb(document)`` of the document described in the spec,
+    written piece by piece so a large graph is never copied into one buffer.
+    """
+    packer = msgpack.Packer(use_bin_type=True, use_single_float=False, strict_types=False, autoreset=True)
+    pack = packer.pack
+    stored = document.stored_arrays(graph) if graph.is_tensor_graph else None
+    written = 0
+    for chunk in _encode_head(graph, pack, stored is not None):
+        written += len(chunk)
+        yield chunk
+    if stored is not None:
+        yield from _encode_tensors(stored, pack, written)
+    names_key, attrs_key, outputs_key, metadata_key = KEYS[4:]
+    yield key(names_key) + pack(document.names_entries(graph))
+    yield key(attrs_key) + pack(document.attrs_entries(graph))
+    yield key(outputs_key) + pack([int(o) for o in graph.outputs])
+    yield key(metadata_key) + pack(graph.metadata)
+
+
+def _encode_head(graph: Graph, pack: Any, tensors: bool) -> Iterator[bytes | memoryview]:
+    """The document's map header, ``format``, ``version``, ``ops`` and ``nodes``."""
+    format_key, version_key, ops_key, nodes_key = KEYS[:4]
+    yield map_header(len(KEYS_2) if tensors else len(KEYS))
+    yield key(format_key) + pack(FORMAT_NAME)
+    yield key(version_key) + pack(list(TENSOR_VERSION if tensors else VERSION))
+    yield key(ops_key) + pack(document.op_entries(graph))
+    columns = document.columns(graph)
+    yield key(nodes_key) + map_header(len(columns) + 1) + key(COUNT) + pack(graph.num_nodes)
+    dtype_key, length_key, data_key = COLUMN_FIELDS
+    for name, array in columns:
+        payload = array.view("u1").data
+        yield (
+            key(name)
+            + map_header(len(COLUMN_FIELDS))
+            + key(dtype_key)
+            + pack(COLUMN_DTYPES[name].str)
+            + key(length_key)
+            + pack(len(array))
+            + key(data_key)
+            + _bin_header(len(payload))
+        )
+        yield payload
+
+
+def _encode_tensors(stored: list[document.Stored], pack: Any, written: int) -> Iterator[bytes | memoryview]:
+    """``tensors``, ``pad`` and ``data``, given that ``written`` bytes come before them. Each array's
+    bytes are yielded as a view (a copy only of an array not already little-endian and C-ordered)."""
+    table = key(TENSOR_KEYS[0]) + pack([item.entry() for item in stored])
+    yield table + pad_and_data_header(written + len(table), document.data_length(stored))
+    end = 0
+    for item in stored:
+        if item.offset > end:
+            yield bytes(item.offset - end)
+        payload = document.little_endian_bytes(item.array)
+        yield payload
+        end = item.offset + len(payload)
+
+
+def _bin_header(length: int) -> bytes:
+    if length >= 1 << 32:
+        raise FormatError(f"a column of {length} bytes is larger than msgpack allows (4 GiB)")
+    return bin_header(length)
+
+
+# -- reading ------------------------------------------------------------------------------------------
+def _pairs_to_dict(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    if not all(type(key) is str for key, _ in pairs):  # strict_map_key lets bin keys through
+        raise diagnose.NonStringKey
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise diagnose.DuplicateKey(key)
+            seen.add(key)
+    return result
+
+
+def decode(data: fastload.Buffer, limits: Limits) -> Any:
+    """The document ``data`` holds, decoded with every safety check; FormatError saying what is wrong."""
+    size = len(data)
+    if not size:
+        raise FormatError("the file is truncated: it is empty")
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            object_pairs_hook=_pairs_to_dict,
+            # Each array item or map entry takes at least one byte (two for a map entry), so a
+            # count larger than the file cannot be honest: refusing it avoids a huge allocation.
+            max_array_len=size,
+            max_map_len=size // 2,
+            max_bin_len=size,
+            max_str_len=min(size, limits.max_string_length),
+            max_ext_len=0,  # refuses every ext type but the empty ones, which reach reject_ext
+            ext_hook=diagnose.reject_ext,
+        )
+    except MemoryError:
+        raise  # the caller says how large the file was
+    except Exception as exc:
+        raise diagnose.decode_error(exc, data, limits) from None
+
+
+def decode_fast(source: fastload.Source, limits: Limits) -> dict[str, Any]:
+    """The document, each column read into a buffer of its own (the file's bytes are copied once).
+
+    Everything outside ``nodes`` is decoded by :func:`decode` with every check, as one map of its
+    own. Raises :class:`fastload.NotCanonical` (or FormatError) for the general reader to take over.
+    """
+    layout = fastload.scan(source, COLUMNS, OPTIONAL_COLUMN, limits.max_string_length, value_end)
+    rest = decode(
+        map_header(layout.rest_entries) + b"".join(source.read(start, end - start) for start, end in layout.rest),
+        limits,
+    )
+    nodes_key = KEYS[3]
+    _, pad_key, data_key = TENSOR_KEYS
+    if not isinstance(rest, dict) or not rest.keys().isdisjoint((nodes_key, pad_key, data_key)):
+        raise fastload.NotCanonical  # a key twice: the general reader words it
+    nodes: dict[str, Any] = {COUNT: layout.count}
+    for span in layout.columns:
+        payload = fastload.read_column(source, span)
+        nodes[span.key] = dict(zip(COLUMN_FIELDS, (span.dtype, span.length, payload), strict=True))
+    if layout.data is not None:
+        rest[data_key] = fastload.read_data(source, *layout.data)
+    return {**rest, nodes_key: nodes}
+
+
+#: The most bytes :func:`value_end` buffers: a longer tensor table is read the general way.
+_SKIP_BUFFER = 64 << 20
+
+
+def value_end(source: fastload.Source, offset: int) -> int:
+    """Where the msgpack value at ``offset`` ends, found by msgpack (in C, reading the source in
+    windows); anything it cannot step over, it leaves to the general reader."""
+    unpacker = msgpack.Unpacker(
+        fastload.SourceStream(source, offset), read_size=1 << 16, max_buffer_size=_SKIP_BUFFER, raw=True
+    )
+    try:
+        unpacker.skip()
+    except Exception:  # truncated, too long, the reserved byte...: not canonical
+        raise fastload.NotCanonical from None
+    end = offset + unpacker.tell()
+    if end > source.size:
+        raise fastload.NotCanonical
+    return end

@@ -1,0 +1,493 @@
+"""The mapping between a graph file's document and a :class:`Graph`, with every check on the way.
+
+Writing: the parts of the document a graph gives (:func:`op_entries`, :func:`columns`,
+:func:`stored_arrays`, :func:`names_entries`, :func:`attrs_entries`), in the layout of
+:mod:`graphsvc.layout`, after :func:`check_writable` has made sure a reader will accept them.
+Reading: :func:`validate` turns a decoded document (maps, lists, str, int, bytes; columns and the
+data section possibly already numpy buffers, read by :mod:`graphsvc.fastload`) into a Graph, or
+raises the one-line :class:`FormatError` that says which rule the document breaks. No msgpack here:
+bytes are :mod:`graphsvc.codec`'s.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from graphsvc.diagnose import describe, expect, shape_text, shown
+from graphsvc.errors import FormatError, GraphStructureError
+from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, Graph, OpSource
+from graphsvc.layout import (
+    ALIGNMENT,
+    CANONICAL_NAN_BITS,
+    COLUMN_DTYPES,
+    COLUMNS,
+    DEFAULT_LIMITS,
+    DTYPE_NAMES,
+    FORMAT_NAME,
+    KEYS,
+    MAX_ARRAY_BYTES,
+    OPTIONAL_COLUMN,
+    READ_MAJORS,
+    REQUIRED_KEYS_2,
+    TENSOR_DTYPES,
+    WHICH,
+    Limits,
+    aligned,
+)
+
+if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
+    import numpy.typing as npt
+
+
+# -- Graph -> document --------------------------------------------------------------------------------
+def op_entries(graph: Graph) -> list[dict[str, Any]]:
+    """The op table: one ``{tag, plugin, version}`` per tag, in the graph's op-code order."""
+    entries = []
+    for tag in graph.op_table:
+        source = graph.op_sources.get(tag) or OpSource()
+        entries.append({"tag": tag, "plugin": source.plugin, "version": source.version})
+    return entries
+
+
+def columns(graph: Graph) -> list[tuple[str, npt.NDArray[Any]]]:
+    """``nodes``' columns in file order, each as the dtype the layout requires (a view when it is)."""
+    found: list[tuple[str, npt.NDArray[Any]]] = [(key, getattr(graph, key)) for key in COLUMNS]
+    if graph.grads is not None:
+        found.append((OPTIONAL_COLUMN, graph.grads))
+    if graph.is_tensor_graph:  # an array node's column entry is the one quiet nan, whatever nan the graph holds
+        found = [(key, _with_canonical_nan(array, _array_nodes(graph, key))) for key, array in found]
+    return [(key, np.ascontiguousarray(array, dtype=COLUMN_DTYPES[key])) for key, array in found]
+
+
+def _array_nodes(graph: Graph, key: str) -> list[int]:
+    arrays = {"values": graph.arrays, "grads": graph.grad_arrays}.get(key, {})
+    return sorted(arrays)
+
+
+def _with_canonical_nan(column: npt.NDArray[Any], nodes: list[int]) -> npt.NDArray[Any]:
+    """``column`` with the canonical nan at ``nodes`` (a copy only when some entry differs)."""
+    if not nodes or bool((column[nodes].view(np.uint64) == CANONICAL_NAN_BITS).all()):
+        return column
+    fixed = np.array(column, dtype=FLOAT_DTYPE)
+    fixed.view(np.uint64)[nodes] = CANONICAL_NAN_BITS
+    return fixed
+
+
+def names_entries(graph: Graph) -> list[list[Any]]:
+    """``names``: ``[node, name]`` pairs by node id."""
+    return [[node, graph.names[node]] for node in sorted(graph.names)]
+
+
+def attrs_entries(graph: Graph) -> list[list[Any]]:
+    """``attrs``: ``[node, map]`` pairs by node id, keys sorted; an empty map is no attributes, so it
+    has no entry (FORMAT.md §5) and both spellings give one encoding."""
+    return [[node, _sorted_map(graph.attrs[node])] for node in sorted(graph.attrs) if graph.attrs[node]]
+
+
+def _sorted_map(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {key: attrs[key] for key in sorted(attrs)}
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One array as version 2.0 stores it: a tensor table entry and the array it describes."""
+
+    node: int
+    which: str
+    array: np.ndarray
+    offset: int
+
+    @property
+    def dtype_name(self) -> str:
+        return DTYPE_NAMES[(self.array.dtype.kind, self.array.dtype.itemsize)]
+
+    def entry(self) -> list[Any]:
+        """``[node, which, dtype, shape, offset, nbytes]``."""
+        return [self.node, self.which, self.dtype_name, list(self.array.shape), self.offset, self.array.nbytes]
+
+
+def stored_arrays(graph: Graph) -> list[Stored]:
+    """The tensor table in its canonical order (by node, a value before its gradient), each payload
+    at the first multiple of :data:`ALIGNMENT` after the one before it."""
+    stored: list[Stored] = []
+    end = 0
+    for node, which in sorted(
+        [(node, 0) for node in graph.arrays] + [(node, 1) for node in graph.grad_arrays],
+    ):
+        array = (graph.arrays if which == 0 else graph.grad_arrays)[node]
+        offset = aligned(end)
+        stored.append(Stored(node, WHICH[which], array, offset))
+        end = offset + array.nbytes
+    return stored
+
+
+def data_length(stored: list[Stored]) -> int:
+    """The data section's length: up to the end of the last payload."""
+    return stored[-1].offset + stored[-1].array.nbytes if stored else 0
+
+
+def little_endian_bytes(array: np.ndarray) -> memoryview:
+    """The array's items, C order, little-endian, as bytes (a view when it already is so)."""
+    data = np.asarray(array, dtype=array.dtype.newbyteorder("<"), order="C")
+    return data.reshape(-1).view(np.uint8).data
+
+
+# -- what a reader will accept ---------------------------------------------------------------------------
+def check_writable(graph: Graph) -> None:
+    """Every structural rule, and what a reader refuses in attributes and metadata (a map key that
+    is not a string, nesting deeper than the default limit), so that ``load`` reads what ``save`` writes."""
+    graph.check()
+    if graph.is_tensor_graph:
+        _check_arrays_writable(graph)
+    for node in sorted(graph.attrs):
+        check_nesting(graph.attrs[node], DEFAULT_LIMITS.max_attr_depth, f"attributes of node {node}", True)
+    check_nesting(graph.metadata, DEFAULT_LIMITS.max_attr_depth, "metadata", True)
+    for tag in graph.op_table:
+        _check_string_length(tag, "an op tag")
+    if graph.names and max(map(len, graph.names.values())) * 4 > DEFAULT_LIMITS.max_string_length:
+        for node in sorted(graph.names):
+            _check_string_length(graph.names[node], f"the name of node {node}")
+
+
+def _check_arrays_writable(graph: Graph) -> None:
+    """What version 2.0 requires of a tensor graph beyond :meth:`Graph.check` (which holds a
+    gradient to its value's shape and arrays to 32 dimensions): nan in the columns where a node
+    holds an array, and a data section a msgpack bin can hold."""
+    for what, arrays, column in (("value", graph.arrays, graph.values), ("gradient", graph.grad_arrays, graph.grads)):
+        for node in sorted(arrays):
+            if column is not None and not np.isnan(column[node]):
+                key = "values" if what == "value" else "grads"
+                raise FormatError(
+                    f"node {node} holds a {what} array, so its entry in the {key} column must be nan, "
+                    f"not {float(column[node])!r}"
+                )
+    size = data_length(stored_arrays(graph))
+    if size >= 1 << 32:
+        raise FormatError(
+            f"the graph's arrays take {size:,} bytes with their alignment, more than the 4 GiB a msgpack bin holds "
+            "(4,294,967,295 bytes)"
+        )
+
+
+def _check_string_length(text: str, where: str) -> None:
+    """No longer, in UTF-8, than the longest string a reader accepts by default."""
+    limit = DEFAULT_LIMITS.max_string_length
+    if len(text) * 4 > limit:  # a character takes at most 4 bytes: only long strings need encoding
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise FormatError(f"{where} is {size} bytes long, longer than the {limit} bytes a reader accepts")
+
+
+def check_nesting(value: Any, limit: int, where: str, check_strings: bool = False) -> None:
+    """Nested at most ``limit`` levels, every map key a string (a decoded file's always are); with
+    ``check_strings`` (when writing), no string longer than a reader accepts."""
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if level > limit:
+            raise FormatError(f"{where} nests deeper than {limit} levels")
+        if isinstance(item, str):
+            if check_strings:
+                _check_string_length(item, f"a string in {where}")
+        elif isinstance(item, dict):
+            for key in item:
+                if type(key) is not str:
+                    raise FormatError(f"{where} has a map key that is not a string ({describe(key)} {key!r})")
+                if check_strings:
+                    _check_string_length(key, f"a map key in {where}")
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, level + 1) for v in item)
+        elif type(item) is int and not -(1 << 63) <= item < 1 << 64:
+            digits = str(item) if abs(item) < 10**30 else f"an integer of {len(str(abs(item)))} digits"
+            raise FormatError(f"{where} holds {digits}, outside the integers msgpack stores (-2**63 to 2**64 - 1)")
+
+
+# -- document -> Graph -------------------------------------------------------------------------------------
+def validate(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
+    """The graph a decoded document holds, and the version it declares; FormatError naming the
+    first rule it breaks."""
+    try:
+        return _from_document(doc, limits)
+    except GraphStructureError as exc:
+        raise FormatError(str(exc)) from None
+    except FormatError:
+        raise
+    except (
+        ValueError,
+        TypeError,
+        OverflowError,
+        IndexError,
+        KeyError,
+        MemoryError,
+        RecursionError,
+    ) as exc:  # pragma: no cover
+        # a safety net: the fuzz harness and tests/test_hostile_files.py treat reaching it as a bug
+        raise FormatError(f"invalid document: {type(exc).__name__}: {exc}") from None
+
+
+def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
+    doc = expect(doc, dict, "the document")
+    if doc.get("format") != FORMAT_NAME:
+        raise FormatError(f"not a graphsvc file (format is {doc.get('format')!r}, expected {FORMAT_NAME!r})")
+    version = _read_version(doc)
+    missing = [key for key in (KEYS if version[0] == 1 else REQUIRED_KEYS_2) if key not in doc]
+    if missing:
+        raise FormatError(f"the document lacks the key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    op_table, op_sources = _read_ops(doc)
+    nodes = expect(doc["nodes"], dict, "nodes")
+    count = expect(nodes.get("count"), int, "nodes.count")
+    if not 0 <= count <= limits.max_nodes:
+        raise FormatError(f"nodes.count is {count}, outside the limit 0..{limits.max_nodes}")
+    op_codes = _read_column(nodes, "op_codes", count)
+    offsets = _read_column(nodes, "parent_offsets", count + 1)
+    parents = _read_column(nodes, "parent_indices", None)
+    if len(parents) > limits.max_edges:
+        raise FormatError(f"nodes.parent_indices has {len(parents)} entries, over the limit {limits.max_edges}")
+    values = _read_column(nodes, "values", count)
+    grads = _read_column(nodes, "grads", count) if nodes.get("grads") is not None else None
+    names = _read_sparse(doc, "names", str, count)
+    attrs = {node: node_attrs for node, node_attrs in _read_sparse(doc, "attrs", dict, count).items() if node_attrs}
+    for node, node_attrs in attrs.items():
+        check_nesting(node_attrs, limits.max_attr_depth, f"attributes of node {node}")
+    outputs = [expect(o, int, f"outputs[{i}]") for i, o in enumerate(expect(doc["outputs"], list, "outputs"))]
+    metadata = expect(doc["metadata"], dict, "metadata")
+    check_nesting(metadata, limits.max_attr_depth, "metadata")
+    arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
+    if version[0] >= 2:
+        arrays = _read_tensors(doc, count, values, grads)
+    graph = Graph(
+        op_table=op_table,
+        op_codes=op_codes,
+        parent_offsets=offsets,
+        parent_indices=parents,
+        values=values,
+        grads=grads,
+        names=names,
+        attrs=attrs,
+        outputs=outputs,
+        metadata=metadata,
+        op_sources=op_sources,
+        arrays=arrays[0],
+        grad_arrays=arrays[1],
+    )
+    graph.check()
+    return graph, version
+
+
+def _read_column(nodes: dict[str, Any], key: str, expected_length: int | None) -> npt.NDArray[Any]:
+    where = f"nodes.{key}"
+    column = expect(nodes.get(key), dict, where)
+    dtype_name = expect(column.get("dtype"), str, f"{where}.dtype")
+    expected_dtype = COLUMN_DTYPES[key]
+    if dtype_name != expected_dtype.str:
+        raise FormatError(f"{where}.dtype is {dtype_name!r}, but version 1 requires {expected_dtype.str!r}")
+    length = expect(column.get("length"), int, f"{where}.length")
+    if length < 0:
+        raise FormatError(f"{where}.length is negative ({length})")
+    if expected_length is not None and length != expected_length:
+        raise FormatError(f"{where}.length is {length}, expected {expected_length}")
+    data = column.get("data")
+    if not isinstance(data, np.ndarray):  # read by fastload: a buffer of its own, else bytes
+        data = expect(data, bytes, f"{where}.data")
+    if len(data) != length * expected_dtype.itemsize:
+        raise FormatError(
+            f"{where}.data holds {len(data)} bytes, but {length} x {expected_dtype.str} needs "
+            f"{length * expected_dtype.itemsize}"
+        )
+    array = np.frombuffer(data, dtype=expected_dtype)
+    array.flags.writeable = False  # as a view of bytes is: a loaded graph's columns are read-only
+    return array
+
+
+def _read_version(doc: dict[str, Any]) -> tuple[int, int]:
+    version = doc.get("version")
+    if (
+        not isinstance(version, list)
+        or len(version) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in version)
+    ):
+        raise FormatError(f"version must be an array of two non-negative integers [major, minor], not {version!r}")
+    major, minor = version
+    if major > READ_MAJORS[-1]:
+        raise FormatError(
+            f"the file uses format version {major}.{minor}, newer than this graphsvc reads "
+            f"(major versions {' and '.join(map(str, READ_MAJORS))}); upgrade graphsvc"
+        )
+    if major < 1:
+        raise FormatError(f"unknown format version {major}.{minor}")
+    return major, minor
+
+
+def _read_ops(doc: dict[str, Any]) -> tuple[list[str], dict[str, OpSource]]:
+    ops = expect(doc["ops"], list, "ops")
+    table: list[str] = []
+    sources: dict[str, OpSource] = {}
+    for i, entry in enumerate(ops):
+        entry = expect(entry, dict, f"ops[{i}]")
+        tag = expect(entry.get("tag"), str, f"ops[{i}].tag")
+        if not tag:
+            raise FormatError(f"ops[{i}].tag is an empty string")
+        plugin = entry.get("plugin")
+        version = entry.get("version")
+        if plugin is not None:
+            expect(plugin, str, f"ops[{i}].plugin")
+        if version is not None:
+            expect(version, str, f"ops[{i}].version")
+        if tag in sources:
+            raise FormatError(f"ops lists the tag {tag!r} twice")
+        table.append(tag)
+        sources[tag] = OpSource(plugin, version)
+    return table, sources
+
+
+def _read_sparse(doc: dict[str, Any], key: str, kind: type, n: int) -> dict[int, Any]:
+    entries = expect(doc[key], list, key)
+    result: dict[int, Any] = {}
+    previous = -1
+    for i, entry in enumerate(entries):
+        where = f"{key}[{i}]"
+        if not isinstance(entry, list) or len(entry) != 2:
+            raise FormatError(f"{where} must be an array [node id, {'name' if kind is str else 'map'}]")
+        node = expect(entry[0], int, f"{where}[0]")
+        if not 0 <= node < n:
+            raise FormatError(f"{where} refers to node {node}, which does not exist (the graph has {n} nodes)")
+        if node <= previous:
+            what = "twice" if node == previous else "out of order (ids must increase)"
+            raise FormatError(f"{where}: node {node} is listed {what}")
+        previous = node
+        result[node] = expect(entry[1], kind, f"{where}[1]")
+    return result
+
+
+def _read_tensors(
+    doc: dict[str, Any], count: int, values: npt.NDArray[Any], grads: npt.NDArray[Any] | None
+) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """Version 2.0's arrays: every entry of the tensor table checked against the data section
+    (which the file holds already, so nothing is allocated until all pass), then each array a
+    read-only view into it."""
+    data = doc["data"]
+    if not isinstance(data, np.ndarray):  # read by fastload: the payload's own buffer, else bytes
+        data = expect(data, bytes, "data")
+    size = len(data)
+    entries = expect(doc["tensors"], list, "tensors")
+    checked = [_read_tensor_entry(entry, i, count, size) for i, entry in enumerate(entries)]
+    not_nan = _first_not_nan(checked, values, grads)
+    previous: tuple[int, int] = (-1, 1)
+    for i, (node, which, _, shape, _, _) in enumerate(checked):
+        if (node, which) <= previous:
+            what = "twice" if (node, which) == previous else "out of order (entries are sorted by node, a value first)"
+            raise FormatError(f"tensors[{i}]: the {WHICH[which]} of node {node} is listed {what}")
+        previous = (node, which)
+        if i == not_nan:
+            column, key = (values, "values") if which == 0 else (grads, "grads")
+            assert column is not None
+            raise FormatError(
+                f"tensors[{i}]: node {node} holds a {'value' if which == 0 else 'gradient'} array, so its entry in "
+                f"the {key} column must be nan, not {float(column[node])!r}"
+            )
+        if which == 1 and i and checked[i - 1][:2] == (node, 0) and checked[i - 1][3] != shape:
+            raise FormatError(
+                f"tensors[{i}]: node {node}'s gradient has shape {shape_text(shape)}, "
+                f"but its value has shape {shape_text(checked[i - 1][3])}"
+            )
+    spans = sorted((offset, offset + nbytes, i) for i, (*_, offset, nbytes) in enumerate(checked) if nbytes)
+    for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+        if start < end:
+            one, two = sorted((first, second))
+            raise FormatError(f"tensors[{one}] and tensors[{two}] overlap in the data section (at byte {start})")
+    # Views of a read-only buffer are read-only: no flag to set per array.
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    buffer.flags.writeable = False
+    arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
+    for node, which, dtype, shape, offset, _ in checked:
+        array = np.ndarray(shape, dtype, buffer, offset)
+        if not dtype.isnative:  # a big-endian machine: the one case that copies
+            array = array.astype(dtype.newbyteorder("="))
+            array.flags.writeable = False
+        arrays[which][node] = array
+    return arrays
+
+
+def _first_not_nan(
+    checked: list[tuple[int, int, np.dtype[Any], tuple[int, ...], int, int]],
+    values: npt.NDArray[Any],
+    grads: npt.NDArray[Any] | None,
+) -> int | None:
+    """The index of the first entry whose node's column entry is not nan (rule 8), or None: one
+    vectorized look at the columns instead of one per entry."""
+    if not checked:
+        return None
+    nodes = np.fromiter((entry[0] for entry in checked), dtype=np.int64, count=len(checked))
+    is_grad = np.fromiter((entry[1] for entry in checked), dtype=bool, count=len(checked))
+    entries = values[nodes]
+    if grads is not None:
+        entries = np.where(is_grad, grads[nodes], entries)
+    else:
+        entries = np.where(is_grad, np.nan, entries)
+    bad = ~np.isnan(entries)
+    return int(bad.argmax()) if bad.any() else None
+
+
+def _read_tensor_entry(
+    entry: Any, i: int, count: int, size: int
+) -> tuple[int, int, np.dtype[Any], tuple[int, ...], int, int]:
+    """One tensor table entry (``tensors[i]``), checked on its own: ``(node, which, dtype, shape,
+    offset, nbytes)``. The checks of a well-formed entry are inlined (a table has thousands)."""
+    if type(entry) is not list or len(entry) != 6:
+        raise FormatError(f"tensors[{i}] must be an array [node, which, dtype, shape, offset, nbytes]")
+    node, which_name, dtype_name, raw_shape, offset, nbytes = entry
+    if type(node) is not int:
+        expect(node, int, f"tensors[{i}][0]")
+    if not 0 <= node < count:
+        raise FormatError(f"tensors[{i}] refers to node {node}, which does not exist (the graph has {count} nodes)")
+    if which_name == "value":
+        which = 0
+    elif which_name == "grad":
+        which = 1
+    else:
+        raise FormatError(f'tensors[{i}][1] must be "value" or "grad", not {shown(which_name)}')
+    dtype = TENSOR_DTYPES.get(dtype_name) if type(dtype_name) is str else None
+    if dtype is None:
+        raise FormatError(f'tensors[{i}][2] must be a dtype "F64", "F32" or "I64", not {shown(dtype_name)}')
+    if type(raw_shape) is not list:
+        expect(raw_shape, list, f"tensors[{i}][3]")
+    if len(raw_shape) > MAX_DIMENSIONS:
+        raise FormatError(f"tensors[{i}]: the shape has {len(raw_shape)} dimensions, more than {MAX_DIMENSIONS}")
+    items = 1
+    for k, dimension in enumerate(raw_shape):
+        if type(dimension) is not int or dimension < 0:
+            raise FormatError(
+                f"tensors[{i}][3][{k}] must be a non-negative integer (a dimension), not {shown(dimension)}"
+            )
+        items *= dimension or 1  # as numpy counts: an empty array may not have a huge other dimension either
+    shape = tuple(raw_shape)
+    if items * dtype.itemsize > MAX_ARRAY_BYTES:
+        raise FormatError(f"tensors[{i}]: the shape {shape_text(shape)} is too large (more than 2**63 - 1 bytes)")
+    needed = dtype.itemsize * (0 if 0 in shape else items)
+    if needed > size:
+        raise FormatError(
+            f"tensors[{i}]: an {dtype_name} array of shape {shape_text(shape)} takes {needed:,} bytes, "
+            f"more than the data section's {size:,}"
+        )
+    if type(offset) is not int:
+        expect(offset, int, f"tensors[{i}][4]")
+    if type(nbytes) is not int:
+        expect(nbytes, int, f"tensors[{i}][5]")
+    if nbytes != needed:
+        raise FormatError(
+            f"tensors[{i}]: nbytes is {nbytes}, but an {dtype_name} array of shape {shape_text(shape)} takes {needed}"
+        )
+    if offset < 0:
+        raise FormatError(f"tensors[{i}]: the offset {offset} is negative")
+    if offset % ALIGNMENT:
+        raise FormatError(f"tensors[{i}]: the offset {offset} is not a multiple of {ALIGNMENT}")
+    if offset + nbytes > size:
+        raise FormatError(
+            f"tensors[{i}]: bytes {offset:,} to {offset + nbytes:,} lie outside the data section's {size:,} bytes"
+        )
+    return node, which, dtype, shape, offset, nbytes
