@@ -267,20 +267,28 @@ def backward(
     grads: Replayed = [None] * graph.num_nodes
     if requires[output]:
         grads[output] = _frozen(np.ones_like(out))
+    vjps: dict[str, tuple[Callable[..., Any], bool]] = {}
     with np.errstate(all="ignore"), interrupts_told_apart():
         for node in np.flatnonzero(ancestors(graph, output))[::-1].tolist():
             call, g = calls[node], grads[node]
-            if call is None or g is None:
+            if g is None:
                 continue
-            op = call.op
-            vjp, told = vjp_of(op)
-            inputs = [values[p] for p in call.parents]
-            needs = tuple(requires[p] for p in call.parents)
+            if call is None:  # a leaf: where the gradient ends
+                if steps is not None:
+                    steps.append(Step(node, g, []))
+                continue
+            op, parents = call.op, call.parents
+            known = vjps.get(op.name)
+            if known is None:
+                known = vjps[op.name] = vjp_of(op)
+            vjp, told = known
+            needs = tuple([requires[p] for p in parents])
             attrs = {**call.attrs, NEEDS_INPUT_GRAD: needs} if told else call.attrs
+            inputs = [values[p] for p in parents]
             cotangents = _call(graph, node, op, "vjp", vjp, [g, values[node], *inputs], attrs)
-            sent = _accumulate(graph, node, op, call.parents, inputs, needs, cotangents, grads)
+            sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads)
             if steps is not None:
-                steps.append(Step(node, g, list(zip(call.parents, sent, strict=True))))
+                steps.append(Step(node, g, list(zip(parents, sent, strict=True))))
     for node, value in enumerate(values):
         if requires[node] and grads[node] is None:  # not reached: zero
             assert value is not None
@@ -342,19 +350,21 @@ def _accumulate(
             f"expected one per input ({len(parents)})"
         )
     sent: list[np.ndarray | None] = []
-    for position, (parent, x, cotangent, need) in enumerate(zip(parents, inputs, cotangents, needs, strict=True)):
-        assert x is not None
-        if cotangent is None or not need:
+    for position, parent in enumerate(parents):
+        cotangent = cotangents[position]
+        if cotangent is None or not needs[position]:
             sent.append(None)
             continue
-        ct = _as_tensor(graph, node, op, "vjp", cotangent)
+        x = inputs[position]
+        assert x is not None
+        ct = cotangent if type(cotangent) is np.ndarray else _as_tensor(graph, node, op, "vjp", cotangent)
         if ct.shape != x.shape:
             raise ReplayError(
                 f"node {graph.label(node)}: op {op.name!r} ({op.source}): vjp returned a cotangent of shape "
                 f"{list(ct.shape)} for input {position}, whose shape is {list(x.shape)}"
             )
         if ct.dtype != x.dtype:
-            ct = ct.astype(x.dtype)
+            ct = _as_tensor(graph, node, op, "vjp", ct).astype(x.dtype)
         ct = _frozen(ct)
         previous = grads[parent]
         grads[parent] = ct if previous is None else _frozen(np.asarray(previous + ct))  # 0-d + 0-d: a scalar

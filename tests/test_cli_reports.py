@@ -103,6 +103,8 @@ def test_backward_steps_then_a_blank_line_then_the_nodes(tensor_file: str) -> No
         "step 2: y (mul) grad f64[2] norm 1.41421\n"
         "  -> x: f32[2] norm 4.24264\n"
         "  -> w: f64[] norm 1\n"
+        "step 3: w (leaf) grad f64[] norm 1\n"
+        "step 4: x (leaf) grad f32[2] norm 4.24264\n"
         "\n"
         "3\tL\tsum\t2\t-3.0\t1.0\n"
         "2\ty\tmul\t0,1\tf64[2] mean=-1.5 max|x|=6\tf64[2] mean=1 max|g|=1\n"
@@ -112,10 +114,12 @@ def test_backward_steps_then_a_blank_line_then_the_nodes(tensor_file: str) -> No
     )
 
 
-def test_a_tensor_backward_from_a_leaf_has_no_steps_and_no_blank_line(tensor_file: str) -> None:
-    # the tensor sweep takes a step for each node with an op to run; a leaf has none
+def test_a_tensor_backward_from_a_leaf_is_one_step(tensor_file: str) -> None:
+    # as in a graph of scalars, the sweep ends at each leaf it reaches, with a step of its own
     assert run("backward", tensor_file, "--output", "w", "--steps") == (
         0,
+        "step 1: w (leaf) grad f64[] norm 1\n"
+        "\n"
         "3\tL\tsum\t2\t-3.0\t0.0\n"
         "2\ty\tmul\t0,1\tf64[2] mean=-1.5 max|x|=6\tf64[2] mean=0 max|g|=0\n"
         "1\tw\tleaf\t-\t3.0\t1.0\n"
@@ -123,7 +127,10 @@ def test_a_tensor_backward_from_a_leaf_has_no_steps_and_no_blank_line(tensor_fil
         "",
     )
     code, out, _ = run("backward", tensor_file, "--output", "w", "--steps", "--json")
-    assert (code, json.loads(out)["steps"]) == (0, [])
+    assert (code, json.loads(out)["steps"]) == (
+        0,
+        [{"node": 1, "grad": {"dtype": "float64", "shape": [], "norm": 1.0}, "to": []}],
+    )
 
 
 def test_tables_on_a_terminal_align_scalars_right_and_summaries_left(tensor_file: str) -> None:
@@ -198,7 +205,9 @@ def test_backward_json_with_steps_and_check(tensor_file: str) -> None:
         '{"output":3,"steps":['
         '{"node":3,"grad":{"dtype":"float64","shape":[],"norm":1.0},"to":[{"parent":2,"norm":1.4142135623730951}]},'
         '{"node":2,"grad":{"dtype":"float64","shape":[2],"norm":1.4142135623730951},'
-        '"to":[{"parent":0,"norm":4.242640687119285},{"parent":1,"norm":1.0}]}],'
+        '"to":[{"parent":0,"norm":4.242640687119285},{"parent":1,"norm":1.0}]},'
+        '{"node":1,"grad":{"dtype":"float64","shape":[],"norm":1.0},"to":[]},'
+        '{"node":0,"grad":{"dtype":"float32","shape":[2],"norm":4.242640687119285},"to":[]}],'
         '"nodes":[{"id":3,"name":"L","op":"sum","parents":[2],"value":-3.0,"grad":1.0},'
         '{"id":2,"name":"y","op":"mul","parents":[0,1],'
         '"value":{"dtype":"float64","shape":[2],"mean":-1.5,"max_abs":6.0,"data":[3.0,-6.0]},'

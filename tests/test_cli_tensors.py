@@ -71,6 +71,8 @@ def test_steps_show_shapes_and_norms(dot: Path) -> None:
         "step 2: y (mul) grad f64[3] norm 1.73205",
         "  -> x: f32[3] norm 5.19615",  # 3 in each element: sqrt(27)
         "  -> w: f64[] norm 6",
+        "step 3: w (leaf) grad f64[] norm 6",  # the leaves end the sweep, as in a graph of scalars
+        "step 4: x (leaf) grad f32[3] norm 5.19615",
     ]
 
 
