@@ -91,6 +91,19 @@ def test_max_pool2d_stride_defaults_to_the_kernel_size() -> None:
     assert gx.tolist() == [[[[0.0, 5.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]]
 
 
+@pytest.mark.parametrize("stride", [2, 1], ids=["windows apart", "windows overlapping"])
+def test_max_pool2d_sends_a_windows_gradient_to_its_first_nan_and_nowhere_else(stride: int) -> None:
+    x = np.array([[1.0, np.nan, 5.0], [np.nan, 2.0, 0.0], [4.0, 3.0, 9.0]]).reshape(1, 1, 3, 3)
+    out = graphsvc_conv.max_pool2d(read_only(x), 2, stride)
+    g = np.full(out.shape, np.inf)  # not even an inf reaches an element that is not its window's pick
+    (gx,) = graphsvc_conv.max_pool2d_vjp(read_only(g), out, x, 2, stride)
+    if stride == 2:  # one window: x[0, 1], its first nan in row-major order
+        assert gx.tolist() == [[[[0.0, np.inf, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]]
+    else:  # (0,0) and (0,1) pick x[0, 1], (1,0) x[1, 0], (1,1) its maximum x[2, 2]
+        assert np.isnan(out[0, 0]).tolist() == [[True, True], [True, False]]
+        assert gx.tolist() == [[[[0.0, np.inf, 0.0], [np.inf, 0.0, 0.0], [0.0, 0.0, np.inf]]]]
+
+
 def test_max_pool2d_padding_is_never_the_maximum() -> None:
     x = np.full((1, 1, 2, 2), -np.inf)  # as low as the padding: each window's first real element wins
     out = graphsvc_conv.max_pool2d(x, 3, 1, 1)

@@ -206,21 +206,29 @@ def max_pool2d_vjp(
     g: np.ndarray, out: np.ndarray, x: np.ndarray, kernel_size: Any, stride: Any = None, padding: Any = 0
 ) -> tuple[np.ndarray]:
     """Each window's ``g`` goes to its largest element, the first in row-major order on a tie (as in
-    PyTorch); a window holding nan gives it to its first nan."""
+    PyTorch); a window holding nan gives it to its first nan. Windows that do not overlap (stride at
+    least the kernel) each write their own elements: set, not added to."""
     kernel, stride_, padding_, out_size = _pool_setup(x, kernel_size, stride, padding)
     xp = _pad(x, padding_, -np.inf)
     real = None if padding_ == (0, 0) else _pad(np.ones(x.shape, dtype=bool), padding_, False)
     g = np.asarray(g, dtype=x.dtype)
+    any_nan = bool(np.isnan(out).any())  # a window's maximum is nan exactly when it holds one
+    apart = stride_[0] >= kernel[0] and stride_[1] >= kernel[1]
     grad_padded = np.zeros(xp.shape, dtype=x.dtype)
     taken = np.zeros(out.shape, dtype=bool)  # windows whose maximum was found at an earlier offset
     for _, _, rows, cols in _offsets(kernel, stride_, out_size):
         window = xp[:, :, rows, cols]
-        hit = (window == out) | np.isnan(window)
+        hit = window == out
+        if any_nan:
+            hit |= np.isnan(window)
         if real is not None:  # an all -inf window's maximum is its first real element, not padding
             hit &= real[:, :, rows, cols]
         hit &= ~taken
         taken |= hit
-        grad_padded[:, :, rows, cols] += np.where(hit, g, 0)
+        if apart:
+            grad_padded[:, :, rows, cols] = np.where(hit, g, 0)
+        else:
+            grad_padded[:, :, rows, cols] += np.where(hit, g, 0)
     return (_unpad(grad_padded, padding_),)
 
 
