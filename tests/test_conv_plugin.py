@@ -92,16 +92,22 @@ def test_max_pool2d_stride_defaults_to_the_kernel_size() -> None:
 
 
 @pytest.mark.parametrize("stride", [2, 1], ids=["windows apart", "windows overlapping"])
-def test_max_pool2d_sends_a_windows_gradient_to_its_first_nan_and_nowhere_else(stride: int) -> None:
+def test_max_pool2d_sends_a_windows_gradient_to_its_last_nan_as_pytorch_does(stride: int) -> None:
     x = np.array([[1.0, np.nan, 5.0], [np.nan, 2.0, 0.0], [4.0, 3.0, 9.0]]).reshape(1, 1, 3, 3)
     out = graphsvc_conv.max_pool2d(read_only(x), 2, stride)
     g = np.full(out.shape, np.inf)  # not even an inf reaches an element that is not its window's pick
     (gx,) = graphsvc_conv.max_pool2d_vjp(read_only(g), out, x, 2, stride)
-    if stride == 2:  # one window: x[0, 1], its first nan in row-major order
-        assert gx.tolist() == [[[[0.0, np.inf, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]]
-    else:  # (0,0) and (0,1) pick x[0, 1], (1,0) x[1, 0], (1,1) its maximum x[2, 2]
+    if stride == 2:  # one window: x[1, 0], its last nan in row-major order
+        assert gx.tolist() == [[[[0.0, 0.0, 0.0], [np.inf, 0.0, 0.0], [0.0, 0.0, 0.0]]]]
+    else:  # (0,0) and (1,0) pick x[1, 0], (0,1) its only nan x[0, 1], (1,1) its maximum x[2, 2]
         assert np.isnan(out[0, 0]).tolist() == [[True, True], [True, False]]
         assert gx.tolist() == [[[[0.0, np.inf, 0.0], [np.inf, 0.0, 0.0], [0.0, 0.0, np.inf]]]]
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    tx = torch.tensor(x, requires_grad=True)
+    pooled = torch.nn.functional.max_pool2d(tx, 2, stride)
+    pooled.backward(torch.ones_like(pooled))
+    (ones,) = graphsvc_conv.max_pool2d_vjp(read_only(np.ones(out.shape)), out, x, 2, stride)
+    assert ones.tolist() == tx.grad.numpy().tolist()  # type: ignore[union-attr]
 
 
 def test_max_pool2d_padding_is_never_the_maximum() -> None:

@@ -205,30 +205,36 @@ def max_pool2d(x: np.ndarray, kernel_size: Any, stride: Any = None, padding: Any
 def max_pool2d_vjp(
     g: np.ndarray, out: np.ndarray, x: np.ndarray, kernel_size: Any, stride: Any = None, padding: Any = 0
 ) -> tuple[np.ndarray]:
-    """Each window's ``g`` goes to its largest element, the first in row-major order on a tie (as in
-    PyTorch); a window holding nan gives it to its first nan. Windows that do not overlap (stride at
-    least the kernel) each write their own elements: set, not added to."""
+    """Each window's ``g`` goes to its largest element, the first in row-major order on a tie, and
+    a window holding nan gives it to its last nan: PyTorch's CPU kernel, which takes an element
+    that is larger, or nan. Windows that do not overlap (stride at least the kernel) each write
+    their own elements: set, not added to."""
     kernel, stride_, padding_, out_size = _pool_setup(x, kernel_size, stride, padding)
     xp = _pad(x, padding_, -np.inf)
     real = None if padding_ == (0, 0) else _pad(np.ones(x.shape, dtype=bool), padding_, False)
     g = np.asarray(g, dtype=x.dtype)
-    any_nan = bool(np.isnan(out).any())  # a window's maximum is nan exactly when it holds one
     apart = stride_[0] >= kernel[0] and stride_[1] >= kernel[1]
     grad_padded = np.zeros(xp.shape, dtype=x.dtype)
-    taken = np.zeros(out.shape, dtype=bool)  # windows whose maximum was found at an earlier offset
-    for _, _, rows, cols in _offsets(kernel, stride_, out_size):
-        window = xp[:, :, rows, cols]
-        hit = window == out
-        if any_nan:
-            hit |= np.isnan(window)
-        if real is not None:  # an all -inf window's maximum is its first real element, not padding
-            hit &= real[:, :, rows, cols]
-        hit &= ~taken
-        taken |= hit
-        if apart:
-            grad_padded[:, :, rows, cols] = np.where(hit, g, 0)
-        else:
-            grad_padded[:, :, rows, cols] += np.where(hit, g, 0)
+    offsets = _offsets(kernel, stride_, out_size)
+    # the maxima, first match first (a nan window matches nothing here: nan == nan is false); then,
+    # if a maximum is nan, its window's last nan: the offsets from the last
+    passes = [(offsets, lambda window: window == out)]
+    if np.isnan(out).any():
+        passes.append((offsets[::-1], np.isnan))
+    for order, matches in passes:
+        taken = np.zeros(out.shape, dtype=bool)  # windows already given their gradient
+        for _, _, rows, cols in order:
+            window = xp[:, :, rows, cols]
+            hit = matches(window)
+            if real is not None:  # an all -inf window's maximum is its first real element, not padding
+                hit &= real[:, :, rows, cols]
+            hit &= ~taken
+            taken |= hit
+            contribution = np.where(hit, g, 0)
+            if apart and order is offsets:  # the first pass, windows apart: each element is written once
+                grad_padded[:, :, rows, cols] = contribution
+            else:
+                grad_padded[:, :, rows, cols] += contribution
     return (_unpad(grad_padded, padding_),)
 
 
@@ -255,7 +261,8 @@ OPS: tuple[Op, ...] = (
         ],
         doc="The largest value of each window of x (N, C, H, W), as PyTorch's max_pool2d; attributes "
         "`kernel_size` (an int or [h, w]), `stride` (default kernel_size) and `padding` (default 0, "
-        "-inf, at most half the kernel). The gradient goes to each window's first maximum in row-major order.",
+        "-inf, at most half the kernel). The gradient goes to each window's first maximum in row-major order "
+        "(to its last nan if it holds one, as PyTorch).",
     ),
 )  # fmt: skip
 
