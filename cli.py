@@ -371,12 +371,15 @@ def _complete_node(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def _complete_assignment(ctx: typer.Context, incomplete: str) -> list[str]:
-    """``NAME=`` for every named node without parents (what --set can change); nothing on any error."""
+    """``NAME=`` for every named leaf or const (what --set can change: not a node of another op
+    without parents, which the replay refuses); nothing on any error."""
     try:
+        from graphsvc.graph import LEAF_TAGS
+
         graph = _completion_graph(ctx)
         if graph is None or "=" in incomplete:
             return []
-        settable = (graph.names[i] for i in graph.leaves().tolist() if i in graph.names)
+        settable = (graph.names[i] for i in graph.leaves().tolist() if i in graph.names and graph.op(i) in LEAF_TAGS)
         return [f"{name}=" for name in settable if name.startswith(incomplete)]
     except Exception:
         return []
@@ -586,8 +589,8 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
         "leaves": len(leaves),
         "outputs": [{"id": o, "name": graph.names.get(o)} for o in graph.outputs],
         "depth": depth(graph),
-        "has_grads": graph.grads is not None or bool(graph.grad_arrays),
-        "tensors": _tensor_info(graph),
+        "has_grads": graph.has_grads,
+        "tensors": graph.tensor_summary() if graph.is_tensor_graph else None,
         "ops": ops,
         "plugins": plugin_list,
         "metadata": _jsonable(graph.metadata),
@@ -617,21 +620,6 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
         _print_table((("field", "left"), ("value", "left")), rows, show_header=False)
     else:
         typer.echo("\n".join(f"{key}: {value}" for key, value in rows))
-
-
-def _tensor_info(graph: Graph) -> dict[str, Any] | None:
-    """What a tensor graph's arrays hold: how many nodes have one, by dtype, and their bytes."""
-    if not graph.is_tensor_graph:
-        return None
-    dtypes: dict[str, int] = {}
-    for array in graph.arrays.values():
-        dtypes[str(array.dtype)] = dtypes.get(str(array.dtype), 0) + 1
-    return {
-        "nodes": len(graph.arrays),
-        "dtypes": dict(sorted(dtypes.items())),
-        "value_bytes": sum(a.nbytes for a in graph.arrays.values()),
-        "grad_bytes": sum(a.nbytes for a in graph.grad_arrays.values()),
-    }
 
 
 def _tensor_info_text(info: dict[str, Any]) -> str:
@@ -847,21 +835,25 @@ def _element(graph: Graph, at: tuple[int, tuple[int, ...]] | None) -> str:
 
 
 def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, Any]:
-    """``--set NAME=VALUE`` as node ids: a number, or an array read from a ``.npy`` file."""
-    result: dict[int, Any] = {}
+    """``--set NAME=VALUE`` as node ids: a number, or an array read from a ``.npy`` file; resolved
+    by graphsvc.api.resolve_set, as ``graphsvc.forward(graph, set=...)`` resolves its ``set`` (a
+    node given twice, by one name or by its id and its name, is refused, never the last one kept)."""
+    from graphsvc.api import resolve_set
+
+    pairs: list[tuple[str, Any]] = []
     for text in assignments or ():
         ref, sep, number = text.partition("=")
         if not sep or not ref:
             raise UsageError(f"--set expects NAME=VALUE, not {text!r}")
         if number.endswith(".npy"):
-            result[graph.node_id(ref)] = _read_npy(ref, number)
+            pairs.append((ref, _read_npy(ref, number)))
             continue
         try:
             value = float(number)
         except ValueError:
             raise UsageError(f"--set {ref}: {number!r} is not a number or a .npy file") from None
-        result[graph.node_id(ref)] = value
-    return result
+        pairs.append((ref, value))
+    return resolve_set(graph, pairs, "--set")
 
 
 def _read_npy(ref: str, path: str) -> Any:
@@ -1194,7 +1186,7 @@ def backward(
 
     _check_write(write)
     graph = _load(file)
-    if check and graph.grads is None and not graph.grad_arrays:
+    if check and not graph.has_grads:
         raise UsageError("--check: the file stores no gradients to compare with")
     registry = _registry()
     start = replay.default_output(graph, "--output") if output is None else graph.node_id(output)
@@ -1318,9 +1310,8 @@ def ops(as_json: JsonOpt = False) -> None:
 
     rows = []
     for op in registry:
-        kind = "leaf tag" if op.arity == 0 else "vjp" if op.vjp else "vectorized" if op.vectorized else "per element"
         arity = f"{op.arity}+" if op.variadic else str(op.arity)
-        rows.append([escape(op.name), arity, escape(str(op.version)), escape(op.source), kind])
+        rows.append([escape(op.name), arity, escape(str(op.version)), escape(op.source), op.kind])
     if _wants_table(len(rows)):
         columns = (("op", "left"), ("inputs", "right"), ("version", "left"), ("plugin", "left"), ("kind", "left"))
         _print_table(columns, rows)

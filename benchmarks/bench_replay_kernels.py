@@ -1,7 +1,7 @@
 """The replay sweeps in C (``graphsvc._replay_kernels``) next to numba's twins
 (``benchmarks/numba_kernels.py``), in one run.
 
-    python benchmarks/bench_replay_kernels.py [--repeat K] [--mlp-width W] [--size N]
+    python benchmarks/bench_replay_kernels.py [--repeat K] [--mlp-width W] [--size N] [--no-startup]
 
 Graphs (benchmarks/graphs.py): micrograd's MLP (``MLP(W, [W, W, 1])``, W = 256: 395,265 nodes),
 the recurrent chain of N ops and the wide random DAG of N nodes (N = 1,000,000). Every op of the
@@ -19,10 +19,10 @@ What is timed, per graph, C then numba within each round:
   ``backward_primitives`` (the fused backward), ``primitive_derivatives`` over the output's
   ancestors, then ``backward_sweep`` (which allocates its result, in both).
 
-* Start-up, in a fresh process each round (``python -c``): importing the module and the first call
-  of ``backward_primitives`` on a 4-node graph (numba: its import and loading the kernel from its
-  cache, compiled by an earlier run; C: importing the extension). Wall time of the whole process,
-  next to ``python -c "import numpy"`` in the same round.
+* Start-up (not with ``--no-startup``), in a fresh process each round (``python -c``): importing
+  the module and the first call of ``backward_primitives`` on a 4-node graph (numba: its import and
+  loading the kernel from its cache, compiled by an earlier run; C: importing the extension). Wall
+  time of the whole process, next to ``python -c "import numpy"`` in the same round.
 
 Otherwise numba's kernels are compiled (or loaded from its cache) and run once before any timing, as are C's.
 In the first round each result of C is checked equal, bit for bit, to numba's. A ratio is C time /
@@ -86,8 +86,10 @@ class Steps:
         values = replay.forward(graph, registry)
         ops = replay.resolve_ops(graph, registry)
         table = replay._primitive_table(ops)
-        assert replay._all_primitives(graph, ops, table), "every op must be a primitive"
-        kinds = replay._primitive_kinds(graph, ops)
+        plan = replay._primitive_params(graph, table)
+        assert replay._all_primitives(graph, ops, table, plan), "every op must be a primitive"
+        kinds = replay._primitive_kinds(graph, ops, plan)
+        params = plan.params  # each node's parameter (pow's exponent), as replay passes them; None: no node has one
         codes, offsets, parents = graph.op_codes, graph.parent_offsets, graph.parent_indices
         computed = np.flatnonzero(graph.parent_counts() > 0)
         reach = np.flatnonzero(ancestors(graph, output))
@@ -105,14 +107,14 @@ class Steps:
         def forward_all(module: Any) -> Callable[[], Callable[[], Any]]:
             def prepare() -> Callable[[], Any]:
                 out = graph.values.copy()
-                return lambda: module.forward_all_primitives(codes, table, offsets, parents, out) or out
+                return lambda: module.forward_all_primitives(codes, table, offsets, parents, out, params) or out
 
             return prepare
 
         def forward_nodes(module: Any) -> Callable[[], Callable[[], Any]]:
             def prepare() -> Callable[[], Any]:
                 out = graph.values.copy()
-                return lambda: (module.forward_primitives(computed, kinds, offsets, parents, out, 0), out)[1]
+                return lambda: (module.forward_primitives(computed, kinds, offsets, parents, out, 0, params), out)[1]
 
             return prepare
 
@@ -121,7 +123,9 @@ class Steps:
                 grads = np.ones(n)
                 both, reached = np.ones(2 * (output + 1)), np.ones(output + 1, dtype=np.bool_)
                 return lambda: (
-                    module.backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads),
+                    module.backward_primitives(
+                        offsets, parents, codes, table, values, output, both, reached, grads, params
+                    ),
                     grads,
                 )[1]
 
@@ -130,12 +134,14 @@ class Steps:
         def derivatives(module: Any) -> Callable[[], Callable[[], Any]]:
             def prepare() -> Callable[[], Any]:
                 local = np.ones(graph.num_edges)
-                return lambda: module.primitive_derivatives(reach, kinds, offsets, parents, values, local) or local
+                return lambda: (
+                    module.primitive_derivatives(reach, kinds, offsets, parents, values, local, params) or local
+                )
 
             return prepare
 
         local = np.zeros(graph.num_edges)
-        c.primitive_derivatives(reach, kinds, offsets, parents, values, local)
+        c.primitive_derivatives(reach, kinds, offsets, parents, values, local, params)
 
         def sweep(module: Any) -> Callable[[], Callable[[], Any]]:
             return lambda: lambda: module.backward_sweep(offsets, parents, local, reach, output, n)
@@ -201,12 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=7, help="rounds per step (at least 5)")
     parser.add_argument("--mlp-width", type=int, default=256)
     parser.add_argument("--size", type=int, default=1_000_000, help="chain ops and DAG nodes")
+    parser.add_argument("--no-startup", action="store_true", help="skip the fresh-process start-up rounds")
     args = parser.parse_args(argv)
     repeat = max(5, args.repeat)
 
     c = kernels._compiled()
     assert c is not None and c.backward_sweep.__module__ == "graphsvc._replay_kernels", "the C sweeps are not built"
-    from benchmarks import numba_kernels as jit
+    try:
+        from benchmarks import numba_kernels as jit
+    except ImportError as exc:
+        raise SystemExit(f"this benchmark needs numba: pip install -e '.[bench]' ({exc})") from None
 
     registry, _ = load_registry(disable_third_party=True)
     _, root, _ = G.micrograd_mlp(args.mlp_width)
@@ -246,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{min(ratios):.2f} / {statistics.median(ratios):.2f} / {max(ratios):.2f} |",
                 flush=True,
             )
-    startup(repeat)
+    if not args.no_startup:
+        startup(repeat)
     return 0
 
 

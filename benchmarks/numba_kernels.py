@@ -1,10 +1,20 @@
 """The numba-compiled graph sweeps graphsvc used before its C kernels (``csrc/``), kept to measure
 the C ones against (benchmarks/bench_kernels.py, bench_replay_kernels.py); needs ``pip install numba``.
 
-Arguments are the graph's columns: ``offsets`` (int64, N + 1) and ``parents`` (int32, E).
+Arguments are the graph's columns: ``offsets`` (int64, N + 1) and ``parents`` (int32, E). The replay
+sweeps and the elementwise loops take the arguments of graphsvc._replay_kernels, ``params`` (each
+node's parameter, pow's exponent, or None) included, and raise its ValueErrors for the faults the
+sweeps meet (a node or op code out of range, a primitive with a parameter but no params); every
+primitive computes the same bits as csrc/opmath.h, being generated from the same table
+(graphsvc/opmath.py): ``python benchmarks/numba_kernels.py`` rewrites that part after a change to it.
 """
 
 from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -12,6 +22,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from graphsvc import opmath
 from graphsvc.kernels import PRIMITIVES
 
 #: The kernels, by name (the same names, arguments and results as graphsvc.kernels.KERNELS).
@@ -234,67 +245,6 @@ def backward_sweep(offsets, parents, local, nodes, output, n):  # type: ignore[n
     return grads
 
 
-# -- primitive ops ----------------------------------------------------------------------------------
-# The codes of graphsvc.kernels.PRIMITIVES (0: not a primitive), looked up by name: these kernels
-# predate the transcendental primitives and know only the arithmetic ones. Unary ones ignore ``y``.
-ADD, SUB, MUL, DIV, NEG, RELU, ABS, MAX, MIN = (
-    PRIMITIVES.index(name) + 1 for name in ("add", "sub", "mul", "div", "neg", "relu", "abs", "max", "min")
-)
-
-
-@njit(inline="always", error_model="numpy")
-def _primitive(kind, x, y):  # type: ignore[no-untyped-def]
-    if kind == ADD:
-        return x + y
-    if kind == SUB:
-        return x - y
-    if kind == MUL:
-        return x * y
-    if kind == DIV:
-        return x / y
-    if kind == NEG:
-        return -x
-    if kind == RELU:
-        return x if (x > 0.0 or x != x) else 0.0
-    if kind == ABS:
-        return abs(x)
-    if kind == MAX:
-        return x if (x > y or x != x) else y
-    return x if (x < y or x != x) else y  # MIN
-
-
-@njit(inline="always", error_model="numpy")
-def _partials(kind, x, y, out):  # type: ignore[no-untyped-def]
-    """(d out/d x, d out/d y) of a primitive."""
-    if kind == ADD:
-        return 1.0, 1.0
-    if kind == SUB:
-        return 1.0, -1.0
-    if kind == MUL:
-        return y, x
-    if kind == DIV:
-        return 1.0 / y, -out / y
-    if kind == NEG:
-        return -1.0, 0.0
-    if kind == RELU:
-        return (1.0 if out > 0.0 else 0.0), 0.0
-    if kind == ABS:
-        return (1.0 if x > 0.0 else (-1.0 if x < 0.0 else (0.0 if x == 0.0 else x))), 0.0
-    tie = 0.5 if x == y else 0.0
-    if kind == MAX:
-        return (1.0 if x > y else 0.0) + tie, (1.0 if y > x else 0.0) + tie
-    return (1.0 if x < y else 0.0) + tie, (1.0 if y < x else 0.0) + tie  # MIN
-
-
-@njit(inline="always")
-def _inputs(node, offsets, parents, values):  # type: ignore[no-untyped-def]
-    """The first slot of ``node`` and its inputs (``y`` repeats ``x`` for a unary node)."""
-    slot = offsets[node]
-    x = values[parents[slot]]
-    y = values[parents[slot + 1]] if offsets[node + 1] - slot > 1 else x
-    return slot, x, y
-
-
 @njit(cache=True, nogil=True)
 def first_arity_mismatch(codes, offsets, arity):  # type: ignore[no-untyped-def]
     """Twin of the vectorized check in ``replay.resolve_ops``: the first node whose parent count is
@@ -306,10 +256,227 @@ def first_arity_mismatch(codes, offsets, arity):  # type: ignore[no-untyped-def]
     return -1
 
 
+# -- primitive ops ----------------------------------------------------------------------------------
+# The primitives of graphsvc.kernels.PRIMITIVES (code: position + 1; 0: not a primitive), every one
+# the C kernels know: their math is generated below from graphsvc/opmath.py's table, as csrc/opmath.h
+# is, out of the words of its rule language. Each word as its C spelling (opmath.WORDS[...].c)
+# computes it: IEEE results (error_model="numpy": 1/0 is inf, never an exception), libm's exp, log,
+# pow, sin, cos and tanh. Unary primitives ignore ``y``; ``p`` is a node's parameter (pow's exponent).
+@njit(inline="always", error_model="numpy")
+def _div(a, b):  # type: ignore[no-untyped-def]
+    return a / b
+
+
+@njit(inline="always", error_model="numpy")
+def _sqrt(a):  # type: ignore[no-untyped-def]
+    return math.sqrt(a)
+
+
+@njit(inline="always")
+def _maximum(a, b):  # type: ignore[no-untyped-def]
+    return a if (a > b or a != a) else b
+
+
+@njit(inline="always")
+def _minimum(a, b):  # type: ignore[no-untyped-def]
+    return a if (a < b or a != a) else b
+
+
+@njit(inline="always")
+def _fabs(a):  # type: ignore[no-untyped-def]
+    return abs(a)
+
+
+@njit(inline="always")
+def _sign(a):  # type: ignore[no-untyped-def]
+    return 1.0 if a > 0.0 else (-1.0 if a < 0.0 else (0.0 if a == 0.0 else a))
+
+
+@njit(inline="always")
+def _gt(a, b):  # type: ignore[no-untyped-def]
+    return 1.0 if a > b else 0.0
+
+
+@njit(inline="always")
+def _lt(a, b):  # type: ignore[no-untyped-def]
+    return 1.0 if a < b else 0.0
+
+
+@njit(inline="always")
+def _eq(a, b):  # type: ignore[no-untyped-def]
+    return 1.0 if a == b else 0.0
+
+
+@njit(inline="always", error_model="numpy")
+def _exp(a):  # type: ignore[no-untyped-def]
+    return math.exp(a)
+
+
+@njit(inline="always", error_model="numpy")
+def _log(a):  # type: ignore[no-untyped-def]
+    return math.log(a)
+
+
+@njit(inline="always", error_model="numpy")
+def _pow(a, b):  # type: ignore[no-untyped-def]
+    return a * a if b == 2.0 else math.pow(a, b)
+
+
+@njit(inline="always", error_model="numpy")
+def _sin(a):  # type: ignore[no-untyped-def]
+    return math.sin(a)
+
+
+@njit(inline="always", error_model="numpy")
+def _cos(a):  # type: ignore[no-untyped-def]
+    return math.cos(a)
+
+
+@njit(inline="always", error_model="numpy")
+def _tanh(a):  # type: ignore[no-untyped-def]
+    return math.tanh(a)
+
+
+#: The words above, by their name in the rule language (graphsvc.opmath.WORDS has the same names).
+WORDS = (
+    "div",
+    "sqrt",
+    "maximum",
+    "minimum",
+    "fabs",
+    "sign",
+    "gt",
+    "lt",
+    "eq",
+    "exp",
+    "log",
+    "pow",
+    "sin",
+    "cos",
+    "tanh",
+)
+
+BEGIN_GENERATED = "# -- generated from graphsvc/opmath.py by `python benchmarks/numba_kernels.py`: do not edit --"
+END_GENERATED = "# -- end of the generated code --"
+
+
+# -- generated from graphsvc/opmath.py by `python benchmarks/numba_kernels.py`: do not edit --
+@njit(inline="always", error_model="numpy")
+def _primitive(kind, x, y, p):  # type: ignore[no-untyped-def]
+    """What primitive ``kind`` computes of ``x`` and ``y`` (``p``: its parameter); nan for no primitive."""
+    if kind == 1:  # add: x + y
+        return x + y
+    if kind == 2:  # sub: x - y
+        return x - y
+    if kind == 3:  # mul: x * y
+        return x * y
+    if kind == 4:  # div: div(x, y)
+        return _div(x, y)
+    if kind == 5:  # neg: -x
+        return -x
+    if kind == 6:  # pow: pow(x, exponent)
+        return _pow(x, p)
+    if kind == 7:  # exp: exp(x)
+        return _exp(x)
+    if kind == 8:  # log: log(x)
+        return _log(x)
+    if kind == 9:  # sqrt: sqrt(x)
+        return _sqrt(x)
+    if kind == 10:  # sin: sin(x)
+        return _sin(x)
+    if kind == 11:  # cos: cos(x)
+        return _cos(x)
+    if kind == 12:  # tanh: tanh(x)
+        return _tanh(x)
+    if kind == 13:  # relu: maximum(x, 0)
+        return _maximum(x, 0.0)
+    if kind == 14:  # sigmoid: div(1, 1 + exp(-x))
+        return _div(1.0, 1.0 + _exp(-x))
+    if kind == 15:  # abs: fabs(x)
+        return _fabs(x)
+    if kind == 16:  # max: maximum(x, y)
+        return _maximum(x, y)
+    if kind == 17:  # min: minimum(x, y)
+        return _minimum(x, y)
+    return math.nan
+
+
+@njit(inline="always", error_model="numpy")
+def _partials(kind, x, y, out, p):  # type: ignore[no-untyped-def]
+    """(d out/d x, d out/d y) of primitive ``kind``; dy is 0 for a unary one."""
+    if kind == 1:  # add: 1, 1
+        return 1.0, 1.0
+    if kind == 2:  # sub: 1, -1
+        return 1.0, -1.0
+    if kind == 3:  # mul: y, x
+        return y, x
+    if kind == 4:  # div: div(1, y), div(-out, y)
+        return _div(1.0, y), _div(-out, y)
+    if kind == 5:  # neg: -1
+        return -1.0, 0.0
+    if kind == 6:  # pow: exponent * pow(x, exponent - 1)
+        return p * _pow(x, p - 1.0), 0.0
+    if kind == 7:  # exp: out
+        return out, 0.0
+    if kind == 8:  # log: div(1, x)
+        return _div(1.0, x), 0.0
+    if kind == 9:  # sqrt: div(0.5, out)
+        return _div(0.5, out), 0.0
+    if kind == 10:  # sin: cos(x)
+        return _cos(x), 0.0
+    if kind == 11:  # cos: -sin(x)
+        return -_sin(x), 0.0
+    if kind == 12:  # tanh: 1 - out * out
+        return 1.0 - (out * out), 0.0
+    if kind == 13:  # relu: gt(out, 0)
+        return _gt(out, 0.0), 0.0
+    if kind == 14:  # sigmoid: out * (1 - out)
+        return out * (1.0 - out), 0.0
+    if kind == 15:  # abs: sign(x)
+        return _sign(x), 0.0
+    if kind == 16:  # max: gt(x, y) + 0.5 * eq(x, y), gt(y, x) + 0.5 * eq(x, y)
+        return _gt(x, y) + (0.5 * _eq(x, y)), _gt(y, x) + (0.5 * _eq(x, y))
+    if kind == 17:  # min: lt(x, y) + 0.5 * eq(x, y), lt(y, x) + 0.5 * eq(x, y)
+        return _lt(x, y) + (0.5 * _eq(x, y)), _lt(y, x) + (0.5 * _eq(x, y))
+    return math.nan, math.nan
+
+
+@njit(inline="always")
+def _takes_param(kind):  # type: ignore[no-untyped-def]
+    """Whether the nodes of primitive ``kind`` carry a parameter (an attribute: the exponent of pow)."""
+    return kind == 6
+
+
+# -- end of the generated code --
+
+
+@njit(inline="always")
+def _param(kind, params, node):  # type: ignore[no-untyped-def]
+    """(found, node ``node``'s parameter): 0 for a primitive that takes none; not found for one
+    that takes one when no params were given (``params`` empty)."""
+    if not _takes_param(kind):
+        return True, 0.0
+    if not len(params):
+        return False, 0.0
+    return True, params[node]
+
+
+@njit(inline="always")
+def _inputs(node, offsets, parents, values):  # type: ignore[no-untyped-def]
+    """The first slot of ``node`` and its inputs (``y`` repeats ``x`` for a unary node)."""
+    slot = offsets[node]
+    x = values[parents[slot]]
+    y = values[parents[slot + 1]] if offsets[node + 1] - slot > 1 else x
+    return slot, x, y
+
+
+#: What the sweeps report (as csrc/replay.c raises it: see _check): nothing wrong, a node id out of
+#: range, an op code beyond the table, a primitive with a parameter but no params.
+OK, BAD_NODE, BAD_CODE, NO_PARAMS = 0, 1, 2, 3
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def forward_all_primitives(codes, table, offsets, parents, values):  # type: ignore[no-untyped-def]
-    """``forward_primitives`` over every node in id order, for graphs whose every op is a primitive:
-    ``table`` maps an op code to its primitive (0 for the leaf tags, whose nodes have no parents)."""
+def _forward_all_primitives(codes, table, offsets, parents, values, params):  # type: ignore[no-untyped-def]
     n = len(codes)
     for node in range(n):
         ahead = node + AHEAD
@@ -323,48 +490,59 @@ def forward_all_primitives(codes, table, offsets, parents, values):  # type: ign
         stop = offsets[node + 1]
         if stop == slot:
             continue
+        if codes[node] >= len(table):
+            return BAD_CODE, node
+        kind = table[codes[node]]
+        found, p = _param(kind, params, node)
+        if not found:
+            return NO_PARAMS, node
         x = values[parents[slot]]
         y = values[parents[slot + 1]] if stop - slot > 1 else x
-        values[node] = _primitive(table[codes[node]], x, y)
+        values[node] = _primitive(kind, x, y, p)
+    return OK, -1
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def forward_primitives(nodes, kinds, offsets, parents, values, start):  # type: ignore[no-untyped-def]
-    """Compute ``values`` of ``nodes[start:]`` in order; stop at the first node that is not a
-    primitive and return its position (``len(nodes)`` when all were done)."""
-    for k in range(start, len(nodes)):
+def _forward_primitives(nodes, kinds, offsets, parents, values, start, params):  # type: ignore[no-untyped-def]
+    n = len(values)
+    for k in range(max(start, 0), len(nodes)):
         node = nodes[k]
-        if kinds[node] == 0:
-            return k
+        if node < 0 or node >= n:
+            return BAD_NODE, node, k
+        kind = kinds[node]
+        if kind == 0:
+            return OK, -1, k
+        found, p = _param(kind, params, node)
+        if not found:
+            return NO_PARAMS, node, k
         _, x, y = _inputs(node, offsets, parents, values)
-        values[node] = _primitive(kinds[node], x, y)
-    return len(nodes)
+        values[node] = _primitive(kind, x, y, p)
+    return OK, -1, len(nodes)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def primitive_derivatives(nodes, kinds, offsets, parents, values, local):  # type: ignore[no-untyped-def]
-    """Fill ``local`` (one entry per parent slot) for ``nodes`` that are primitives."""
+def _primitive_derivatives(nodes, kinds, offsets, parents, values, local, params):  # type: ignore[no-untyped-def]
+    n = len(values)
     for k in range(len(nodes)):
         node = nodes[k]
-        if kinds[node] == 0:
+        if node < 0 or node >= n:
+            return BAD_NODE, node
+        kind = kinds[node]
+        if kind == 0:
             continue
+        found, p = _param(kind, params, node)
+        if not found:
+            return NO_PARAMS, node
         slot, x, y = _inputs(node, offsets, parents, values)
-        dx, dy = _partials(kinds[node], x, y, values[node])
+        dx, dy = _partials(kind, x, y, values[node], p)
         local[slot] = dx
         if offsets[node + 1] - slot > 1:
             local[slot + 1] = dy
+    return OK, -1
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads):  # type: ignore[no-untyped-def]
-    """``backward_sweep`` fused with ``ancestors`` and ``primitive_derivatives``, for graphs whose
-    every op is a primitive (``table`` as in ``forward_all_primitives``): one pass down from
-    ``output``; a node is swept once a child that depends on it has been (ids decrease, so all its
-    children come first). Same numbers, same order; the result goes to ``grads``. Each node's value
-    and gradient sit side by side (``both[2 * node]``, ``both[2 * node + 1]``; ``2 * (output + 1)``
-    entries), so a parent costs one cache line, not two. ``reached``: ``output + 1`` booleans.
-    (Scratch arrays come from the caller: numpy asks the kernel for huge pages, which spares the
-    random accesses most of their TLB misses.)"""
+def _backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads, params):  # type: ignore[no-untyped-def]
     for node in range(output + 1):
         both[2 * node] = values[node]
         both[2 * node + 1] = 0.0
@@ -385,10 +563,15 @@ def backward_primitives(offsets, parents, codes, table, values, output, both, re
         stop = offsets[node + 1]
         if not reached[node] or stop == slot:
             continue
+        if codes[node] >= len(table):
+            return BAD_CODE, node
+        kind = table[codes[node]]
+        found, p = _param(kind, params, node)
+        if not found:
+            return NO_PARAMS, node
         first = parents[slot]
         second = parents[slot + 1] if stop - slot > 1 else first
-        x = both[2 * first]
-        dx, dy = _partials(table[codes[node]], x, both[2 * second], both[2 * node])
+        dx, dy = _partials(kind, both[2 * first], both[2 * second], both[2 * node], p)
         grad = both[2 * node + 1]
         reached[first] = True
         both[2 * first + 1] += grad * dx
@@ -397,6 +580,115 @@ def backward_primitives(offsets, parents, codes, table, values, output, both, re
             both[2 * second + 1] += grad * dy
     for node in range(len(grads)):
         grads[node] = both[2 * node + 1] if node <= output else 0.0
+    return OK, -1
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _elementwise(code, x, y, p, out):  # type: ignore[no-untyped-def]
+    for i in range(len(x)):
+        out[i] = _primitive(code, x[i], y[i], p)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _elementwise_partials(code, x, y, out, p, dx, dy):  # type: ignore[no-untyped-def]
+    for i in range(len(x)):
+        dx[i], dy[i] = _partials(code, x[i], y[i], out[i], p)
+
+
+# -- the replay sweeps as graphsvc._replay_kernels gives them: the same arguments, results and errors -
+#: ``params`` when none are given: an empty array, so each kernel is compiled once (for arrays).
+_NO_PARAMS = np.empty(0, dtype=np.float64)
+
+
+def _params(params: np.ndarray | None, n: int) -> np.ndarray:
+    """The ``params`` argument checked as csrc/replay.c checks it: None, or one float64 per node."""
+    if params is None:
+        return _NO_PARAMS
+    if len(params) != n:
+        raise ValueError(f"params: {len(params)} items, expected one per node ({n})")
+    return params
+
+
+def _check(
+    fault: int, node: int, n: int, codes: np.ndarray | None, table: np.ndarray | None, kinds: np.ndarray | None
+) -> None:
+    """Raise what csrc/replay.c raises for a sweep's ``fault`` at ``node`` (nothing for OK)."""
+    if fault == BAD_NODE:
+        raise ValueError(f"nodes: {node} is not a node of this graph of {n}")
+    if fault == BAD_CODE:
+        assert codes is not None and table is not None
+        raise ValueError(f"codes: node {node} has op code {int(codes[node])}, beyond the table of {len(table)}")
+    if fault == NO_PARAMS:
+        kind = int(kinds[node]) if kinds is not None else int(table[codes[node]])  # type: ignore[index]
+        raise ValueError(f"params: node {node} is a primitive with a parameter (code {kind}), but no params were given")
+
+
+def _check_output(output: int, n: int) -> None:
+    if not 0 <= output < n:
+        raise ValueError(f"output {output} is not a node of this graph of {n}")
+
+
+def forward_all_primitives(codes, table, offsets, parents, values, params=None):  # type: ignore[no-untyped-def]
+    """``forward_primitives`` over every node in id order, for graphs whose every op is a primitive:
+    ``table`` maps an op code to its primitive (0 for the leaf tags, whose nodes have no parents)."""
+    fault, node = _forward_all_primitives(codes, table, offsets, parents, values, _params(params, len(codes)))
+    _check(fault, node, len(codes), codes, table, None)
+
+
+def forward_primitives(nodes, kinds, offsets, parents, values, start, params=None):  # type: ignore[no-untyped-def]
+    """Compute ``values`` of ``nodes[start:]`` in order; stop at the first node that is not a
+    primitive and return its position (``len(nodes)`` when all were done)."""
+    n = len(values)
+    fault, node, position = _forward_primitives(nodes, kinds, offsets, parents, values, start, _params(params, n))
+    _check(fault, node, n, None, None, kinds)
+    return position
+
+
+def primitive_derivatives(nodes, kinds, offsets, parents, values, local, params=None):  # type: ignore[no-untyped-def]
+    """Fill ``local`` (one entry per parent slot) for ``nodes`` that are primitives."""
+    n = len(values)
+    fault, node = _primitive_derivatives(nodes, kinds, offsets, parents, values, local, _params(params, n))
+    _check(fault, node, n, None, None, kinds)
+
+
+def backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads, params=None):  # type: ignore[no-untyped-def]
+    """``backward_sweep`` fused with ``ancestors`` and ``primitive_derivatives``, for graphs whose
+    every op is a primitive (``table`` as in ``forward_all_primitives``): one pass down from
+    ``output``; a node is swept once a child that depends on it has been (ids decrease, so all its
+    children come first). Same numbers, same order; the result goes to ``grads``. Each node's value
+    and gradient sit side by side (``both[2 * node]``, ``both[2 * node + 1]``; ``2 * (output + 1)``
+    entries), so a parent costs one cache line, not two. ``reached``: ``output + 1`` booleans.
+    (Scratch arrays come from the caller: numpy asks the kernel for huge pages, which spares the
+    random accesses most of their TLB misses.)"""
+    n = len(codes)
+    _check_output(output, n)
+    args = (offsets, parents, codes, table, values, output, both, reached, grads, _params(params, n))
+    fault, node = _backward_primitives(*args)
+    _check(fault, node, n, codes, table, None)
+
+
+def _check_code(code: int) -> None:
+    if not 1 <= code <= len(PRIMITIVES):
+        raise ValueError(f"code {code} is not a primitive (1 to {len(PRIMITIVES)})")
+
+
+def elementwise(code: int, x: np.ndarray, y: np.ndarray, param: float = 0.0) -> np.ndarray:
+    """Primitive ``code``'s forward of ``x`` and ``y`` (float64 arrays of one length; a unary
+    primitive ignores ``y``), element by element; ``param`` is its parameter."""
+    _check_code(code)
+    out = np.empty_like(x)
+    _elementwise(code, x, y, float(param), out)
+    return out
+
+
+def elementwise_partials(
+    code: int, x: np.ndarray, y: np.ndarray, out: np.ndarray, param: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Primitive ``code``'s partial derivatives (d out/d x, d out/d y) element by element."""
+    _check_code(code)
+    dx, dy = np.empty_like(x), np.empty_like(x)
+    _elementwise_partials(code, x, y, out, float(param), dx, dy)
+    return dx, dy
 
 
 @njit(cache=True, nogil=True)
@@ -423,3 +715,90 @@ def structure_ok(offsets, parents, op_codes, num_ops, is_leaf_code):  # type: ig
             if parent < 0 or parent >= node:
                 return False
     return True
+
+
+# -- the generated math -----------------------------------------------------------------------------
+def _python(tree: Any, rule: opmath.Rule) -> str:
+    """An expression of the rule language as Python source calling the words above (``_div(x, y)``),
+    parenthesized as graphsvc.opmath writes it for C, less the parentheses around the whole
+    expression and around each argument of a call."""
+
+    def call(word: str, args: list[str]) -> str:
+        return f"_{word}({', '.join(map(_bare, args))})"
+
+    return _bare(opmath._emit(tree, call, lambda name: "p" if name in rule.attrs else name))
+
+
+def _bare(text: str) -> str:
+    """``text`` without the parentheses that enclose all of it (``(a + b)``, not ``(a) + (b)``)."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth = 0
+    for char in text[:-1]:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return text  # the first parenthesis closes before the end
+    return text[1:-1]
+
+
+def generated() -> str:
+    """The generated block of this file (between BEGIN_GENERATED and END_GENERATED): ``_primitive``,
+    ``_partials`` and ``_takes_param`` of every op of graphsvc.opmath.RULES, by its code."""
+    forward, partials = [], []
+    for name, rule in opmath.RULES.items():
+        code = opmath.CODES[name]
+        out = _python(opmath._parse(name, rule, rule.forward, partial=False), rule)
+        forward += [f"    if kind == {code}:  # {name}: {rule.forward}", f"        return {out}"]
+        d = [_python(opmath._parse(name, rule, source, partial=True), rule) for source in rule.partials]
+        partials += [
+            f"    if kind == {code}:  # {name}: {', '.join(rule.partials)}",
+            f"        return {d[0]}, {d[1] if rule.arity == 2 else '0.0'}",
+        ]
+    with_param = " or ".join(f"kind == {opmath.CODES[n]}" for n, r in opmath.RULES.items() if r.attrs) or "False"
+    lines = [
+        BEGIN_GENERATED,
+        '@njit(inline="always", error_model="numpy")',
+        "def _primitive(kind, x, y, p):  # type: ignore[no-untyped-def]",
+        '    """What primitive ``kind`` computes of ``x`` and ``y`` (``p``: its parameter); nan for no primitive."""',
+        *forward,
+        "    return math.nan",
+        "",
+        "",
+        '@njit(inline="always", error_model="numpy")',
+        "def _partials(kind, x, y, out, p):  # type: ignore[no-untyped-def]",
+        '    """(d out/d x, d out/d y) of primitive ``kind``; dy is 0 for a unary one."""',
+        *partials,
+        "    return math.nan, math.nan",
+        "",
+        "",
+        '@njit(inline="always")',
+        "def _takes_param(kind):  # type: ignore[no-untyped-def]",
+        '    """Whether the nodes of primitive ``kind`` carry a parameter (an attribute: the exponent of pow)."""',
+        f"    return {with_param}",
+        "",
+        "",
+        END_GENERATED,
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """``python benchmarks/numba_kernels.py``: rewrite the generated block of this file from the table."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="Rewrite the generated math of benchmarks/numba_kernels.py from graphsvc/opmath.py's table "
+        "(after a change to the table, as python -m graphsvc.opmath rewrites csrc/opmath.h)."
+    )
+    parser.parse_args(argv)
+    path = Path(__file__)
+    text = path.read_text()
+    start = text.index(f"\n{BEGIN_GENERATED}\n") + 1  # the line itself, not the constant's quoted text
+    end = text.index(f"\n{END_GENERATED}\n", start) + 1 + len(END_GENERATED)
+    path.write_text(text[:start] + generated() + text[end:])
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -13,7 +13,7 @@ installed plugins, loaded once; a plugin that fails to load is a one-line ``Runt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ from graphsvc.plugins import running_plugin_code
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
 
-__all__ = ["backward", "forward", "replayed_graph", "replayed_tensor_graph"]
+__all__ = ["backward", "forward", "replayed_graph", "replayed_tensor_graph", "resolve_set"]
 
 
 def forward(
@@ -53,7 +53,7 @@ def forward(
 
     registry = _registry(registry)
     engine = engine or engine_for(graph.num_nodes)
-    overrides = _overrides(graph, set)
+    overrides = resolve_set(graph, (set or {}).items())
     if tensors.needed(graph, registry, overrides):
         ops = replay.resolve_ops(graph, registry, engine)
         with running_plugin_code():
@@ -85,7 +85,7 @@ def backward(
     registry = _registry(registry)
     engine = engine or engine_for(graph.num_nodes)
     start = replay.default_output(graph, "output=") if output is None else graph.node_id(output)
-    overrides = _overrides(graph, set)
+    overrides = resolve_set(graph, (set or {}).items())
     if tensors.needed(graph, registry, overrides):
         ops = replay.resolve_ops(graph, registry, engine)
         with running_plugin_code():
@@ -144,13 +144,19 @@ def _registry(registry: OpRegistry | None) -> OpRegistry:
     return default_registry()
 
 
-def _overrides(graph: Graph, assignments: Mapping[NodeRef, float | np.ndarray] | None) -> dict[int, Any]:
-    """``set`` as node ids: floats, or arrays for tensor leaves; anything else, or a node given
-    twice, is refused."""
+def resolve_set(
+    graph: Graph, assignments: Iterable[tuple[NodeRef, float | np.ndarray]], option: str = "set"
+) -> dict[int, Any]:
+    """``set`` (of :func:`forward` and :func:`backward`) as node ids: floats, or arrays for tensor
+    leaves; anything else is a TypeError, an unknown node or a node given twice (by one reference
+    twice, or by its id and its name) a :class:`~graphsvc.errors.UsageError` whose words name
+    ``option`` (the CLI passes ``--set``, whose NAME=VALUE pairs may repeat a node). Whether each
+    node is a leaf is checked by the replay."""
     from graphsvc.graph import TENSOR_DTYPES
+    from graphsvc.text import escape
 
     result: dict[int, Any] = {}
-    for ref, number in (assignments or {}).items():
+    for ref, number in assignments:
         if isinstance(number, np.ndarray):
             if number.dtype not in TENSOR_DTYPES:
                 raise TypeError(f"set[{ref!r}] must be an array of float64, float32 or int64, not {number.dtype}")
@@ -161,6 +167,6 @@ def _overrides(graph: Graph, assignments: Mapping[NodeRef, float | np.ndarray] |
             value = float(number)
         node = graph.node_id(ref)
         if node in result:
-            raise UsageError(f"set gives node {graph.label(node)} two values")
+            raise UsageError(f"{option} gives node {escape(graph.label(node))} two values")
         result[node] = value
     return result

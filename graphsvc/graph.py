@@ -134,6 +134,25 @@ class Graph:
         """True when some node holds an array (or a scalar that is not float64): format 2.0."""
         return bool(self.arrays) or bool(self.grad_arrays)
 
+    @property
+    def has_grads(self) -> bool:
+        """True when the graph holds gradients: the ``grads`` column, or a tensor node's gradient."""
+        return self.grads is not None or bool(self.grad_arrays)
+
+    def tensor_summary(self) -> dict[str, Any]:
+        """What the tensor nodes' arrays hold: ``{"nodes": how many nodes hold an array, "dtypes":
+        {dtype: nodes} sorted by dtype name, "value_bytes": the arrays' bytes, "grad_bytes": the
+        gradient arrays' bytes}`` (all zero and empty for a graph of scalars)."""
+        dtypes: dict[str, int] = {}
+        for array in self.arrays.values():
+            dtypes[str(array.dtype)] = dtypes.get(str(array.dtype), 0) + 1
+        return {
+            "nodes": len(self.arrays),
+            "dtypes": dict(sorted(dtypes.items())),
+            "value_bytes": sum(a.nbytes for a in self.arrays.values()),
+            "grad_bytes": sum(a.nbytes for a in self.grad_arrays.values()),
+        }
+
     def value(self, ref: NodeRef) -> float | np.ndarray:
         """The value of a node, given by its id or its name: a float for a scalar node, an array
         for a tensor node."""

@@ -132,6 +132,17 @@ class Op:
         """Who registered the op, for messages: ``"graphsvc 0.1.0"``, ``"myplugin"``."""
         return describe_source(self.plugin, self.plugin_version)
 
+    @property
+    def kind(self) -> str:
+        """How the op computes, as ``graphsvc ops`` lists it: ``"leaf tag"`` (no inputs), ``"vjp"``
+        (given by its vector-Jacobian product), ``"vectorized"`` (an elementwise op on arrays) or
+        ``"per element"`` (an elementwise op called on Python floats)."""
+        if self.arity == 0:
+            return "leaf tag"
+        if self.vjp is not None:
+            return "vjp"
+        return "vectorized" if self.vectorized else "per element"
+
 
 def describe_source(plugin: str | None, version: str | None) -> str:
     """``"name version"``, ``"name"`` or ``"an unnamed plugin"``."""

@@ -1,4 +1,6 @@
-"""The benchmark generators on tiny sizes: valid graphs, equal in every form the benchmarks compare.
+"""The benchmark generators on tiny sizes: valid graphs, equal in every form the benchmarks compare;
+every benchmark script answers ``--help`` or runs on a tiny graph, so none rots unseen; the numba
+kernels the C ones are measured against compute what the C ones compute.
 
 Not a timed test: speed is measured by ``python benchmarks/run.py``.
 """
@@ -6,7 +8,12 @@ Not a timed test: speed is measured by ``python benchmarks/run.py``.
 from __future__ import annotations
 
 import graphlib
+import json
 import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import msgpack
 import numpy as np
@@ -14,7 +21,8 @@ import pytest
 
 import graphsvc
 from benchmarks import graphs as G
-from graphsvc import replay
+from graphsvc import opmath, replay
+from graphsvc.kernels import PRIMITIVE_ARITY, PRIMITIVES
 from graphsvc.plugins import load_registry
 from graphsvc.topo import levels, reverse_topological_order
 
@@ -118,3 +126,160 @@ def test_torch_expression_matches(registry):
     assert [0.0 if t.grad is None else t.grad.item() for t in leaves] == pytest.approx(
         grads[leaf_ids].tolist(), rel=1e-9
     )
+
+
+# -- every benchmark script runs --------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+#: The scripts with a command line of options: each answers --help.
+WITH_HELP = [
+    "bench_cli.py",
+    "bench_kernels.py",
+    "bench_replay_kernels.py",
+    "bench_storage.py",
+    "bench_tensors.py",
+    "bench_value.py",
+    "numba_kernels.py",
+    "run.py",
+]
+#: The helpers run.py starts in a child process with positional arguments: each gets a tiny run below.
+CHILDREN = ["memstep.py", "torch_backward.py"]
+
+
+def script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_every_benchmark_script_is_smoke_tested() -> None:
+    """A new script must join WITH_HELP or CHILDREN (and get its tiny run)."""
+    scripts = [path.name for path in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__":' in path.read_text()]
+    assert sorted(scripts) == sorted(WITH_HELP + CHILDREN)
+
+
+@pytest.mark.parametrize("name", WITH_HELP)
+def test_benchmark_script_answers_help(name: str) -> None:
+    before = (BENCHMARKS / name).read_bytes()
+    result = script(str(BENCHMARKS / name), "--help")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith(f"usage: {name} [-h]")
+    assert (BENCHMARKS / name).read_bytes() == before  # numba_kernels.py's --help rewrites nothing
+
+
+def test_memstep_runs_a_step_on_a_tiny_graph(tmp_path: Path) -> None:
+    graphsvc.save(G.chain(30), tmp_path / "chain.graphsvc")
+    graphsvc.save(G.chain(3), tmp_path / "warm.graphsvc")
+    result = script(
+        str(BENCHMARKS / "memstep.py"), "backward", str(tmp_path / "chain.graphsvc"), str(tmp_path / "warm.graphsvc")
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    measured = json.loads(result.stdout.splitlines()[-1])
+    assert measured["step_peak_bytes"] >= 0 and measured["step_seconds"] > 0
+
+
+def test_torch_backward_runs_on_a_tiny_graph(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="pip install torch==2.13.0")
+    graphsvc.save(G.chain(30), tmp_path / "chain.graphsvc")
+    result = script(str(BENCHMARKS / "torch_backward.py"), str(tmp_path / "chain.graphsvc"), "1")
+    assert result.returncode == 0, result.stderr[-500:]
+    measured = json.loads(result.stdout.splitlines()[-1])
+    assert (len(measured["times"]), measured["matches"]) == (1, True)
+
+
+# -- the numba kernels: the C replay sweeps' twins ----------------------------------------------------
+@pytest.fixture(scope="module")
+def jit():  # type: ignore[no-untyped-def]
+    pytest.importorskip("numba", reason="pip install -e '.[bench]': benchmarks/numba_kernels.py needs numba")
+    from benchmarks import numba_kernels
+
+    return numba_kernels
+
+
+@pytest.fixture(scope="module")
+def c():  # type: ignore[no-untyped-def]
+    from graphsvc import kernels
+
+    compiled = kernels._compiled()
+    if compiled is None:
+        pytest.skip("graphsvc's C kernels are not built here")
+    return compiled
+
+
+def pow_graph() -> graphsvc.Graph:
+    """Every primitive once, pow with two exponents (a per-node parameter), on inputs where each is finite."""
+    b = graphsvc.GraphBuilder()
+    x, y = b.leaf(0.75, name="x"), b.leaf(1.5, name="y")
+    nodes = [b.add("pow", [x], attrs={"exponent": 3.0}), b.add("pow", [y], attrs={"exponent": -0.5})]
+    for op in PRIMITIVES:
+        if op != "pow":
+            nodes.append(b.add(op, [x, y] if PRIMITIVE_ARITY[op] == 2 else [x]))
+    while len(nodes) > 1:
+        nodes = [b.add("add", nodes[:2]), *nodes[2:]]
+    return b.build()
+
+
+def test_numba_math_is_generated_from_the_current_table(jit) -> None:  # type: ignore[no-untyped-def]
+    assert jit.generated() in (BENCHMARKS / "numba_kernels.py").read_text()
+    assert sorted(jit.WORDS) == sorted(opmath.WORDS)
+
+
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.5, 0.5, 3.0, 1e-310, 1e308, -1e308, 710.0, -745.5, 1e-20])
+SPECIAL = np.concatenate([SPECIAL, [np.inf, -np.inf, np.nan]])
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal bit for bit, any nan equal to any nan (C and numba may differ in a nan's sign bit)."""
+    nan = np.isnan(a)
+    return bool(np.array_equal(nan, np.isnan(b)) and np.array_equal(a[~nan].view(np.uint64), b[~nan].view(np.uint64)))
+
+
+@pytest.mark.parametrize("op", PRIMITIVES)
+def test_numba_primitives_compute_the_bits_c_computes(jit, c, op: str) -> None:  # type: ignore[no-untyped-def]
+    code = PRIMITIVES.index(op) + 1
+    x, y = np.repeat(SPECIAL, len(SPECIAL)), np.tile(SPECIAL, len(SPECIAL))
+    for param in (2.0, 3.0, 0.5, -1.0, 0.0, np.inf, np.nan):
+        out = c.elementwise(code, x, y, param)
+        assert same_bits(jit.elementwise(code, x, y, param), out), (op, param)
+        ours, theirs = c.elementwise_partials(code, x, y, out, param), jit.elementwise_partials(code, x, y, out, param)
+        assert same_bits(ours[0], theirs[0]) and same_bits(ours[1], theirs[1]), (op, param)
+
+
+def test_numba_sweeps_take_params_as_the_c_ones_do(jit, c, registry) -> None:  # type: ignore[no-untyped-def]
+    graph = pow_graph()
+    ops = replay.resolve_ops(graph, registry)
+    table = replay._primitive_table(ops)
+    plan = replay._primitive_params(graph, table)
+    assert replay._all_primitives(graph, ops, table, plan)
+    assert plan.params is not None and plan.params[2:4].tolist() == [3.0, -0.5]
+    columns = (graph.op_codes, table, graph.parent_offsets, graph.parent_indices)
+    results = []
+    for kernels in (c, jit):
+        values = graph.values.copy()
+        kernels.forward_all_primitives(*columns, values, plan.params)
+        results.append(values)
+    assert same_bits(results[0], results[1])
+    assert results[1][2] == 0.75**3 and np.isfinite(results[1]).all()
+    # without params, or with the wrong number, both refuse in the same words
+    for params, words in [
+        (None, "params: node 2 is a primitive with a parameter (code 6), but no params were given"),
+        (np.zeros(3), f"params: 3 items, expected one per node ({graph.num_nodes})"),
+    ]:
+        for kernels in (c, jit):
+            with pytest.raises(ValueError, match=f"^{re.escape(words)}$"):
+                kernels.forward_all_primitives(*columns, graph.values.copy(), params)
+
+
+def test_replay_kernels_benchmark_runs_on_tiny_graphs(jit, c, registry, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Its steps agree, C and numba, on every graph it times, and on one with pow (params); then
+    its main() on tiny sizes prints a row for each step of each graph."""
+    from benchmarks import bench_replay_kernels as bench
+
+    for graph in (G.chain(40), G.dag(400), pow_graph()):
+        for step, (ours, theirs) in bench.Steps(graph, registry, c, jit).steps.items():
+            assert bench.same_bits(ours()(), theirs()()), step
+    assert bench.main(["--repeat", "5", "--mlp-width", "2", "--size", "200", "--no-startup"]) == 0
+    rows = [
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("| mlp") or line.startswith("| chain") or line.startswith("| dag")
+    ]
+    assert len(rows) == 3 * len(bench.Steps(G.chain(3), registry, c, jit).steps)

@@ -313,3 +313,28 @@ def test_what_an_op_prints_during_gradcheck_goes_to_stderr_and_names_are_escaped
     assert text.exit_code == 0
     assert text.stdout.startswith("sq\\x1b]0;T\\x07 (chatty): ok (")
     assert "\x1b" not in text.stdout
+
+
+def test_op_kind_is_what_ops_lists() -> None:
+    """``Op.kind``, the column ``graphsvc ops`` prints, for each of its four answers."""
+    from graphsvc.ops import Op
+    from graphsvc.plugins import load_registry
+
+    def square(x: float) -> float:
+        return x * x
+
+    def twice(x: float, out: float) -> tuple[float]:
+        return (2 * x,)
+
+    assert Op("tag", 0, forward=None).kind == "leaf tag"
+    assert Op("sq", 1, forward=square, derivatives=twice).kind == "vectorized"
+    assert Op("sq", 1, forward=square, derivatives=twice, vectorized=False).kind == "per element"
+    assert Op("sq", 1, forward=square, vjp=lambda g, out, x: (2 * x * g,)).kind == "vjp"
+    registry = load_registry(disable_third_party=True)[0]
+    kinds = {op.name: op.kind for op in registry}
+    assert (kinds["leaf"], kinds["const"], kinds["mul"], kinds["matmul"]) == (
+        "leaf tag",
+        "leaf tag",
+        "vectorized",
+        "vjp",
+    )

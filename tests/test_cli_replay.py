@@ -171,3 +171,97 @@ def test_gradients_of_another_output(tmp_path: Path) -> None:
     nodes = {n["name"]: n for n in json.loads(out)["nodes"]}
     assert (nodes["x"]["grad"], nodes["ex"]["grad"]) == (4.0, 0.0)
     assert np.isclose(nodes["ex"]["value"], np.exp(2.0))
+
+
+# -- the CLI takes --set as graphsvc.forward(graph, set=...) does --------------------------------
+@pytest.mark.parametrize("command", ["forward", "backward"])
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ["a=1", "a=5"],  # one name twice: never the last one silently kept
+        ["a=1", "0=5"],  # a name and the id of the same node
+        ["0=1", "0=1"],  # the same value twice is still two values
+        ["a=1", "b=2", "a=1"],
+    ],
+)
+def test_set_refuses_a_node_given_twice_as_the_library_does(command: str, sets: list[str]) -> None:
+    args = [word for assignment in sets for word in ("--set", assignment)]
+    code, out, err = run(command, str(EXAMPLES / "seed004.msgpack"), *args)
+    assert (code, out, err) == (2, "", "Error: --set gives node a two values\n")
+
+
+def test_set_and_the_library_refuse_the_same_assignments() -> None:
+    """The CLI resolves --set with graphsvc.api.resolve_set, the library's own resolver: the same
+    error, worded for each (``set`` in Python, ``--set`` on the command line)."""
+    import graphsvc
+    from graphsvc.errors import UsageError
+
+    graph = fmt.load(EXAMPLES / "seed004.msgpack")
+    cases = [
+        ({"a": 1.0, "0": 5.0}, ["a=1", "0=5"], "set gives node a two values"),
+        ({"zz": 1.0}, ["zz=1"], "no node named 'zz'"),
+        ({"9": 1.0}, ["9=1"], "no node with id 9 (the graph has 7 nodes)"),
+        ({"ab": 1.0}, ["ab=1"], "node ab is a mul node, not a leaf: only leaves can be set"),
+    ]
+    for mapping, sets, words in cases:
+        with pytest.raises(UsageError) as caught:
+            graphsvc.forward(graph, set=mapping)
+        assert str(caught.value) == words
+        code, _, err = run("forward", str(EXAMPLES / "seed004.msgpack"), *(w for s in sets for w in ("--set", s)))
+        cli_words = "--" + words if words.startswith("set ") else words
+        assert (code, err) == (2, f"Error: {cli_words}\n")
+
+
+def test_set_names_an_escaped_node_given_twice(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    b.add("neg", [b.leaf(2.0, name="a\tb\x1b")], name="y")
+    path = tmp_path / "odd.msgpack"
+    fmt.save(b.build(), path)
+    code, out, err = run("forward", str(path), "--set", "0=1", "--set", "0=2")
+    assert (code, out, err) == (2, "", "Error: --set gives node a\\tb\\x1b two values\n")
+
+
+def test_set_refuses_a_tensor_leaf_given_twice(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    w = b.leaf(np.array([1.0, 2.0]), name="w")
+    b.add("sum", [w], name="L")
+    path = tmp_path / "w.msgpack"
+    fmt.save(b.build(), path)
+    np.save(tmp_path / "w.npy", np.array([3.0, 4.0]))
+    npy = str(tmp_path / "w.npy")
+    for sets in (["w=" + npy, "w=2"], ["0=" + npy, "w=" + npy]):
+        code, out, err = run("backward", str(path), *(w for s in sets for w in ("--set", s)))
+        assert (code, out, err) == (2, "", "Error: --set gives node w two values\n")
+    code, out, _ = run("backward", str(path), "--set", "w=" + npy)
+    assert (code, out.splitlines()[0]) == (0, "1\tL\tsum\t0\t7.0\t1.0")
+
+
+@pytest.mark.parametrize("command", ["forward", "backward"])
+@pytest.mark.parametrize("tensor", [False, True], ids=["scalars", "tensors"])
+def test_write_saves_the_bytes_the_library_saves(tmp_path: Path, command: str, tensor: bool) -> None:
+    """``--set ... --write OUT`` and ``graphsvc.save(graphsvc.forward(graph, set=...))`` write the
+    same file, byte for byte (stored gradients dropped by forward, the op sources filled in)."""
+    import graphsvc
+    from graphsvc.plugins import load_registry
+
+    b = GraphBuilder()
+    if tensor:
+        x = b.const(np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32), name="x")
+        w = b.leaf(np.array([[0.5], [-1.0]], dtype=np.float32), name="w")
+        b.add("mean", [b.add("tanh", [b.add("matmul", [x, w])])], name="loss")
+        value: float | np.ndarray = np.array([[1.5], [2.0]], dtype=np.float32)
+        np.save(tmp_path / "w.npy", value)
+        assignment = f"w={tmp_path / 'w.npy'}"
+    else:
+        w = b.leaf(2.0, name="w")
+        b.add("tanh", [b.add("mul", [w, b.const(3.0)])], name="loss")
+        value, assignment = 0.25, "w=0.25"
+    registry = load_registry(disable_third_party=True)[0]
+    graph = graphsvc.backward(b.build(), registry=registry)  # a file with gradients stored
+    path = tmp_path / "g.msgpack"
+    fmt.save(graph, path)
+    code, _, _ = run(command, str(path), "--set", assignment, "--write", str(tmp_path / "cli.msgpack"))
+    replay = graphsvc.forward if command == "forward" else graphsvc.backward
+    fmt.save(replay(fmt.load(path), set={"w": value}, registry=registry), tmp_path / "lib.msgpack")
+    assert code == 0
+    assert (tmp_path / "cli.msgpack").read_bytes() == (tmp_path / "lib.msgpack").read_bytes()

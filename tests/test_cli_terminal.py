@@ -231,3 +231,17 @@ def test_every_command_has_an_example() -> None:
         assert examples[0].startswith("Example: graphsvc "), name
         if name:
             assert f" {name}" in examples[0], name
+
+
+def test_set_completes_only_nodes_the_replay_lets_it_set(tmp_path: Path) -> None:
+    """A node of an op that takes no inputs has no parents, yet is no leaf: the replay refuses to set
+    it ("node noise is a noise node, not a leaf"), so completion does not offer it."""
+    from graphsvc import format as fmt
+    from graphsvc.graph import GraphBuilder
+
+    b = GraphBuilder()
+    x, seed = b.leaf(1.0, name="x"), b.add("noise", [], name="noise")
+    b.add("add", [b.add("mul", [x, seed], name="y"), b.const(2.0, name="two")], name="z")
+    path = tmp_path / "noise.msgpack"
+    fmt.save(b.build(), path)
+    assert complete("bash", f"graphsvc forward {path} --set ") == ["x=", "two="]

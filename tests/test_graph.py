@@ -241,3 +241,36 @@ def test_ops_by_plugin_groups_the_tags_by_recorded_source() -> None:
         "graphsvc-activations 0.1.0": ["softplus"],
         "unknown": ["leaf", "tanh"],
     }
+
+
+# -- has_grads and tensor_summary -----------------------------------------------------------------
+def test_has_grads_sees_the_column_and_the_tensor_gradients() -> None:
+    b = GraphBuilder()
+    b.add("neg", [b.leaf(2.0, name="a")])
+    graph = b.build()
+    assert graph.has_grads is False
+    graph.grads = np.zeros(2)
+    assert graph.has_grads is True
+    graph.grads = None
+    graph.grad_arrays = {0: np.zeros(3)}
+    assert graph.has_grads is True
+
+
+def test_tensor_summary_counts_dtypes_and_bytes() -> None:
+    b = GraphBuilder()
+    x = b.const(np.ones((2, 3), dtype=np.float32), name="x")
+    w = b.leaf(np.ones((3, 4)), name="w")
+    b.const(np.array([0, 1], dtype=np.int64), name="labels")
+    b.add("matmul", [x, w], name="y")
+    graph = b.build()
+    assert graph.tensor_summary() == {
+        "nodes": 3,
+        "dtypes": {"float32": 1, "float64": 1, "int64": 1},
+        "value_bytes": 6 * 4 + 12 * 8 + 2 * 8,
+        "grad_bytes": 0,
+    }
+    graph.grad_arrays = {1: np.zeros((3, 4), dtype=np.float32)}
+    assert graph.tensor_summary()["grad_bytes"] == 48
+    scalars = GraphBuilder()
+    scalars.leaf(1.0)
+    assert scalars.build().tensor_summary() == {"nodes": 0, "dtypes": {}, "value_bytes": 0, "grad_bytes": 0}
