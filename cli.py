@@ -1146,6 +1146,8 @@ def forward(
     """
     _check_write(write)
     graph = _load(file)
+    if check and not graph.has_computed_values:
+        raise UsageError("--check: the file stores no value of a computed node to compare with")
     registry = _registry()
     run = _replay(graph, registry, _overrides(graph, set_), None, steps=False)
     if write is not None:

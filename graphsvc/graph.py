@@ -139,6 +139,16 @@ class Graph:
         """True when the graph holds gradients: the ``grads`` column, or a tensor node's gradient."""
         return self.grads is not None or bool(self.grad_arrays)
 
+    @property
+    def has_computed_values(self) -> bool:
+        """True when some node computed by an op (not a leaf or a const) stores a value: an array,
+        or a number in the ``values`` column (nan there means none). What ``forward --check`` has
+        to compare a replay with."""
+        computed = ~np.isin(self.op_codes, [code for code, tag in enumerate(self.op_table) if tag in LEAF_TAGS])
+        if any(computed[node] for node in self.arrays):
+            return True
+        return bool(np.any(~np.isnan(self.values[computed])))
+
     def tensor_summary(self) -> dict[str, Any]:
         """What the tensor nodes' arrays hold: ``{"nodes": how many nodes hold an array, "dtypes":
         {dtype: nodes} sorted by dtype name, "value_bytes": the arrays' bytes, "grad_bytes": the

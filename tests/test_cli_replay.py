@@ -265,3 +265,35 @@ def test_write_saves_the_bytes_the_library_saves(tmp_path: Path, command: str, t
     fmt.save(replay(fmt.load(path), set={"w": value}, registry=registry), tmp_path / "lib.msgpack")
     assert code == 0
     assert (tmp_path / "cli.msgpack").read_bytes() == (tmp_path / "lib.msgpack").read_bytes()
+
+
+def test_forward_check_refuses_a_file_that_stores_no_computed_value(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    a = b.leaf(2.0, name="a")
+    b.add("mul", [a, a], name="y")  # built, never evaluated: y's value is nan, "none"
+    path = tmp_path / "unevaluated.msgpack"
+    fmt.save(b.build(), path)
+    assert run("forward", str(path), "--check") == (
+        2,
+        "",
+        "Error: --check: the file stores no value of a computed node to compare with\n",
+    )
+    code, out, _ = run("forward", str(path))  # without --check the replay is what it was
+    assert (code, out) == (0, "1\ty\tmul\t0,0\t4.0\n0\ta\tleaf\t-\t2.0\n")
+
+
+def test_has_computed_values_looks_past_leaves_to_columns_and_arrays() -> None:
+    b = GraphBuilder()
+    a = b.leaf(2.0, name="a")
+    b.add("mul", [a, b.const(3.0)], name="y")
+    graph = b.build()
+    assert not graph.has_computed_values  # a leaf's and a const's values are inputs, not results
+    graph.values[2] = 6.0
+    assert graph.has_computed_values
+    b = GraphBuilder()
+    x = b.leaf(np.ones(2))
+    b.add("sum", [x])
+    graph = b.build()
+    assert not graph.has_computed_values
+    graph.arrays[1] = np.array(2.0)
+    assert graph.has_computed_values
