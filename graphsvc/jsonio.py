@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -122,14 +123,26 @@ def to_document(graph: Graph) -> dict[str, Any]:
     }
 
 
+#: An array holding only numbers, strings, true, false or null, one item per line as ``json.dumps``
+#: indents it (a string item may hold brackets and escaped quotes; it never holds a newline).
+_FLAT_ARRAY = re.compile(r'\[\n(?:[ ]*(?:"(?:[^"\\\n]|\\.)*"|[-+.\w]+),?\n)+[ ]*\]')
+
+
+def _one_line(match: re.Match[str]) -> str:
+    items = [line.strip().rstrip(",") for line in match.group(0).split("\n")[1:-1]]  # not splitlines: U+2028
+    return "[" + ", ".join(items) + "]"
+
+
 def dumps(graph: Graph) -> str:
-    """The graph as indented JSON text, one key per line."""
+    """The graph as indented JSON text: one key per line, an array of numbers or strings on one
+    line (parents, a shape, the innermost rows of an array's data)."""
     try:
-        return json.dumps(to_document(graph), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+        text = json.dumps(to_document(graph), indent=1, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:  # nan, inf or bin data inside attributes or metadata
         raise GraphsvcError(
             f"cannot write the graph as JSON: {exc} (in JSON, attributes and metadata cannot hold nan, inf or bin data)"
         ) from None
+    return _FLAT_ARRAY.sub(_one_line, text) + "\n"
 
 
 def loads(text: str) -> Graph:

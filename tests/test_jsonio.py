@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import numpy as np
 import pytest
 
 from graphsvc import format as fmt
@@ -66,7 +67,7 @@ def test_worked_example_json_text() -> None:
         "outputs": [2],
         "metadata": {},
     }
-    assert jsonio.dumps(golden.worked()).startswith('{\n "format": "graphsvc-json",\n "version": [\n  1,\n  0\n ],')
+    assert jsonio.dumps(golden.worked()).startswith('{\n "format": "graphsvc-json",\n "version": [1, 0],')
 
 
 def test_special_floats_become_strings_and_come_back() -> None:
@@ -207,3 +208,18 @@ def test_metadata_json_cannot_hold_is_refused_with_a_message() -> None:
         "cannot write the graph as JSON: Object of type bytes is not JSON serializable "
         "(in JSON, attributes and metadata cannot hold nan, inf or bin data)"
     )
+
+
+def test_arrays_of_numbers_and_strings_take_one_line_and_strings_stay_whole() -> None:
+    b = GraphBuilder()
+    name = 'x [1,\n 2] "q" \\ \u2028 ]'  # brackets, an escaped quote and backslash, a newline, U+2028
+    x = b.leaf(np.arange(6, dtype=np.float32).reshape(2, 3), name=name)
+    b.add("sum", [x], name="s", attrs={"axis": [0, 1], "tags": ["a, b", "]"]})
+    text = jsonio.dumps(b.build())
+    assert '   "parents": [0],\n' in text
+    assert '    "shape": [2, 3],\n    "data": [\n     [0.0, 1.0, 2.0],\n     [3.0, 4.0, 5.0]\n    ]\n' in text
+    assert '    "tags": ["a, b", "]"]\n' in text
+    back = jsonio.loads(text)
+    assert back.names == {0: name, 1: "s"}
+    assert back.attrs == {1: {"axis": [0, 1], "tags": ["a, b", "]"]}}
+    assert json.loads(text) == json.loads(json.dumps(jsonio.to_document(b.build())))  # the same document
