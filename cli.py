@@ -888,7 +888,8 @@ def _read_npy(ref: str, path: str) -> Any:
 def _comparison_line(graph: Graph, c: Any) -> str:
     """A --check line, for scalars (checks.Comparison) and arrays (tensors.TensorComparison)."""
     verdict = "ok" if c.ok else f"{c.mismatches} beyond tolerance"
-    missing = f"{c.unstored} of {c.nodes} nodes have no stored value; " if c.unstored else ""
+    noun = "gradient" if c.what == "grads" else "value"
+    missing = f"{c.unstored} of {c.nodes} nodes have no {noun} to compare; " if c.unstored else ""
     return (
         f"check {c.what}: {missing}worst abs diff {c.worst_abs!r} at {_element(graph, c.worst_abs_at)}, "
         f"worst rel diff {c.worst_rel!r} at {_element(graph, c.worst_rel_at)}: {verdict}"

@@ -209,3 +209,19 @@ def test_identical_nans_are_no_difference_in_a_check() -> None:
     registry, _ = load_registry(disable_third_party=True)
     comparison = tensors.compare("values", graph, tensors.forward(graph, resolve_ops(graph, registry)), 1e-9, 0.0)
     assert (comparison.ok, comparison.worst_abs, comparison.worst_rel) == (True, 0.0, 0.0)
+
+
+def test_check_counts_the_nodes_without_a_gradient_to_compare(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    x = b.const(np.array([1.0, 2.0], dtype=np.float32), name="x")  # data: no gradient
+    w = b.leaf(np.array([3.0, -1.0], dtype=np.float32), name="w")
+    b.add("sum", [b.add("mul", [x, w], name="p")], name="L")
+    path, replayed = tmp_path / "g.msgpack", tmp_path / "replayed.msgpack"
+    fmt.save(b.build(), path)
+    assert run("backward", str(path), "--write", str(replayed))[0] == 0
+    code, out, _ = run("backward", str(replayed), "--check")
+    assert code == 0
+    assert out.splitlines()[-1] == (
+        "check grads: 1 of 4 nodes have no gradient to compare; worst abs diff 0.0 at w[0], "
+        "worst rel diff 0.0 at w[0]: ok"
+    )
