@@ -270,8 +270,6 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--threads", type=int, default=1, help="BLAS and torch threads (default 1)")
     parser.add_argument("--rounds", type=int, default=7, help="rounds per model (default 7)")
@@ -284,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         help="have glibc keep freed memory for reuse (every alternative): separates page faults from the work",
     )
     args = parser.parse_args(argv)
+    import torch  # after the options: --help works without it
+
     if args.keep_freed_memory:
         keep_freed_memory()
     torch.set_num_threads(args.threads)
