@@ -1247,8 +1247,8 @@ def render(
     small node of its own, left to right.
 
     .svg, .png and .pdf need Graphviz (apt-get install graphviz, or brew install graphviz; and pip
-    install graphviz); .dot needs neither. A graph of more than 2000 nodes is drawn only with
-    --around.
+    install graphviz); .dot needs neither. A picture of more than 2000 nodes is refused (Graphviz
+    would take minutes or hours): draw a part with --around; .dot and -o - write any size.
 
     Example: graphsvc render examples/seed004.msgpack --replay -o seed004.svg
     """
@@ -1269,8 +1269,8 @@ def render(
     elif output is not None:
         raise UsageError("--output chooses the node to differentiate: it needs --replay")
     depth = 2 if depth is None else depth
-    if _is_stdio(out):  # the DOT text, for a pipe into dot or another tool
-        nodes = drawing.select(graph, around, depth)
+    if _is_stdio(out):  # the DOT text, for a pipe into dot or another tool: no limit, dot is not run here
+        nodes = drawing.select(graph, around, depth, None)
         typer.echo(drawing.to_dot(graph, nodes, None if around is None else graph.node_id(around)), nl=False)
         return
     with _progress(f"drawing {out}"):

@@ -45,11 +45,11 @@ DOT_HINT = (
 PACKAGE_HINT = "install it: `pip install graphviz`; or write a .dot file, which needs neither"
 
 
-def neighbourhood(graph: Graph, center: int, depth: int, limit: int = MAX_RENDER_NODES) -> list[int]:
+def neighbourhood(graph: Graph, center: int, depth: int, limit: int | None = MAX_RENDER_NODES) -> list[int]:
     """Ids (increasing) of the nodes at most ``depth`` edges from ``center``, edges followed either way.
 
     A breadth-first search with an explicit frontier, never recursion. Raises :class:`UsageError`
-    when ``depth`` is negative or the neighbourhood holds more than ``limit`` nodes.
+    when ``depth`` is negative or the neighbourhood holds more than ``limit`` nodes (``None``: any).
     """
     if depth < 0:
         raise UsageError(f"depth must be 0 or more, not {depth}")
@@ -73,7 +73,7 @@ def neighbourhood(graph: Graph, center: int, depth: int, limit: int = MAX_RENDER
                 if other not in seen:
                     seen.add(other)
                     found.append(other)
-            if len(seen) > limit:
+            if limit is not None and len(seen) > limit:
                 raise TooLargeToDraw(
                     f"the neighbourhood of {graph.label(center)} within {depth} edges holds more than {limit} "
                     "nodes, more than one picture can show",
@@ -85,11 +85,14 @@ def neighbourhood(graph: Graph, center: int, depth: int, limit: int = MAX_RENDER
     return sorted(seen)
 
 
-def select(graph: Graph, around: int | str | None = None, depth: int = 2, limit: int = MAX_RENDER_NODES) -> list[int]:
-    """The nodes to draw: the whole graph, or the neighbourhood of ``around``; refuse more than ``limit``."""
+def select(
+    graph: Graph, around: int | str | None = None, depth: int = 2, limit: int | None = MAX_RENDER_NODES
+) -> list[int]:
+    """The nodes to draw: the whole graph, or the neighbourhood of ``around``; refuse more than
+    ``limit`` (``None``: no limit, for DOT text that no Graphviz has to lay out)."""
     if around is not None:
         return neighbourhood(graph, graph.node_id(around), depth, limit)
-    if graph.num_nodes > limit:
+    if limit is not None and graph.num_nodes > limit:
         raise TooLargeToDraw(f"the graph has {graph.num_nodes} nodes, more than one picture can show ({limit})", None)
     return list(range(graph.num_nodes))
 
@@ -156,7 +159,7 @@ def render(
     kind = path.suffix.lower().lstrip(".")
     if kind not in FORMATS:
         raise UsageError(f"cannot tell the format of {path}: the file name must end in .svg, .png, .pdf or .dot")
-    nodes = select(graph, around, depth, limit)
+    nodes = select(graph, around, depth, None if kind == "dot" else limit)  # DOT text: dot never runs
     center = None if around is None else graph.node_id(around)
     text = to_dot(graph, nodes, highlight=center)
     # The writer checks the target (a regular file or none; never a device, FIFO or directory)

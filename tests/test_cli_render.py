@@ -152,8 +152,13 @@ def test_a_large_graph_is_refused_without_around(tmp_path: Path) -> None:
         "draw the neighbourhood of one node with --around NODE --depth K\n"
     )
     assert not out.exists()
-    code, _, stderr = run("render", str(path), "--around", "x1000", "--depth", "1", "-o", str(tmp_path / "big.dot"))
-    assert (code, stderr) == (0, f"wrote {tmp_path / 'big.dot'} (3 nodes)\n")
+    code, _, stderr = run("render", str(path), "--around", "x1000", "--depth", "1", "-o", str(tmp_path / "near.dot"))
+    assert (code, stderr) == (0, f"wrote {tmp_path / 'near.dot'} (3 nodes)\n")
+    # DOT text is not laid out here: .dot and standard output take the whole graph
+    code, _, stderr = run("render", str(path), "-o", str(tmp_path / "big.dot"))
+    assert (code, stderr) == (0, f"wrote {tmp_path / 'big.dot'} (2,001 nodes)\n")
+    code, stdout, _ = run("render", str(path), "-o", "-")
+    assert code == 0 and stdout.startswith("digraph") and stdout.count("label=") >= 2001
 
 
 def test_a_missing_file_exits_3(tmp_path: Path) -> None:

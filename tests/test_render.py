@@ -178,6 +178,12 @@ def test_a_graph_above_the_limit_is_refused_with_a_hint() -> None:
     )
 
 
+def test_dot_text_has_no_limit(tmp_path: Path) -> None:
+    assert render.select(chain(2001), limit=None) == list(range(2001))
+    assert render.render(chain(2001), tmp_path / "chain.dot") == 2001
+    assert render.select(hub(2500), around="k", depth=1, limit=None)[:3] == [0, 1, 2]
+
+
 def test_a_neighbourhood_above_the_limit_is_refused() -> None:
     graph = hub(2500)
     assert render.select(graph, around="u7", depth=1) == [0, 8]
