@@ -14,6 +14,7 @@ import random
 from pathlib import Path
 
 from graphsvc import replay
+from graphsvc.api import backward as graphsvc_backward
 from graphsvc.format import load, save
 from graphsvc.micrograd_import import from_micrograd
 from graphsvc.plugins import load_registry
@@ -38,7 +39,11 @@ def micrograd_mlp() -> Path:
     for li, layer in enumerate(model.layers):
         for ni, neuron in enumerate(layer.neurons):
             names |= {w: f"w{li}.{ni}.{k}" for k, w in enumerate(neuron.w)} | {neuron.b: f"b{li}.{ni}"}
+    # micrograd sums each gradient in the order of a set, which changes from run to run (the last
+    # bit of 28 gradients did); graphsvc's backward gives the same gradients in one fixed order, so
+    # the example file is the same every time the script runs
     graph = from_micrograd(loss, names=names)
+    graph = graphsvc_backward(graph, output="loss", registry=load_registry(disable_third_party=True)[0])
     path = ROOT / "examples" / "micrograd_mlp.msgpack"
     save(graph, path)
     return path
