@@ -200,6 +200,8 @@ def _in_cli_words(exc: GraphsvcError) -> str:
     from graphsvc.errors import MissingOpsError, TooLargeToDraw
 
     if isinstance(exc, MissingOpsError):
+        if STATE.disable_plugins:
+            return f"{exc}, without --disable-plugins (it keeps out every plugin, --plugin ones too)"
         return f"{exc} or pass --plugin"
     if isinstance(exc, TooLargeToDraw):
         if exc.around is not None:

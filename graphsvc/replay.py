@@ -101,8 +101,8 @@ def resolve_ops(graph: Graph, registry: OpRegistry, engine: Engine | None = None
         if len(missing) > _LISTED:
             count, more = f"{len(missing):,} ", f" and {len(missing) - _LISTED:,} more"
         raise MissingOpsError(
-            f"the graph uses {count}op{plural} not registered here: {', '.join(described)}{more}; "
-            "install the plugin that provides them"
+            f"the graph uses {count}{'op' + plural if plural else 'an op'} not registered here: "
+            f"{', '.join(described)}{more}; install the plugin that provides {'them' if plural else 'it'}"
         )
     ops: list[Op | None] = [None if tag in LEAF_TAGS else registry.get(tag) for tag in graph.op_table]
     # One pass over the nodes: each node's expected parent count by its op code (leaves: their

@@ -199,8 +199,8 @@ USER_ERRORS = [
     (
         ["backward", "{cube}"],
         4,
-        "Error: the graph uses op not registered here: cube (plugin unknown); install the plugin that provides "
-        "them or pass --plugin",
+        "Error: the graph uses an op not registered here: cube (plugin unknown); install the plugin that provides "
+        "it, without --disable-plugins (it keeps out every plugin, --plugin ones too)",
     ),
     (["backward", "{seed}", "--output", "nope"], 2, "Error: no node named 'nope'"),
     (

@@ -134,8 +134,9 @@ def test_missing_op_fails_before_any_work_with_exit_4(tmp_path: Path) -> None:
     code, out, err = run("backward", str(path), "--write", str(tmp_path / "never.msgpack"))
     assert (code, out) == (4, "")
     assert err == (
-        "Error: the graph uses op not registered here: softplus (from graphsvc-activations 0.1.0); "
-        "install the plugin that provides them or pass --plugin\n"
+        "Error: the graph uses an op not registered here: softplus (from graphsvc-activations 0.1.0); "
+        "install the plugin that provides it, without --disable-plugins "
+        "(it keeps out every plugin, --plugin ones too)\n"
     )
     assert not (tmp_path / "never.msgpack").exists()
     # inspection keeps working without the plugin

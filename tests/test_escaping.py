@@ -141,8 +141,8 @@ def test_op_tags_from_the_file_are_escaped_by_inspect_and_in_errors(tmp_path: Pa
     assert (refused.exit_code, refused.stdout, refused.stderr) == (
         4,
         "",
-        f"Error: the graph uses op not registered here: {tag} (plugin unknown); install the plugin that provides"
-        " them or pass --plugin\n",
+        f"Error: the graph uses an op not registered here: {tag} (plugin unknown); install the plugin that provides"
+        " it, without --disable-plugins (it keeps out every plugin, --plugin ones too)\n",
     )
 
 
