@@ -19,7 +19,12 @@ benchmarks/results/bench_storage.md and .json. What is measured:
     wrapper around ``os.fsync`` during the call (``fsync`` in the tables);
   - ``graphsvc.save without fsync``: the same call with ``os.fsync`` replaced by a no-op for its
     duration (nothing else changes): what compares with the peers, which never sync;
-  - ``safetensors.numpy.save_file`` and ``torch.save`` (a dict of tensors).
+  - ``safetensors.numpy.save_file`` and ``torch.save`` (a dict of tensors);
+  - ``bare write``: the floor, no tool at all: ``os.writev`` of graphsvc's encoded buffers (encoded
+    before the timing starts) into a file of its own, opened with ``O_TRUNC`` over the previous
+    pass's file, then closed: the old file's blocks freed and the bytes copied to the page cache,
+    which every save here at least costs (``graphsvc.save without fsync / bare write`` is what
+    graphsvc adds to it, ``bare write / torch.save`` the best ratio any writer could reach).
 
   Before every save pass the run calls ``os.sync()`` (untimed), so every tool replaces a file that
   is already written back (what a save of a file saved a while ago meets) and graphsvc's fsync waits
@@ -79,11 +84,13 @@ if str(HERE.parent) not in sys.path:
 import graphsvc  # noqa: E402
 from benchmarks.run import machine, stats  # noqa: E402
 from benchmarks.tensor_models import MODELS  # noqa: E402
+from graphsvc import codec  # noqa: E402
 from graphsvc.graph import Graph  # noqa: E402
 from graphsvc.plugins import load_registry  # noqa: E402
 
 RESULTS = HERE / "results"
-SAVES = ("graphsvc.save", "graphsvc.save without fsync", "safetensors.numpy.save_file", "torch.save")
+BARE = "bare write"
+SAVES = ("graphsvc.save", "graphsvc.save without fsync", "safetensors.numpy.save_file", "torch.save", BARE)
 LOADS = (
     "graphsvc.load",
     "graphsvc.load(mmap=True)",
@@ -100,6 +107,8 @@ SAVE_RATIOS: tuple[tuple[str, str, float | None], ...] = (
     ("graphsvc.save without fsync", "torch.save", 1 / 3),
     ("graphsvc.save", "safetensors.numpy.save_file", None),
     ("graphsvc.save", "torch.save", None),
+    ("graphsvc.save without fsync", BARE, None),
+    (BARE, "torch.save", None),
 )
 LOAD_RATIOS: tuple[tuple[str, str, float | None], ...] = (
     ("graphsvc.load", "safetensors.numpy.load_file", 1.0),
@@ -115,7 +124,7 @@ PEAK_TOOLS = (*LOADS, f"graphsvc.load(mmap=True){TOUCHED}", f"safetensors.torch.
 
 
 def tool_of(alternative: str) -> str:
-    return alternative.split(".", 1)[0]
+    return "bare" if alternative == BARE else alternative.split(".", 1)[0]
 
 
 # -- the arrays ---------------------------------------------------------------------------------
@@ -145,10 +154,17 @@ class Files:
     graphsvc: Path
     safetensors: Path
     torch: Path
+    bare: Path
 
     def of(self, alternative: str) -> Path:
         path: Path = getattr(self, tool_of(alternative))
         return path
+
+
+def files_for(folder: Path, stem: str) -> Files:
+    return Files(
+        *(folder / f"{stem}{SUFFIX[tool]}" for tool in ("graphsvc", "safetensors", "torch")), folder / f"{stem}.bare"
+    )
 
 
 class FsyncTimer:
@@ -201,7 +217,20 @@ def save_steps(
     def torch_save() -> None:
         torch.save(tensors, files.torch)
 
-    steps = (graphsvc_save, graphsvc_save_without_fsync, safetensors_save, torch_save)
+    chunks = [chunk for chunk in codec.encode(graph) if len(chunk)]
+    if len(chunks) > 1024:  # IOV_MAX: one writev could not take them
+        raise SystemExit(f"bare write: {len(chunks)} buffers, more than one writev takes")
+
+    def bare_write() -> None:
+        fd = os.open(files.bare, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            written = os.writev(fd, chunks)
+        finally:
+            os.close(fd)
+        if written != sum(map(len, chunks)):  # a short write: never on a local disk with room
+            raise SystemExit(f"bare write: {written} bytes written")
+
+    steps = (graphsvc_save, graphsvc_save_without_fsync, safetensors_save, torch_save, bare_write)
     return dict(zip(SAVES, steps, strict=True))
 
 
@@ -307,7 +336,7 @@ def peak_child(tool: str, path: str, tiny: str) -> None:
     load = tool.removesuffix(TOUCHED)
 
     def run(file: str) -> Any:
-        files = Files(Path(file), Path(file), Path(file))
+        files = Files(Path(file), Path(file), Path(file), Path(file))
         result = load_steps(files)[load]()
         if touch:
             for array in as_arrays(result).values():
@@ -368,10 +397,10 @@ def bench_model(name: str, registry: Any, workdir: Path, args: argparse.Namespac
     graph = graphsvc.backward(model.graph, output="loss", registry=registry)
     arrays = arrays_of(graph)
     array_bytes = sum(array.nbytes for array in arrays.values())
-    files = Files(*(workdir / f"{name}{SUFFIX[tool]}" for tool in ("graphsvc", "safetensors", "torch")))
+    files = files_for(workdir, name)
     tiny_model = MODELS["mlp"](np.float32, 0, batch=2, sizes=(4, 3, 2))
     tiny_graph = graphsvc.backward(tiny_model.graph, output="loss", registry=registry)
-    tiny = Files(*(workdir / f"tiny{SUFFIX[tool]}" for tool in ("graphsvc", "safetensors", "torch")))
+    tiny = files_for(workdir, "tiny")
     write_all(tiny_graph, arrays_of(tiny_graph), tiny)
 
     fsyncs = FsyncTimer()

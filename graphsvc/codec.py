@@ -19,6 +19,7 @@ from graphsvc import diagnose, document, fastload
 from graphsvc.errors import FormatError
 from graphsvc.graph import Graph
 from graphsvc.layout import (
+    ALIGNMENT,
     COLUMN_DTYPES,
     COLUMN_FIELDS,
     COLUMNS,
@@ -39,15 +40,17 @@ from graphsvc.layout import (
 
 
 # -- writing ------------------------------------------------------------------------------------------
-def encode(graph: Graph) -> Iterator[bytes | memoryview]:
+def encode(graph: Graph, stored: list[document.Stored] | None = None) -> Iterator[bytes | memoryview]:
     """Yield the document's bytes in order; column and array payloads are yielded as views.
 
     The output is exactly ``msgpack.packb(document)`` of the document described in the spec,
-    written piece by piece so a large graph is never copied into one buffer.
+    written piece by piece so a large graph is never copied into one buffer. ``stored``: the
+    graph's :func:`document.stored_arrays`, when the caller has them already.
     """
     packer = msgpack.Packer(use_bin_type=True, use_single_float=False, strict_types=False, autoreset=True)
     pack = packer.pack
-    stored = document.stored_arrays(graph) if graph.is_tensor_graph else None
+    if stored is None and graph.is_tensor_graph:
+        stored = document.stored_arrays(graph)
     written = 0
     for chunk in _encode_head(graph, pack, stored is not None):
         written += len(chunk)
@@ -92,9 +95,10 @@ def _encode_tensors(stored: list[document.Stored], pack: Any, written: int) -> I
     table = key(TENSOR_KEYS[0]) + pack([item.entry() for item in stored])
     yield table + pad_and_data_header(written + len(table), document.data_length(stored))
     end = 0
+    padding = bytes(ALIGNMENT)  # every gap is shorter than the alignment: one zero buffer serves them all
     for item in stored:
         if item.offset > end:
-            yield bytes(item.offset - end)
+            yield padding[: item.offset - end]
         payload = document.little_endian_bytes(item.array)
         yield payload
         end = item.offset + len(payload)
@@ -108,9 +112,9 @@ def _bin_header(length: int) -> bytes:
 
 # -- reading ------------------------------------------------------------------------------------------
 def _pairs_to_dict(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
-    if not all(type(key) is str for key, _ in pairs):  # strict_map_key lets bin keys through
+    result = dict(pairs)  # strict_map_key: every key is a str or bytes, so hashable
+    if result and set(map(type, result)) != {str}:  # strict_map_key lets bin keys through
         raise diagnose.NonStringKey
-    result = dict(pairs)
     if len(result) != len(pairs):
         seen = set()
         for key, _ in pairs:

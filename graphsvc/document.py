@@ -12,14 +12,19 @@ bytes are :mod:`graphsvc.codec`'s.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import math
+import operator
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from graphsvc.diagnose import describe, expect, shape_text, shown
 from graphsvc.errors import FormatError, GraphStructureError
 from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, Graph, OpSource
+from graphsvc.kernels import JIT_THRESHOLD, engine_for
 from graphsvc.layout import (
     ALIGNMENT,
     CANONICAL_NAN_BITS,
@@ -30,6 +35,7 @@ from graphsvc.layout import (
     FORMAT_NAME,
     KEYS,
     MAX_ARRAY_BYTES,
+    OP_FIELDS,
     OPTIONAL_COLUMN,
     READ_MAJORS,
     REQUIRED_KEYS_2,
@@ -92,8 +98,7 @@ def _sorted_map(attrs: dict[str, Any]) -> dict[str, Any]:
     return {key: attrs[key] for key in sorted(attrs)}
 
 
-@dataclass(frozen=True)
-class Stored:
+class Stored(NamedTuple):
     """One array as version 2.0 stores it: a tensor table entry and the array it describes."""
 
     node: int
@@ -115,12 +120,11 @@ def stored_arrays(graph: Graph) -> list[Stored]:
     at the first multiple of :data:`ALIGNMENT` after the one before it."""
     stored: list[Stored] = []
     end = 0
-    for node, which in sorted(
-        [(node, 0) for node in graph.arrays] + [(node, 1) for node in graph.grad_arrays],
-    ):
-        array = (graph.arrays if which == 0 else graph.grad_arrays)[node]
+    value, grad = WHICH
+    for node, which in sorted([(node, 0) for node in graph.arrays] + [(node, 1) for node in graph.grad_arrays]):
+        array = graph.grad_arrays[node] if which else graph.arrays[node]
         offset = aligned(end)
-        stored.append(Stored(node, WHICH[which], array, offset))
+        stored.append(Stored(node, grad if which else value, array, offset))
         end = offset + array.nbytes
     return stored
 
@@ -132,40 +136,57 @@ def data_length(stored: list[Stored]) -> int:
 
 def little_endian_bytes(array: np.ndarray) -> memoryview:
     """The array's items, C order, little-endian, as bytes (a view when it already is so)."""
+    if _LITTLE_ENDIAN and array.dtype.isnative and array.flags.c_contiguous and array.size:
+        return array.data.cast("B")
     data = np.asarray(array, dtype=array.dtype.newbyteorder("<"), order="C")
     return data.reshape(-1).view(np.uint8).data
 
 
+#: Is this machine little-endian (so that native arrays are stored as they are)?
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
 # -- what a reader will accept ---------------------------------------------------------------------------
-def check_writable(graph: Graph) -> None:
+def check_writable(graph: Graph) -> list[Stored] | None:
     """Every structural rule, and what a reader refuses in attributes and metadata (a map key that
-    is not a string, nesting deeper than the default limit), so that ``load`` reads what ``save`` writes."""
+    is not a string, nesting deeper than the default limit), so that ``load`` reads what ``save`` writes.
+    Returns the tensor table the file will hold (:func:`stored_arrays`), None for a graph of scalars."""
     graph.check()
+    stored = None
     if graph.is_tensor_graph:
-        _check_arrays_writable(graph)
-    for node in sorted(graph.attrs):
-        check_nesting(graph.attrs[node], DEFAULT_LIMITS.max_attr_depth, f"attributes of node {node}", True)
-    check_nesting(graph.metadata, DEFAULT_LIMITS.max_attr_depth, "metadata", True)
+        stored = stored_arrays(graph)
+        _check_arrays_writable(graph, stored)
+    limit, string_limit = DEFAULT_LIMITS.max_attr_depth, DEFAULT_LIMITS.max_string_length
+    if not _nesting_ok([*graph.attrs.values(), graph.metadata], limit, string_limit):
+        for node in sorted(graph.attrs):
+            check_nesting(graph.attrs[node], limit, f"attributes of node {node}", True)
+        check_nesting(graph.metadata, limit, "metadata", True)
     for tag in graph.op_table:
         _check_string_length(tag, "an op tag")
     if graph.names and max(map(len, graph.names.values())) * 4 > DEFAULT_LIMITS.max_string_length:
         for node in sorted(graph.names):
             _check_string_length(graph.names[node], f"the name of node {node}")
+    return stored
 
 
-def _check_arrays_writable(graph: Graph) -> None:
+def _check_arrays_writable(graph: Graph, stored: list[Stored]) -> None:
     """What version 2.0 requires of a tensor graph beyond :meth:`Graph.check` (which holds a
     gradient to its value's shape and arrays to 32 dimensions): nan in the columns where a node
-    holds an array, and a data section a msgpack bin can hold."""
+    holds an array, and a data section a msgpack bin can hold (``stored``: its arrays)."""
     for what, arrays, column in (("value", graph.arrays, graph.values), ("gradient", graph.grad_arrays, graph.grads)):
-        for node in sorted(arrays):
-            if column is not None and not np.isnan(column[node]):
-                key = "values" if what == "value" else "grads"
-                raise FormatError(
-                    f"node {node} holds a {what} array, so its entry in the {key} column must be nan, "
-                    f"not {float(column[node])!r}"
-                )
-    size = data_length(stored_arrays(graph))
+        if not arrays or column is None:
+            continue
+        nodes = np.fromiter(arrays, dtype=np.int64, count=len(arrays))  # ids Graph.check found in range
+        nodes.sort()
+        not_nan = ~np.isnan(column[nodes])
+        if not_nan.any():
+            node = int(nodes[not_nan.argmax()])
+            key = "values" if what == "value" else "grads"
+            raise FormatError(
+                f"node {node} holds a {what} array, so its entry in the {key} column must be nan, "
+                f"not {float(column[node])!r}"
+            )
+    size = data_length(stored)
     if size >= 1 << 32:
         raise FormatError(
             f"the graph's arrays take {size:,} bytes with their alignment, more than the 4 GiB a msgpack bin holds "
@@ -205,6 +226,42 @@ def check_nesting(value: Any, limit: int, where: str, check_strings: bool = Fals
         elif type(item) is int and not -(1 << 63) <= item < 1 << 64:
             digits = str(item) if abs(item) < 10**30 else f"an integer of {len(str(abs(item)))} digits"
             raise FormatError(f"{where} holds {digits}, outside the integers msgpack stores (-2**63 to 2**64 - 1)")
+
+
+#: The types of decoded values that hold nothing (an int is checked for its range).
+_LEAF_TYPES = frozenset({str, float, bool, type(None), bytes})
+
+
+def _nesting_ok(items: list[Any], limit: int, string_limit: int | None = None) -> bool:
+    """Does each item keep what :func:`check_nesting` checks (with ``check_strings`` when
+    ``string_limit`` is given: no string of more than a quarter that many characters), as a decoded
+    document's values do? Walked a level at a time, all items at once; False (for
+    :func:`check_nesting` to word the first problem) at anything else, or an unusual type."""
+    level = 0
+    longest = None if string_limit is None else string_limit // 4  # a character takes at most 4 bytes
+    while items:
+        if level > limit:
+            return False
+        nested: list[Any] = []
+        for item in items:
+            kind = type(item)
+            if kind is str:
+                if longest is not None and len(item) > longest:
+                    return False
+            elif kind is dict:
+                if item and (set(map(type, item)) != {str} or (longest is not None and max(map(len, item)) > longest)):
+                    return False
+                nested.extend(item.values())
+            elif kind is list:
+                nested.extend(item)
+            elif kind is int:
+                if not -(1 << 63) <= item < 1 << 64:
+                    return False
+            elif kind not in _LEAF_TYPES:
+                return False
+        items = nested
+        level += 1
+    return True
 
 
 # -- document -> Graph -------------------------------------------------------------------------------------
@@ -252,11 +309,13 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
     grads = _read_column(nodes, "grads", count) if nodes.get("grads") is not None else None
     names = _read_sparse(doc, "names", str, count)
     attrs = {node: node_attrs for node, node_attrs in _read_sparse(doc, "attrs", dict, count).items() if node_attrs}
-    for node, node_attrs in attrs.items():
-        check_nesting(node_attrs, limits.max_attr_depth, f"attributes of node {node}")
+    if not _nesting_ok(list(attrs.values()), limits.max_attr_depth):
+        for node, node_attrs in attrs.items():
+            check_nesting(node_attrs, limits.max_attr_depth, f"attributes of node {node}")
     outputs = [expect(o, int, f"outputs[{i}]") for i, o in enumerate(expect(doc["outputs"], list, "outputs"))]
     metadata = expect(doc["metadata"], dict, "metadata")
-    check_nesting(metadata, limits.max_attr_depth, "metadata")
+    if not _nesting_ok([metadata], limits.max_attr_depth):
+        check_nesting(metadata, limits.max_attr_depth, "metadata")
     arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
     if version[0] >= 2:
         arrays = _read_tensors(doc, count, values, grads)
@@ -275,7 +334,9 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
         arrays=arrays[0],
         grad_arrays=arrays[1],
     )
-    graph.check()
+    # the compiled check wherever it is built, whatever the graph's size: it costs microseconds even
+    # for a few nodes, where the reference's numpy calls cost tens (a load is all small costs)
+    graph.check(engine_for(JIT_THRESHOLD))
     return graph, version
 
 
@@ -323,8 +384,26 @@ def _read_version(doc: dict[str, Any]) -> tuple[int, int]:
     return major, minor
 
 
+#: The ``plugin`` and ``version`` of an op table entry: a str or nil.
+_STR_OR_NIL = frozenset({str, type(None)})
+_TAG, _PLUGIN, _VERSION = (operator.methodcaller("get", field) for field in OP_FIELDS)
+
+
 def _read_ops(doc: dict[str, Any]) -> tuple[list[str], dict[str, OpSource]]:
     ops = expect(doc["ops"], list, "ops")
+    # Every rule at once, a field at a time; when one fails, entry by entry below, which words it.
+    if ops and set(map(type, ops)) == {dict}:
+        tags, plugins, versions = list(map(_TAG, ops)), list(map(_PLUGIN, ops)), list(map(_VERSION, ops))
+        if (
+            set(map(type, tags)) == {str}
+            and all(tags)
+            and len(set(tags)) == len(tags)
+            and set(map(type, plugins)) <= _STR_OR_NIL
+            and set(map(type, versions)) <= _STR_OR_NIL
+        ):
+            pairs = list(zip(plugins, versions, strict=True))
+            shared = {pair: OpSource(*pair) for pair in set(pairs)}  # frozen, so one per (plugin, version)
+            return tags, {tag: shared[pair] for tag, pair in zip(tags, pairs, strict=True)}
     table: list[str] = []
     sources: dict[str, OpSource] = {}
     for i, entry in enumerate(ops):
@@ -347,6 +426,19 @@ def _read_ops(doc: dict[str, Any]) -> tuple[list[str], dict[str, OpSource]]:
 
 def _read_sparse(doc: dict[str, Any], key: str, kind: type, n: int) -> dict[int, Any]:
     entries = expect(doc[key], list, key)
+    if not entries:
+        return {}
+    # Every rule at once, a column at a time; when one fails, entry by entry below, which words it.
+    if set(map(type, entries)) == {list} and set(map(len, entries)) == {2}:
+        nodes, items = zip(*entries, strict=True)
+        if (
+            set(map(type, nodes)) == {int}
+            and set(map(type, items)) == {kind}
+            and 0 <= nodes[0]
+            and nodes[-1] < n
+            and all(map(operator.lt, nodes[:-1], nodes[1:]))
+        ):
+            return dict(zip(nodes, items, strict=True))
     result: dict[int, Any] = {}
     previous = -1
     for i, entry in enumerate(entries):
@@ -375,8 +467,104 @@ def _read_tensors(
         data = expect(data, bytes, "data")
     size = len(data)
     entries = expect(doc["tensors"], list, "tensors")
+    # Views of a read-only buffer are read-only: no flag to set per array.
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    buffer.flags.writeable = False
+    if _ctable is not None and _NATIVE_DTYPES:
+        viewed = _ctable.tensor_views(entries, count, size, ALIGNMENT, _DTYPE_ITEMS, values, grads, np.ndarray, buffer)
+        if viewed is not None:
+            views: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = viewed
+            return views
+    table = _table_if_valid(entries, count, size, values, grads)
+    if table is None:  # some rule is broken (or the table is unusual): checked entry by entry, which words it
+        table = _checked_table(entries, count, size, values, grads)
+    arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
+    for node, which, dtype, shape, offset in table:
+        array = np.ndarray(shape, dtype, buffer, offset)
+        if not dtype.isnative:  # a big-endian machine: the one case that copies
+            array = array.astype(dtype.newbyteorder("="))
+            array.flags.writeable = False
+        arrays[which][node] = array
+    return arrays
+
+
+def _native_table() -> ModuleType | None:
+    """The C twin of :func:`_table_if_valid` (``csrc/table.c``), or None where it was not built."""
+    try:
+        from graphsvc import _ctable
+    except ImportError:  # not built (no C compiler at install): the Python checks below run
+        return None
+    return _ctable
+
+
+_ctable = _native_table()
+#: ``(dtype, itemsize)`` by a dtype's name in the tensor table, for the C twin.
+_DTYPE_ITEMS = {name: (dtype, dtype.itemsize) for name, dtype in TENSOR_DTYPES.items()}
+#: Are the stored dtypes (little-endian) this machine's own? Else arrays are copied (below), in Python.
+_NATIVE_DTYPES = all(dtype.isnative for dtype in TENSOR_DTYPES.values())
+
+#: What :func:`_table_if_valid` returns: ``(node, which, dtype, shape, offset)`` per entry.
+_Table = list[tuple[int, int, np.dtype[Any], Any, int]]
+_WHICH_CODES = {name: code for code, name in enumerate(WHICH)}
+_ITEMSIZES = {name: dtype.itemsize for name, dtype in TENSOR_DTYPES.items()}
+
+
+def _table_if_valid(
+    entries: list[Any], count: int, size: int, values: npt.NDArray[Any], grads: npt.NDArray[Any] | None
+) -> _Table | None:
+    """The tensor table when every rule of FORMAT.md §15-16 holds and it is laid out as a writer
+    lays it out (payloads in table order), checked a column at a time; None when
+    any check fails, for :func:`_checked_table` to find and word the first broken rule. It accepts
+    nothing that :func:`_checked_table` refuses: each test here is one of its rules, or stricter."""
+    if not entries:
+        return []
+    if set(map(type, entries)) != {list} or set(map(len, entries)) != {6}:
+        return None
+    nodes, whiches, dtype_names, shapes, offsets, sizes = zip(*entries, strict=True)
+    for column in (nodes, offsets, sizes):
+        if set(map(type, column)) != {int}:
+            return None
+    if set(map(type, whiches)) != {str} or set(map(type, dtype_names)) != {str} or set(map(type, shapes)) != {list}:
+        return None
+    if not set(whiches) <= _WHICH_CODES.keys() or not set(dtype_names) <= _ITEMSIZES.keys():
+        return None
+    if min(nodes) < 0 or max(nodes) >= count or max(map(len, shapes)) > MAX_DIMENSIONS:
+        return None
+    dimensions = list(itertools.chain.from_iterable(shapes))
+    if dimensions and (set(map(type, dimensions)) != {int} or min(dimensions) < 0):
+        return None
+    itemsizes = list(map(_ITEMSIZES.__getitem__, dtype_names))
+    needed = list(map(operator.mul, map(math.prod, shapes), itemsizes))
+    if dimensions and min(dimensions) == 0:  # an empty array's other dimensions, counted as numpy does
+        for shape, itemsize in zip(shapes, itemsizes, strict=True):
+            if math.prod(dimension or 1 for dimension in shape) * itemsize > MAX_ARRAY_BYTES:
+                return None
+    if list(sizes) != needed or min(offsets) < 0 or any(map(ALIGNMENT.__rmod__, offsets)):
+        return None
+    ends = list(map(operator.add, offsets, needed))
+    # every payload ends within the section, before the next one starts (so none overlaps another)
+    if ends[-1] > size or not all(map(operator.le, ends[:-1], offsets[1:])):
+        return None
+    which_codes = list(map(_WHICH_CODES.__getitem__, whiches))
+    keys = list(map(operator.add, map((2).__mul__, nodes), which_codes))
+    if not all(map(operator.lt, keys[:-1], keys[1:])):  # by node, a value before its gradient, none twice
+        return None
+    if _first_not_nan(nodes, which_codes, values, grads) is not None:
+        return None
+    for i in range(1, len(keys)):  # a gradient has its value's shape
+        if keys[i] == keys[i - 1] + 1 and keys[i] & 1 and shapes[i] != shapes[i - 1]:
+            return None
+    dtypes = map(TENSOR_DTYPES.__getitem__, dtype_names)
+    return list(zip(nodes, which_codes, dtypes, shapes, offsets, strict=True))
+
+
+def _checked_table(
+    entries: list[Any], count: int, size: int, values: npt.NDArray[Any], grads: npt.NDArray[Any] | None
+) -> _Table:
+    """The tensor table checked entry by entry, in the order FORMAT.md states the rules: raises the
+    FormatError naming the first rule broken."""
     checked = [_read_tensor_entry(entry, i, count, size) for i, entry in enumerate(entries)]
-    not_nan = _first_not_nan(checked, values, grads)
+    not_nan = _first_not_nan([entry[0] for entry in checked], [entry[1] for entry in checked], values, grads)
     previous: tuple[int, int] = (-1, 1)
     for i, (node, which, _, shape, _, _) in enumerate(checked):
         if (node, which) <= previous:
@@ -400,33 +588,21 @@ def _read_tensors(
         if start < end:
             one, two = sorted((first, second))
             raise FormatError(f"tensors[{one}] and tensors[{two}] overlap in the data section (at byte {start})")
-    # Views of a read-only buffer are read-only: no flag to set per array.
-    buffer = np.frombuffer(data, dtype=np.uint8)
-    buffer.flags.writeable = False
-    arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
-    for node, which, dtype, shape, offset, _ in checked:
-        array = np.ndarray(shape, dtype, buffer, offset)
-        if not dtype.isnative:  # a big-endian machine: the one case that copies
-            array = array.astype(dtype.newbyteorder("="))
-            array.flags.writeable = False
-        arrays[which][node] = array
-    return arrays
+    return [(node, which, dtype, shape, offset) for node, which, dtype, shape, offset, _ in checked]
 
 
 def _first_not_nan(
-    checked: list[tuple[int, int, np.dtype[Any], tuple[int, ...], int, int]],
-    values: npt.NDArray[Any],
-    grads: npt.NDArray[Any] | None,
+    nodes: Sequence[int], which: Sequence[int], values: npt.NDArray[Any], grads: npt.NDArray[Any] | None
 ) -> int | None:
     """The index of the first entry whose node's column entry is not nan (rule 8), or None: one
     vectorized look at the columns instead of one per entry."""
-    if not checked:
+    if not nodes:
         return None
-    nodes = np.fromiter((entry[0] for entry in checked), dtype=np.int64, count=len(checked))
-    is_grad = np.fromiter((entry[1] for entry in checked), dtype=bool, count=len(checked))
-    entries = values[nodes]
+    index = np.array(nodes, dtype=np.int64)
+    is_grad = np.array(which, dtype=bool)
+    entries = values[index]
     if grads is not None:
-        entries = np.where(is_grad, grads[nodes], entries)
+        entries = np.where(is_grad, grads[index], entries)
     else:
         entries = np.where(is_grad, np.nan, entries)
     bad = ~np.isnan(entries)

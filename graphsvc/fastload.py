@@ -33,6 +33,7 @@ import numpy as np
 from graphsvc.layout import (
     ARRAY,
     BIN,
+    COLUMN_DTYPES,
     COLUMN_FIELD_TYPES,
     COLUMN_FIELDS,
     COUNT,
@@ -51,7 +52,9 @@ from graphsvc.layout import (
     TRUE,
     UINT,
     Family,
+    column_head,
 )
+from graphsvc.layout import key as key_bytes
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
@@ -81,16 +84,24 @@ class Source(Protocol):
 
 
 class FileSource:
-    """An open file, read with ``pread`` so nothing depends on a file position."""
+    """An open file, read with ``pread`` so nothing depends on a file position. ``head``, the file's
+    first bytes when the caller has read them already, answers every read that lies within it (a
+    canonical file's header, tensor table and columns mostly do: one read instead of one each)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, head: bytes = b"", size: int | None = None) -> None:
         self._fd = fd
-        self.size = os.fstat(fd).st_size
+        self.size = os.fstat(fd).st_size if size is None else size
+        self.head = head
 
     def read(self, offset: int, count: int) -> bytes:
+        if offset + count <= len(self.head) or len(self.head) >= self.size:  # within it, or it is the whole file
+            return self.head[offset : offset + count]
         return os.pread(self._fd, count, offset)
 
     def read_into(self, offset: int, out: npt.NDArray[np.uint8]) -> None:
+        if offset + len(out) <= len(self.head):
+            out[:] = np.frombuffer(self.head, dtype=np.uint8, count=len(out), offset=offset)
+            return
         view = out.data.cast("B")
         done = 0
         while done < len(view):
@@ -164,6 +175,10 @@ def _fix_bytes(family: Family) -> range:
     return range(family.fix, (family.fix | family.fix_mask) + 1) if family.fix is not None else range(0)
 
 
+#: The type bytes of a str, every form.
+_STRING_BYTES = frozenset((*_fix_bytes(STR), *STR.sized))
+
+
 class _Cursor:
     """Reads the bytes of a source in order through a small window, within a budget of items."""
 
@@ -171,7 +186,7 @@ class _Cursor:
         self._source = source
         self.pos = 0
         self._base = 0
-        self._window = b""
+        self._window = getattr(source, "head", b"")
         self.budget = _SKIP_BUDGET
 
     def take(self, count: int) -> bytes:
@@ -188,6 +203,9 @@ class _Cursor:
         return self._window[start : start + count]
 
     def peek(self) -> int:
+        index = self.pos - self._base
+        if 0 <= index < len(self._window) and self.pos < self._source.size:  # most bytes: in the window
+            return self._window[index]
         first = self.take(1)[0]
         self.pos -= 1
         return first
@@ -199,10 +217,11 @@ class _Cursor:
 
     def number(self, family: Family) -> int:
         """A header of ``family`` (any width), read: its number (a size, a count, a uint's value)."""
-        first = self.take(1)[0]
-        fixed = family.number(first)
-        if fixed is not None:
-            return fixed
+        first = self.peek()
+        self.pos += 1
+        fix = family.fix
+        if fix is not None and fix <= first <= fix | family.fix_mask:  # Family.number, inlined
+            return first & family.fix_mask
         width = family.sized.get(first)
         if width is None:
             raise NotCanonical
@@ -218,7 +237,7 @@ class _Cursor:
     def is_string(self) -> bool:
         """Is the next value a str?"""
         first = self.peek()
-        return STR.number(first) is not None or first in STR.sized
+        return first in _STRING_BYTES
 
     def string(self, max_length: int) -> str:
         """A str of at most ``max_length`` bytes of valid UTF-8."""
@@ -288,12 +307,13 @@ def scan(
     before = cursor.pos
     for index in range(entries):
         start = cursor.pos
-        if cursor.is_string() and cursor.string(max_string_length) == _NODES:
-            nodes_at = start
-            remaining = entries - index - 1
-            break
-        cursor.pos = start
-        _skip_object(cursor)  # the key
+        if cursor.is_string():
+            if cursor.string(max_string_length) == _NODES:
+                nodes_at = start
+                remaining = entries - index - 1
+                break
+        else:
+            _skip_object(cursor)  # a key that is not a string: for msgpack to refuse
         _skip_value(cursor, source, value_end)
     else:
         raise NotCanonical  # no nodes: the general reader says so
@@ -325,14 +345,18 @@ def scan(
 
 
 class SourceStream:
-    """A source read in order from ``offset``, as a binary stream (``read(count)``)."""
+    """A source read in order from ``offset``, as a binary stream (``read(count)``). A read may return
+    fewer bytes than asked, as a raw stream's may: the first returns at most ``first`` bytes, each
+    next one at most twice as many as the one before (most values skipped are a few bytes long)."""
 
-    def __init__(self, source: Source, offset: int) -> None:
+    def __init__(self, source: Source, offset: int, first: int = 1 << 12) -> None:
         self._source = source
         self._pos = offset
+        self._next = first
 
     def read(self, count: int) -> bytes:
-        chunk = self._source.read(self._pos, count)
+        chunk = self._source.read(self._pos, min(count, self._next))
+        self._next *= 2
         self._pos += len(chunk)
         return chunk
 
@@ -365,12 +389,34 @@ def _scan_nodes(
         elif key == optional and cursor.peek() == NIL:  # no such column
             cursor.skip(1)
         elif key in known:
-            columns.append(_scan_column(cursor, key, max_string_length))
+            columns.append(_canonical_column(cursor, key) or _scan_column(cursor, key, max_string_length))
         else:  # a key of a newer minor version: for msgpack to check
             raise NotCanonical
     if count is None:
         raise NotCanonical
     return count, columns
+
+
+#: Each column's bytes from its map header to its length's value, and the ``data`` key, as graphsvc
+#: writes them: matched whole, a canonical column takes a few reads instead of one per item.
+_COLUMN_HEADS = {name: column_head(name) for name in COLUMN_DTYPES}
+_DATA_KEY = key_bytes(COLUMN_FIELDS[2])
+
+
+def _canonical_column(cursor: _Cursor, name: str) -> ColumnSpan | None:
+    """The column at the cursor when its bytes are exactly as graphsvc writes them, else None with the
+    cursor where it was (for :func:`_scan_column`, which reads any order and header widths)."""
+    start = cursor.pos
+    head = _COLUMN_HEADS[name]
+    if cursor.take(len(head)) == head:
+        length = cursor.unsigned()
+        if cursor.take(len(_DATA_KEY)) == _DATA_KEY:
+            size = cursor.bin_header()
+            payload = cursor.pos
+            cursor.skip(size)
+            return ColumnSpan(name, COLUMN_DTYPES[name].str, length, payload, size)
+    cursor.pos = start
+    return None
 
 
 def _scan_column(cursor: _Cursor, key: str, max_string_length: int) -> ColumnSpan:

@@ -78,22 +78,21 @@ __all__ = [
 # -- writing ------------------------------------------------------------------------------------
 def dumps(graph: Graph) -> bytes:
     """Encode a graph. The same graph always gives the same bytes."""
-    check_writable(graph)
+    stored = check_writable(graph)
     try:
-        return b"".join(codec.encode(graph))
+        return b"".join(codec.encode(graph, stored))
     except (TypeError, ValueError, OverflowError) as exc:
         raise FormatError(f"cannot encode the graph: {exc}") from exc
 
 
 def dump(graph: Graph, stream: IO[bytes]) -> None:
     """Write a graph to an open binary stream."""
-    check_writable(graph)
-    _write(graph, stream)
+    _write(graph, stream, check_writable(graph))
 
 
-def _write(graph: Graph, stream: IO[bytes]) -> None:
+def _write(graph: Graph, stream: IO[bytes], stored: list[document.Stored] | None) -> None:
     try:
-        for chunk in codec.encode(graph):
+        for chunk in codec.encode(graph, stored):
             stream.write(chunk)
     except (TypeError, ValueError, OverflowError) as exc:
         raise FormatError(f"cannot encode the graph: {exc}") from exc
@@ -104,10 +103,10 @@ def save(graph: Graph, path: str | os.PathLike[str]) -> None:
     file or the new one, never a part."""
     from graphsvc.atomic import atomic_writer, reserve  # here, not at the top: reading needs none of hashlib/secrets
 
-    check_writable(graph)
+    stored = check_writable(graph)
     with atomic_writer(path) as stream:
         try:
-            chunks = list(codec.encode(graph))  # views of the columns and arrays: nothing is copied
+            chunks = list(codec.encode(graph, stored))  # views of the columns and arrays: nothing is copied
         except (TypeError, ValueError, OverflowError) as exc:
             raise FormatError(f"cannot encode the graph: {exc}") from exc
         reserve(stream, sum(map(len, chunks)))
@@ -174,8 +173,10 @@ def _read(
 GraphSource = str | os.PathLike[str] | BinaryIO
 #: How many bytes one read from a pipe, a device or a stream asks for.
 _CHUNK = 1 << 20
-#: How many bytes are read first to tell msgpack from JSON (more only after leading whitespace).
-_HEAD = 1 << 12
+#: How many bytes are read first: enough to tell msgpack from JSON (more only after leading
+#: whitespace), and the window the msgpack reader walks first (most files' header, tensor table and
+#: small columns: read once).
+_HEAD = 1 << 16
 _BOM = b"\xef\xbb\xbf"
 _NOT_JSON_SPACE = re.compile(rb"[^ \t\n\r]")
 
@@ -298,7 +299,7 @@ def _load_regular(file: IO[bytes], limits: Limits, mapped: bool = False) -> tupl
             mapping = _map(fd) if mapped and size else None
             if mapping is not None:
                 return _read(fastload.BytesSource(mapping), lambda: mapping, limits)
-            return _read(fastload.FileSource(fd), everything, limits)
+            return _read(fastload.FileSource(fd, head, size), everything, limits)
         data = everything()
         if kind is None:  # only whitespace in the first chunk
             try:

@@ -20,6 +20,7 @@ This module holds no I/O, no msgpack and no pluggy.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -303,14 +304,14 @@ class Graph:
                 )
             _check_parents_precede(self.parent_indices, offsets, counts)
         if leaf_codes:
-            with_parents = np.isin(self.op_codes, leaf_codes) & (counts > 0)
+            with_parents = _leaf_mask(self, leaf_codes)[self.op_codes] & (counts > 0)  # op codes < len(op_table) here
             if with_parents.any():
                 node = int(np.argmax(with_parents))
                 raise GraphStructureError(f"node {node} is a {self.op(node)} but has parents")
 
     def _check_sparse(self, n: int) -> None:
         seen: dict[str, int] = {}
-        for node, name in self.names.items():
+        for node, name in () if _names_ok(self.names, n) else self.names.items():
             if not 0 <= node < n:
                 raise GraphStructureError(f"name {name!r} is given to node {node}, which does not exist")
             if not isinstance(name, str) or not name:
@@ -327,6 +328,8 @@ class Graph:
             if not 0 <= out < n:
                 raise GraphStructureError(f"output {out} does not exist (the graph has {n} nodes)")
         for what, arrays in (("value", self.arrays), ("gradient", self.grad_arrays)):
+            if _arrays_ok(arrays, n):
+                continue  # every rule below holds: checked a column at a time
             for node, array in arrays.items():
                 if not 0 <= node < n:
                     raise GraphStructureError(f"a {what} array is given to node {node}, which does not exist")
@@ -339,13 +342,49 @@ class Graph:
                     raise GraphStructureError(
                         f"node {node}: a {what} array has {array.ndim} dimensions, more than {MAX_DIMENSIONS}"
                     )
+        arrays, grads = self.arrays, self.grad_arrays
+        if grads.keys() <= arrays.keys() and all(
+            map(operator.eq, map(_SHAPE_OF, grads.values()), map(_SHAPE_OF, map(arrays.__getitem__, grads)))
+        ):
+            return  # every gradient has its value's shape (compared a column at a time)
         for node, grad in self.grad_arrays.items():
-            value = self.arrays.get(node)
+            value = arrays.get(node)
             if value is not None and grad.shape != value.shape:
                 raise GraphStructureError(
                     f"node {node}'s gradient array has shape {list(grad.shape)}, "
                     f"but its value array has shape {list(value.shape)}"
                 )
+
+
+#: :data:`TENSOR_DTYPES` as a set, for one look-up per array.
+_TENSOR_DTYPE_SET = frozenset(TENSOR_DTYPES)
+_DTYPE_OF, _NDIM_OF, _SHAPE_OF = (operator.attrgetter(name) for name in ("dtype", "ndim", "shape"))
+
+
+def _names_ok(names: dict[int, str], n: int) -> bool:
+    """Do the names keep every rule :meth:`Graph._check_sparse` holds them to (node ids in range,
+    non-empty strings, none twice)? When not, its loop names the first broken one."""
+    if not names:
+        return True
+    if set(map(type, names)) != {int} or min(names) < 0 or max(names) >= n:
+        return False
+    texts = names.values()
+    return set(map(type, texts)) == {str} and all(texts) and len(set(texts)) == len(names)
+
+
+def _arrays_ok(arrays: dict[int, np.ndarray], n: int) -> bool:
+    """Do the arrays of one map keep every rule :meth:`Graph._check_sparse` holds them to (node ids
+    in range, an ndarray of a tensor dtype, at most :data:`MAX_DIMENSIONS` dimensions)? When not, the
+    caller's loop names the first broken one."""
+    if not arrays:
+        return True
+    if set(map(type, arrays)) != {int} or min(arrays) < 0 or max(arrays) >= n:
+        return False
+    items = arrays.values()
+    if set(map(type, items)) != {np.ndarray}:
+        return False
+    dtypes_ok = set(map(_DTYPE_OF, items)) <= _TENSOR_DTYPE_SET
+    return dtypes_ok and max(map(_NDIM_OF, items)) <= MAX_DIMENSIONS
 
 
 def _leaf_mask(graph: Graph, leaf_codes: list[int]) -> npt.NDArray[np.bool_]:

@@ -161,6 +161,14 @@ def pad_and_data_header(written: int, data_size: int) -> bytes:
     )
 
 
+def column_head(name: str) -> bytes:
+    """The bytes of a canonical column map (§4, §8) from its map header up to its ``length``'s value:
+    the same for every file, as its dtype is the one the layout requires."""
+    dtype_key, length_key, _ = COLUMN_FIELDS
+    dtype = COLUMN_DTYPES[name].str.encode()
+    return MAP.header(len(COLUMN_FIELDS)) + key(dtype_key) + STR.header(len(dtype)) + dtype + key(length_key)
+
+
 def bin_header(length: int) -> bytes:
     """The msgpack bin header for ``length`` bytes (what ``packb(bytes)`` writes before them)."""
     return BIN.header(length)

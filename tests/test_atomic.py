@@ -302,8 +302,8 @@ def test_an_exception_at_any_point_of_a_save_leaves_the_old_file_and_no_temporar
 
     for fail_at in range(chunks + 1):
 
-        def failing(graph: Graph, fail_at: int = fail_at) -> Iterator[bytes | memoryview]:
-            for i, chunk in enumerate(real_encode(graph)):
+        def failing(graph: Graph, stored: Any = None, fail_at: int = fail_at) -> Iterator[bytes | memoryview]:
+            for i, chunk in enumerate(real_encode(graph, stored)):
                 if i == fail_at:
                     raise RuntimeError(f"failed at chunk {i}")
                 yield chunk

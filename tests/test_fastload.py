@@ -212,3 +212,78 @@ def test_a_graph_read_from_a_pipe(tmp_path: Path) -> None:
         assert fmt.dumps(fmt.load(fifo)) == data
     finally:
         writer.join()
+
+
+# -- the canonical file's short cuts ---------------------------------------------------------------------
+V2_FILES = sorted((ROOT / "schemas" / "examples" / "v2").glob("*.msgpack"))
+
+
+@pytest.mark.parametrize("path", SAMPLE_FILES + V2_FILES, ids=lambda path: path.name)
+def test_a_canonical_column_is_matched_whole_not_walked_field_by_field(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = path.read_bytes()
+    expected = scan(data)
+
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("walked field by field")
+
+    monkeypatch.setattr(fastload, "_scan_column", refuse)
+    assert scan(data) == expected
+    assert [span.dtype for span in expected.columns] == [fmt.COLUMN_DTYPES[span.key].str for span in expected.columns]
+
+
+def test_a_column_in_another_encoding_is_walked_field_by_field_to_the_same_place() -> None:
+    data = chain(5)
+    canonical = scan(data)
+    # the same op_codes column with its dtype as a str8 (0xd9), which msgpack reads the same
+    index = data.index(b"\xa5dtype\xa3<u2")
+    wider = data[:index] + b"\xa5dtype\xd9\x03<u2" + data[index + 10 :]
+    widened = scan(wider)
+    assert widened.columns[0] == fastload.ColumnSpan("op_codes", "<u2", 5, canonical.columns[0].offset + 1, 10)
+    assert [span.offset - 1 for span in widened.columns[1:]] == [span.offset for span in canonical.columns[1:]]
+
+
+def test_a_file_source_answers_reads_within_its_head_without_reading_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "g.bin"
+    path.write_bytes(bytes(range(200)))
+    calls: list[tuple[int, int]] = []
+    real = os.pread
+
+    def counted(fd: int, count: int, offset: int) -> bytes:
+        calls.append((count, offset))
+        return real(fd, count, offset)
+
+    with open(path, "rb") as file:
+        source = fastload.FileSource(file.fileno(), head=bytes(range(100)))
+        monkeypatch.setattr(os, "pread", counted)
+        assert source.read(10, 5) == bytes(range(10, 15))
+        out = np.zeros(20, dtype=np.uint8)
+        source.read_into(80, out)
+        assert out.tolist() == list(range(80, 100))
+        assert calls == []
+        assert source.read(95, 10) == bytes(range(95, 105))  # past the head: from the file
+        assert calls == [(10, 95)]
+        assert source.size == 200
+
+
+def test_loading_a_small_tensor_file_reads_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Header, tensor table, columns and data of a file within the first read: one system call."""
+    path = tmp_path / "g.msgpack"
+    path.write_bytes((ROOT / "schemas" / "examples" / "v2" / "tensor_kinds.msgpack").read_bytes())
+    expected = fmt.load(path)
+    calls: list[str] = []
+    for name in ("pread", "preadv", "read", "readv"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda *args, _real=real, _name=name: calls.append(_name) or _real(*args))
+    graph = fmt.load(path)
+    assert calls == ["pread"]
+    assert fmt.dumps(graph) == fmt.dumps(expected)
+
+
+def test_a_source_stream_reads_a_little_first_then_twice_as_much_each_time() -> None:
+    source = fastload.BytesSource(bytes(100_000))
+    stream = fastload.SourceStream(source, 10)
+    assert [len(stream.read(65_536)) for _ in range(6)] == [4096, 8192, 16_384, 32_768, 38_550, 0]

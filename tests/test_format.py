@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphsvc import codec
+from graphsvc import codec, document
 from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.graph import Graph, GraphBuilder, OpSource
@@ -647,8 +647,8 @@ def test_save_writes_nesting_exactly_at_the_limit(tmp_path: Path) -> None:
 
 # -- atomic save ------------------------------------------------------------------------------------
 def _failing_encoder(real: Callable[[Graph], Iterator[bytes | memoryview]], error: BaseException) -> Any:
-    def encode(graph: Graph) -> Iterator[bytes | memoryview]:
-        chunks = real(graph)
+    def encode(graph: Graph, stored: Any = None) -> Iterator[bytes | memoryview]:
+        chunks = real(graph, stored)
         yield next(chunks)
         yield next(chunks)
         raise error
@@ -788,3 +788,87 @@ def test_an_op_table_of_more_than_65536_entries_is_refused() -> None:
     with pytest.raises(FormatError) as info:
         fmt.loads(msgpack.packb(document))
     assert str(info.value) == "too many ops: 65537 (at most 65536)"
+
+
+# -- the document checks' fast paths ------------------------------------------------------------------
+NESTED: list[tuple[Any, bool]] = [
+    ({"axis": -1, "keepdims": True, "shape": [8, 64], "eps": 1e-5, "name": "x", "none": None}, True),
+    ({"a": [[{"b": 1}]]}, True),  # 4 levels below the map: the limit
+    ({"a": [[[[1]]]]}, False),  # 5 levels below the map: deeper than the limit 4
+    ({"a": {1: 2}}, False),  # a key that is not a string
+    ({"a": 2**64}, False),  # outside msgpack's integers
+    ({"a": (1, 2)}, False),  # a tuple: for check_nesting to judge
+    ({"a": "x" * 100}, False),  # longer than the string limit below allows
+    ({"x" * 100: 1}, False),
+]
+
+
+@pytest.mark.parametrize(("value", "ok"), NESTED)
+def test_nesting_is_checked_a_level_at_a_time_and_any_doubt_left_to_check_nesting(value: Any, ok: bool) -> None:
+    assert document._nesting_ok([value], 4, string_limit=200) is ok
+    if ok:
+        document.check_nesting(value, 4, "v", check_strings=True)
+
+
+def test_the_op_table_of_a_file_is_read_at_once_one_source_per_plugin() -> None:
+    doc = {
+        "ops": [
+            {"tag": "leaf", "plugin": "graphsvc", "version": "0.1"},
+            {"tag": "add", "plugin": "graphsvc", "version": "0.1"},
+            {"tag": "conv2d", "plugin": "graphsvc-conv", "version": None},
+        ]
+    }
+    table, sources = document._read_ops(doc)
+    assert table == ["leaf", "add", "conv2d"]
+    assert sources == {
+        "leaf": OpSource("graphsvc", "0.1"),
+        "add": OpSource("graphsvc", "0.1"),
+        "conv2d": OpSource("graphsvc-conv", None),
+    }
+    assert sources["leaf"] is sources["add"]
+    doc["ops"][2]["tag"] = "add"
+    with pytest.raises(FormatError) as info:
+        document._read_ops(doc)
+    assert str(info.value) == "ops lists the tag 'add' twice"
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ([[0, "a"], [2, "b"]], None),
+        ([[2, "a"], [0, "b"]], "names[1]: node 0 is listed out of order (ids must increase)"),
+        ([[0, "a"], [0, "b"]], "names[1]: node 0 is listed twice"),
+        ([[0, "a"], [3, "b"]], "names[1] refers to node 3, which does not exist (the graph has 3 nodes)"),
+        ([[0, 1]], "names[0][1] must be a string, not an integer"),
+        ([[True, "a"]], "names[0][0] must be an integer, not a boolean"),
+        ([[0, "a", 1]], "names[0] must be an array [node id, name]"),
+    ],
+)
+def test_sparse_entries_are_read_at_once_and_a_broken_rule_worded_entry_by_entry(
+    entries: list[Any], message: str | None
+) -> None:
+    if message is None:
+        assert document._read_sparse({"names": entries}, "names", str, 3) == {0: "a", 2: "b"}
+        return
+    with pytest.raises(FormatError) as info:
+        document._read_sparse({"names": entries}, "names", str, 3)
+    assert str(info.value) == message
+
+
+def test_a_loaded_graph_gets_the_compiled_structure_check_whatever_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphsvc import kernels
+    from tests.conftest import require_compiled
+
+    compiled = require_compiled()
+    data = fmt.dumps(golden.seed000())
+    calls = []
+    real = compiled.structure_ok
+
+    def counted(*args: Any) -> bool:
+        calls.append(len(args[0]) - 1)
+        return bool(real(*args))
+
+    monkeypatch.setattr(compiled, "structure_ok", counted)
+    graph = fmt.loads(data)
+    assert calls == [graph.num_nodes] == [6]  # far below the threshold of a replay's compiled sweeps
+    assert kernels.JIT_THRESHOLD > 6

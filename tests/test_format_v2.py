@@ -618,3 +618,150 @@ def test_a_4_gib_data_header_in_a_small_file_is_refused_at_once() -> None:
     tracemalloc.stop()
     assert str(info.value) == "the file is truncated: 502 bytes end in the middle of the document"
     assert peak < 1 << 20
+
+
+# -- the tensor table's fast checks ------------------------------------------------------------------
+# document._table_if_valid (Python) and graphsvc._ctable.tensor_views (C) check a whole table at once
+# and only say "every rule holds" or "look closer"; document._checked_table then words the first
+# broken rule. Each must accept exactly a subset of what _checked_table accepts, and agree.
+def table_inputs(doc: dict[str, Any]) -> tuple[list[Any], int, int, np.ndarray, np.ndarray | None]:
+    nodes = doc["nodes"]
+    count = nodes["count"]
+    values = np.frombuffer(nodes["values"]["data"], dtype="<f8")
+    grads = None if nodes.get("grads") is None else np.frombuffer(nodes["grads"]["data"], dtype="<f8")
+    return doc["tensors"], count, len(doc["data"]), values, grads
+
+
+def native_views(doc: dict[str, Any]) -> Any:
+    """What the C twin returns for the document's table (skipped where it was not built)."""
+    from tests.conftest import require_native
+
+    ctable = require_native("table")
+    entries, count, size, values, grads = table_inputs(doc)
+    buffer = np.frombuffer(bytes(size), dtype=np.uint8)
+    items = {name: (dtype, dtype.itemsize) for name, dtype in file_layout.TENSOR_DTYPES.items()}
+    return ctable.tensor_views(entries, count, size, 64, items, values, grads, np.ndarray, buffer)
+
+
+def checked_or_error(doc: dict[str, Any]) -> Any:
+    try:
+        return document._checked_table(*table_inputs(doc))
+    except FormatError as exc:
+        return str(exc)
+
+
+@pytest.mark.parametrize(("mutate", "message"), BAD_TABLES[4:], ids=[m for _, m in BAD_TABLES[4:]])
+def test_the_fast_table_checks_refuse_each_bad_table_and_leave_its_words_to_the_entry_checks(
+    mutate: Callable[[dict[str, Any]], object], message: str
+) -> None:
+    doc = copy.deepcopy(worked_document())
+    mutate(doc)
+    assert document._table_if_valid(*table_inputs(doc)) is None
+    assert native_views(doc) is None
+    assert checked_or_error(doc) == message
+
+
+#: Values put into each field of each entry of the worked table (a valid one among them).
+PERTURBATIONS: list[Any] = [
+    -1, 0, 1, 2, 3, 8, 63, 64, 128, 2**31, 2**63 - 1, 2**63, 2**64, -(2**63), True, 1.0, None, "value", "grad",
+    "F32", "F64", "I64", "f32", [], [2], [0], [1, 2], [2**62, 4], [2**32, 2**32], [-1], [2.0], [True], [1] * 33,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("field", range(6))
+def test_the_python_and_c_table_checks_agree_with_the_entry_checks(field: int) -> None:
+    """Every perturbation of every field: where a fast check accepts a table, the entry-by-entry
+    check gives the same table; the two fast checks accept the same tables."""
+    accepted = 0
+    for entry in range(2):
+        for value in PERTURBATIONS:
+            doc = copy.deepcopy(worked_document())
+            doc["tensors"][entry][field] = copy.deepcopy(value)
+            fast = document._table_if_valid(*table_inputs(doc))
+            native = native_views(doc)
+            assert (fast is None) == (native is None), (entry, value)
+            if fast is not None:
+                accepted += 1
+                assert as_lists(checked_or_error(doc)) == as_lists(fast), (entry, value)
+                assert [(node, which, list(array.shape)) for node, which, _, array in _native_rows(native)] == [
+                    (node, which, list(shape)) for node, which, _, shape, _ in fast
+                ]
+    assert accepted >= 2  # the unchanged table, at least
+
+
+def as_lists(table: Any) -> Any:
+    return [(node, which, dtype, list(shape), offset) for node, which, dtype, shape, offset in table]
+
+
+def _native_rows(views: tuple[dict[int, np.ndarray], dict[int, np.ndarray]]) -> list[tuple[int, int, Any, Any]]:
+    rows = [(node, which, array.dtype, array) for which in (0, 1) for node, array in views[which].items()]
+    return sorted(rows, key=lambda row: (row[0], row[1]))
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["C", "Python"])
+@pytest.mark.parametrize("name", sorted(GOLDEN_SHA256))
+def test_a_canonical_table_never_takes_the_entry_by_entry_path(
+    name: str, native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if native:
+        from tests.conftest import require_native
+
+        require_native("table")
+    else:
+        monkeypatch.setattr(document, "_ctable", None)
+    expected = fmt.loads((V2_DIR / f"{name}.msgpack").read_bytes())
+
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("the entry-by-entry check ran")
+
+    monkeypatch.setattr(document, "_checked_table", refuse)
+    if native:
+        monkeypatch.setattr(document, "_table_if_valid", refuse)
+    graph = fmt.loads((V2_DIR / f"{name}.msgpack").read_bytes())
+    for which in ("arrays", "grad_arrays"):
+        got, want = getattr(graph, which), getattr(expected, which)
+        assert sorted(got) == sorted(want)
+        for node, array in want.items():
+            assert got[node].dtype == array.dtype and got[node].shape == array.shape
+            assert got[node].tobytes() == array.tobytes() and not got[node].flags.writeable
+
+
+def test_a_valid_table_in_another_order_of_payloads_reads_the_same_the_slow_way() -> None:
+    def swapped(d: dict[str, Any]) -> None:
+        d["data"] = d["data"][64:] + bytes(56) + d["data"][:8]
+        d["tensors"][0][4], d["tensors"][1][4] = 64, 0
+
+    doc = copy.deepcopy(worked_document())
+    swapped(doc)
+    assert document._table_if_valid(*table_inputs(doc)) is None  # not as a writer lays it out
+    assert native_views(doc) is None
+    moved, original = fmt.loads(mutated(swapped)), fmt.loads(msgpack.packb(worked_document()))
+    assert {node: a.tobytes() for node, a in moved.arrays.items()} == {
+        node: a.tobytes() for node, a in original.arrays.items()
+    }
+
+
+# -- saving ------------------------------------------------------------------------------------------
+def test_a_save_lays_out_the_tensor_table_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = golden.GOLDEN_V2["tensor_kinds"]()
+    calls = []
+    real = document.stored_arrays
+
+    def counted(g: Graph) -> list[document.Stored]:
+        calls.append(g)
+        return real(g)
+
+    monkeypatch.setattr(document, "stored_arrays", counted)
+    fmt.save(graph, tmp_path / "g.msgpack")
+    assert len(calls) == 1
+    assert (tmp_path / "g.msgpack").read_bytes() == (V2_DIR / "tensor_kinds.msgpack").read_bytes()
+
+
+def test_a_native_contiguous_array_is_written_from_its_own_memory() -> None:
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    payload = document.little_endian_bytes(array)
+    assert payload.obj is array and bytes(payload) == array.tobytes()
+    assert bytes(document.little_endian_bytes(np.zeros((0, 3), dtype=np.float64))) == b""
+    assert bytes(document.little_endian_bytes(np.float64(1.5) * np.ones(()))) == b"\x00\x00\x00\x00\x00\x00\xf8?"
+    transposed = np.arange(4, dtype=np.int64).reshape(2, 2).T
+    assert bytes(document.little_endian_bytes(transposed)) == np.array([0, 2, 1, 3], dtype="<i8").tobytes()

@@ -274,3 +274,55 @@ def test_tensor_summary_counts_dtypes_and_bytes() -> None:
     scalars = GraphBuilder()
     scalars.leaf(1.0)
     assert scalars.build().tensor_summary() == {"nodes": 0, "dtypes": {}, "value_bytes": 0, "grad_bytes": 0}
+
+
+# -- the checks' fast paths -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("names", "ok"),
+    [
+        ({}, True),
+        ({0: "a", 2: "b"}, True),
+        ({0: "a", 2: "a"}, False),  # a name twice
+        ({0: ""}, False),
+        ({0: 1}, False),
+        ({3: "a"}, False),  # no such node
+        ({-1: "a"}, False),
+        ({True: "a"}, False),  # not an int
+    ],
+)
+def test_the_names_are_checked_at_once_and_any_doubt_left_to_the_loop(names: dict[int, str], ok: bool) -> None:
+    from graphsvc.graph import _names_ok
+
+    assert _names_ok(names, 3) is ok
+
+
+@pytest.mark.parametrize(
+    ("arrays", "ok"),
+    [
+        ({0: np.zeros(2)}, True),
+        ({0: np.zeros(2, dtype=np.float32), 1: np.zeros((), dtype=np.int64)}, True),
+        ({0: np.zeros(2, dtype=">f8")}, False),  # not this machine's float64
+        ({0: np.zeros(2, dtype=np.int32)}, False),
+        ({0: np.zeros([1] * 33)}, False),
+        ({3: np.zeros(2)}, False),
+        ({0: [1.0]}, False),
+        ({0: np.ma.zeros(2)}, False),  # a subclass: for the loop to judge
+    ],
+)
+def test_the_arrays_are_checked_at_once_and_any_doubt_left_to_the_loop(arrays: dict[int, object], ok: bool) -> None:
+    from graphsvc.graph import _arrays_ok
+
+    assert _arrays_ok(arrays, 3) is ok  # type: ignore[arg-type]
+
+
+def test_a_gradient_of_another_shape_is_found_by_the_loop_after_the_column_check() -> None:
+    b = GraphBuilder()
+    x = b.leaf(np.zeros((2, 3)), name="x")
+    b.add("neg", [x], value=np.zeros((2, 3)))
+    graph = b.build()
+    graph.grad_arrays = {0: np.zeros((2, 3)), 1: np.zeros((3, 2))}
+    with pytest.raises(GraphStructureError) as info:
+        graph.check()
+    assert str(info.value) == "node 1's gradient array has shape [3, 2], but its value array has shape [2, 3]"
+    graph.grad_arrays = {1: np.zeros((2, 3))}
+    graph.check()
