@@ -162,16 +162,12 @@ def per_element(op: Op, what: str) -> Callable[..., Any]:
     return over_arrays
 
 
-class _Node:
-    """What replay needs of one node: its op, parents and attributes, and where errors point."""
-
-    __slots__ = ("attrs", "op", "parents")
-
-    def __init__(self, op: Op, parents: list[int], attrs: Mapping[str, Any]) -> None:
-        self.op, self.parents, self.attrs = op, parents, attrs
+#: What replay needs of a node computed by an op: the op, its parents' ids and its attributes
+#: (``None`` for a leaf or a const, whose value comes from the graph).
+_Call = tuple[Op, list[int], Mapping[str, Any]]
 
 
-def _initial_values(graph: Graph, calls: Sequence[_Node | None], overrides: Mapping[int, Any]) -> Replayed:
+def _initial_values(graph: Graph, calls: Sequence[_Call | None], overrides: Mapping[int, Any]) -> Replayed:
     """Each leaf's stored value as a read-only array, with ``overrides`` applied."""
     values: Replayed = [None] * graph.num_nodes
     column = graph.values
@@ -195,33 +191,25 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
-    """A result to keep: made read-only in place when it owns its data (a new array: a view would
-    look shared with something), else through a read-only view. Every value and gradient a replay
-    keeps is read-only, so ops and VJPs receive them as they are, and a plugin that returns a
-    buffer of its own and writes into it later fails instead of changing a kept result."""
-    flags = array.flags
-    if flags.writeable:
-        if flags.owndata:
-            flags.writeable = False
-        else:
-            array = array.view()
-            array.flags.writeable = False
+    """A result to keep, made read-only in place (an op's or a VJP's own array object; its inputs
+    were read-only already). Every value and gradient a replay keeps is read-only, so ops and VJPs
+    receive them as they are, and a plugin that returns a buffer of its own and writes into it
+    later fails instead of changing a kept result."""
+    array.setflags(write=False)
     return array
 
 
-def _calls(graph: Graph, ops: Sequence[Op | None]) -> list[_Node | None]:
+def _calls(graph: Graph, ops: Sequence[Op | None]) -> list[_Call | None]:
     codes = graph.op_codes.tolist()
     offsets = graph.parent_offsets.tolist()
     parents = graph.parent_indices.tolist()
-    calls: list[_Node | None] = []
-    for node, code in enumerate(codes):
-        op = ops[code]
-        calls.append(
-            None
-            if op is None
-            else _Node(op, parents[offsets[node] : offsets[node + 1]], graph.attrs.get(node, _NO_ATTRS))
-        )
-    return calls
+    attrs = graph.attrs
+    return [
+        None
+        if ops[code] is None
+        else (ops[code], parents[offsets[node] : offsets[node + 1]], attrs.get(node, _NO_ATTRS))
+        for node, code in enumerate(codes)
+    ]
 
 
 def forward(graph: Graph, ops: Sequence[Op | None], overrides: Mapping[int, Any] | None = None) -> Replayed:
@@ -233,9 +221,8 @@ def forward(graph: Graph, ops: Sequence[Op | None], overrides: Mapping[int, Any]
         for node, call in enumerate(calls):
             if call is None:
                 continue
-            op = call.op
-            inputs = [values[p] for p in call.parents]
-            result = _call(graph, node, op, "forward", op.forward, inputs, call.attrs)
+            op, parents, attrs = call
+            result = _call(graph, node, op, "forward", op.forward, [values[p] for p in parents], attrs)
             values[node] = _frozen(_as_tensor(graph, node, op, "forward", result))
     return values
 
@@ -281,13 +268,14 @@ def backward(
                 if steps is not None:
                     steps.append(Step(node, g, []))
                 continue
-            op, parents = call.op, call.parents
+            op, parents, attrs = call
             known = vjps.get(op.name)
             if known is None:
                 known = vjps[op.name] = vjp_of(op)
             vjp, told = known
             needs = tuple([requires[p] for p in parents])
-            attrs = {**call.attrs, NEEDS_INPUT_GRAD: needs} if told else call.attrs
+            if told:
+                attrs = {**attrs, NEEDS_INPUT_GRAD: needs}
             inputs = [values[p] for p in parents]
             cotangents = _call(graph, node, op, "vjp", vjp, [g, values[node], *inputs], attrs)
             sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads)
@@ -300,7 +288,7 @@ def backward(
     return grads
 
 
-def requires_grad(graph: Graph, calls: Sequence[_Node | None], values: Replayed) -> list[bool]:
+def requires_grad(graph: Graph, calls: Sequence[_Call | None], values: Replayed) -> list[bool]:
     """Which nodes get a gradient, PyTorch's ``requires_grad``: ``leaf`` nodes, scalar ``const``
     nodes (a number in the columns, as micrograd's ``Value(2.0)``: every node of a graph of scalars
     gets one) and every node computed from one of these; not ``const`` arrays (data: inputs, masks,
@@ -312,7 +300,7 @@ def requires_grad(graph: Graph, calls: Sequence[_Node | None], values: Replayed)
         if value.dtype == _INDEX_DTYPE:
             continue
         if call is not None:
-            requires[node] = any(requires[p] for p in call.parents)
+            requires[node] = True in [requires[p] for p in call[1]]
         elif graph.op(node) == LEAF:
             requires[node] = True
         else:  # const (or a tag replay does not know): a number in the columns gets one
