@@ -49,6 +49,8 @@ def decode_error(exc: Exception, data: Buffer, limits: Limits) -> FormatError:
     """The error for a document msgpack could not decode (``exc``, raised decoding ``data``)."""
     size = len(data)
     if isinstance(exc, msgpack.ExtraData):
+        if not isinstance(exc.unpacked, dict):  # a graph file starts with a map: this is another kind of file
+            return FormatError(f"not a graphsvc file: it starts with {bytes(data[:8])!r}, not a msgpack map")
         return FormatError(
             f"trailing bytes after the document: {len(exc.extra)} bytes follow the first {size - len(exc.extra)}"
         )

@@ -20,7 +20,6 @@ Every value and gradient a replay keeps is read-only.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -313,10 +312,11 @@ def requires_grad(graph: Graph, calls: Sequence[_Call | None], values: Replayed)
 NEEDS_INPUT_GRAD = "needs_input_grad"
 
 
-@functools.cache
 def vjp_of(op: Op) -> tuple[Callable[..., Any], bool]:
     """``op``'s VJP (derived from its ``derivatives`` when it gives none), and whether it takes
-    :data:`NEEDS_INPUT_GRAD` (it declares a parameter of that name; the derived VJPs do)."""
+    :data:`NEEDS_INPUT_GRAD` (it declares a parameter of that name; the derived VJPs do). Not
+    cached by op: a plugin's functions need not be hashable (a callable dataclass is not), and
+    :func:`backward` looks each op up once per sweep."""
     vjp = elementwise_vjp(op) if op.vjp is None else op.vjp
     try:
         return vjp, NEEDS_INPUT_GRAD in inspect.signature(vjp).parameters

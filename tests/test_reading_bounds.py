@@ -114,13 +114,19 @@ NEITHER: list[tuple[str, bytes, str, str]] = [
         "only whitespace",
         b" \n\t ",
         "not a graphsvc file: it holds only whitespace",
-        "trailing bytes after the document: 3 bytes follow the first 1",
+        "not a graphsvc file: it starts with b' \\n\\t ', not a msgpack map",
     ),
     (
         "an array",
         b"[1, 2]",
         "not a graphsvc file: it starts with b'[1, 2]', not a msgpack map or a JSON object",
-        "trailing bytes after the document: 5 bytes follow the first 1",
+        "not a graphsvc file: it starts with b'[1, 2]', not a msgpack map",
+    ),
+    (
+        "a text file",
+        b"hello world\n",
+        "not a graphsvc file: it starts with b'hello wo', not a msgpack map or a JSON object",
+        "not a graphsvc file: it starts with b'hello wo', not a msgpack map",
     ),
     (
         "the reserved byte",

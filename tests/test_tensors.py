@@ -281,6 +281,34 @@ def test_broken_vjps_and_forwards_are_replay_errors_naming_node_and_op() -> None
         assert str(info.value) == message
 
 
+class _Scale:
+    """A callable with ``__eq__`` and no ``__hash__`` (as a dataclass is): a plugin may give one."""
+
+    def __init__(self, k: float) -> None:
+        self.k = k
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Scale) and other.k == self.k
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __call__(self, g: np.ndarray, out: Any = None, x: Any = None) -> Any:
+        return g * self.k if out is None else (g * self.k,)
+
+
+def test_an_op_whose_functions_cannot_be_hashed_replays_backward() -> None:
+    from graphsvc.testing import check_vjp
+
+    registry = builtins()
+    op = Op("scale3", 1, forward=_Scale(3.0), vjp=_Scale(3.0))
+    registry.register(op, plugin="callables")
+    b = GraphBuilder()
+    b.add("sum", [b.add("scale3", [b.leaf(np.array([1.0, 2.0]), name="x")])], name="loss")
+    graph = graphsvc.backward(b.build(), registry=registry)
+    assert (graph.value("loss"), graph.grad("x").tolist()) == (9.0, [3.0, 3.0])  # type: ignore[union-attr]
+    assert check_vjp(op, np.array([1.0, 2.0])).ok
+
+
 def test_take_refuses_float_indices_and_concatenate_needs_an_input() -> None:
     b = GraphBuilder()
     b.add("take", [b.leaf(np.ones(3)), b.const(np.array([0.0]))], name="t")
