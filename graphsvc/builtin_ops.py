@@ -20,6 +20,7 @@ along the axis splits the gradient evenly among them (PyTorch's ``amax``).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from numbers import Real
 from typing import Any
@@ -131,8 +132,13 @@ def _matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """np.matmul; a stack of matrices times one matrix (a linear layer on a batch of sequences) is
     one matrix product of the stack's rows, not one per matrix of the stack."""
     if y.ndim == 2 and x.ndim > 2:
-        return np.matmul(x.reshape(-1, x.shape[-1]), y).reshape(*x.shape[:-1], y.shape[-1])
+        return np.matmul(_rows(x), y).reshape(*x.shape[:-1], y.shape[-1])
     return np.matmul(x, y)
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    """A stack of matrices as one matrix of all their rows (no -1: a stack may hold no elements)."""
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
 
 
 def _matmul_vjp(
@@ -142,7 +148,7 @@ def _matmul_vjp(
     if x.ndim == 1 and y.ndim == 1:
         return (g * y if need_x else None), (g * x if need_y else None)
     if y.ndim == 2 and x.ndim > 2:  # as _matmul: the stack's rows, then y's gradient is one product
-        rows, g_rows = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+        rows, g_rows = _rows(x), _rows(g)
         gx = np.matmul(g_rows, y.T).reshape(x.shape) if need_x else None
         return gx, (np.matmul(rows.T, g_rows) if need_y else None)
     x2 = x[np.newaxis, :] if x.ndim == 1 else x  # np.matmul's promotion of 1-d operands

@@ -531,3 +531,13 @@ def test_the_builtin_matmul_and_conv2d_skip_what_is_not_needed() -> None:
     assert gx is None and gy.tolist() == [[8.0] * 5] * 3  # one product of the stack's rows
     gx, gy = vjp(g, None, x, y, needs_input_grad=(True, False))
     assert gy is None and gx.tolist() == [[[10.0] * 3] * 4] * 2
+
+
+@pytest.mark.parametrize("shapes", [((2, 3, 0), (0, 5)), ((2, 0, 4), (4, 5)), ((0, 3, 4), (4, 5)), ((2, 3, 4), (4, 0))])
+def test_matmul_of_a_stack_with_no_elements_is_numpys(shapes: tuple[tuple[int, ...], tuple[int, ...]]) -> None:
+    b = GraphBuilder()
+    x, y = b.leaf(np.ones(shapes[0]), name="x"), b.leaf(np.ones(shapes[1]), name="y")
+    b.add("sum", [b.add("matmul", [x, y], name="p")], name="loss")
+    graph = graphsvc.backward(b.build(), output="loss", registry=builtins())
+    assert graph.value("p").tolist() == np.matmul(np.ones(shapes[0]), np.ones(shapes[1])).tolist()  # type: ignore[union-attr]
+    assert graph.grad("x").shape == shapes[0] and graph.grad("y").shape == shapes[1]  # type: ignore[union-attr]
