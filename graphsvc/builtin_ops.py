@@ -176,7 +176,7 @@ def _concatenate_vjp(g: np.ndarray, out: np.ndarray, *inputs: np.ndarray, axis: 
 def _take_vjp(
     g: np.ndarray, out: np.ndarray, x: np.ndarray, indices: np.ndarray, axis: int | None = None
 ) -> tuple[np.ndarray, None]:
-    gx = np.zeros_like(x)
+    gx = np.zeros(x.shape, dtype=x.dtype)  # C order whatever x's layout: reshape(-1) below must be a view
     if axis is None:
         np.add.at(gx.reshape(-1), indices.reshape(-1), g.reshape(-1))
     else:

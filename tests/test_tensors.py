@@ -541,3 +541,15 @@ def test_matmul_of_a_stack_with_no_elements_is_numpys(shapes: tuple[tuple[int, .
     graph = graphsvc.backward(b.build(), output="loss", registry=builtins())
     assert graph.value("p").tolist() == np.matmul(np.ones(shapes[0]), np.ones(shapes[1])).tolist()  # type: ignore[union-attr]
     assert graph.grad("x").shape == shapes[0] and graph.grad("y").shape == shapes[1]  # type: ignore[union-attr]
+
+
+def test_take_of_a_transposed_array_sends_the_gradient_to_the_elements_taken() -> None:
+    b = GraphBuilder()
+    w = b.leaf(np.arange(6.0).reshape(2, 3), name="w")
+    t = b.add("transpose", [w], name="t")  # (3, 2), a view in Fortran order
+    picks = b.const(np.array([0, 5, 5]), name="picks")  # t.flat[0] = w[0, 0], t.flat[5] = w[1, 2]
+    b.add("sum", [b.add("take", [t, picks], name="taken")], name="loss")
+    graph = graphsvc.backward(b.build(), output="loss", registry=builtins())
+    assert graph.value("taken").tolist() == [0.0, 5.0, 5.0]  # type: ignore[union-attr]
+    assert graph.grad("t").tolist() == [[1.0, 0.0], [0.0, 0.0], [0.0, 2.0]]  # type: ignore[union-attr]
+    assert graph.grad("w").tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 2.0]]  # type: ignore[union-attr]
