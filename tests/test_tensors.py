@@ -553,3 +553,17 @@ def test_take_of_a_transposed_array_sends_the_gradient_to_the_elements_taken() -
     assert graph.value("taken").tolist() == [0.0, 5.0, 5.0]  # type: ignore[union-attr]
     assert graph.grad("t").tolist() == [[1.0, 0.0], [0.0, 0.0], [0.0, 2.0]]  # type: ignore[union-attr]
     assert graph.grad("w").tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 2.0]]  # type: ignore[union-attr]
+
+
+def test_every_vjp_op_gives_the_same_gradients_whatever_its_inputs_layout(layout: Callable[[Any], Any]) -> None:
+    from graphsvc.testing import check_vjp
+
+    rng = np.random.default_rng(7)
+    checked = 0
+    for op in builtins():
+        for inputs, attrs in op.samples(rng) if op.samples is not None else ():
+            laid_out = [np.asfortranarray(x) if np.asarray(x).dtype.kind == "f" else x for x in inputs]
+            result = check_vjp(op, *laid_out, attrs=attrs)
+            assert result.ok, result.message
+            checked += 1
+    assert checked >= 30
