@@ -321,3 +321,12 @@ def test_a_small_cnn_graph_replays_to_pytorchs_gradients(dtype: Any, rtol: float
         grad = replayed.grad(name)
         assert isinstance(grad, np.ndarray) and grad.dtype == dtype
         np.testing.assert_allclose(grad, tensor.grad.numpy(), rtol=rtol, atol=rtol)
+
+
+def test_both_vjps_hold_for_fortran_ordered_inputs() -> None:
+    rng = np.random.default_rng(3)
+    for op in (CONV2D, MAX_POOL2D):
+        assert op.samples is not None
+        for inputs, attrs in op.samples(rng):
+            result = check_vjp(op, *(np.asfortranarray(x) for x in inputs), attrs=attrs)
+            assert result.ok, result.message
