@@ -923,21 +923,32 @@ def _nonfinite_item(graph: Graph, found: Any) -> dict[str, Any] | None:
     return item | {"value": json_float(found.value), "count": found.count}
 
 
-def _check_item(c: Any) -> dict[str, Any]:
-    """A --check result in --json: a column's (checks.Comparison: the worst nodes) or arrays'
-    (tensors.TensorComparison: the worst elements, node and index)."""
+def _check_item(c: Any, graph: Graph) -> dict[str, Any]:
+    """A --check result in --json. The keys follow the file, not the engine that replayed it: a
+    graph of scalars gives the worst nodes (``worst_abs_node``), also when a vjp-only op has the
+    tensor engine replay it; a graph that holds arrays gives the worst elements, node and index
+    (``worst_abs_at``)."""
     from graphsvc.jsonio import json_float
 
     def at(where: tuple[int, tuple[int, ...]] | None) -> list[Any] | None:
         return None if where is None else [where[0], list(where[1])]
 
+    def node(where: tuple[int, tuple[int, ...]] | None) -> int | None:
+        return None if where is None else where[0]
+
     item: dict[str, Any] = {"ok": c.ok, "mismatches": c.mismatches, "nodes": c.nodes, "unstored": c.unstored}
     if hasattr(c, "worst_abs_node"):
+        worst_nodes = c.worst_abs_node, c.worst_rel_node
+    elif not graph.is_tensor_graph:  # every array the tensor engine compared was 0-d: a node
+        worst_nodes = node(c.worst_abs_at), node(c.worst_rel_at)
+    else:
+        worst_nodes = None
+    if worst_nodes is not None:
         return item | {
             "worst_abs": json_float(c.worst_abs),
-            "worst_abs_node": c.worst_abs_node,
+            "worst_abs_node": worst_nodes[0],
             "worst_rel": json_float(c.worst_rel),
-            "worst_rel_node": c.worst_rel_node,
+            "worst_rel_node": worst_nodes[1],
         }
     return item | {
         "worst_abs": json_float(c.worst_abs),
@@ -974,7 +985,7 @@ def _report(run: _Replay, as_json: bool, data: bool) -> None:
             head["steps"] = list(map(cells.step_item, run.steps))
         tail: dict[str, Any] = {"nonfinite": {what: _nonfinite_item(graph, f) for what, f in run.nonfinite.items()}}
         if run.comparisons:
-            tail["check"] = {c.what: _check_item(c) for c in run.comparisons}
+            tail["check"] = {c.what: _check_item(c, run.graph) for c in run.comparisons}
         _print_json_listing(head, cells.json_objects(), graph.num_nodes, tail)
     else:
         if run.steps:

@@ -225,3 +225,31 @@ def test_check_counts_the_nodes_without_a_gradient_to_compare(tmp_path: Path) ->
         "check grads: 1 of 4 nodes have no gradient to compare; worst abs diff 0.0 at w[0], "
         "worst rel diff 0.0 at w[0]: ok"
     )
+
+
+def test_check_json_follows_the_file_not_the_engine(tmp_path: Path) -> None:
+    """A graph of scalars replayed by the tensor engine (it uses an op given only by a vjp) gives
+    --check --json the keys a graph of scalars gives: the worst nodes."""
+    plugin = tmp_path / "twice.py"
+    plugin.write_text(
+        "from graphsvc.hookspecs import hookimpl\nfrom graphsvc.ops import Op\n\n"
+        "@hookimpl\ndef graphsvc_register_ops(register):\n"
+        "    register(Op('twice', 1, forward=lambda x: 2 * x, vjp=lambda g, out, x: (2 * g,)))\n"
+    )
+    b = GraphBuilder()
+    a = b.leaf(3.0, name="a")
+    b.add("mul", [b.add("twice", [a], name="t"), a], name="L")
+    path = tmp_path / "g.msgpack"
+    fmt.save(b.build(), path)
+    written = tmp_path / "replayed.msgpack"
+    args = ["--plugin", str(plugin), "backward", str(path)]
+    assert runner.invoke(app, [*args, "--write", str(written)]).exit_code == 0
+    result = runner.invoke(app, ["--plugin", str(plugin), "backward", str(written), "--check", "--json"])
+    assert result.exit_code == 0, result.stderr
+    check = json.loads(result.stdout)["check"]
+    assert check["grads"] == {
+        "ok": True, "mismatches": 0, "nodes": 3, "unstored": 0,
+        "worst_abs": 0.0, "worst_abs_node": 0, "worst_rel": 0.0, "worst_rel_node": 0,
+    }  # fmt: skip
+    leaf = json.loads(result.stdout)["nodes"][-1]
+    assert leaf == {"id": 0, "name": "a", "op": "leaf", "parents": [], "value": 3.0, "grad": 12.0}
