@@ -866,7 +866,7 @@ def _read_npy(ref: str, path: str) -> Any:
 
     import numpy as np
 
-    from graphsvc.graph import TENSOR_DTYPES
+    from graphsvc.graph import TENSOR_DTYPES, native_copy
     from graphsvc.text import escape, one_line
 
     where = f"--set {escape(ref)}: {escape(path)}"
@@ -880,8 +880,7 @@ def _read_npy(ref: str, path: str) -> Any:
         raise UsageError(f"{where} is not a .npy file of numbers (without pickled objects)") from None
     if not isinstance(array, np.ndarray):
         raise UsageError(f"{where} is not a .npy file of numbers (without pickled objects)")
-    array = np.array(array, order="C")
-    array = array.astype(array.dtype.newbyteorder("="), copy=False)
+    array = native_copy(array)
     if array.dtype not in TENSOR_DTYPES:
         raise UsageError(f"{where} holds {array.dtype}; float64, float32 or int64 arrays only")
     return array

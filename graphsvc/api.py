@@ -152,15 +152,15 @@ def resolve_set(
     twice, or by its id and its name) a :class:`~graphsvc.errors.UsageError` whose words name
     ``option`` (the CLI passes ``--set``, whose NAME=VALUE pairs may repeat a node). Whether each
     node is a leaf is checked by the replay."""
-    from graphsvc.graph import TENSOR_DTYPES
+    from graphsvc.graph import TENSOR_DTYPES, native_copy
     from graphsvc.text import escape
 
     result: dict[int, Any] = {}
     for ref, number in assignments:
         if isinstance(number, np.ndarray):
-            if number.dtype not in TENSOR_DTYPES:
+            value: Any = native_copy(number)  # as a graph keeps an array: big-endian data is fine
+            if value.dtype not in TENSOR_DTYPES:
                 raise TypeError(f"set[{ref!r}] must be an array of float64, float32 or int64, not {number.dtype}")
-            value: Any = number.copy()
         elif isinstance(number, bool) or not isinstance(number, Real):
             raise TypeError(f"set[{ref!r}] must be a number or an array, not {type(number).__name__}")
         else:

@@ -593,10 +593,16 @@ def _is_tensor(value: object) -> bool:
     return isinstance(value, np.ndarray) or (isinstance(value, np.generic) and value.dtype != FLOAT_DTYPE)
 
 
+def native_copy(array: np.ndarray | np.generic) -> np.ndarray:
+    """A C-ordered, native-endian copy of ``array`` (big-endian data, a Fortran-ordered or strided
+    view): how a graph keeps an array it is given."""
+    result = np.array(array, order="C")
+    return result.astype(result.dtype.newbyteorder("="), copy=False)
+
+
 def _tensor(node: int, what: str, array: np.ndarray | np.generic) -> np.ndarray:
     """A C-ordered, native-endian copy of a tensor node's value or gradient; other dtypes refused."""
-    result = np.array(array, order="C")
-    result = result.astype(result.dtype.newbyteorder("="), copy=False)  # big-endian data: native order
+    result = native_copy(array)
     if result.dtype not in TENSOR_DTYPES:
         raise GraphStructureError(
             f"node {node}: a {what} must be an array of float64, float32 or int64, not {result.dtype}"

@@ -198,3 +198,18 @@ def test_import_graphsvc_stays_lazy() -> None:
     code = "import sys, graphsvc; print('numpy' in sys.modules, {'forward', 'backward'} <= set(graphsvc.__all__))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout == "False True\n"
     assert graphsvc.forward is graphsvc.api.forward and graphsvc.backward is graphsvc.api.backward
+
+
+def test_set_takes_a_big_endian_or_fortran_ordered_array_as_a_graph_does() -> None:
+    b = graphsvc.GraphBuilder()
+    w = b.leaf(np.zeros((2, 2)), name="w")
+    b.add("sum", [b.add("mul", [w, w], name="sq")], name="loss")
+    graph = b.build()
+    big_endian = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=">f8")
+    fortran = np.asfortranarray(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    for given in (big_endian, fortran):
+        replayed = graphsvc.backward(graph, output="loss", set={"w": given})
+        assert replayed.value("loss") == 30.0
+        assert replayed.grad("w").tolist() == [[2.0, 4.0], [6.0, 8.0]]  # type: ignore[union-attr]
+    with pytest.raises(TypeError, match=r"^set\['w'\] must be an array of float64, float32 or int64, not float16$"):
+        graphsvc.backward(graph, output="loss", set={"w": np.zeros((2, 2), dtype=np.float16)})
