@@ -8,13 +8,16 @@ and the array one (:func:`graphsvc.tensors.compare`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:  # annotations only: numpy.typing is not imported at run time
+    import numpy.typing as npt
+
+    FloatArray = npt.NDArray[np.float64]
 
 __all__ = ["Comparison", "NonFinite", "compare", "differences", "first_nonfinite"]
-
-FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
