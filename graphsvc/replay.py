@@ -406,15 +406,21 @@ def edge_derivatives(
 
 
 def _edge_derivatives(
-    graph: Graph, ops: list[Op | None], values: FloatArray, nodes: npt.NDArray[np.int64] | None, engine: Engine
+    graph: Graph,
+    ops: list[Op | None],
+    values: FloatArray,
+    nodes: npt.NDArray[np.int64] | None,
+    engine: Engine,
+    plan: _Params | None = None,
 ) -> FloatArray:
+    """As :func:`edge_derivatives`; ``plan`` is the caller's :func:`_primitive_params`, if it has them."""
     local = np.zeros(graph.num_edges, dtype=np.float64)
     if nodes is None:
         nodes = np.arange(graph.num_nodes, dtype=np.int64)
     nodes = nodes[graph.parent_counts()[nodes] > 0]
     jit = engine.kernels
     if jit is not None:
-        plan = _primitive_params(graph, _primitive_table(ops))
+        plan = plan or _primitive_params(graph, _primitive_table(ops))
         kinds = _primitive_kinds(graph, ops, plan)
         offsets, parents = graph.parent_offsets, graph.parent_indices
         jit.primitive_derivatives(nodes, kinds, offsets, parents, values, local, plan.params)
@@ -447,6 +453,7 @@ def backward(
     engine = engine or engine_for(graph.num_nodes)
     ops = resolve_ops(graph, registry, engine)
     jit = engine.kernels
+    plan = None
     if jit is not None:
         table = _primitive_table(ops)
         plan = _primitive_params(graph, table)
@@ -457,7 +464,7 @@ def backward(
             jit.backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads, plan.params)
             return grads
     nodes = np.flatnonzero(ancestors(graph, output, engine))
-    local = _edge_derivatives(graph, ops, values, nodes, engine)
+    local = _edge_derivatives(graph, ops, values, nodes, engine, plan)
     if jit is not None:
         return jit.backward_sweep(graph.parent_offsets, graph.parent_indices, local, nodes, output, graph.num_nodes)
     return reference_sweep(graph, output, local, nodes)
