@@ -130,6 +130,12 @@ class Graph:
             raise UsageError(f"no node with id {ref} (the graph has {self.num_nodes} nodes)")
         return int(ref)
 
+    def check_settable(self, node: int) -> None:
+        """Raise :class:`UsageError` unless ``node`` is a leaf (or a const): the only nodes a
+        replay's overrides may set."""
+        if self.op(node) not in LEAF_TAGS:
+            raise UsageError(f"node {self.label(node)} is a {self.op(node)} node, not a leaf: only leaves can be set")
+
     @property
     def is_tensor_graph(self) -> bool:
         """True when some node holds an array (or a scalar that is not float64): format 2.0."""

@@ -272,8 +272,7 @@ def forward(
     ops = resolve_ops(graph, registry, engine)
     values = np.array(graph.values, dtype=np.float64)
     for node, value in (overrides or {}).items():
-        if graph.op(node) not in LEAF_TAGS:
-            raise UsageError(f"node {graph.label(node)} is a {graph.op(node)} node, not a leaf: only leaves can be set")
+        graph.check_settable(node)
         values[node] = value
     jit = engine.kernels
     kinds, params = None, None

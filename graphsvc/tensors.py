@@ -30,7 +30,7 @@ import numpy as np
 
 from graphsvc.checks import differences
 from graphsvc.errors import ReplayError, UsageError
-from graphsvc.graph import FLOAT_DTYPE, LEAF, LEAF_TAGS, TENSOR_DTYPES, Graph
+from graphsvc.graph import FLOAT_DTYPE, LEAF, TENSOR_DTYPES, Graph
 from graphsvc.ops import (
     Op,
     OpRegistry,
@@ -175,8 +175,7 @@ def _initial_values(graph: Graph, calls: Sequence[_Call | None], overrides: Mapp
             array = graph.arrays.get(node)
             values[node] = _read_only(np.asarray(column[node]) if array is None else array)
     for node, value in overrides.items():
-        if graph.op(node) not in LEAF_TAGS:
-            raise UsageError(f"node {graph.label(node)} is a {graph.op(node)} node, not a leaf: only leaves can be set")
+        graph.check_settable(node)
         values[node] = _read_only(np.asarray(value))
     return values
 
