@@ -22,6 +22,7 @@ import numpy as np
 
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists
+from graphsvc.layout import MAX_ARRAY_BYTES
 from graphsvc.text import shorten
 from graphsvc.topo import topological_sort
 
@@ -67,7 +68,7 @@ def json_array(array: np.ndarray) -> dict[str, Any]:
     one number), floats as :func:`json_float` writes them; a float32 with the shortest text that
     reads back to the same float32."""
     if array.dtype.kind == "i":
-        flat: list[Any] = [int(x) for x in array.reshape(-1).tolist()]
+        flat: list[Any] = array.reshape(-1).tolist()
     elif array.dtype.itemsize == 4:
         flat = [_float32_text(x) for x in array.reshape(-1)]
     else:
@@ -335,9 +336,6 @@ def _assemble(
     return graph
 
 
-_MAX_ARRAY_BYTES = (1 << 63) - 1
-
-
 def _array_in(raw: dict[str, Any], where: str) -> np.ndarray:
     """A tensor object ``{"dtype", "shape", "data"}``: data nested exactly as the shape says."""
     name = raw.get("dtype")
@@ -349,7 +347,7 @@ def _array_in(raw: dict[str, Any], where: str) -> np.ndarray:
         raise FormatError(f"{where}: shape must be a list of non-negative integers")
     if len(shape) > MAX_DIMENSIONS:
         raise FormatError(f"{where}: the shape has {len(shape)} dimensions, more than {MAX_DIMENSIONS}")
-    if math.prod(d or 1 for d in shape) * dtype.itemsize > _MAX_ARRAY_BYTES:  # as numpy counts, empty too
+    if math.prod(d or 1 for d in shape) * dtype.itemsize > MAX_ARRAY_BYTES:  # as numpy counts, empty too
         raise FormatError(f"{where}: the shape {shorten(str(shape), 80)} is too large (more than 2**63 - 1 bytes)")
     if "data" not in raw:
         raise FormatError(f"{where}: the array has no data")
