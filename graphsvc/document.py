@@ -156,11 +156,7 @@ def check_writable(graph: Graph) -> list[Stored] | None:
     if graph.is_tensor_graph:
         stored = stored_arrays(graph)
         _check_arrays_writable(graph, stored)
-    limit, string_limit = DEFAULT_LIMITS.max_attr_depth, DEFAULT_LIMITS.max_string_length
-    if not _nesting_ok([*graph.attrs.values(), graph.metadata], limit, string_limit):
-        for node in sorted(graph.attrs):
-            check_nesting(graph.attrs[node], limit, f"attributes of node {node}", True)
-        check_nesting(graph.metadata, limit, "metadata", True)
+    check_graph_nesting(graph, DEFAULT_LIMITS.max_attr_depth, check_strings=True)
     for tag in graph.op_table:
         _check_string_length(tag, "an op tag")
     if graph.names and max(map(len, graph.names.values())) * 4 > DEFAULT_LIMITS.max_string_length:
@@ -201,6 +197,16 @@ def _check_string_length(text: str, where: str) -> None:
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > limit:
             raise FormatError(f"{where} is {size} bytes long, longer than the {limit} bytes a reader accepts")
+
+
+def check_graph_nesting(graph: Graph, limit: int, check_strings: bool = False) -> None:
+    """:func:`check_nesting` of every node's attributes, by node id, then of the metadata: all at
+    once by :func:`_nesting_ok`, and one by one only to word a problem it found."""
+    string_limit = DEFAULT_LIMITS.max_string_length if check_strings else None
+    if not _nesting_ok([*graph.attrs.values(), graph.metadata], limit, string_limit):
+        for node in sorted(graph.attrs):
+            check_nesting(graph.attrs[node], limit, f"attributes of node {node}", check_strings)
+        check_nesting(graph.metadata, limit, "metadata", check_strings)
 
 
 def check_nesting(value: Any, limit: int, where: str, check_strings: bool = False) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import IO, BinaryIO
 
 from graphsvc import codec, document, fastload
-from graphsvc.document import check_nesting, check_writable
+from graphsvc.document import check_graph_nesting, check_writable
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.graph import Graph
 from graphsvc.layout import (
@@ -383,7 +383,5 @@ def _read_json(data: bytes | bytearray, limits: Limits) -> tuple[Graph, tuple[in
         raise FormatError(f"the graph has {graph.num_nodes} nodes, over the limit {limits.max_nodes}")
     if len(graph.parent_indices) > limits.max_edges:
         raise FormatError(f"the graph has {len(graph.parent_indices)} edges, over the limit {limits.max_edges}")
-    for node in sorted(graph.attrs):
-        check_nesting(graph.attrs[node], limits.max_attr_depth, f"attributes of node {node}")
-    check_nesting(graph.metadata, limits.max_attr_depth, "metadata")
+    check_graph_nesting(graph, limits.max_attr_depth)
     return graph, version
