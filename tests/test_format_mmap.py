@@ -25,7 +25,7 @@ from graphsvc import codec, fastload, jsonio
 from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.graph import Graph, GraphBuilder
-from tests.test_format_v2 import BAD_TABLES, V2_DIR, mutated
+from tests.test_format_v2 import BAD_TABLES, V2_DIR, V2_SAMPLES, mutated
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -187,9 +187,6 @@ def test_every_prefix_and_a_trailing_byte_give_load_s_error(name: str, tmp_path:
     path.write_bytes(data + b"\xc0")
     expected = f"{path}: trailing bytes after the document: 1 bytes follow the first {len(data)}"
     assert outcome(lambda: fmt.load(path, mmap=True)) == outcome(lambda: fmt.load(path)) == ("FormatError", expected)
-
-
-V2_SAMPLES = [path.read_bytes() for path in sorted(V2_DIR.glob("*.msgpack"))]
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
