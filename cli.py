@@ -16,10 +16,9 @@ import contextlib
 import functools
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -746,8 +745,7 @@ DataOpt = Annotated[
 ]
 
 
-@dataclass(frozen=True)
-class _Replay:
+class _Replay(NamedTuple):  # not a dataclass: that import and class build would cost every start-up
     """What forward or backward found, for :func:`_report` to print and ``--write`` to save.
 
     The numbers come in the form of the engine that replayed them: float64 columns for a graph of
@@ -767,7 +765,7 @@ class _Replay:
     #: Where nan or inf first appeared: ``{"values": finding or None[, "grads": ...]}``.
     nonfinite: dict[str, Any]
     #: With --check: how far the numbers are from the stored ones, values then gradients.
-    comparisons: list[Any] = field(default_factory=list)
+    comparisons: Sequence[Any] = ()
 
 
 def _replay(graph: Graph, registry: OpRegistry, overrides: dict[int, Any], output: int | None, steps: bool) -> _Replay:
@@ -812,7 +810,7 @@ def _checked(run: _Replay, rtol: float, atol: float) -> _Replay:
         results = [compare("values", run.values, graph.values, rtol, atol)]
         if run.grads is not None and graph.grads is not None:  # backward checked that the file has them
             results.append(compare("grads", run.grads, graph.grads, rtol, atol))
-    return replace(run, comparisons=results)
+    return run._replace(comparisons=results)
 
 
 def _nonfinite(values: Any, grads: Any, *, tensor: bool) -> dict[str, Any]:
