@@ -857,14 +857,14 @@ def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, Any]:
 
 
 def _read_npy(ref: str, path: str) -> Any:
-    """An array from a ``.npy`` file (never pickled objects), as a tensor leaf takes it: C order,
-    native byte order, its own shape (0-d stays 0-d)."""
+    """An array from a ``.npy`` file (never pickled objects), its own shape (0-d stays 0-d);
+    resolve_set copies it as a tensor leaf takes it (C order, native byte order)."""
     import os
     import stat
 
     import numpy as np
 
-    from graphsvc.graph import TENSOR_DTYPES, native_copy
+    from graphsvc.graph import TENSOR_DTYPES
     from graphsvc.text import escape, one_line
 
     where = f"--set {escape(ref)}: {escape(path)}"
@@ -878,9 +878,9 @@ def _read_npy(ref: str, path: str) -> Any:
         raise UsageError(f"{where} is not a .npy file of numbers (without pickled objects)") from None
     if not isinstance(array, np.ndarray):
         raise UsageError(f"{where} is not a .npy file of numbers (without pickled objects)")
-    array = native_copy(array)
-    if array.dtype not in TENSOR_DTYPES:
-        raise UsageError(f"{where} holds {array.dtype}; float64, float32 or int64 arrays only")
+    dtype = array.dtype.newbyteorder("=")  # big-endian float64 is fine: resolve_set makes it native
+    if dtype not in TENSOR_DTYPES:
+        raise UsageError(f"{where} holds {dtype}; float64, float32 or int64 arrays only")
     return array
 
 
