@@ -364,17 +364,6 @@ def peaks(files: Files, tiny: Files, array_bytes: int) -> list[dict[str, Any]]:
 
 
 # -- the run --------------------------------------------------------------------------------------
-def commit() -> str:
-    """The checkout's commit, and whether graphsvc's code differs from it (the code measured)."""
-    root = HERE.parent
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False).stdout.strip()
-
-    dirty = git("status", "--porcelain", "--", "graphsvc")
-    return git("rev-parse", "--short", "HEAD") + (" + uncommitted changes to graphsvc" if dirty else "")
-
-
 def filesystem(path: Path) -> str:
     """The filesystem ``path`` lies on, from /proc/self/mounts: its type, device and mount point."""
     real = os.path.realpath(path)
@@ -632,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
         result: dict[str, Any] = {
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "argv": sys.argv[1:] if argv is None else argv,
-            "machine": {**machine(), "commit": commit()},
+            "machine": machine(),
             "safetensors": safetensors.__version__,
             "filesystem": filesystem(workdir),
             "rounds": args.rounds,

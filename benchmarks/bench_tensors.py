@@ -50,12 +50,10 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_variable] = str(THREADS)
 
 import ctypes  # noqa: E402
-import functools  # noqa: E402
 import gc  # noqa: E402
 import glob  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -109,17 +107,6 @@ def blas_threads() -> int | None:
             if hasattr(library, symbol):
                 return int(getattr(library, symbol)())
     return None
-
-
-def commit() -> str:
-    """The checkout's commit, and whether graphsvc's code differs from it (the engine measured)."""
-    root = HERE.parent
-    run = functools.partial(subprocess.run, cwd=root, capture_output=True, text=True, check=False)
-    head = run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
-    dirty = run(["git", "status", "--porcelain", "--", "graphsvc"]).stdout.strip()
-    engine = Path(graphsvc.__file__).parent
-    where = "" if engine == root / "graphsvc" else f" (graphsvc imported from {engine})"
-    return head + (" + uncommitted changes to graphsvc" if dirty else "") + where
 
 
 def steps(model: TensorModel, registry: OpRegistry) -> dict[str, Callable[[], Any]]:
@@ -294,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "argv": sys.argv[1:] if argv is None else argv,
-        "machine": {**machine(), "commit": commit()},
+        "machine": machine(),
         "blas_threads": blas_threads(),
         "torch_threads": torch.get_num_threads(),
         "rounds": args.rounds,

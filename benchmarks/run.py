@@ -189,16 +189,19 @@ def machine() -> dict[str, Any]:
         )
     except (OSError, StopIteration):
         mem_kib = 0
+    root = HERE.parent  # the pathspecs below are relative to the checkout's root
     try:
         commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, check=False
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=False
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "graphsvc", "cli.py"], cwd=HERE, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--", "graphsvc", "cli.py"], cwd=root, capture_output=True, text=True
         ).stdout.strip()
         commit += " + uncommitted changes to graphsvc" if dirty else ""
     except OSError:
         commit = ""
+    engine = Path(graphsvc.__file__).parent
+    commit += "" if engine == root / "graphsvc" else f" (graphsvc imported from {engine})"
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
