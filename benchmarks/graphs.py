@@ -50,13 +50,13 @@ _UNARY = {"tanh": np.tanh}
 
 
 # -- numpy column generators ---------------------------------------------------------------------
-def chain(num_ops: int) -> Graph:
-    """The recurrent chain as columns: leaves x0, w, b, then ``mul, add, relu`` per step."""
-    steps = max(1, num_ops // 3)
+def _chain(steps: int, activation: str, values: np.ndarray, name: str) -> Graph:
+    """``x = activation(x * w + b)``, ``steps`` times, as columns: leaves x0, w, b, then ``mul, add,
+    activation`` per step; ``values`` is the value column (3 + 3 * steps)."""
     n = 3 + 3 * steps
     codes = np.empty(n, dtype=OP_CODE_DTYPE)
     codes[:3] = 0
-    codes[3::3], codes[4::3], codes[5::3] = 1, 2, 3  # mul, add, relu
+    codes[3::3], codes[4::3], codes[5::3] = 1, 2, 3  # mul, add, the activation
     base = 3 + 3 * np.arange(steps, dtype=np.int64)
     counts = np.empty(n, dtype=np.int64)
     counts[:3] = 0
@@ -65,12 +65,26 @@ def chain(num_ops: int) -> Graph:
     np.cumsum(counts, out=offsets[1:])
     parents = np.empty(int(offsets[-1]), dtype=INDEX_DTYPE)
     step_slots = 5 * np.arange(steps, dtype=np.int64)  # 5 parent slots per step
-    parents[step_slots] = np.where(base == 3, 0, base - 1)  # mul: previous relu (x0 first)
+    parents[step_slots] = np.where(base == 3, 0, base - 1)  # mul: previous activation (x0 first)
     parents[step_slots + 1] = 1  # w
     parents[step_slots + 2] = base  # add: the mul
     parents[step_slots + 3] = 2  # b
-    parents[step_slots + 4] = base + 1  # relu: the add
-    values = np.empty(n, dtype=FLOAT_DTYPE)
+    parents[step_slots + 4] = base + 1  # the activation: the add
+    return Graph(
+        op_table=[LEAF, "mul", "add", activation],
+        op_codes=codes,
+        parent_offsets=offsets,
+        parent_indices=parents,
+        values=values,
+        outputs=[n - 1],
+        metadata={"benchmark": name, "steps": steps},
+    )
+
+
+def chain(num_ops: int) -> Graph:
+    """The recurrent chain as columns: leaves x0, w, b, then ``mul, add, relu`` per step."""
+    steps = max(1, num_ops // 3)
+    values = np.empty(3 + 3 * steps, dtype=FLOAT_DTYPE)
     values[:3] = (CHAIN_X0, CHAIN_W, CHAIN_B)
     x, out = CHAIN_X0, []
     for _ in range(steps):  # the same float operations, in the same order, as micrograd's
@@ -79,47 +93,14 @@ def chain(num_ops: int) -> Graph:
         x = 0 if a < 0 else a
         out += (m, a, x)
     values[3:] = out
-    return Graph(
-        op_table=[LEAF, "mul", "add", "relu"],
-        op_codes=codes,
-        parent_offsets=offsets,
-        parent_indices=parents,
-        values=values,
-        outputs=[n - 1],
-        metadata={"benchmark": "chain", "steps": steps},
-    )
+    return _chain(steps, "relu", values, "chain")
 
 
 def tanh_chain(steps: int) -> Graph:
     """``x = tanh(x * w + b)``, ``steps`` times, as columns: leaves x0, w, b, then mul, add, tanh."""
-    n = 3 + 3 * steps
-    codes = np.empty(n, dtype=OP_CODE_DTYPE)
-    codes[:3] = 0
-    codes[3::3], codes[4::3], codes[5::3] = 1, 2, 3  # mul, add, tanh
-    counts = np.empty(n, dtype=np.int64)
-    counts[:3] = 0
-    counts[3::3], counts[4::3], counts[5::3] = 2, 2, 1
-    offsets = np.zeros(n + 1, dtype=OFFSET_DTYPE)
-    np.cumsum(counts, out=offsets[1:])
-    base = 3 + 3 * np.arange(steps, dtype=np.int64)
-    parents = np.empty(int(offsets[-1]), dtype=INDEX_DTYPE)
-    slots = 5 * np.arange(steps, dtype=np.int64)
-    parents[slots] = np.where(base == 3, 0, base - 1)  # mul: the previous tanh (x0 first), w
-    parents[slots + 1] = 1
-    parents[slots + 2] = base  # add: the mul, b
-    parents[slots + 3] = 2
-    parents[slots + 4] = base + 1  # tanh: the add
-    values = np.full(n, np.nan, dtype=FLOAT_DTYPE)  # computed values unstored: replay computes them
+    values = np.full(3 + 3 * steps, np.nan, dtype=FLOAT_DTYPE)  # computed values unstored: replay computes them
     values[:3] = (TANH_X0, TANH_W, TANH_B)
-    return Graph(
-        op_table=[LEAF, "mul", "add", "tanh"],
-        op_codes=codes,
-        parent_offsets=offsets,
-        parent_indices=parents,
-        values=values,
-        outputs=[n - 1],
-        metadata={"benchmark": "tanh_chain", "steps": steps},
-    )
+    return _chain(steps, "tanh", values, "tanh_chain")
 
 
 def _binary(op: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
