@@ -270,7 +270,7 @@ def startup_table(results: dict[str, Any]) -> str:
 
 
 def _load_text(load: Any) -> str:
-    return "?" if not load else " / ".join(f"{x:.2f}" for x in load) + " (1 / 5 / 15 min, 2 cores)"
+    return "?" if not load else " / ".join(f"{x:.2f}" for x in load) + f" (1 / 5 / 15 min, {os.cpu_count()} cores)"
 
 
 def listing_table(results: dict[str, Any]) -> str:
