@@ -771,28 +771,13 @@ class _Replay(NamedTuple):  # not a dataclass: that import and class build would
 def _replay(graph: Graph, registry: OpRegistry, overrides: dict[int, Any], output: int | None, steps: bool) -> _Replay:
     """Replay forward, then (``output`` given) backward from ``output``, with the engine the graph
     needs (graphsvc.tensors.needed); ``steps`` records the backward pass step by step."""
-    from graphsvc import replay, tensors
-    from graphsvc.kernels import engine_for
+    from graphsvc.api import replay_values
 
-    engine = engine_for(graph.num_nodes)  # chosen once for every sweep of this replay
-    values: Any  # a float64 column, or one array per node
-    grads: Any = None
-    step_list: list[Any] | None = [] if steps else None
     description = "replaying forward" if output is None else "replaying forward and backward"
-    if tensors.needed(graph, registry, overrides):
-        ops = replay.resolve_ops(graph, registry, engine)
-        with _replaying(description):
-            values = tensors.forward(graph, ops, overrides)
-            if output is not None:
-                grads = tensors.backward(graph, ops, output, values, step_list)
-        return _Replay(graph, True, values, grads, output, step_list, _nonfinite(values, grads, tensor=True))
     with _replaying(description):
-        values = replay.forward(graph, registry, overrides, engine)
-        if output is not None and steps:
-            grads, step_list = replay.backward_steps(graph, registry, output, values, engine)
-        elif output is not None:
-            grads = replay.backward(graph, registry, output, values, engine)
-    return _Replay(graph, False, values, grads, output, step_list, _nonfinite(values, grads, tensor=False))
+        run = replay_values(graph, registry, overrides, output, steps=steps)
+    nonfinite = _nonfinite(run.values, run.grads, tensor=run.tensor)
+    return _Replay(graph, run.tensor, run.values, run.grads, output, run.steps, nonfinite)
 
 
 def _checked(run: _Replay, rtol: float, atol: float) -> _Replay:

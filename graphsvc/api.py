@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from numbers import Real
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -28,7 +28,15 @@ from graphsvc.plugins import running_plugin_code
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
 
-__all__ = ["backward", "forward", "replayed_graph", "replayed_tensor_graph", "resolve_set"]
+__all__ = [
+    "ReplayRun",
+    "backward",
+    "forward",
+    "replay_values",
+    "replayed_graph",
+    "replayed_tensor_graph",
+    "resolve_set",
+]
 
 
 def forward(
@@ -49,18 +57,11 @@ def forward(
     for graphs of 1,000 nodes or more, the pure-Python references below (``kernels.REFERENCE``
     forces them); the numbers are the same either way. Tensor graphs replay one op call per node.
     """
-    from graphsvc import replay, tensors
-
     registry = _registry(registry)
-    engine = engine or engine_for(graph.num_nodes)
-    overrides = resolve_set(graph, (set or {}).items())
-    if tensors.needed(graph, registry, overrides):
-        ops = replay.resolve_ops(graph, registry, engine)
-        with running_plugin_code():
-            arrays = tensors.forward(graph, ops, overrides)
-        return replayed_tensor_graph(graph, registry, arrays)
-    values = replay.forward(graph, registry, overrides, engine)
-    return replayed_graph(graph, registry, values, None)
+    run = replay_values(graph, registry, resolve_set(graph, (set or {}).items()), engine=engine)
+    if run.tensor:
+        return replayed_tensor_graph(graph, registry, run.values)
+    return replayed_graph(graph, registry, run.values, None)
 
 
 def backward(
@@ -80,21 +81,59 @@ def backward(
     (:func:`graphsvc.tensors.requires_grad`): a ``const`` array, what is computed from consts
     alone and int64 nodes get none (``grad()`` is nan). ``engine`` is as for :func:`forward`.
     """
-    from graphsvc import replay, tensors
+    from graphsvc.replay import default_output
 
     registry = _registry(registry)
-    engine = engine or engine_for(graph.num_nodes)
-    start = replay.default_output(graph, "output=") if output is None else graph.node_id(output)
-    overrides = resolve_set(graph, (set or {}).items())
+    start = default_output(graph, "output=") if output is None else graph.node_id(output)
+    run = replay_values(graph, registry, resolve_set(graph, (set or {}).items()), start, engine=engine)
+    if run.tensor:
+        return replayed_tensor_graph(graph, registry, run.values, run.grads)
+    return replayed_graph(graph, registry, run.values, run.grads)
+
+
+class ReplayRun(NamedTuple):
+    """What :func:`replay_values` computed, in the form of the engine that ran."""
+
+    #: True: graphsvc.tensors ran (one array per node, ``None`` where a node has none); False:
+    #: the column engine (float64 columns).
+    tensor: bool
+    values: Any
+    #: ``None`` without a backward pass.
+    grads: Any
+    #: The backward pass step by step (``replay.Step`` or ``tensors.Step``), when asked for.
+    steps: list[Any] | None
+
+
+def replay_values(
+    graph: Graph,
+    registry: OpRegistry,
+    overrides: Mapping[int, Any],
+    output: int | None = None,
+    *,
+    steps: bool = False,
+    engine: Engine | None = None,
+) -> ReplayRun:
+    """Replay forward, then (``output`` given) backward from ``output``, on the engine the graph
+    needs (:func:`graphsvc.tensors.needed`): the one place that chooses, for :func:`forward`,
+    :func:`backward` and the CLI, which also wants the raw numbers and the steps. ``overrides``
+    are node ids (:func:`resolve_set`); ``steps`` records the backward pass."""
+    from graphsvc import replay, tensors
+
+    engine = engine or engine_for(graph.num_nodes)  # one engine for every sweep of this replay
+    step_list: list[Any] | None = [] if steps else None
     if tensors.needed(graph, registry, overrides):
         ops = replay.resolve_ops(graph, registry, engine)
         with running_plugin_code():
             arrays = tensors.forward(graph, ops, overrides)
-            gradients = tensors.backward(graph, ops, start, arrays)
-        return replayed_tensor_graph(graph, registry, arrays, gradients)
+            gradients = None if output is None else tensors.backward(graph, ops, output, arrays, step_list)
+        return ReplayRun(True, arrays, gradients, step_list)
     values = replay.forward(graph, registry, overrides, engine)
-    grads = replay.backward(graph, registry, start, values, engine)
-    return replayed_graph(graph, registry, values, grads)
+    grads = None
+    if output is not None and steps:
+        grads, step_list = replay.backward_steps(graph, registry, output, values, engine)
+    elif output is not None:
+        grads = replay.backward(graph, registry, output, values, engine)
+    return ReplayRun(False, values, grads, step_list)
 
 
 def replayed_graph(
