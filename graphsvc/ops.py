@@ -67,6 +67,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from types import FrameType
 from typing import Any
 
@@ -142,6 +143,15 @@ class Op:
         if self.vjp is not None:
             return "vjp"
         return "vectorized" if self.vectorized else "per element"
+
+    @cached_property
+    def tensor_vjp(self) -> tuple[Callable[..., Sequence[Any]], bool]:
+        """What the tensor replay calls for this op's gradient, worked out on first use and kept with
+        the op: its ``vjp`` (derived from ``derivatives`` when it gives none) and whether that takes
+        ``needs_input_grad`` (see :func:`graphsvc.tensors.vjp_of`)."""
+        from graphsvc.tensors import derive_vjp  # tensors builds on this module
+
+        return derive_vjp(self)
 
 
 def describe_source(plugin: str | None, version: str | None) -> str:

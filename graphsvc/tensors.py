@@ -50,6 +50,7 @@ __all__ = [
     "TensorNonFinite",
     "backward",
     "compare",
+    "derive_vjp",
     "describe",
     "elementwise_vjp",
     "first_nonfinite",
@@ -254,31 +255,32 @@ def backward(
     calls = _calls(graph, ops)
     requires = requires_grad(graph, calls, values)
     grads: Replayed = [None] * graph.num_nodes
+    summed: set[int] = set()  # nodes whose gradient is a sum this sweep made (and may add to in place)
     if requires[output]:
         grads[output] = _frozen(np.ones_like(out))
-    vjps: dict[str, tuple[Callable[..., Any], bool]] = {}
     with np.errstate(all="ignore"), interrupts_told_apart():
         for node in np.flatnonzero(ancestors(graph, output))[::-1].tolist():
             call, g = calls[node], grads[node]
             if g is None:
                 continue
+            if node in summed:  # every consumer has added its part: the sum is final
+                _frozen(g)
             if call is None:  # a leaf: where the gradient ends
                 if steps is not None:
                     steps.append(Step(node, g, []))
                 continue
             op, parents, attrs = call
-            known = vjps.get(op.name)
-            if known is None:
-                known = vjps[op.name] = vjp_of(op)
-            vjp, told = known
+            vjp, told = op.tensor_vjp
             needs = tuple([requires[p] for p in parents])
             if told:
                 attrs = {**attrs, NEEDS_INPUT_GRAD: needs}
             inputs = [values[p] for p in parents]
             cotangents = _call(graph, node, op, "vjp", vjp, [g, values[node], *inputs], attrs)
-            sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads)
+            sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads, summed)
             if steps is not None:
                 steps.append(Step(node, g, list(zip(parents, sent, strict=True))))
+    for node in summed:  # visited above; kept read-only whatever the sweep left
+        _frozen(grads[node])  # type: ignore[arg-type]
     for node, value in enumerate(values):
         if requires[node] and grads[node] is None:  # not reached: zero
             assert value is not None
@@ -313,9 +315,14 @@ NEEDS_INPUT_GRAD = "needs_input_grad"
 
 def vjp_of(op: Op) -> tuple[Callable[..., Any], bool]:
     """``op``'s VJP (derived from its ``derivatives`` when it gives none), and whether it takes
-    :data:`NEEDS_INPUT_GRAD` (it declares a parameter of that name; the derived VJPs do). Not
-    cached by op: a plugin's functions need not be hashable (a callable dataclass is not), and
-    :func:`backward` looks each op up once per sweep."""
+    :data:`NEEDS_INPUT_GRAD` (it declares a parameter of that name; the derived VJPs do). Worked
+    out once per op and kept with it (:attr:`graphsvc.ops.Op.tensor_vjp`): reading a signature
+    costs more than many a VJP."""
+    return op.tensor_vjp
+
+
+def derive_vjp(op: Op) -> tuple[Callable[..., Any], bool]:
+    """What :func:`vjp_of` returns, worked out anew."""
     vjp = elementwise_vjp(op) if op.vjp is None else op.vjp
     try:
         return vjp, NEEDS_INPUT_GRAD in inspect.signature(vjp).parameters
@@ -332,8 +339,11 @@ def _accumulate(
     needs: Sequence[bool],
     cotangents: Any,
     grads: Replayed,
+    summed: set[int],
 ) -> list[np.ndarray | None]:
-    """Add each cotangent to the gradient of a parent that needs one; return what each received."""
+    """Add each cotangent to the gradient of a parent that needs one; return what each received.
+    A parent's second cotangent makes a new array, the sum (its first may be a VJP's own result, or
+    ``g`` itself); later ones are added into that sum in place. Parents in ``summed`` hold such sums."""
     if not isinstance(cotangents, (tuple, list)) or len(cotangents) != len(parents):
         got = f"{len(cotangents)} cotangents" if isinstance(cotangents, (tuple, list)) else type(cotangents).__name__
         raise ReplayError(
@@ -358,7 +368,13 @@ def _accumulate(
             ct = _as_tensor(graph, node, op, "vjp", ct).astype(x.dtype)
         ct = _frozen(ct)
         previous = grads[parent]
-        grads[parent] = ct if previous is None else _frozen(np.asarray(previous + ct))  # 0-d + 0-d: a scalar
+        if previous is None:
+            grads[parent] = ct
+        elif parent in summed:
+            np.add(previous, ct, out=previous)
+        else:
+            grads[parent] = np.asarray(previous + ct)  # 0-d + 0-d: a scalar
+            summed.add(parent)
         sent.append(ct)
     return sent
 
