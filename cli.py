@@ -222,7 +222,7 @@ def _print_version(value: bool) -> None:
 
 
 #: graphsvc's C extensions (csrc/NAME.c is graphsvc._cNAME).
-NATIVE_MODULES = ["replay", "table", "text", "topo", "walk"]
+NATIVE_MODULES = ["memory", "replay", "table", "text", "topo", "walk"]
 
 
 @app.callback()

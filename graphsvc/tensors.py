@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from graphsvc import memory
 from graphsvc.checks import differences
 from graphsvc.errors import ReplayError, UsageError
 from graphsvc.graph import FLOAT_DTYPE, LEAF, TENSOR_DTYPES, Graph
@@ -216,7 +217,7 @@ def forward(graph: Graph, ops: Sequence[Op | None], overrides: Mapping[int, Any]
     values first). The caller resolved ``ops`` (:func:`graphsvc.replay.resolve_ops`)."""
     calls = _calls(graph, ops)
     values = _initial_values(graph, calls, overrides or {})
-    with np.errstate(all="ignore"), interrupts_told_apart():
+    with np.errstate(all="ignore"), interrupts_told_apart(), memory.reuse():
         for node, call in enumerate(calls):
             if call is None:
                 continue
@@ -258,7 +259,7 @@ def backward(
     summed: set[int] = set()  # nodes whose gradient is a sum this sweep made (and may add to in place)
     if requires[output]:
         grads[output] = _frozen(np.ones_like(out))
-    with np.errstate(all="ignore"), interrupts_told_apart():
+    with np.errstate(all="ignore"), interrupts_told_apart(), memory.reuse():
         for node in np.flatnonzero(ancestors(graph, output))[::-1].tolist():
             call, g = calls[node], grads[node]
             if g is None:

@@ -18,7 +18,7 @@ def test_every_c_source_is_an_extension_that_was_built() -> None:
     """Each csrc/NAME.c is the module graphsvc._cNAME. Where one was not built (no C compiler at
     install), graphsvc runs its pure-Python references and this test skips, except with
     GRAPHSVC_REQUIRE_NATIVE=1 (as .ci/run sets it), where it fails."""
-    assert NAMES == ["replay", "table", "text", "topo", "walk"]
+    assert NAMES == ["memory", "replay", "table", "text", "topo", "walk"]
     from cli import NATIVE_MODULES  # what graphsvc --version reports on
 
     assert NATIVE_MODULES == NAMES

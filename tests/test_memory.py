@@ -1,0 +1,167 @@
+"""graphsvc.memory: numpy's memory handler with a cache of freed blocks, used by tensor replays."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import graphsvc
+from graphsvc import memory
+from graphsvc.graph import GraphBuilder
+from tests.conftest import require_native
+
+try:
+    from numpy._core.multiarray import get_handler_name
+except ImportError:  # numpy 1.x
+    from numpy.core.multiarray import get_handler_name  # type: ignore[no-redef]
+
+BIG = 100_000  # float64 elements: 800,000 bytes, a cached size (64 KiB and more)
+
+
+@pytest.fixture
+def cache() -> Iterator[None]:
+    """The C handler, its cache empty before and after the test."""
+    require_native("memory")
+    memory.release()
+    yield
+    memory.set_limit(memory.LIMIT)
+    memory.release()
+
+
+def test_arrays_made_inside_reuse_take_the_handler_and_numpy_gets_its_own_back(cache: None) -> None:
+    before = get_handler_name()
+    with memory.reuse():
+        inside = np.empty(BIG)
+        assert get_handler_name() == "graphsvc_reuse"
+    outside = np.empty(BIG)
+    assert get_handler_name(inside) == "graphsvc_reuse"
+    assert get_handler_name(outside) == before == get_handler_name()
+
+
+def test_the_handler_is_given_back_when_the_block_raises(cache: None) -> None:
+    before = get_handler_name()
+    with pytest.raises(RuntimeError, match=r"^inside$"), memory.reuse():
+        raise RuntimeError("inside")
+    assert get_handler_name() == before
+
+
+def test_a_freed_block_waits_for_the_next_array_of_its_size(cache: None) -> None:
+    start = memory.stats()
+    with memory.reuse():
+        first = np.full(BIG, 7.0)
+    address = first.ctypes.data
+    del first
+    pages = -(-BIG * 8 // 4096) * 4096  # rounded up to whole pages
+    assert memory.stats()["cached_bytes"] == pages
+    with memory.reuse():
+        second = np.empty(BIG)
+    assert second.ctypes.data == address
+    stats = memory.stats()
+    assert (stats["hits"] - start["hits"], stats["misses"] - start["misses"]) == (1, 1)
+    assert stats["cached_bytes"] == 0
+
+
+def test_zeros_from_a_reused_block_are_zeros(cache: None) -> None:
+    with memory.reuse():
+        dirty = np.full(BIG, np.nan)
+    del dirty
+    with memory.reuse():
+        zeros = np.zeros(BIG)
+    assert memory.stats()["hits"] >= 1
+    assert not zeros.any()
+
+
+def test_small_arrays_are_not_kept(cache: None) -> None:
+    with memory.reuse():
+        small = np.ones(100)
+    del small
+    assert memory.stats()["cached_bytes"] == 0
+
+
+def test_resize_keeps_the_data(cache: None) -> None:
+    """ndarray.resize reallocates through the handler: the old elements are copied over."""
+    with memory.reuse():
+        grown = np.arange(BIG, dtype=np.float64)
+        grown.resize(3 * BIG, refcheck=False)
+        shrunk = np.arange(3 * BIG, dtype=np.float64)
+        shrunk.resize(10, refcheck=False)
+    assert np.array_equal(grown[:BIG], np.arange(BIG)) and not grown[BIG:].any()
+    assert np.array_equal(shrunk, np.arange(10))
+
+
+def test_the_limit_bounds_what_waits_and_release_frees_it(cache: None) -> None:
+    memory.set_limit(0)
+    with memory.reuse():
+        array = np.empty(BIG)
+    del array
+    assert memory.stats()["cached_bytes"] == 0
+    memory.set_limit(memory.LIMIT)
+    with memory.reuse():
+        arrays = [np.empty(BIG * k) for k in (1, 2, 3)]
+    del arrays
+    assert memory.stats()["cached_bytes"] > 0
+    memory.release()
+    assert memory.stats()["cached_bytes"] == 0
+    with pytest.raises(ValueError, match=r"^the limit must be a number of bytes >= 0, not -1$"):
+        memory.set_limit(-1)
+
+
+def test_threads_that_allocate_and_free_at_once_get_their_own_arrays(cache: None) -> None:
+    failures: list[str] = []
+
+    def work(seed: int) -> None:
+        with memory.reuse():
+            for i in range(200):
+                size = BIG + 4096 * ((seed + i) % 5)
+                array = np.full(size, float(seed))
+                if not (array == seed).all():
+                    failures.append(f"thread {seed} pass {i}")
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert memory.stats()["hits"] > 0
+
+
+def test_a_second_replay_reuses_the_memory_of_the_first(cache: None) -> None:
+    """The results of a replay are the same bits with and without the handler; freed, their
+    memory serves the next replay."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.const(rng.standard_normal((64, 300)), name="x")
+    w = b.leaf(rng.standard_normal((300, 200)), name="w")
+    h = b.add("tanh", [b.add("matmul", [x, w])])
+    b.add("mean", [b.add("mul", [h, h])], name="loss")
+    graph = b.build()
+    first = graphsvc.backward(graph, output="loss")
+    assert get_handler_name(_owner(first.grad("w"))) == "graphsvc_reuse"
+    expected = first.grad("w").copy()
+    del first
+    hits = memory.stats()["hits"]
+    second = graphsvc.backward(graph, output="loss")
+    assert memory.stats()["hits"] > hits
+    assert second.grad("w").tobytes() == expected.tobytes()
+
+
+def _owner(array: np.ndarray) -> np.ndarray:
+    while array.base is not None:
+        array = array.base
+    return array
+
+
+def test_without_the_extension_reuse_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "_cmemory", None)
+    before = get_handler_name()
+    with memory.reuse():
+        array = np.empty(BIG)
+    assert get_handler_name(array) == before
+    assert memory.available() is False
+    assert memory.stats() == {"cached_bytes": 0, "limit": 0, "hits": 0, "misses": 0}
+    memory.release()
+    memory.set_limit(5)
