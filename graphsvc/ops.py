@@ -59,13 +59,13 @@ they call the ``register`` callback of the ``graphsvc_register_ops`` hook (see
 
 from __future__ import annotations
 
+import _signal
 import dataclasses
 import inspect
 import numbers
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from types import FrameType
@@ -299,8 +299,7 @@ def _raise_user_interrupt(signum: int, frame: FrameType | None) -> None:
     raise UserInterrupt
 
 
-@contextmanager
-def interrupts_told_apart() -> Iterator[None]:
+class interrupts_told_apart:  # a context manager, named as the function it was
     """While plugin code runs, make SIGINT raise :class:`UserInterrupt`.
 
     A ``KeyboardInterrupt`` raised synchronously by a plugin (at import, in its hook, in an op) is
@@ -308,18 +307,24 @@ def interrupts_told_apart() -> Iterator[None]:
     It acts only in the main thread (the only one Python delivers signals to) and only when SIGINT
     has Python's default handler; nested uses cost a lookup. Without it (another handler installed),
     a plain ``KeyboardInterrupt`` is taken to be the user's, never swallowed.
+
+    Every tensor replay enters it twice, so it calls ``_signal``'s functions: ``signal.signal`` and
+    ``signal.getsignal`` are the same calls wrapped in enum conversions that cost ~4 us each.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
-    signal.signal(signal.SIGINT, _raise_user_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    __slots__ = ("_installed",)
+
+    def __enter__(self) -> None:
+        self._installed = (
+            threading.current_thread() is threading.main_thread()
+            and _signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        )
+        if self._installed:
+            _signal.signal(signal.SIGINT, _raise_user_interrupt)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._installed:
+            _signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def is_user_interrupt(exc: BaseException) -> bool:
