@@ -9,7 +9,8 @@ for the CNN). Prints a table and writes benchmarks/results/bench_tensors.md and 
   backward pass each (the loss and every parameter's gradient):
 
   - **graphsvc replay**: ``graphsvc.tensors.forward`` then ``graphsvc.tensors.backward`` on the graph,
-    with the ops resolved once before timing (what an engine step costs);
+    with the ops resolved once before timing (what an engine step costs), the residuals of the
+    forward pass kept for the backward one as ``graphsvc.backward`` keeps them;
   - **graphsvc.backward**: the whole public call: resolving the ops, the replay, and storing every
     value and gradient in a new Graph;
   - **numpy by hand**: :mod:`benchmarks.numpy_models`, the floor for a numpy engine;
@@ -118,8 +119,9 @@ def steps(model: TensorModel, registry: OpRegistry) -> dict[str, Callable[[], An
     loss_id = graph.node_id("loss")
 
     def graphsvc_replay() -> tuple[Any, dict[str, Any]]:
-        values = tensors.forward(graph, ops)
-        grads = tensors.backward(graph, ops, loss_id, values)
+        residuals: dict[int, Any] = {}  # as graphsvc.backward keeps them (conv2d's im2col columns)
+        values = tensors.forward(graph, ops, residuals=residuals)
+        grads = tensors.backward(graph, ops, loss_id, values, residuals=residuals)
         return values[loss_id], {name: grads[graph.node_id(name)] for name in params}
 
     def graphsvc_backward() -> tuple[Any, dict[str, Any]]:

@@ -123,9 +123,10 @@ def replay_values(
     step_list: list[Any] | None = [] if steps else None
     if tensors.needed(graph, registry, overrides):
         ops = replay.resolve_ops(graph, registry, engine)
+        residuals: dict[int, Any] | None = None if output is None else {}  # a backward follows: keep them
         with running_plugin_code():
-            arrays = tensors.forward(graph, ops, overrides)
-            gradients = None if output is None else tensors.backward(graph, ops, output, arrays, step_list)
+            arrays = tensors.forward(graph, ops, overrides, residuals)
+            gradients = None if output is None else tensors.backward(graph, ops, output, arrays, step_list, residuals)
         return ReplayRun(True, arrays, gradients, step_list)
     values = replay.forward(graph, registry, overrides, engine)
     grads = None

@@ -22,6 +22,10 @@ Any op may instead give a *vector-Jacobian product*, the contract of autograd's 
   is False gets no gradient (data: a ``const`` array, what is computed from consts alone), and its
   cotangent may be ``None``; a ``vjp`` without it computes every cotangent and graphsvc drops those
   nobody needs.
+- ``forward_with_residuals(*inputs, **attrs) -> (output, residuals)``, optional, for a ``vjp`` that
+  declares a parameter ``residuals``: a replay that goes on to a backward pass computes the node
+  with it and passes what it kept to the ``vjp`` (JAX's residuals, PyTorch's
+  ``ctx.save_for_backward``); a backward from stored values passes ``residuals=None``.
 - ``variadic=True``: a node may have ``arity`` or more inputs (``concatenate``).
 - ``samples(rng)``, optional, returns ``[(inputs, attrs), ...]``: points where ``graphsvc
   gradcheck`` checks an op given by its ``vjp`` (an elementwise op is checked at scalar points
@@ -69,7 +73,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -123,6 +127,11 @@ class Op:
     variadic: bool = False
     #: ``samples(rng) -> [(inputs, attrs), ...]``: where gradcheck checks a vjp op (optional).
     samples: Callable[[np.random.Generator], Sequence[tuple[Sequence[Any], Mapping[str, Any]]]] | None = None
+    #: ``forward_with_residuals(*inputs, **attrs) -> (output, residuals)`` (optional, for a vjp op):
+    #: called instead of ``forward`` by a replay that goes on to a backward pass, which keeps
+    #: ``residuals`` (whatever the VJP wants again: im2col columns, a mask) and passes them to the
+    #: ``vjp`` as its keyword ``residuals`` (``None`` when this replay did not compute the node).
+    forward_with_residuals: Callable[..., tuple[Any, Any]] | None = None
     #: The distribution (or module) that registered the op; filled in by the registry.
     plugin: str | None = None
     #: That distribution's version, when known; filled in by the registry.
@@ -145,13 +154,23 @@ class Op:
         return "vectorized" if self.vectorized else "per element"
 
     @cached_property
-    def tensor_vjp(self) -> tuple[Callable[..., Sequence[Any]], bool]:
+    def tensor_vjp(self) -> VJP:
         """What the tensor replay calls for this op's gradient, worked out on first use and kept with
-        the op: its ``vjp`` (derived from ``derivatives`` when it gives none) and whether that takes
-        ``needs_input_grad`` (see :func:`graphsvc.tensors.vjp_of`)."""
+        the op (see :func:`graphsvc.tensors.vjp_of`)."""
         from graphsvc.tensors import derive_vjp  # tensors builds on this module
 
         return derive_vjp(self)
+
+
+class VJP(NamedTuple):
+    """An op's VJP as the tensor replay calls it."""
+
+    #: ``vjp(g, out, *inputs, **attrs)``: the op's own, or derived from its ``derivatives``.
+    function: Callable[..., Sequence[Any]]
+    #: It declares ``needs_input_grad``: it is told which inputs need a cotangent.
+    takes_needs: bool
+    #: It declares ``residuals``: it gets what ``forward_with_residuals`` kept for the node.
+    takes_residuals: bool
 
 
 def describe_source(plugin: str | None, version: str | None) -> str:
@@ -185,6 +204,15 @@ def check_op_declaration(op: object) -> Op:
                 raise OpError(f"op {op.name!r}: {field} must be a function, not {getattr(op, field)!r}")
     if op.samples is not None and not callable(op.samples):
         raise OpError(f"op {op.name!r}: samples must be a function, not {op.samples!r}")
+    if op.forward_with_residuals is not None:
+        if not callable(op.forward_with_residuals):
+            raise OpError(
+                f"op {op.name!r}: forward_with_residuals must be a function, not {op.forward_with_residuals!r}"
+            )
+        if op.vjp is None or not op.tensor_vjp.takes_residuals:
+            raise OpError(
+                f"op {op.name!r}: forward_with_residuals is given, but no vjp that takes `residuals` to receive them"
+            )
     if not isinstance(op.variadic, bool):
         raise OpError(f"op {op.name!r}: variadic must be True or False, not {op.variadic!r}")
     if op.variadic and op.derivatives is not None:

@@ -33,6 +33,7 @@ from graphsvc.checks import differences
 from graphsvc.errors import ReplayError, UsageError
 from graphsvc.graph import FLOAT_DTYPE, LEAF, TENSOR_DTYPES, Graph
 from graphsvc.ops import (
+    VJP,
     Op,
     OpRegistry,
     _call_one,
@@ -212,9 +213,17 @@ def _calls(graph: Graph, ops: Sequence[Op | None]) -> list[_Call | None]:
     ]
 
 
-def forward(graph: Graph, ops: Sequence[Op | None], overrides: Mapping[int, Any] | None = None) -> Replayed:
+def forward(
+    graph: Graph,
+    ops: Sequence[Op | None],
+    overrides: Mapping[int, Any] | None = None,
+    residuals: dict[int, Any] | None = None,
+) -> Replayed:
     """Every node's value, recomputed in id order from the leaves (``overrides`` replace leaf
-    values first). The caller resolved ``ops`` (:func:`graphsvc.replay.resolve_ops`)."""
+    values first). The caller resolved ``ops`` (:func:`graphsvc.replay.resolve_ops`). Given a
+    dict ``residuals`` (a backward pass follows), the nodes of an op with a
+    ``forward_with_residuals`` are computed by it, and what it keeps goes into ``residuals`` by
+    node, for :func:`backward`."""
     calls = _calls(graph, ops)
     values = _initial_values(graph, calls, overrides or {})
     with np.errstate(all="ignore"), interrupts_told_apart(), memory.reuse():
@@ -222,7 +231,17 @@ def forward(graph: Graph, ops: Sequence[Op | None], overrides: Mapping[int, Any]
             if call is None:
                 continue
             op, parents, attrs = call
-            result = _call(graph, node, op, "forward", op.forward, [values[p] for p in parents], attrs)
+            inputs = [values[p] for p in parents]
+            if residuals is not None and op.forward_with_residuals is not None:
+                pair = _call(graph, node, op, "forward_with_residuals", op.forward_with_residuals, inputs, attrs)
+                if not isinstance(pair, tuple) or len(pair) != 2:
+                    raise ReplayError(
+                        f"node {graph.label(node)}: op {op.name!r} ({op.source}): forward_with_residuals returned "
+                        f"{type(pair).__name__}, expected a pair (output, residuals)"
+                    )
+                result, residuals[node] = pair
+            else:
+                result = _call(graph, node, op, "forward", op.forward, inputs, attrs)
             values[node] = _frozen(_as_tensor(graph, node, op, "forward", result))
     return values
 
@@ -238,12 +257,18 @@ class Step:
 
 
 def backward(
-    graph: Graph, ops: Sequence[Op | None], output: int, values: Replayed, steps: list[Step] | None = None
+    graph: Graph,
+    ops: Sequence[Op | None],
+    output: int,
+    values: Replayed,
+    steps: list[Step] | None = None,
+    residuals: Mapping[int, Any] | None = None,
 ) -> Replayed:
     """d(output)/d(node) for every node that :func:`requires_grad` (zeros where the output does not
     depend on it), ``None`` for the others (int64 nodes, const arrays and what is computed from them
     alone), from the output seeded with 1. The output must hold a single number. When ``steps`` is
-    a list, each node's :class:`Step` is appended to it, in the order of the sweep."""
+    a list, each node's :class:`Step` is appended to it, in the order of the sweep. A VJP that
+    takes :data:`RESIDUALS` gets what :func:`forward` kept in ``residuals`` for its node, or None."""
     out = values[output]
     assert out is not None
     if out.size != 1:
@@ -271,10 +296,12 @@ def backward(
                     steps.append(Step(node, g, []))
                 continue
             op, parents, attrs = call
-            vjp, told = op.tensor_vjp
+            vjp, told, takes_residuals = op.tensor_vjp
             needs = tuple([requires[p] for p in parents])
             if told:
                 attrs = {**attrs, NEEDS_INPUT_GRAD: needs}
+            if takes_residuals:
+                attrs = {**attrs, RESIDUALS: None if residuals is None else residuals.get(node)}
             inputs = [values[p] for p in parents]
             cotangents = _call(graph, node, op, "vjp", vjp, [g, values[node], *inputs], attrs)
             sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads, summed)
@@ -312,23 +339,27 @@ def requires_grad(graph: Graph, calls: Sequence[_Call | None], values: Replayed)
 #: The keyword by which a VJP is told which inputs need a cotangent (PyTorch's
 #: ``ctx.needs_input_grad``): passed to a ``vjp`` that declares a parameter of this name.
 NEEDS_INPUT_GRAD = "needs_input_grad"
+#: The keyword by which a VJP gets what its op's ``forward_with_residuals`` kept for the node
+#: (JAX's residuals, PyTorch's ``ctx.saved_tensors``): passed to a ``vjp`` that declares it.
+RESIDUALS = "residuals"
 
 
-def vjp_of(op: Op) -> tuple[Callable[..., Any], bool]:
-    """``op``'s VJP (derived from its ``derivatives`` when it gives none), and whether it takes
-    :data:`NEEDS_INPUT_GRAD` (it declares a parameter of that name; the derived VJPs do). Worked
-    out once per op and kept with it (:attr:`graphsvc.ops.Op.tensor_vjp`): reading a signature
-    costs more than many a VJP."""
+def vjp_of(op: Op) -> VJP:
+    """``op``'s VJP (derived from its ``derivatives`` when it gives none), whether it takes
+    :data:`NEEDS_INPUT_GRAD` (it declares a parameter of that name; the derived VJPs do) and
+    whether it takes :data:`RESIDUALS`. Worked out once per op and kept with it
+    (:attr:`graphsvc.ops.Op.tensor_vjp`): reading a signature costs more than many a VJP."""
     return op.tensor_vjp
 
 
-def derive_vjp(op: Op) -> tuple[Callable[..., Any], bool]:
+def derive_vjp(op: Op) -> VJP:
     """What :func:`vjp_of` returns, worked out anew."""
     vjp = elementwise_vjp(op) if op.vjp is None else op.vjp
     try:
-        return vjp, NEEDS_INPUT_GRAD in inspect.signature(vjp).parameters
-    except (TypeError, ValueError):  # no inspectable signature: called without it
-        return vjp, False
+        parameters = inspect.signature(vjp).parameters
+    except (TypeError, ValueError):  # no inspectable signature: called with neither
+        return VJP(vjp, False, False)
+    return VJP(vjp, NEEDS_INPUT_GRAD in parameters, RESIDUALS in parameters)
 
 
 def _accumulate(

@@ -42,7 +42,7 @@ import numpy as np
 from graphsvc.errors import GraphsvcError, ReplayError
 from graphsvc.ops import Op, OpRegistry, _call_one, evaluate, interrupts_told_apart, local_derivatives
 from graphsvc.plugins import running_plugin_code
-from graphsvc.tensors import NEEDS_INPUT_GRAD, per_element, vjp_of
+from graphsvc.tensors import NEEDS_INPUT_GRAD, RESIDUALS, per_element, vjp_of
 
 __all__ = [
     "ATTRIBUTE_SAMPLES",
@@ -291,7 +291,9 @@ def check_vjp(
     |numeric|``; the message of a failure names the op, the input and its worst element.
     ``points`` counts the elements checked, ``skipped`` the float elements not checked (index
     inputs are neither). A ``vjp`` that takes ``needs_input_grad`` is also asked for each float
-    input alone, and must give it the cotangent it gives with every input needed.
+    input alone, and must give it the cotangent it gives with every input needed. An op that
+    gives ``forward_with_residuals`` must get ``forward``'s output from it, and its ``vjp``, given
+    those residuals, the cotangents it gives with ``residuals=None``.
     """
     with running_plugin_code(), np.errstate(all="ignore"), interrupts_told_apart():
         return _check_vjp(op, inputs, dict(attrs or {}), eps, rtol, atol, seed)
@@ -312,7 +314,9 @@ def _check_vjp(
         g = np.random.default_rng(seed).standard_normal(out.shape)
         g.flags.writeable = False
         analytic = _cotangents(op, g, out, inputs, attrs)
-        selective = _selective_failure(op, g, out, inputs, attrs, analytic)
+        selective = _selective_failure(op, g, out, inputs, attrs, analytic) or _residuals_failure(
+            op, g, out, inputs, attrs, analytic
+        )
     except GraphsvcError as exc:
         return result(False, 0, 0, 0.0, 0.0, f"{exc}{_with(attrs)}")
     if selective is not None:
@@ -395,12 +399,15 @@ def _vjp_call(
     inputs: Sequence[np.ndarray],
     attrs: Mapping[str, Any],
     needs: tuple[bool, ...] | None,
+    residuals: Any = None,
 ) -> Any:
     """The op's vjp (or its derivatives as one, as replay calls them), told ``needs`` when it takes
-    ``needs_input_grad`` and ``needs`` is given."""
-    vjp, takes_needs = vjp_of(op)
+    ``needs_input_grad`` and ``needs`` is given, and given ``residuals`` when it takes them."""
+    vjp, takes_needs, takes_residuals = vjp_of(op)
     if takes_needs and needs is not None:
         attrs = {**attrs, NEEDS_INPUT_GRAD: needs}
+    if takes_residuals:
+        attrs = {**attrs, RESIDUALS: residuals}
     if op.vjp is not None:
         return _call_one(op, "vjp", vjp, [g, out, *inputs], attrs)
     return vjp(g, out, *inputs, **attrs)  # the derived VJP's errors name the op already
@@ -429,6 +436,39 @@ def _selective_failure(
             return (
                 f"op {op.name!r} ({op.source}): with needs_input_grad={needs}, vjp gives input {i} {shown}, "
                 "not the one it gives with every input needed"
+            )
+    return None
+
+
+def _residuals_failure(
+    op: Op,
+    g: np.ndarray,
+    out: np.ndarray,
+    inputs: Sequence[np.ndarray],
+    attrs: Mapping[str, Any],
+    full: Sequence[np.ndarray | None],
+) -> str | None:
+    """For an op that gives ``forward_with_residuals``: its output must be ``forward``'s, and its
+    vjp given those residuals must give every cotangent it gives without them (bit for bit: a
+    replay of stored values has none)."""
+    if op.forward_with_residuals is None:
+        return None
+    prefix = f"op {op.name!r} ({op.source})"
+    pair = _call_one(op, "forward_with_residuals", op.forward_with_residuals, inputs, attrs)
+    if not isinstance(pair, tuple) or len(pair) != 2:
+        return f"{prefix}: forward_with_residuals returned {type(pair).__name__}, expected a pair (output, residuals)"
+    output, residuals = pair
+    if not np.array_equal(np.asarray(output, dtype=np.float64), out, equal_nan=True):
+        return f"{prefix}: forward_with_residuals gives an output that is not the one forward gives"
+    given = _vjp_call(op, g, out, inputs, attrs, None, residuals)
+    for i, want in enumerate(full):
+        if want is None:
+            continue
+        got = given[i] if isinstance(given, tuple | list) and len(given) == len(inputs) else None
+        if got is None or not np.array_equal(np.asarray(got, dtype=np.float64), want, equal_nan=True):
+            return (
+                f"{prefix}: given the residuals of forward_with_residuals, vjp gives input {i} "
+                "a different cotangent than without them"
             )
     return None
 

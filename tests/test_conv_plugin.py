@@ -330,3 +330,27 @@ def test_both_vjps_hold_for_fortran_ordered_inputs() -> None:
         for inputs, attrs in op.samples(rng):
             result = check_vjp(op, *(np.asfortranarray(x) for x in inputs), attrs=attrs)
             assert result.ok, result.message
+
+
+def test_conv2d_keeps_its_columns_for_the_vjp_and_gives_the_same_bits_without_them() -> None:
+    """graphsvc.backward passes conv2d's VJP the im2col columns its forward made; a backward from
+    values computed elsewhere (no residuals) makes them again, to the same bits."""
+    from graphsvc import replay, tensors
+
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((2, 2, 7, 6)), rng.standard_normal((3, 2, 3, 2))
+    bias = rng.standard_normal((1, 3, 1, 1))
+    registry, _ = load_registry(["graphsvc_conv"])
+    graph = cnn_graph(x, w, bias)
+    ops = replay.resolve_ops(graph, registry)
+    kept: dict[int, Any] = {}
+    values = tensors.forward(graph, ops, residuals=kept)
+    (conv_node,) = kept  # the one conv2d node
+    assert kept[conv_node].shape == (2, 2 * 3 * 2, 7 * 7)  # (N, C*kH*kW, H'*W'): 7x6 padded by 1, a 3x2 kernel
+    with_columns = tensors.backward(graph, ops, graph.node_id("loss"), values, residuals=kept)
+    without = tensors.backward(graph, ops, graph.node_id("loss"), values)
+    for node, grad in enumerate(with_columns):
+        other = without[node]
+        assert (grad is None) == (other is None)
+        if grad is not None and other is not None:
+            assert grad.tobytes() == other.tobytes(), graph.label(node)

@@ -520,11 +520,109 @@ def test_check_vjp_asks_a_selective_vjp_for_each_input_alone() -> None:
     )
 
 
+# -- residuals: what a forward keeps for its VJP ---------------------------------------------------
+def _cube_op(calls: list[str], kept: list[Any]) -> Op:
+    """x**3, whose forward keeps 3x**2 for the VJP (and says which function ran)."""
+
+    def forward(x: Any) -> Any:
+        calls.append("forward")
+        return x**3
+
+    def with_residuals(x: Any) -> tuple[Any, Any]:
+        calls.append("forward_with_residuals")
+        slope = 3 * x**2
+        kept.append(slope)
+        return x**3, slope
+
+    def vjp(g: Any, out: Any, x: Any, residuals: Any = None) -> Any:
+        calls.append("vjp with residuals" if residuals is not None else "vjp without")
+        return (g * (3 * x**2 if residuals is None else residuals),)
+
+    return Op("cube", 1, forward=forward, vjp=vjp, forward_with_residuals=with_residuals)
+
+
+def test_a_backward_after_a_forward_gets_what_forward_with_residuals_kept() -> None:
+    calls: list[str] = []
+    kept: list[Any] = []
+    registry = builtins()
+    registry.register(_cube_op(calls, kept))
+    b = GraphBuilder()
+    b.add("sum", [b.add("cube", [b.leaf(np.array([1.0, -2.0]), name="x")], name="c")], name="loss")
+    graph = b.build()
+    result = graphsvc.backward(graph, registry=registry)
+    assert calls == ["forward_with_residuals", "vjp with residuals"]
+    assert result.grad("x").tolist() == [3.0, 12.0]  # type: ignore[union-attr]
+    assert result.value("c").tolist() == [1.0, -8.0]  # type: ignore[union-attr]
+    calls.clear()
+    graphsvc.forward(graph, registry=registry)  # no backward follows: nothing to keep
+    assert calls == ["forward"]
+    calls.clear()
+    from graphsvc import replay, tensors
+
+    ops = replay.resolve_ops(graph, registry)
+    grads = tensors.backward(graph, ops, graph.node_id("loss"), tensors.forward(graph, ops))
+    assert calls == ["forward", "vjp without"]  # values from elsewhere (a file): the VJP makes them again
+    assert grads[graph.node_id("x")].tolist() == [3.0, 12.0]  # type: ignore[union-attr]
+
+
+def test_forward_with_residuals_must_return_a_pair_and_its_failures_name_it() -> None:
+    registry = builtins()
+    vjp = lambda g, out, x, residuals=None: (g,)  # noqa: E731
+    registry.register(Op("single", 1, forward=np.negative, vjp=vjp, forward_with_residuals=np.negative))
+    registry.register(Op("fails", 1, forward=np.negative, vjp=vjp, forward_with_residuals=lambda x: 1 / 0))
+    for op, message in (
+        ("single", "node loss: op 'single' (an unnamed plugin): forward_with_residuals returned ndarray, "
+         "expected a pair (output, residuals)"),
+        ("fails", "node loss: op 'fails' (an unnamed plugin): forward_with_residuals raised ZeroDivisionError: "
+         "division by zero"),
+    ):  # fmt: skip
+        b = GraphBuilder()
+        b.add(op, [b.leaf(np.array([1.0]), name="x")], name="loss")
+        with pytest.raises(ReplayError) as caught:
+            graphsvc.backward(b.build(), output="loss", registry=registry)
+        assert str(caught.value) == message
+
+
+def test_forward_with_residuals_needs_a_vjp_that_takes_them() -> None:
+    vjp = lambda g, out, x: (g,)  # noqa: E731
+    for op, message in (
+        (Op("a", 1, forward=np.negative, vjp=vjp, forward_with_residuals=lambda x: (-x, None)),
+         "op 'a': forward_with_residuals is given, but no vjp that takes `residuals` to receive them"),
+        (Op("b", 1, forward=np.negative, derivatives=lambda x, out: (-1.0,), forward_with_residuals=lambda x: (-x, 1)),
+         "op 'b': forward_with_residuals is given, but no vjp that takes `residuals` to receive them"),
+        (Op("c", 1, forward=np.negative, vjp=vjp, forward_with_residuals=3),  # type: ignore[arg-type]
+         "op 'c': forward_with_residuals must be a function, not 3"),
+    ):  # fmt: skip
+        with pytest.raises(OpError) as caught:
+            builtins().register(op)
+        assert str(caught.value) == message
+
+
+def test_check_vjp_compares_what_residuals_give_with_what_none_gives() -> None:
+    from graphsvc.testing import check_vjp
+
+    x = np.array([0.5, -1.5, 2.0])
+    assert check_vjp(_cube_op([], []), x).ok
+
+    def vjp(g: Any, out: Any, x: Any, residuals: Any = None) -> Any:
+        return (g * (3 * x**2 if residuals is None else residuals),)
+
+    wrong_slope = Op("wrong", 1, forward=lambda x: x**3, vjp=vjp, forward_with_residuals=lambda x: (x**3, 2 * x**2))
+    wrong_output = Op("off", 1, forward=lambda x: x**3, vjp=vjp, forward_with_residuals=lambda x: (x**3 + 1, 3 * x**2))
+    assert check_vjp(wrong_slope, x).message == (
+        "op 'wrong' (an unnamed plugin): given the residuals of forward_with_residuals, vjp gives input 0 "
+        "a different cotangent than without them"
+    )
+    assert check_vjp(wrong_output, x).message == (
+        "op 'off' (an unnamed plugin): forward_with_residuals gives an output that is not the one forward gives"
+    )
+
+
 def test_the_builtin_matmul_and_conv2d_skip_what_is_not_needed() -> None:
     from graphsvc.tensors import vjp_of
 
     registry = builtins()
-    vjp, takes_needs = vjp_of(registry.get("matmul"))
+    vjp, takes_needs, _ = vjp_of(registry.get("matmul"))
     assert takes_needs
     g, x, y = np.ones((2, 4, 5)), np.ones((2, 4, 3)), np.full((3, 5), 2.0)
     gx, gy = vjp(g, None, x, y, needs_input_grad=(False, True))

@@ -13,9 +13,12 @@ float32) and never write into their inputs, which graphsvc passes read-only.
 
 conv2d is im2col: the padded input's windows (a strided view, no copy) are laid out as columns once
 and multiplied with the weight in one batched matmul; its VJP puts the columns' cotangents back with
-one strided addition per kernel offset (col2im). The columns live in a scratch buffer kept per
-thread and shape and reused from call to call: a fresh buffer of that size comes from glibc's
-``mmap`` each time, and its page faults made the matmul reading it ten times slower.
+one strided addition per kernel offset (col2im). The weight's cotangent needs the columns again:
+``forward_with_residuals`` hands them to graphsvc, which passes them to the VJP as ``residuals``
+when the backward pass follows the forward (a backward from stored values makes them again).
+Otherwise the columns live in a scratch buffer kept per thread and shape and reused from call to
+call: a fresh buffer of that size comes from glibc's ``mmap`` each time, and its page faults made
+the matmul reading it ten times slower.
 """
 
 from __future__ import annotations
@@ -128,22 +131,35 @@ def _scratch(purpose: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
     return buffer
 
 
-def _columns(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pair) -> np.ndarray:
+def _columns(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pair, keep: bool = False) -> np.ndarray:
     """im2col: (N, C*kH*kW, H'*W'), one column per output pixel, in the weight's (C, kH, kW) order;
-    a scratch buffer, valid until the next call."""
+    a scratch buffer, valid until the next call, or with ``keep`` an array of their own."""
     windows = _windows(_pad(x, padding), kernel, stride)
     n, c, oh, ow, kh, kw = windows.shape
-    columns = _scratch("columns", (n, c, kh, kw, oh, ow), x.dtype)
+    shape = (n, c, kh, kw, oh, ow)
+    columns = np.empty(shape, x.dtype) if keep else _scratch("columns", shape, x.dtype)
     np.copyto(columns, windows.transpose(0, 1, 4, 5, 2, 3))
     return columns.reshape(n, c * kh * kw, oh * ow)
 
 
+def _conv2d(x: np.ndarray, weight: np.ndarray, stride: Any, padding: Any, keep: bool) -> tuple[np.ndarray, np.ndarray]:
+    kernel, stride_, padding_, (oh, ow) = _conv_setup(x, weight, stride, padding)
+    columns = _columns(x, kernel, stride_, padding_, keep)
+    out = weight.reshape(weight.shape[0], -1) @ columns  # (O, K) @ (N, K, P): one batched matmul
+    return out.reshape(x.shape[0], weight.shape[0], oh, ow), columns
+
+
 def conv2d(x: np.ndarray, weight: np.ndarray, stride: Any = 1, padding: Any = 0) -> np.ndarray:
     """PyTorch's ``conv2d`` without bias: (N, C, H, W) and (O, C, kH, kW) give (N, O, H', W')."""
-    kernel, stride_, padding_, (oh, ow) = _conv_setup(x, weight, stride, padding)
-    columns = _columns(x, kernel, stride_, padding_)
-    out = weight.reshape(weight.shape[0], -1) @ columns  # (O, K) @ (N, K, P): one batched matmul
-    return out.reshape(x.shape[0], weight.shape[0], oh, ow)
+    return _conv2d(x, weight, stride, padding, keep=False)[0]
+
+
+def conv2d_with_residuals(
+    x: np.ndarray, weight: np.ndarray, stride: Any = 1, padding: Any = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """conv2d, and its im2col columns, which the weight's cotangent needs again (graphsvc keeps them
+    for :func:`conv2d_vjp` when a backward pass follows, as PyTorch's ``save_for_backward``)."""
+    return _conv2d(x, weight, stride, padding, keep=True)
 
 
 def conv2d_vjp(
@@ -154,9 +170,12 @@ def conv2d_vjp(
     stride: Any = 1,
     padding: Any = 0,
     needs_input_grad: tuple[bool, bool] = (True, True),
+    residuals: np.ndarray | None = None,
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """The cotangents of x and weight, given ``g`` of the output's shape; only those graphsvc says
-    are needed (an image that is data gets none: its col2im is the larger half of the work)."""
+    are needed (an image that is data gets none: its col2im is the larger half of the work). The
+    weight's needs the im2col columns: ``residuals``, those :func:`conv2d_with_residuals` made,
+    when graphsvc kept them, else made again."""
     kernel, stride_, padding_, (oh, ow) = _conv_setup(x, weight, stride, padding)
     need_x, need_weight = needs_input_grad
     n, c, h, w = x.shape
@@ -164,7 +183,7 @@ def conv2d_vjp(
     g3 = np.asarray(g, dtype=x.dtype).reshape(n, o, oh * ow)
     grad_weight = None
     if need_weight:
-        columns = _columns(x, kernel, stride_, padding_)
+        columns = _columns(x, kernel, stride_, padding_) if residuals is None else residuals
         grad_weight = np.matmul(g3, columns.transpose(0, 2, 1)).sum(axis=0).reshape(weight.shape)
     if not need_x:
         return None, grad_weight
@@ -243,6 +262,7 @@ OPS: tuple[Op, ...] = (
         "conv2d", 2,
         forward=conv2d,
         vjp=conv2d_vjp,
+        forward_with_residuals=conv2d_with_residuals,
         samples=lambda rng: [
             ((rng.standard_normal((2, 3, 5, 5)), rng.standard_normal((4, 3, 3, 3))), {}),
             ((rng.standard_normal((1, 2, 6, 5)), rng.standard_normal((3, 2, 2, 3))), {"stride": 2, "padding": [1, 0]}),
