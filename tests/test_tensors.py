@@ -110,6 +110,31 @@ def test_the_input_graph_is_untouched_and_results_are_read_only() -> None:
     assert not np.shares_memory(result.arrays[0], graph.arrays[0])
 
 
+def test_a_gradient_summed_from_many_consumers_is_exact_and_read_only() -> None:
+    """x feeds four nodes: its gradient is the sum of four cotangents (the second makes a new array,
+    the others are added into it in place); the VJPs' own arrays and what each step recorded are
+    left as they were."""
+    from graphsvc import replay, tensors
+
+    b = GraphBuilder()
+    x = b.leaf(np.array([1.0, 2.0, 3.0]), name="x")
+    terms = [
+        b.add("mul", [x, b.const(np.array(k), name=f"k{k}")], name=f"t{k}") for k in (1.0, 10.0, 100.0, 1000.0)
+    ]
+    b.add("sum", [b.add("concatenate", terms, name="all")], name="loss")
+    graph = b.build()
+    ops = replay.resolve_ops(graph, builtins())
+    steps: list[Any] = []
+    grads = tensors.backward(graph, ops, graph.node_id("loss"), tensors.forward(graph, ops), steps)
+    gx = grads[x]
+    assert gx is not None and gx.tolist() == [1111.0] * 3 and not gx.flags.writeable
+    sent = [c for step in steps for parent, c in step.cotangents if parent == x]
+    assert [c.tolist() for c in sent] == [[1000.0] * 3, [100.0] * 3, [10.0] * 3, [1.0] * 3]
+    assert all(not c.flags.writeable and not np.shares_memory(c, gx) for c in sent)
+    (x_step,) = [step for step in steps if step.node == x]
+    assert x_step.grad is gx
+
+
 def test_float32_stays_float32() -> None:
     b = GraphBuilder()
     x = b.leaf(np.array([1.0, -2.0, 3.0], dtype=np.float32), name="x")
