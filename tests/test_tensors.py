@@ -118,9 +118,7 @@ def test_a_gradient_summed_from_many_consumers_is_exact_and_read_only() -> None:
 
     b = GraphBuilder()
     x = b.leaf(np.array([1.0, 2.0, 3.0]), name="x")
-    terms = [
-        b.add("mul", [x, b.const(np.array(k), name=f"k{k}")], name=f"t{k}") for k in (1.0, 10.0, 100.0, 1000.0)
-    ]
+    terms = [b.add("mul", [x, b.const(np.array(k), name=f"k{k}")], name=f"t{k}") for k in (1.0, 10.0, 100.0, 1000.0)]
     b.add("sum", [b.add("concatenate", terms, name="all")], name="loss")
     graph = b.build()
     ops = replay.resolve_ops(graph, builtins())
