@@ -84,9 +84,13 @@ def _axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
 
 
 def _unreduce(g: np.ndarray, x: np.ndarray, axis: int | Sequence[int] | None, keepdims: bool) -> np.ndarray:
-    """A reduction's gradient ``g`` with the reduced axes put back (size 1), broadcast to ``x``."""
-    if not keepdims:
-        g = np.expand_dims(g, _axes(axis, x.ndim))
+    """A reduction's gradient ``g`` with the reduced axes put back (size 1), broadcast to ``x``
+    (a read-only view)."""
+    if not keepdims and g.ndim:  # a 0-d g (every axis reduced) broadcasts as it is
+        shape = list(x.shape)
+        for a in _axes(axis, x.ndim):
+            shape[a] = 1
+        g = g.reshape(shape)
     return np.broadcast_to(g, x.shape)
 
 
@@ -125,7 +129,7 @@ def _tuple(axis: int | Sequence[int] | None) -> int | tuple[int, ...] | None:
 
 
 def _count(x: np.ndarray, axis: int | Sequence[int] | None) -> int:
-    return int(np.prod([x.shape[a] for a in _axes(axis, x.ndim)]))
+    return math.prod(x.shape[a] for a in _axes(axis, x.ndim))
 
 
 def _matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -226,7 +230,7 @@ BUILTIN_OPS: tuple[Op, ...] = (
     Op(
         "mean", 1,
         forward=lambda x, axis=None, keepdims=False: np.mean(x, axis=_tuple(axis), keepdims=keepdims),
-        vjp=lambda g, out, x, axis=None, keepdims=False: (_unreduce(g, x, axis, keepdims) / _count(x, axis),),
+        vjp=lambda g, out, x, axis=None, keepdims=False: (_unreduce(g / _count(x, axis), x, axis, keepdims),),
         samples=_unary_samples(*_REDUCTIONS),
         doc="np.mean over `axis` (default: all), with `keepdims`.",
     ),
