@@ -196,13 +196,13 @@ def _take(x: np.ndarray, indices: np.ndarray, axis: int | None = None) -> np.nda
 
 
 def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
 
 
 def _log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    shifted = x - np.max(x, axis=axis, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    shifted = x - x.max(axis=axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 
 
 BUILTIN_OPS: tuple[Op, ...] = (
@@ -222,21 +222,21 @@ BUILTIN_OPS: tuple[Op, ...] = (
     # -- reductions (attributes: axis, an int, a list of ints or None for all; keepdims) ---------------
     Op(
         "sum", 1,
-        forward=lambda x, axis=None, keepdims=False: np.sum(x, axis=_tuple(axis), keepdims=keepdims),
+        forward=lambda x, axis=None, keepdims=False: x.sum(axis=_tuple(axis), keepdims=keepdims),
         vjp=lambda g, out, x, axis=None, keepdims=False: (_unreduce(g, x, axis, keepdims),),
         samples=_unary_samples(*_REDUCTIONS),
         doc="np.sum over `axis` (default: all), keeping reduced axes with `keepdims`.",
     ),
     Op(
         "mean", 1,
-        forward=lambda x, axis=None, keepdims=False: np.mean(x, axis=_tuple(axis), keepdims=keepdims),
+        forward=lambda x, axis=None, keepdims=False: x.mean(axis=_tuple(axis), keepdims=keepdims),
         vjp=lambda g, out, x, axis=None, keepdims=False: (_unreduce(g / _count(x, axis), x, axis, keepdims),),
         samples=_unary_samples(*_REDUCTIONS),
         doc="np.mean over `axis` (default: all), with `keepdims`.",
     ),
     Op(
         "amax", 1,
-        forward=lambda x, axis=None, keepdims=False: np.amax(x, axis=_tuple(axis), keepdims=keepdims),
+        forward=lambda x, axis=None, keepdims=False: x.max(axis=_tuple(axis), keepdims=keepdims),
         vjp=_amax_vjp,
         samples=_unary_samples(*_REDUCTIONS),
         doc="np.amax over `axis` (default: all), with `keepdims`. Several maxima share the gradient evenly.",
@@ -282,14 +282,14 @@ BUILTIN_OPS: tuple[Op, ...] = (
     Op(
         "softmax", 1,
         forward=_softmax,
-        vjp=lambda g, out, x, axis=-1: (out * (g - np.sum(g * out, axis=axis, keepdims=True)),),
+        vjp=lambda g, out, x, axis=-1: (out * (g - (g * out).sum(axis=axis, keepdims=True)),),
         samples=_unary_samples({}, {"axis": 0}),
         doc="exp(x) / sum(exp(x)) along `axis` (default -1), computed stably.",
     ),
     Op(
         "log_softmax", 1,
         forward=_log_softmax,
-        vjp=lambda g, out, x, axis=-1: (g - np.exp(out) * np.sum(g, axis=axis, keepdims=True),),
+        vjp=lambda g, out, x, axis=-1: (g - np.exp(out) * g.sum(axis=axis, keepdims=True),),
         samples=_unary_samples({}, {"axis": 0}),
         doc="log(softmax(x)) along `axis` (default -1), computed stably: a cross-entropy's first half.",
     ),
