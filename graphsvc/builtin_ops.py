@@ -244,15 +244,15 @@ BUILTIN_OPS: tuple[Op, ...] = (
     # -- shapes --------------------------------------------------------------------------------------
     Op(
         "reshape", 1,
-        forward=lambda x, shape: np.reshape(x, shape),
-        vjp=lambda g, out, x, shape: (np.reshape(g, x.shape),),
+        forward=lambda x, shape: x.reshape(shape),
+        vjp=lambda g, out, x, shape: (g.reshape(x.shape),),
         samples=_unary_samples({"shape": [2, -1]}, {"shape": [12]}),
         doc="np.reshape to `shape` (a list; one entry may be -1).",
     ),
     Op(
         "transpose", 1,
-        forward=lambda x, axes=None: np.transpose(x, axes),
-        vjp=lambda g, out, x, axes=None: (np.transpose(g, None if axes is None else np.argsort(_axes(axes, x.ndim))),),
+        forward=lambda x, axes=None: x.transpose(axes),
+        vjp=lambda g, out, x, axes=None: (g.transpose(None if axes is None else np.argsort(_axes(axes, x.ndim))),),
         samples=_unary_samples({}, {"axes": [1, 2, 0]}, {"axes": [-1, 0, 1]}, shape=(2, 3, 4)),
         doc="np.transpose by `axes` (default: reversed).",
     ),
