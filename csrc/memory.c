@@ -1,14 +1,16 @@
 /* Reused memory for the arrays a tensor replay makes: numpy's memory handler (NEP 49) with a cache
- * of freed blocks, graphsvc/memory.py's `reuse` (its pure-Python twin is numpy's own allocator: the
- * same arrays, the same results, only where their memory comes from differs).
+ * of freed blocks, installed by graphsvc/memory.py's `reuse` (without this module numpy's own
+ * handler serves: the same arrays, the same results, only where their memory comes from differs).
  *
  * A replay keeps every value and gradient, so each pass asks for its memory anew, and glibc serves
  * large blocks from fresh pages (mmap, or a heap top it trimmed when the last pass's arrays were
  * freed): every page is then a page fault and a page of zeros before numpy writes into it. Here a
  * freed block of MIN_CACHED bytes or more waits in a list of blocks of its size (rounded up to a
- * page) for the next array of that size, up to `limit` bytes in all; a pass that repeats the last
- * one's shapes gets the pages it already touched. Smaller blocks go to malloc and free as numpy's
- * default handler sends them.
+ * page) for the next array of that size, up to `limit` bytes in all: when a freed block would pass
+ * the limit, the blocks that have waited longest are freed first. A pass that repeats the last
+ * one's shapes gets the pages it already touched. Blocks smaller than MIN_CACHED come from malloc
+ * and go back to free (numpy's default handler also keeps a cache of tiny blocks, which this one
+ * does not); a new block of 4 MiB or more is offered transparent huge pages, as numpy's is.
  *
  * numpy is not needed to build this: the handler's layout is numpy's public, versioned struct
  * (PyDataMem_Handler, version 1), and PyDataMem_SetHandler is taken from numpy's C-API table, as
@@ -19,6 +21,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef struct {
     void *ctx;
@@ -40,94 +43,179 @@ typedef struct {
 
 #define PAGE 4096
 #define MIN_CACHED (64 * 1024)
-#define CLASSES 1024 /* distinct block sizes kept (open addressing); a full table caches no new size */
+#define HUGE_PAGES (4 * 1024 * 1024) /* numpy's threshold for madvise(MADV_HUGEPAGE) */
+#define CLASSES 1024                 /* distinct block sizes (open addressing) */
 
-/* Before each block's data: where the allocation starts is the header itself. 64 bytes keep the
- * data as aligned as malloc's (16) and leave room. */
+struct Class;
+
+/* Before each block's data. While a block waits in the cache it is in two lists: its size's, and
+ * the list of every waiting block, oldest first (`older`/`newer`). */
 typedef struct Block {
-    size_t bytes;       /* the data's size: the class size for a cached-size block */
-    int cached;         /* 1: a class-sized block, which goes back to the cache */
-    struct Block *next; /* in its class's free list */
+    size_t bytes;                  /* the data's size: the class size for a cached-size block */
+    int cached;                    /* 1: a class-sized block, which goes back to the cache */
+    struct Class *size;            /* while waiting: its size's list */
+    struct Block *prev, *next;     /* in that list */
+    struct Block *older, *newer;   /* in the list of all waiting blocks */
 } Block;
-#define HEADER 64
+#define HEADER 64 /* keeps the data as aligned as malloc's (16) */
 
-typedef struct {
+typedef struct Class {
     size_t bytes; /* 0: an empty slot */
     Block *free;
 } Class;
 
 static Class classes[CLASSES];
+static size_t used_classes = 0;
+static Block *oldest = NULL, *newest = NULL;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static size_t cached_bytes = 0;                /* in free lists */
-static size_t limit = 0; /* at most this much waits in free lists: graphsvc/memory.py sets it (LIMIT) */
+static size_t cached_bytes = 0; /* waiting in the cache */
+static size_t limit = 0;        /* at most this much waits: graphsvc/memory.py sets it (LIMIT) */
 static unsigned long long hits = 0, misses = 0;
 
 static void *data_of(Block *block) { return (char *)block + HEADER; }
 static Block *block_of(void *data) { return (Block *)((char *)data - HEADER); }
 
-/* The class of ``bytes`` (a multiple of PAGE), or NULL when the table has no room for a new one. */
-static Class *class_of(size_t bytes) {
+/* Take ``block`` out of the cache (with the lock held). */
+static void unlink_block(Block *block) {
+    Class *c = block->size;
+    if (block->prev != NULL) block->prev->next = block->next;
+    else c->free = block->next;
+    if (block->next != NULL) block->next->prev = block->prev;
+    if (block->older != NULL) block->older->newer = block->newer;
+    else oldest = block->newer;
+    if (block->newer != NULL) block->newer->older = block->older;
+    else newest = block->older;
+    cached_bytes -= block->bytes;
+}
+
+/* Empty the size table of sizes with no waiting block (with the lock held): each waiting block's
+ * size is entered again. */
+static Class *find_class(size_t bytes, int add);
+static void compact(void) {
+    Block *all = oldest;
+    memset(classes, 0, sizeof classes);
+    used_classes = 0;
+    for (Block *block = all; block != NULL; block = block->newer) {
+        Class *c = find_class(block->bytes, 1); /* fewer sizes than slots: always found */
+        block->size = c;
+        block->prev = NULL;
+        block->next = c->free;
+        if (c->free != NULL) c->free->prev = block;
+        c->free = block;
+    }
+}
+
+/* The size ``bytes`` (a multiple of PAGE) in the table; with ``add``, entered when missing (the
+ * table compacted when full). NULL when it is not there (or, full of waiting sizes, cannot be). */
+static Class *find_class(size_t bytes, int add) {
     size_t slot = (bytes / PAGE) % CLASSES;
     for (size_t probe = 0; probe < CLASSES; probe++) {
         Class *c = &classes[(slot + probe) % CLASSES];
         if (c->bytes == bytes) return c;
         if (c->bytes == 0) {
+            if (!add) return NULL;
             c->bytes = bytes;
+            used_classes++;
             return c;
         }
     }
-    return NULL;
+    if (!add || used_classes == 0) return NULL;
+    compact();
+    return used_classes < CLASSES ? find_class(bytes, 1) : NULL;
 }
 
-/* A block of at least ``size`` bytes of data, zeroed if ``zero``; NULL when memory is out. */
+/* Free waiting blocks, oldest first, until ``room`` more bytes fit under the limit (lock held);
+ * they are returned in ``freed`` (a list through ``newer``) to be freed without the lock. */
+static Block *make_room(size_t room) {
+    Block *freed = NULL;
+    while (oldest != NULL && cached_bytes + room > limit) {
+        Block *block = oldest;
+        unlink_block(block);
+        block->newer = freed;
+        freed = block;
+    }
+    return freed;
+}
+
+static void free_all(Block *freed) {
+    while (freed != NULL) {
+        Block *next = freed->newer;
+        free(freed);
+        freed = next;
+    }
+}
+
+/* A new block of ``bytes`` bytes of data (zeroed if ``zero``), NULL when memory is out. */
+static Block *new_block(size_t bytes, int cached, int zero) {
+    Block *block = zero ? calloc(1, HEADER + bytes) : malloc(HEADER + bytes);
+    if (block == NULL) return NULL;
+    block->bytes = bytes;
+    block->cached = cached;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= HUGE_PAGES) { /* as numpy's default handler: the whole pages inside the data */
+        uintptr_t start = ((uintptr_t)data_of(block) + PAGE - 1) / PAGE * PAGE;
+        uintptr_t end = ((uintptr_t)data_of(block) + bytes) / PAGE * PAGE;
+        if (end > start) madvise((void *)start, end - start, MADV_HUGEPAGE); /* advice only */
+    }
+#endif
+    return block;
+}
+
+/* At least ``size`` bytes of data, zeroed if ``zero``; NULL when memory is out. */
 static void *take(size_t size, int zero) {
-    if (size >= MIN_CACHED && size <= SIZE_MAX - HEADER - PAGE) {
-        size_t bytes = (size + PAGE - 1) / PAGE * PAGE;
-        Block *block = NULL;
-        pthread_mutex_lock(&lock);
-        Class *c = class_of(bytes);
-        if (c != NULL && c->free != NULL) {
-            block = c->free;
-            c->free = block->next;
-            cached_bytes -= bytes;
-            hits++;
-        } else {
-            misses++;
-        }
-        pthread_mutex_unlock(&lock);
-        if (block != NULL) {
-            if (zero) memset(data_of(block), 0, size);
-            return data_of(block);
-        }
-        block = zero ? calloc(1, HEADER + bytes) : malloc(HEADER + bytes);
-        if (block == NULL) return NULL;
-        block->bytes = bytes;
-        block->cached = 1;
+    if (size < MIN_CACHED || size > SIZE_MAX - HEADER - PAGE) {
+        if (size > SIZE_MAX - HEADER) return NULL;
+        Block *block = new_block(size, 0, zero);
+        return block == NULL ? NULL : data_of(block);
+    }
+    size_t bytes = (size + PAGE - 1) / PAGE * PAGE;
+    pthread_mutex_lock(&lock);
+    Class *c = find_class(bytes, 0);
+    Block *block = c == NULL ? NULL : c->free;
+    if (block != NULL) {
+        unlink_block(block);
+        hits++;
+    } else {
+        misses++;
+    }
+    pthread_mutex_unlock(&lock);
+    if (block != NULL) {
+        if (zero) memset(data_of(block), 0, size);
         return data_of(block);
     }
-    if (size > SIZE_MAX - HEADER) return NULL;
-    Block *block = zero ? calloc(1, HEADER + size) : malloc(HEADER + size);
-    if (block == NULL) return NULL;
-    block->bytes = size;
-    block->cached = 0;
-    return data_of(block);
+    block = new_block(bytes, 1, zero);
+    return block == NULL ? NULL : data_of(block);
 }
 
 static void give_back(void *data) {
     if (data == NULL) return;
     Block *block = block_of(data);
+    Block *freed = NULL;
+    int kept = 0;
     if (block->cached) {
         pthread_mutex_lock(&lock);
-        Class *c = cached_bytes + block->bytes <= limit ? class_of(block->bytes) : NULL;
-        if (c != NULL) {
-            block->next = c->free;
-            c->free = block;
-            cached_bytes += block->bytes;
+        if (block->bytes <= limit) {
+            freed = make_room(block->bytes);
+            Class *c = find_class(block->bytes, 1);
+            if (c != NULL) {
+                block->size = c;
+                block->prev = NULL;
+                block->next = c->free;
+                if (c->free != NULL) c->free->prev = block;
+                c->free = block;
+                block->older = newest;
+                block->newer = NULL;
+                if (newest != NULL) newest->newer = block;
+                else oldest = block;
+                newest = block;
+                cached_bytes += block->bytes;
+                kept = 1;
+            }
         }
         pthread_mutex_unlock(&lock);
-        if (c != NULL) return;
     }
-    free(block);
+    free_all(freed);
+    if (!kept) free(block);
 }
 
 static void *handler_malloc(void *ctx, size_t size) {
@@ -167,19 +255,17 @@ static Handler handler = {
 static PyObject *(*set_handler)(PyObject *) = NULL;
 static PyObject *capsule = NULL;
 
-/* Free every cached block (with the lock held). */
+/* Free every waiting block and empty the size table. */
 static void release_all(void) {
-    for (size_t i = 0; i < CLASSES; i++) {
-        Block *block = classes[i].free;
-        while (block != NULL) {
-            Block *next = block->next;
-            free(block);
-            block = next;
-        }
-        classes[i].free = NULL;
-        classes[i].bytes = 0;
-    }
-    cached_bytes = 0;
+    pthread_mutex_lock(&lock);
+    size_t keep = limit;
+    limit = 0;
+    Block *freed = make_room(0);
+    limit = keep;
+    memset(classes, 0, sizeof classes);
+    used_classes = 0;
+    pthread_mutex_unlock(&lock);
+    free_all(freed);
 }
 
 static PyObject *install(PyObject *self, PyObject *unused) {
@@ -199,9 +285,7 @@ static PyObject *restore(PyObject *self, PyObject *previous) {
 static PyObject *release(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    pthread_mutex_lock(&lock);
     release_all();
-    pthread_mutex_unlock(&lock);
     Py_RETURN_NONE;
 }
 
@@ -211,8 +295,9 @@ static PyObject *set_limit(PyObject *self, PyObject *arg) {
     if (bytes == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     pthread_mutex_lock(&lock);
     limit = (size_t)bytes;
-    if (cached_bytes > limit) release_all();
+    Block *freed = make_room(0);
     pthread_mutex_unlock(&lock);
+    free_all(freed);
     Py_RETURN_NONE;
 }
 
@@ -220,21 +305,21 @@ static PyObject *stats(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
     pthread_mutex_lock(&lock);
-    size_t cached = cached_bytes, most = limit;
+    size_t cached = cached_bytes, most = limit, sizes = used_classes;
     unsigned long long h = hits, m = misses;
     pthread_mutex_unlock(&lock);
-    return Py_BuildValue("{s:n,s:n,s:K,s:K}", "cached_bytes", (Py_ssize_t)cached, "limit", (Py_ssize_t)most, "hits",
-                         h, "misses", m);
+    return Py_BuildValue("{s:n,s:n,s:n,s:K,s:K}", "cached_bytes", (Py_ssize_t)cached, "limit", (Py_ssize_t)most,
+                         "sizes", (Py_ssize_t)sizes, "hits", h, "misses", m);
 }
 
 static PyMethodDef methods[] = {
     {"install", install, METH_NOARGS,
      "install() -> previous\n\nMake this module's handler numpy's for the current context; returns the one it replaces."},
     {"restore", restore, METH_O, "restore(previous)\n\nGive numpy back the handler install() returned."},
-    {"release", release, METH_NOARGS, "release()\n\nFree every cached block."},
+    {"release", release, METH_NOARGS, "release()\n\nFree every waiting block."},
     {"set_limit", set_limit, METH_O,
-     "set_limit(bytes)\n\nAt most ``bytes`` of freed blocks wait for reuse (the cache is emptied if it holds more)."},
-    {"stats", stats, METH_NOARGS, "stats() -> {cached_bytes, limit, hits, misses}"},
+     "set_limit(bytes)\n\nAt most ``bytes`` of freed blocks wait for reuse (the longest-waiting are freed first)."},
+    {"stats", stats, METH_NOARGS, "stats() -> {cached_bytes, limit, sizes, hits, misses}"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -246,20 +331,22 @@ static struct PyModuleDef module = {
     .m_methods = methods,
 };
 
-/* numpy's C-API table, as import_array finds it; NULL with an exception set. */
+/* numpy's C-API table, as import_array finds it; NULL with an ImportError set. */
 static void **numpy_api(void) {
     PyObject *numpy = PyImport_ImportModule("numpy._core._multiarray_umath");
     if (numpy == NULL && PyErr_ExceptionMatches(PyExc_ModuleNotFoundError)) {
         PyErr_Clear();
         numpy = PyImport_ImportModule("numpy.core._multiarray_umath");
     }
-    if (numpy == NULL) return NULL;
-    PyObject *table = PyObject_GetAttrString(numpy, "_ARRAY_API");
-    Py_DECREF(numpy);
-    if (table == NULL) return NULL;
-    void **api = PyCapsule_CheckExact(table) ? (void **)PyCapsule_GetPointer(table, NULL) : NULL;
-    Py_DECREF(table);
-    if (api == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_ImportError, "numpy's _ARRAY_API is not a capsule");
+    PyObject *table = numpy == NULL ? NULL : PyObject_GetAttrString(numpy, "_ARRAY_API");
+    Py_XDECREF(numpy);
+    void **api = NULL;
+    if (table != NULL && PyCapsule_CheckExact(table)) api = (void **)PyCapsule_GetPointer(table, NULL);
+    Py_XDECREF(table);
+    if (api == NULL) { /* whatever went wrong, graphsvc.memory falls back to numpy's handler */
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ImportError, "numpy's C-API table (_ARRAY_API) was not found");
+    }
     return api;
 }
 

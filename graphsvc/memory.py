@@ -6,7 +6,9 @@ writes into it (for the transformer benchmark, about 14 MB a pass). Inside :func
 allocates through graphsvc's memory handler (numpy's NEP 49), which keeps freed blocks of 64 KiB
 and more, by size, for the next array of that size: a second replay of a graph (a training loop,
 ``gradcheck``'s passes) gets back pages the first one touched. At most :data:`LIMIT` bytes wait for
-reuse; :func:`release` frees them.
+reuse (past it, the blocks that waited longest are freed first), and they stay with the process
+after the last replay: :func:`release` frees what waits now, and a replay's arrays still alive give
+theirs to the cache when they are freed later; :func:`set_limit` ``(0)`` keeps none from then on.
 
 Arrays keep the handler that allocated them, so they may outlive the ``with`` block and be freed
 anywhere. Without the C extension (no compiler at install), or with a numpy older than 1.22,
@@ -29,6 +31,8 @@ def _native() -> ModuleType | None:
     try:
         from graphsvc import _cmemory
     except ImportError:  # not built, or a numpy without memory handlers: numpy's allocator serves
+        return None
+    except Exception:  # a numpy this module cannot read: never a reason for graphsvc not to import
         return None
     return _cmemory
 
@@ -71,8 +75,9 @@ def set_limit(nbytes: int) -> None:
 
 
 def stats() -> dict[str, int]:
-    """``cached_bytes`` (waiting for reuse), ``limit``, and how many large blocks came from the cache
-    (``hits``) or from the system (``misses``); all zero without the handler."""
+    """``cached_bytes`` (waiting for reuse), ``limit``, ``sizes`` (distinct block sizes known), and
+    how many large blocks came from the cache (``hits``) or from the system (``misses``); all zero
+    without the handler."""
     if _cmemory is None:
-        return {"cached_bytes": 0, "limit": 0, "hits": 0, "misses": 0}
+        return {"cached_bytes": 0, "limit": 0, "sizes": 0, "hits": 0, "misses": 0}
     return dict(_cmemory.stats())

@@ -109,6 +109,42 @@ def test_the_limit_bounds_what_waits_and_release_frees_it(cache: None) -> None:
         memory.set_limit(-1)
 
 
+def _pages(count: int) -> np.ndarray:
+    return np.empty(count * 4096, dtype=np.uint8)
+
+
+def test_at_the_limit_the_blocks_that_waited_longest_are_freed_first(cache: None) -> None:
+    memory.set_limit((20 + 21 + 22) * 4096)
+    with memory.reuse():
+        a, b, c, d = (_pages(k) for k in (20, 21, 22, 23))
+    del a, b, c  # freed in this order
+    assert memory.stats()["cached_bytes"] == 63 * 4096
+    del d  # the 23-page block needs room: the 20- and then the 21-page block go
+    assert memory.stats()["cached_bytes"] == (22 + 23) * 4096
+    start = memory.stats()
+    with memory.reuse():
+        again = [_pages(k) for k in (20, 21, 22, 23)]
+    stats = memory.stats()
+    assert (stats["hits"] - start["hits"], stats["misses"] - start["misses"]) == (2, 2)
+    del again
+
+
+def test_new_shapes_are_reused_after_more_sizes_than_the_table_holds(cache: None) -> None:
+    """A long-running process that changes shapes: 1,100 sizes come and go (more than the 1,024
+    the size table holds), then a new one repeats; nothing released in between."""
+    memory.set_limit(40 * 1024 * 1024)
+    with memory.reuse():
+        for k in range(16, 16 + 1100):
+            _pages(k)  # made and freed at once: it waits, the longest-waiting go past the limit
+    assert memory.stats()["cached_bytes"] <= 40 * 1024 * 1024
+    start = memory.stats()
+    with memory.reuse():
+        for _ in range(5):
+            _pages(3000)
+    stats = memory.stats()
+    assert (stats["hits"] - start["hits"], stats["misses"] - start["misses"]) == (4, 1)
+
+
 def test_threads_that_allocate_and_free_at_once_get_their_own_arrays(cache: None) -> None:
     failures: list[str] = []
 
@@ -162,6 +198,6 @@ def test_without_the_extension_reuse_changes_nothing(monkeypatch: pytest.MonkeyP
         array = np.empty(BIG)
     assert get_handler_name(array) == before
     assert memory.available() is False
-    assert memory.stats() == {"cached_bytes": 0, "limit": 0, "hits": 0, "misses": 0}
+    assert memory.stats() == {"cached_bytes": 0, "limit": 0, "sizes": 0, "hits": 0, "misses": 0}
     memory.release()
     memory.set_limit(5)
