@@ -25,7 +25,8 @@ Any op may instead give a *vector-Jacobian product*, the contract of autograd's 
 - ``forward_with_residuals(*inputs, **attrs) -> (output, residuals)``, optional, for a ``vjp`` that
   declares a parameter ``residuals``: a replay that goes on to a backward pass computes the node
   with it and passes what it kept to the ``vjp`` (JAX's residuals, PyTorch's
-  ``ctx.save_for_backward``); a backward from stored values passes ``residuals=None``.
+  ``ctx.save_for_backward``); a backward from stored values passes ``residuals=None``. Arrays
+  among the residuals are made read-only: they must be the op's own, not a buffer it reuses.
 - ``variadic=True``: a node may have ``arity`` or more inputs (``concatenate``).
 - ``samples(rng)``, optional, returns ``[(inputs, attrs), ...]``: points where ``graphsvc
   gradcheck`` checks an op given by its ``vjp`` (an elementwise op is checked at scalar points
@@ -152,6 +153,12 @@ class Op:
         if self.vjp is not None:
             return "vjp"
         return "vectorized" if self.vectorized else "per element"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields, without what :attr:`tensor_vjp` cached (a closure for a derived VJP)."""
+        state = dict(self.__dict__)
+        state.pop("tensor_vjp", None)
+        return state
 
     @cached_property
     def tensor_vjp(self) -> VJP:
@@ -342,7 +349,12 @@ class interrupts_told_apart:  # a context manager, named as the function it was
 
     __slots__ = ("_installed",)
 
+    def __init__(self) -> None:
+        self._installed: bool | None = None  # None: not entered
+
     def __enter__(self) -> None:
+        if self._installed is not None:
+            raise RuntimeError("interrupts_told_apart() is entered once; make a new one for each with-block")
         self._installed = (
             threading.current_thread() is threading.main_thread()
             and _signal.getsignal(signal.SIGINT) is signal.default_int_handler
@@ -353,6 +365,7 @@ class interrupts_told_apart:  # a context manager, named as the function it was
     def __exit__(self, *exc_info: object) -> None:
         if self._installed:
             _signal.signal(signal.SIGINT, signal.default_int_handler)
+        self._installed = None
 
 
 def is_user_interrupt(exc: BaseException) -> bool:

@@ -233,17 +233,37 @@ def forward(
             op, parents, attrs = call
             inputs = [values[p] for p in parents]
             if residuals is not None and op.forward_with_residuals is not None:
-                pair = _call(graph, node, op, "forward_with_residuals", op.forward_with_residuals, inputs, attrs)
-                if not isinstance(pair, tuple) or len(pair) != 2:
-                    raise ReplayError(
-                        f"node {graph.label(node)}: op {op.name!r} ({op.source}): forward_with_residuals returned "
-                        f"{type(pair).__name__}, expected a pair (output, residuals)"
-                    )
-                result, residuals[node] = pair
+                what = "forward_with_residuals"
+                result, residuals[node] = _call(graph, node, op, what, _with_residuals(op), inputs, attrs)
             else:
-                result = _call(graph, node, op, "forward", op.forward, inputs, attrs)
-            values[node] = _frozen(_as_tensor(graph, node, op, "forward", result))
+                what = "forward"
+                result = _call(graph, node, op, what, op.forward, inputs, attrs)
+            values[node] = _frozen(_as_tensor(graph, node, op, what, result))
     return values
+
+
+def _with_residuals(op: Op) -> Callable[..., tuple[Any, Any]]:
+    """``op.forward_with_residuals``, its result checked (:func:`output_and_residuals`)."""
+    function = op.forward_with_residuals
+    assert function is not None
+    return lambda *inputs, **attrs: output_and_residuals(op, function(*inputs, **attrs))
+
+
+def output_and_residuals(op: Op, pair: Any) -> tuple[Any, Any]:
+    """What ``forward_with_residuals`` returned, checked to be ``(output, residuals)``. Arrays among
+    the residuals (the residuals themselves, or items of a tuple or list of them) are made
+    read-only: a plugin that keeps a buffer it writes into again (a per-shape scratch buffer) fails
+    at that write, instead of handing its VJP another node's numbers."""
+    if not isinstance(pair, tuple) or len(pair) != 2:
+        got = f"a tuple of {len(pair)} items" if isinstance(pair, tuple) else type(pair).__name__
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): forward_with_residuals returned {got}, expected a pair (output, residuals)"
+        )
+    kept = pair[1]
+    for item in kept if isinstance(kept, (tuple, list)) else (kept,):
+        if isinstance(item, np.ndarray):
+            item.flags.writeable = False
+    return pair
 
 
 @dataclass(frozen=True)
@@ -262,13 +282,14 @@ def backward(
     output: int,
     values: Replayed,
     steps: list[Step] | None = None,
-    residuals: Mapping[int, Any] | None = None,
+    residuals: dict[int, Any] | None = None,
 ) -> Replayed:
     """d(output)/d(node) for every node that :func:`requires_grad` (zeros where the output does not
     depend on it), ``None`` for the others (int64 nodes, const arrays and what is computed from them
     alone), from the output seeded with 1. The output must hold a single number. When ``steps`` is
     a list, each node's :class:`Step` is appended to it, in the order of the sweep. A VJP that
-    takes :data:`RESIDUALS` gets what :func:`forward` kept in ``residuals`` for its node, or None."""
+    takes :data:`RESIDUALS` gets what :func:`forward` kept in ``residuals`` for its node, or None;
+    each is let go once its VJP ran, and the dict is empty when the sweep is over."""
     out = values[output]
     assert out is not None
     if out.size != 1:
@@ -296,19 +317,17 @@ def backward(
                     steps.append(Step(node, g, []))
                 continue
             op, parents, attrs = call
-            vjp, told, takes_residuals = op.tensor_vjp
+            vjp = op.tensor_vjp
             needs = tuple([requires[p] for p in parents])
-            if told:
-                attrs = {**attrs, NEEDS_INPUT_GRAD: needs}
-            if takes_residuals:
-                attrs = {**attrs, RESIDUALS: None if residuals is None else residuals.get(node)}
+            kept = None if residuals is None else residuals.pop(node, None)
+            attrs = vjp_keywords(vjp, attrs, needs, kept)
             inputs = [values[p] for p in parents]
-            cotangents = _call(graph, node, op, "vjp", vjp, [g, values[node], *inputs], attrs)
+            cotangents = _call(graph, node, op, "vjp", vjp.function, [g, values[node], *inputs], attrs)
             sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads, summed)
             if steps is not None:
                 steps.append(Step(node, g, list(zip(parents, sent, strict=True))))
-    for node in summed:  # visited above; kept read-only whatever the sweep left
-        _frozen(grads[node])  # type: ignore[arg-type]
+    if residuals is not None:  # those of nodes the sweep did not reach
+        residuals.clear()
     for node, value in enumerate(values):
         if requires[node] and grads[node] is None:  # not reached: zero
             assert value is not None
@@ -342,6 +361,18 @@ NEEDS_INPUT_GRAD = "needs_input_grad"
 #: The keyword by which a VJP gets what its op's ``forward_with_residuals`` kept for the node
 #: (JAX's residuals, PyTorch's ``ctx.saved_tensors``): passed to a ``vjp`` that declares it.
 RESIDUALS = "residuals"
+
+
+def vjp_keywords(
+    vjp: VJP, attrs: Mapping[str, Any], needs: tuple[bool, ...] | None, residuals: Any
+) -> Mapping[str, Any]:
+    """A node's attributes plus what its VJP declares: ``needs_input_grad`` (when ``needs`` is
+    given) and ``residuals``."""
+    if vjp.takes_needs and needs is not None:
+        attrs = {**attrs, NEEDS_INPUT_GRAD: needs}
+    if vjp.takes_residuals:
+        attrs = {**attrs, RESIDUALS: residuals}
+    return attrs
 
 
 def vjp_of(op: Op) -> VJP:

@@ -42,7 +42,7 @@ import numpy as np
 from graphsvc.errors import GraphsvcError, ReplayError
 from graphsvc.ops import Op, OpRegistry, _call_one, evaluate, interrupts_told_apart, local_derivatives
 from graphsvc.plugins import running_plugin_code
-from graphsvc.tensors import NEEDS_INPUT_GRAD, RESIDUALS, per_element, vjp_of
+from graphsvc.tensors import output_and_residuals, per_element, vjp_keywords, vjp_of
 
 __all__ = [
     "ATTRIBUTE_SAMPLES",
@@ -403,14 +403,11 @@ def _vjp_call(
 ) -> Any:
     """The op's vjp (or its derivatives as one, as replay calls them), told ``needs`` when it takes
     ``needs_input_grad`` and ``needs`` is given, and given ``residuals`` when it takes them."""
-    vjp, takes_needs, takes_residuals = vjp_of(op)
-    if takes_needs and needs is not None:
-        attrs = {**attrs, NEEDS_INPUT_GRAD: needs}
-    if takes_residuals:
-        attrs = {**attrs, RESIDUALS: residuals}
+    vjp = vjp_of(op)
+    attrs = vjp_keywords(vjp, attrs, needs, residuals)
     if op.vjp is not None:
-        return _call_one(op, "vjp", vjp, [g, out, *inputs], attrs)
-    return vjp(g, out, *inputs, **attrs)  # the derived VJP's errors name the op already
+        return _call_one(op, "vjp", vjp.function, [g, out, *inputs], attrs)
+    return vjp.function(g, out, *inputs, **attrs)  # the derived VJP's errors name the op already
 
 
 def _selective_failure(
@@ -449,15 +446,19 @@ def _residuals_failure(
     full: Sequence[np.ndarray | None],
 ) -> str | None:
     """For an op that gives ``forward_with_residuals``: its output must be ``forward``'s, and its
-    vjp given those residuals must give every cotangent it gives without them (bit for bit: a
+    vjp given those residuals (after a second call on other inputs, as a replay makes every forward
+    call before the first VJP) must give every cotangent it gives without them (bit for bit: a
     replay of stored values has none)."""
+    what = "forward_with_residuals"
     if op.forward_with_residuals is None:
         return None
     prefix = f"op {op.name!r} ({op.source})"
-    pair = _call_one(op, "forward_with_residuals", op.forward_with_residuals, inputs, attrs)
-    if not isinstance(pair, tuple) or len(pair) != 2:
-        return f"{prefix}: forward_with_residuals returned {type(pair).__name__}, expected a pair (output, residuals)"
-    output, residuals = pair
+    output, residuals = output_and_residuals(op, _call_one(op, what, op.forward_with_residuals, inputs, attrs))
+    # In a replay every forward runs before any VJP: a second call, on other inputs (the same
+    # numbers in reverse order), must leave the first call's residuals as they were. A plugin that
+    # keeps a buffer it writes into again fails here: graphsvc made the residuals read-only.
+    other = [_reversed(x) if x.dtype.kind == "f" else x for x in inputs]
+    output_and_residuals(op, _call_one(op, what, op.forward_with_residuals, other, attrs))
     if not np.array_equal(np.asarray(output, dtype=np.float64), out, equal_nan=True):
         return f"{prefix}: forward_with_residuals gives an output that is not the one forward gives"
     given = _vjp_call(op, g, out, inputs, attrs, None, residuals)
@@ -471,6 +472,13 @@ def _residuals_failure(
                 "a different cotangent than without them"
             )
     return None
+
+
+def _reversed(x: np.ndarray) -> np.ndarray:
+    """``x``'s elements in reverse order, in its shape, read-only (as an input in a replay)."""
+    flipped = np.ascontiguousarray(x.reshape(-1)[::-1]).reshape(x.shape)
+    flipped.flags.writeable = False
+    return flipped
 
 
 def _cotangents(

@@ -422,3 +422,31 @@ def test_star_args_keywords_and_builtins_without_a_signature_are_taken_on_trust(
     registry.register(Op("c", 2, forward=math.hypot, derivatives=lambda x, y, out: (x / out, y / out)))
     registry.register(Op("d", 2, forward=np.hypot, derivatives=lambda x, y, out: (x / out, y / out)))
     assert [op.name for op in registry] == ["a", "b", "c", "d"]
+
+
+def test_interrupts_told_apart_is_entered_once_per_with_block() -> None:
+    import signal
+
+    told = interrupts_told_apart()
+    with told:
+        with pytest.raises(RuntimeError, match=r"^interrupts_told_apart\(\) is entered once; make a new one"):
+            told.__enter__()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with told:  # one after the other is fine
+        pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _twice(x: np.ndarray, out: np.ndarray) -> tuple[float]:
+    return (2.0,)
+
+
+def test_an_op_pickles_after_a_tensor_replay_worked_out_its_vjp() -> None:
+    """The derived VJP Op.tensor_vjp keeps is a closure; pickling leaves it out."""
+    import pickle
+
+    op = Op("twice", 1, forward=np.add, derivatives=_twice)
+    assert op.tensor_vjp.takes_needs
+    copy = pickle.loads(pickle.dumps(op))
+    assert copy == op and "tensor_vjp" not in copy.__dict__
+    assert copy.tensor_vjp.function(np.array(3.0), None, np.array(1.0), needs_input_grad=(True,))[0] == 6.0

@@ -593,9 +593,15 @@ def test_forward_with_residuals_must_return_a_pair_and_its_failures_name_it() ->
     vjp = lambda g, out, x, residuals=None: (g,)  # noqa: E731
     registry.register(Op("single", 1, forward=np.negative, vjp=vjp, forward_with_residuals=np.negative))
     registry.register(Op("fails", 1, forward=np.negative, vjp=vjp, forward_with_residuals=lambda x: 1 / 0))
+    registry.register(Op("triple", 1, forward=np.negative, vjp=vjp, forward_with_residuals=lambda x: (-x, 1, 2)))
+    registry.register(Op("text", 1, forward=np.negative, vjp=vjp, forward_with_residuals=lambda x: ("abc", None)))
     for op, message in (
         ("single", "node loss: op 'single' (an unnamed plugin): forward_with_residuals returned ndarray, "
          "expected a pair (output, residuals)"),
+        ("triple", "node loss: op 'triple' (an unnamed plugin): forward_with_residuals returned a tuple of 3 items, "
+         "expected a pair (output, residuals)"),
+        ("text", "node loss: op 'text' (an unnamed plugin): forward_with_residuals returned str, "
+         "not an array of float64, float32 or int64"),
         ("fails", "node loss: op 'fails' (an unnamed plugin): forward_with_residuals raised ZeroDivisionError: "
          "division by zero"),
     ):  # fmt: skip
@@ -604,6 +610,61 @@ def test_forward_with_residuals_must_return_a_pair_and_its_failures_name_it() ->
         with pytest.raises(ReplayError) as caught:
             graphsvc.backward(b.build(), output="loss", registry=registry)
         assert str(caught.value) == message
+
+
+def _reusing_square() -> Op:
+    """x**2, keeping 2x in a buffer it reuses for every input of that shape: the second node's
+    forward would overwrite the first node's residuals."""
+    buffers: dict[tuple[int, ...], np.ndarray] = {}
+
+    def with_residuals(x: Any) -> tuple[Any, Any]:
+        slope = buffers.setdefault(x.shape, np.empty(x.shape))
+        np.multiply(x, 2.0, out=slope)
+        return x * x, slope
+
+    def vjp(g: Any, out: Any, x: Any, residuals: Any = None) -> Any:
+        return (g * (2.0 * x if residuals is None else residuals),)
+
+    return Op("sq", 1, forward=lambda x: x * x, vjp=vjp, forward_with_residuals=with_residuals)
+
+
+def test_residuals_are_read_only_so_a_reused_buffer_fails_instead_of_giving_wrong_gradients() -> None:
+    from graphsvc.testing import check_vjp
+
+    registry = builtins()
+    registry.register(_reusing_square())
+    b = GraphBuilder()
+    a, c = b.leaf(np.array([1.0, 2.0]), name="a"), b.leaf(np.array([10.0, 20.0]), name="c")
+    b.add("sum", [b.add("add", [b.add("sq", [a], name="sa"), b.add("sq", [c], name="sc")])], name="loss")
+    with pytest.raises(ReplayError) as caught:
+        graphsvc.backward(b.build(), registry=registry)
+    assert str(caught.value) == (
+        "node sc: op 'sq' (an unnamed plugin): forward_with_residuals raised ValueError: output array is read-only"
+    )
+    result = check_vjp(_reusing_square(), np.array([1.0, 2.0, 3.0]))
+    assert result.message == (
+        "op 'sq' (an unnamed plugin): forward_with_residuals raised ValueError: output array is read-only"
+    )
+
+
+def test_the_backward_pass_lets_each_residual_go_once_its_vjp_ran() -> None:
+    from graphsvc import replay, tensors
+
+    calls: list[str] = []
+    registry = builtins()
+    registry.register(_cube_op(calls, []))
+    b = GraphBuilder()
+    x = b.leaf(np.array([1.0, -2.0]), name="x")
+    b.add("cube", [x], name="unused")  # not an ancestor of the loss: its VJP never runs
+    b.add("sum", [b.add("cube", [x], name="c")], name="loss")
+    graph = b.build()
+    ops = replay.resolve_ops(graph, registry)
+    kept: dict[int, Any] = {}
+    values = tensors.forward(graph, ops, residuals=kept)
+    assert sorted(kept) == [graph.node_id("unused"), graph.node_id("c")]
+    tensors.backward(graph, ops, graph.node_id("loss"), values, residuals=kept)
+    assert kept == {}
+    assert calls == ["forward_with_residuals", "forward_with_residuals", "vjp with residuals"]
 
 
 def test_forward_with_residuals_needs_a_vjp_that_takes_them() -> None:
