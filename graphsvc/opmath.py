@@ -183,9 +183,10 @@ class Word:
 
 
 def _indicator(np: Any, truth: Any, a: Any) -> Any:
-    """A comparison's truth as 1.0 and 0.0 in ``a``'s float dtype (float32 stays float32, so a
-    float32 gradient times ``relu``'s partial is not computed in float64)."""
-    return truth.astype(np.result_type(a, 1.0)) if hasattr(truth, "astype") else float(truth)
+    """A comparison's truth as numpy gives it (an array of bools): 1.0 and 0.0 wherever it meets
+    a number, without a pass that converts it first (a float32 gradient times ``relu``'s partial
+    stays float32); a Python float for two scalars."""
+    return truth if isinstance(truth, np.ndarray) else float(truth)
 
 
 WORDS: dict[str, Word] = {
