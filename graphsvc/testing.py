@@ -424,11 +424,8 @@ def _selective_failure(
         if x.dtype.kind != "f" or full[i] is None:
             continue
         needs = tuple(j == i for j in range(len(inputs)))
-        given = _vjp_call(op, g, out, inputs, attrs, needs)
-        got = given[i] if isinstance(given, tuple | list) and len(given) == len(inputs) else None
-        want = full[i]
-        assert want is not None
-        if got is None or not np.array_equal(np.asarray(got, dtype=np.float64), want, equal_nan=True):
+        got = _cotangent(_vjp_call(op, g, out, inputs, attrs, needs), i, len(inputs))
+        if not _same(got, full[i]):
             shown = "None" if got is None else "a different cotangent"
             return (
                 f"op {op.name!r} ({op.source}): with needs_input_grad={needs}, vjp gives input {i} {shown}, "
@@ -463,15 +460,24 @@ def _residuals_failure(
         return f"{prefix}: forward_with_residuals gives an output that is not the one forward gives"
     given = _vjp_call(op, g, out, inputs, attrs, None, residuals)
     for i, want in enumerate(full):
-        if want is None:
-            continue
-        got = given[i] if isinstance(given, tuple | list) and len(given) == len(inputs) else None
-        if got is None or not np.array_equal(np.asarray(got, dtype=np.float64), want, equal_nan=True):
+        if want is not None and not _same(_cotangent(given, i, len(inputs)), want):
             return (
                 f"{prefix}: given the residuals of forward_with_residuals, vjp gives input {i} "
                 "a different cotangent than without them"
             )
     return None
+
+
+def _cotangent(given: Any, i: int, count: int) -> Any:
+    """Input ``i``'s cotangent in what a VJP of ``count`` inputs returned (None if it is not there)."""
+    return given[i] if isinstance(given, tuple | list) and len(given) == count else None
+
+
+def _same(got: Any, want: np.ndarray | None) -> bool:
+    """``got`` is ``want``, bit for bit (nan where nan)."""
+    return (
+        got is not None and want is not None and np.array_equal(np.asarray(got, dtype=np.float64), want, equal_nan=True)
+    )
 
 
 def _reversed(x: np.ndarray) -> np.ndarray:
