@@ -39,8 +39,16 @@ from typing import Any
 
 import numpy as np
 
-from graphsvc.errors import GraphsvcError, ReplayError
-from graphsvc.ops import Op, OpRegistry, _call_one, evaluate, interrupts_told_apart, local_derivatives
+from graphsvc.errors import GraphsvcError, OpError, ReplayError
+from graphsvc.ops import (
+    Op,
+    OpRegistry,
+    _call_one,
+    check_op_declaration,
+    evaluate,
+    interrupts_told_apart,
+    local_derivatives,
+)
 from graphsvc.plugins import running_plugin_code
 from graphsvc.tensors import output_and_residuals, per_element, vjp_keywords, vjp_of
 
@@ -305,6 +313,10 @@ def _check_vjp(
     def result(ok: bool, checked: int, skipped: int, abs_err: float, rel_err: float, message: str) -> GradcheckResult:
         return GradcheckResult(op.name, op.plugin, op.plugin_version, ok, checked, skipped, abs_err, rel_err, message)
 
+    try:  # what registering it would refuse (a forward_with_residuals without a vjp to take them)
+        check_op_declaration(op)
+    except OpError as exc:
+        return result(False, 0, 0, 0.0, 0.0, str(exc))
     inputs = [_check_input(op, i, x) for i, x in enumerate(raw)]
     if op.arity == 0 or len(inputs) < op.arity or (len(inputs) > op.arity and not op.variadic):
         raise ValueError(f"op {op.name!r} takes {op.arity} inputs, got {len(inputs)}")

@@ -700,6 +700,10 @@ def test_check_vjp_compares_what_residuals_give_with_what_none_gives() -> None:
     assert check_vjp(wrong_output, x).message == (
         "op 'off' (an unnamed plugin): forward_with_residuals gives an output that is not the one forward gives"
     )
+    no_place = Op("lost", 1, forward=np.negative, vjp=lambda g, out, x: (-g,), forward_with_residuals=lambda x: (-x, 1))
+    assert check_vjp(no_place, x).message == (  # what registering it refuses
+        "op 'lost': forward_with_residuals is given, but no vjp that takes `residuals` to receive them"
+    )
 
 
 def test_the_builtin_matmul_and_conv2d_skip_what_is_not_needed() -> None:
