@@ -838,7 +838,29 @@ def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, Any]:
         except ValueError:
             raise UsageError(f"--set {ref}: {number!r} is not a number or a .npy file") from None
         pairs.append((ref, value))
-    return resolve_set(graph, pairs, "--set")
+    overrides = resolve_set(graph, pairs, "--set")
+    _note_changed_leaves(graph, overrides)
+    return overrides
+
+
+def _note_changed_leaves(graph: Graph, overrides: dict[int, Any]) -> None:
+    """A note on standard error for each ``--set`` that gives a tensor leaf another dtype or shape
+    than the file's: allowed (a batch of another size), but a float64 array where float32 was turns
+    the replay float64, and a shape that does not fit fails later, at the first op that uses it.
+    (An array for a leaf the file holds as a number is how a leaf becomes a tensor: no note.)"""
+    import numpy as np
+
+    from graphsvc.tensors import describe
+    from graphsvc.text import escape, one_line
+
+    for node, value in overrides.items():
+        old = graph.arrays.get(node)
+        if old is None:
+            continue
+        new = np.asarray(value)
+        if (old.dtype, old.shape) != (new.dtype, new.shape):
+            label = escape(graph.label(node))
+            typer.echo(one_line(f"Note: --set {label}: {describe(new)} replaces the file's {describe(old)}"), err=True)
 
 
 def _read_npy(ref: str, path: str) -> Any:

@@ -253,3 +253,22 @@ def test_check_json_follows_the_file_not_the_engine(tmp_path: Path) -> None:
     }  # fmt: skip
     leaf = json.loads(result.stdout)["nodes"][-1]
     assert leaf == {"id": 0, "name": "a", "op": "leaf", "parents": [], "value": 3.0, "grad": 12.0}
+
+
+def test_set_notes_a_tensor_leaf_given_another_dtype_or_shape(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    w = b.leaf(np.array([[1.0], [2.0]], dtype=np.float32), name="w")
+    b.add("sum", [b.add("mul", [w, w])], name="L")
+    path = tmp_path / "w.msgpack"
+    fmt.save(b.build(), path)
+    np.save(tmp_path / "same.npy", np.array([[3.0], [4.0]], dtype=np.float32))
+    np.save(tmp_path / "wide.npy", np.array([[3.0], [4.0]], dtype=np.float64))
+    np.save(tmp_path / "flat.npy", np.array([3.0, 4.0, 5.0], dtype=np.float32))
+    code, out, err = run("forward", str(path), "--set", f"w={tmp_path / 'same.npy'}")
+    assert (code, err) == (0, "")
+    code, out, err = run("forward", str(path), "--set", f"w={tmp_path / 'wide.npy'}")
+    assert (code, err) == (0, "Note: --set w: f64[2,1] replaces the file's f32[2,1]\n")
+    assert out.splitlines()[0] == "2\tL\tsum\t1\t25.0"  # float64 from there on: a plain number
+    code, out, err = run("forward", str(path), "--set", f"w={tmp_path / 'flat.npy'}", "--set", "L=1")
+    assert code == 2
+    assert err.splitlines()[0] == "Note: --set w: f32[3] replaces the file's f32[2,1]"
