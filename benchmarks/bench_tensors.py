@@ -17,6 +17,12 @@ for the CNN). Prints a table and writes benchmarks/results/bench_tensors.md and 
   - **PyTorch**: the same computation with torch (leaves with ``requires_grad``, their ``.grad``
     cleared before each pass), ``loss.backward()``.
 
+* Memory: graphsvc's replays allocate through :mod:`graphsvc.memory` (numpy's memory handler with
+  a cache: a pass gets back the blocks the last one freed), the other alternatives through glibc.
+  All of them share one process, so graphsvc keeping its blocks also changes glibc's adaptive
+  thresholds for the others (glibc raises its mmap threshold when a large block is freed). With
+  ``--keep-freed-memory`` glibc keeps freed memory for every alternative: nobody pays page faults,
+  and the ratios compare the work alone (written to ``bench_tensors_kept_memory.md``).
 * Threads: every alternative uses the same number, ``--threads`` (default 1): numpy's OpenBLAS is
   pinned with ``OPENBLAS_NUM_THREADS`` (set before numpy is imported; the run reads the count back
   from OpenBLAS and prints it) and PyTorch with ``torch.set_num_threads``. One thread by default
