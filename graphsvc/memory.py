@@ -30,9 +30,7 @@ LIMIT = 256 * 1024 * 1024
 def _native() -> ModuleType | None:
     try:
         from graphsvc import _cmemory
-    except ImportError:  # not built, or a numpy without memory handlers: numpy's allocator serves
-        return None
-    except Exception:  # a numpy this module cannot read: never a reason for graphsvc not to import
+    except Exception:  # not built, a numpy without memory handlers or one it cannot read: numpy's serves
         return None
     return _cmemory
 
