@@ -38,6 +38,8 @@ typedef struct {
 } Handler; /* numpy's PyDataMem_Handler */
 
 #define SET_HANDLER_SLOT 304     /* PyDataMem_SetHandler in numpy's C-API table */
+#define GET_HANDLER_SLOT 305     /* PyDataMem_GetHandler */
+#define DEFAULT_HANDLER_SLOT 306 /* PyDataMem_DefaultHandler: numpy's own handler (a capsule) */
 #define FEATURE_VERSION_SLOT 211 /* PyArray_GetNDArrayCFeatureVersion */
 #define NUMPY_1_22 0x0000000f    /* NPY_1_22_API_VERSION: the first with memory handlers */
 
@@ -253,6 +255,8 @@ static Handler handler = {
 };
 
 static PyObject *(*set_handler)(PyObject *) = NULL;
+static PyObject *(*get_handler)(void) = NULL;
+static PyObject *default_handler = NULL; /* numpy's, borrowed: it lives as long as numpy */
 static PyObject *capsule = NULL;
 
 /* Free every waiting block and empty the size table. */
@@ -271,11 +275,17 @@ static void release_all(void) {
 static PyObject *install(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
+    PyObject *current = get_handler();
+    if (current == NULL) return NULL;
+    int others = current != default_handler && current != capsule;
+    Py_DECREF(current);
+    if (others) Py_RETURN_NONE; /* someone else's handler (a memory profiler's): left in place */
     return set_handler(capsule); /* the previous handler, for restore() */
 }
 
 static PyObject *restore(PyObject *self, PyObject *previous) {
     (void)self;
+    if (previous == Py_None) Py_RETURN_NONE; /* install() left the handler alone */
     PyObject *ours = set_handler(previous);
     if (ours == NULL) return NULL;
     Py_DECREF(ours);
@@ -314,8 +324,9 @@ static PyObject *stats(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"install", install, METH_NOARGS,
-     "install() -> previous\n\nMake this module's handler numpy's for the current context; returns the one it replaces."},
-    {"restore", restore, METH_O, "restore(previous)\n\nGive numpy back the handler install() returned."},
+     "install() -> previous\n\nMake this module's handler numpy's for the current context, unless another than\n"
+     "numpy's own is in place (then nothing changes and None is returned); returns the one it replaces."},
+    {"restore", restore, METH_O, "restore(previous)\n\nGive numpy back the handler install() returned (None: nothing to do)."},
     {"release", release, METH_NOARGS, "release()\n\nFree every waiting block."},
     {"set_limit", set_limit, METH_O,
      "set_limit(bytes)\n\nAt most ``bytes`` of freed blocks wait for reuse (the longest-waiting are freed first)."},
@@ -360,6 +371,8 @@ PyMODINIT_FUNC PyInit__cmemory(void) {
         return NULL;
     }
     set_handler = (PyObject * (*)(PyObject *)) api[SET_HANDLER_SLOT];
+    get_handler = (PyObject * (*)(void)) api[GET_HANDLER_SLOT];
+    default_handler = *(PyObject **)api[DEFAULT_HANDLER_SLOT];
     capsule = PyCapsule_New(&handler, "mem_handler", NULL);
     if (capsule == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);

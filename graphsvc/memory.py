@@ -11,7 +11,8 @@ after the last replay: :func:`release` frees what waits now, and a replay's arra
 theirs to the cache when they are freed later; :func:`set_limit` ``(0)`` keeps none from then on.
 
 Arrays keep the handler that allocated them, so they may outlive the ``with`` block and be freed
-anywhere. Without the C extension (no compiler at install), or with a numpy older than 1.22,
+anywhere. A handler someone else gave numpy (a memory profiler's) is left in place: :func:`reuse`
+then changes nothing. Without the C extension (no compiler at install), or with a numpy older than 1.22,
 :func:`reuse` does nothing: numpy's own allocator serves every array, with the same results.
 """
 

@@ -201,3 +201,59 @@ def test_without_the_extension_reuse_changes_nothing(monkeypatch: pytest.MonkeyP
     assert memory.stats() == {"cached_bytes": 0, "limit": 0, "sizes": 0, "hits": 0, "misses": 0}
     memory.release()
     memory.set_limit(5)
+
+
+def test_a_handler_someone_else_installed_is_left_in_place(cache: None) -> None:
+    """A memory profiler may have given numpy a handler of its own: reuse() changes nothing then."""
+    import ctypes
+
+    _cmemory = require_native("memory")
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = libc.calloc.restype = libc.realloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+    libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    counted = {"malloc": 0}
+
+    def malloc(ctx: int, size: int) -> int:
+        counted["malloc"] += 1
+        return libc.malloc(size)  # type: ignore[no-any-return]
+
+    functions = (  # numpy's PyDataMemAllocator: ctx, malloc, calloc, realloc, free
+        ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(malloc),
+        ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t)(
+            lambda ctx, n, size: libc.calloc(n, size)
+        ),
+        ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(
+            lambda ctx, ptr, size: libc.realloc(ptr, size)
+        ),
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(
+            lambda ctx, ptr, size: libc.free(ptr)
+        ),
+    )
+
+    class Handler(ctypes.Structure):
+        _fields_ = [  # numpy's PyDataMem_Handler, the allocator's fields inline
+            ("name", ctypes.c_char * 127),
+            ("version", ctypes.c_uint8),
+            ("ctx", ctypes.c_void_p),
+            *((name, type(f)) for name, f in zip(("malloc", "calloc", "realloc", "free"), functions, strict=True)),
+        ]
+
+    handler = Handler(b"profiler", 1, None, *functions)
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    theirs = new_capsule(ctypes.addressof(handler), b"mem_handler", None)
+    numpys = _cmemory.install()  # numpy's own, to give back at the end
+    _cmemory.restore(theirs)  # the profiler's is numpy's handler now
+    try:
+        with memory.reuse():
+            assert get_handler_name() == "profiler"
+            array = np.ones(BIG)
+        assert get_handler_name(array) == "profiler" and counted["malloc"] >= 1
+        assert array.sum() == BIG
+        del array
+    finally:
+        _cmemory.restore(numpys)
+    assert get_handler_name() == "default_allocator"
