@@ -377,6 +377,14 @@ def python_partials(op: str) -> Callable[..., tuple[float, ...]]:
 
 
 # -- numpy (graphsvc.builtin_ops) ---------------------------------------------------------------------
+def constant_partials(op: str) -> tuple[float, ...] | None:
+    """The local derivatives of op ``op`` when every one is a number (``add``: 1 and 1), else None."""
+    try:
+        return tuple(float(partial) for partial in RULES[op].partials)
+    except ValueError:
+        return None
+
+
 def numpy_functions(op: str) -> tuple[Callable[..., Any], Callable[..., tuple[Any, ...]]]:
     """``forward(x[, y], **attrs)`` and ``derivatives(x[, y], out, **attrs)`` of op ``op`` on numpy
     arrays (with broadcasting); ``attrs`` must be the op's attributes, no more, no fewer. A constant

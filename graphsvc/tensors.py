@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from graphsvc import memory
+from graphsvc import memory, opmath
 from graphsvc.checks import differences
 from graphsvc.errors import ReplayError, UsageError
 from graphsvc.graph import FLOAT_DTYPE, LEAF, TENSOR_DTYPES, Graph
@@ -105,6 +105,9 @@ def elementwise_vjp(op: Op) -> Callable[..., Sequence[Any]]:
     derivatives = op.derivatives
     assert derivatives is not None
     over_arrays = None if op.vectorized else per_element(op, "derivatives")
+    # An op whose kernel is a primitive with constant derivatives (add, sub, neg) computes what that
+    # primitive computes: its partials are those numbers, and need no call per node.
+    constants = opmath.constant_partials(op.kernel) if op.kernel in opmath.RULES and op.vectorized else None
 
     def vjp(
         g: np.ndarray,
@@ -113,7 +116,10 @@ def elementwise_vjp(op: Op) -> Callable[..., Sequence[Any]]:
         needs_input_grad: Sequence[bool] | None = None,
         **attrs: Any,
     ) -> list[np.ndarray | None]:
-        if over_arrays is None:  # a failure is a ReplayError naming the op, as in the column engine
+        partials: Any
+        if constants is not None and not attrs and len(inputs) == len(constants):
+            partials = constants
+        elif over_arrays is None:  # a failure is a ReplayError naming the op, as in the column engine
             partials = _call_one(op, "derivatives", derivatives, [*inputs, out], attrs)
         else:
             partials = over_arrays(*inputs, out, **attrs)
