@@ -770,7 +770,7 @@ class _Replay(NamedTuple):  # not a dataclass: that import and class build would
 
 def _replay(graph: Graph, registry: OpRegistry, overrides: dict[int, Any], output: int | None, steps: bool) -> _Replay:
     """Replay forward, then (``output`` given) backward from ``output``, with the engine the graph
-    needs (graphsvc.tensors.needed); ``steps`` records the backward pass step by step."""
+    needs (graphsvc.api.tensor_replay_needed); ``steps`` records the backward pass step by step."""
     from graphsvc.api import replay_values
 
     description = "replaying forward" if output is None else "replaying forward and backward"
@@ -782,12 +782,13 @@ def _replay(graph: Graph, registry: OpRegistry, overrides: dict[int, Any], outpu
 
 def _checked(run: _Replay, rtol: float, atol: float) -> _Replay:
     """``run`` with --check's comparisons: its values (and gradients) against those the file stores."""
-    from graphsvc import tensors
     from graphsvc.checks import compare
 
     graph = run.graph
     results: list[Any]  # checks.Comparison, or tensors.TensorComparison for arrays
     if run.tensor:
+        from graphsvc import tensors
+
         results = [tensors.compare("values", graph, run.values, rtol, atol)]
         if run.grads is not None:
             results.append(tensors.compare("grads", graph, run.grads, rtol, atol))
@@ -801,10 +802,11 @@ def _checked(run: _Replay, rtol: float, atol: float) -> _Replay:
 def _nonfinite(values: Any, grads: Any, *, tensor: bool) -> dict[str, Any]:
     """Where nan or inf first appeared: ``{"values": NonFinite | None[, "grads": ...]}`` (for
     arrays, graphsvc.tensors.TensorNonFinite, which also says where in the array)."""
-    from graphsvc import tensors
-    from graphsvc.checks import first_nonfinite
-
-    first = tensors.first_nonfinite if tensor else first_nonfinite
+    first: Callable[..., Any]
+    if tensor:  # imported only for arrays: a graph of scalars never loads the tensor engine
+        from graphsvc.tensors import first_nonfinite as first
+    else:
+        from graphsvc.checks import first_nonfinite as first
     found = {"values": first("values", values)}
     if grads is not None:
         found["grads"] = first("grads", grads, backward=True)
@@ -850,15 +852,15 @@ def _note_changed_leaves(graph: Graph, overrides: dict[int, Any]) -> None:
     (An array for a leaf the file holds as a number is how a leaf becomes a tensor: no note.)"""
     import numpy as np
 
-    from graphsvc.tensors import describe
-    from graphsvc.text import escape, one_line
-
     for node, value in overrides.items():
         old = graph.arrays.get(node)
         if old is None:
             continue
         new = np.asarray(value)
         if (old.dtype, old.shape) != (new.dtype, new.shape):
+            from graphsvc.tensors import describe
+            from graphsvc.text import escape, one_line
+
             label = escape(graph.label(node))
             typer.echo(one_line(f"Note: --set {label}: {describe(new)} replaces the file's {describe(old)}"), err=True)
 

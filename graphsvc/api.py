@@ -104,6 +104,17 @@ class ReplayRun(NamedTuple):
     steps: list[Any] | None
 
 
+def tensor_replay_needed(graph: Graph, registry: OpRegistry, overrides: Mapping[int, Any] | None = None) -> bool:
+    """Whether ``graph`` must be replayed by :mod:`graphsvc.tensors`: it holds a tensor node,
+    ``overrides`` set a leaf to an array, or one of its ops is given only by a VJP (or takes any
+    number of inputs), which the scalar column engine cannot run. Decided on the op table, with no
+    pass over the nodes, and without importing the tensor engine (a graph of scalars never does)."""
+    if graph.is_tensor_graph or any(isinstance(v, np.ndarray) for v in (overrides or {}).values()):
+        return True
+    ops = (registry.get(tag) for tag in graph.op_table if tag in registry)
+    return any(op.arity > 0 and (op.derivatives is None or op.variadic) for op in ops)
+
+
 def replay_values(
     graph: Graph,
     registry: OpRegistry,
@@ -114,14 +125,16 @@ def replay_values(
     engine: Engine | None = None,
 ) -> ReplayRun:
     """Replay forward, then (``output`` given) backward from ``output``, on the engine the graph
-    needs (:func:`graphsvc.tensors.needed`): the one place that chooses, for :func:`forward`,
+    needs (:func:`tensor_replay_needed`): the one place that chooses, for :func:`forward`,
     :func:`backward` and the CLI, which also wants the raw numbers and the steps. ``overrides``
     are node ids (:func:`resolve_set`); ``steps`` records the backward pass."""
-    from graphsvc import replay, tensors
+    from graphsvc import replay
 
     engine = engine or engine_for(graph.num_nodes)  # one engine for every sweep of this replay
     step_list: list[Any] | None = [] if steps else None
-    if tensors.needed(graph, registry, overrides):
+    if tensor_replay_needed(graph, registry, overrides):
+        from graphsvc import tensors
+
         ops = replay.resolve_ops(graph, registry, engine)
         residuals: dict[int, Any] | None = None if output is None else {}  # a backward follows: keep them
         with running_plugin_code():

@@ -31,7 +31,6 @@ from graphsvc import kernels, opmath
 from graphsvc.graph import CONST, LEAF
 from graphsvc.hookspecs import hookimpl
 from graphsvc.ops import Op
-from graphsvc.tensors import unbroadcast
 
 
 # -- the elementwise ops, from graphsvc.opmath's table --------------------------------------------
@@ -159,9 +158,17 @@ def _matmul_vjp(
     y2 = y[:, np.newaxis] if y.ndim == 1 else y
     g2 = np.expand_dims(g, -2) if x.ndim == 1 else g
     g2 = np.expand_dims(g2, -1) if y.ndim == 1 else g2
+    from graphsvc.tensors import unbroadcast  # here: a graph of scalars never loads the tensor engine
+
     gx = unbroadcast(g2 @ np.swapaxes(y2, -1, -2), x2.shape).reshape(x.shape) if need_x else None
     gy = unbroadcast(np.swapaxes(x2, -1, -2) @ g2, y2.shape).reshape(y.shape) if need_y else None
     return gx, gy
+
+
+def _broadcast_to_vjp(g: np.ndarray, out: np.ndarray, x: np.ndarray, shape: Sequence[int]) -> tuple[np.ndarray]:
+    from graphsvc.tensors import unbroadcast
+
+    return (unbroadcast(g, x.shape),)
 
 
 def _amax_vjp(
@@ -259,7 +266,7 @@ BUILTIN_OPS: tuple[Op, ...] = (
     Op(
         "broadcast_to", 1,
         forward=lambda x, shape: np.broadcast_to(x, shape),
-        vjp=lambda g, out, x, shape: (unbroadcast(g, x.shape),),
+        vjp=_broadcast_to_vjp,
         samples=_unary_samples({"shape": [2, 3, 4]}, shape=(3, 1)),
         doc="np.broadcast_to `shape`. The gradient is summed back over the broadcast dimensions.",
     ),

@@ -162,11 +162,23 @@ class Op:
 
     @cached_property
     def tensor_vjp(self) -> VJP:
-        """What the tensor replay calls for this op's gradient, worked out on first use and kept with
-        the op (see :func:`graphsvc.tensors.vjp_of`)."""
-        from graphsvc.tensors import derive_vjp  # tensors builds on this module
+        """What the tensor replay calls for this op's gradient: its ``vjp``, or one derived from its
+        ``derivatives`` (:func:`graphsvc.tensors.elementwise_vjp`), with the keywords it declares;
+        worked out on first use and kept with the op (reading a signature costs more than many a
+        VJP)."""
+        if self.vjp is not None:
+            return VJP.of(self.vjp)
+        from graphsvc.tensors import elementwise_vjp  # tensors builds on this module
 
-        return derive_vjp(self)
+        return VJP.of(elementwise_vjp(self))
+
+
+#: The keyword by which a VJP is told which inputs need a cotangent (PyTorch's
+#: ``ctx.needs_input_grad``): passed to a ``vjp`` that declares a parameter of this name.
+NEEDS_INPUT_GRAD = "needs_input_grad"
+#: The keyword by which a VJP gets what its op's ``forward_with_residuals`` kept for the node
+#: (JAX's residuals, PyTorch's ``ctx.saved_tensors``): passed to a ``vjp`` that declares it.
+RESIDUALS = "residuals"
 
 
 class VJP(NamedTuple):
@@ -174,10 +186,19 @@ class VJP(NamedTuple):
 
     #: ``vjp(g, out, *inputs, **attrs)``: the op's own, or derived from its ``derivatives``.
     function: Callable[..., Sequence[Any]]
-    #: It declares ``needs_input_grad``: it is told which inputs need a cotangent.
+    #: It declares :data:`NEEDS_INPUT_GRAD`: it is told which inputs need a cotangent.
     takes_needs: bool
-    #: It declares ``residuals``: it gets what ``forward_with_residuals`` kept for the node.
+    #: It declares :data:`RESIDUALS`: it gets what ``forward_with_residuals`` kept for the node.
     takes_residuals: bool
+
+    @classmethod
+    def of(cls, function: Callable[..., Sequence[Any]]) -> VJP:
+        """``function`` and the keywords its signature declares (neither, if it has none to read)."""
+        try:
+            parameters = inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            return cls(function, False, False)
+        return cls(function, NEEDS_INPUT_GRAD in parameters, RESIDUALS in parameters)
 
 
 def describe_source(plugin: str | None, version: str | None) -> str:

@@ -1,7 +1,8 @@
 """Replay of tensor graphs: nodes that hold arrays, one op call per node, backward by VJPs.
 
 A graph is replayed here when it holds a tensor node or uses an op given only by its ``vjp`` (see
-:func:`needed`); graphs of float64 scalars keep the column engine of :mod:`graphsvc.replay`.
+:func:`graphsvc.api.tensor_replay_needed`); graphs of float64 scalars keep the column engine of
+:mod:`graphsvc.replay`.
 Scalar nodes take part as 0-d float64 arrays, under numpy's promotion rules: a float32 array times
 a float64 scalar node is float64 (a constant given as ``np.float32(2.0)`` keeps float32). Every
 node is one call of its op on whole arrays, so Python's cost per node is small next to the
@@ -20,7 +21,6 @@ Every value and gradient a replay keeps is read-only.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,9 +33,10 @@ from graphsvc.checks import differences
 from graphsvc.errors import ReplayError, UsageError
 from graphsvc.graph import FLOAT_DTYPE, LEAF, TENSOR_DTYPES, Graph
 from graphsvc.ops import (
+    NEEDS_INPUT_GRAD,
+    RESIDUALS,
     VJP,
     Op,
-    OpRegistry,
     _call_one,
     describe_exception,
     evaluate,
@@ -52,12 +53,10 @@ __all__ = [
     "TensorNonFinite",
     "backward",
     "compare",
-    "derive_vjp",
     "describe",
     "elementwise_vjp",
     "first_nonfinite",
     "forward",
-    "needed",
     "node_cells",
     "per_element",
     "requires_grad",
@@ -73,16 +72,6 @@ Replayed = list[np.ndarray | None]
 
 _NO_ATTRS: Mapping[str, Any] = {}
 _INDEX_DTYPE = np.dtype(np.int64)
-
-
-def needed(graph: Graph, registry: OpRegistry, overrides: Mapping[int, Any] | None = None) -> bool:
-    """Whether ``graph`` must be replayed here: it holds a tensor node, ``overrides`` set a leaf to
-    an array, or one of its ops is given only by a VJP (or takes any number of inputs), which the
-    scalar column engine cannot run. Decided on the op table, with no pass over the nodes."""
-    if graph.is_tensor_graph or any(isinstance(v, np.ndarray) for v in (overrides or {}).values()):
-        return True
-    ops = (registry.get(tag) for tag in graph.op_table if tag in registry)
-    return any(op.arity > 0 and (op.derivatives is None or op.variadic) for op in ops)
 
 
 def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -361,14 +350,6 @@ def requires_grad(graph: Graph, calls: Sequence[_Call | None], values: Replayed)
     return requires
 
 
-#: The keyword by which a VJP is told which inputs need a cotangent (PyTorch's
-#: ``ctx.needs_input_grad``): passed to a ``vjp`` that declares a parameter of this name.
-NEEDS_INPUT_GRAD = "needs_input_grad"
-#: The keyword by which a VJP gets what its op's ``forward_with_residuals`` kept for the node
-#: (JAX's residuals, PyTorch's ``ctx.saved_tensors``): passed to a ``vjp`` that declares it.
-RESIDUALS = "residuals"
-
-
 def vjp_keywords(
     vjp: VJP, attrs: Mapping[str, Any], needs: tuple[bool, ...] | None, residuals: Any
 ) -> Mapping[str, Any]:
@@ -383,20 +364,9 @@ def vjp_keywords(
 
 def vjp_of(op: Op) -> VJP:
     """``op``'s VJP (derived from its ``derivatives`` when it gives none), whether it takes
-    :data:`NEEDS_INPUT_GRAD` (it declares a parameter of that name; the derived VJPs do) and
-    whether it takes :data:`RESIDUALS`. Worked out once per op and kept with it
-    (:attr:`graphsvc.ops.Op.tensor_vjp`): reading a signature costs more than many a VJP."""
+    :data:`~graphsvc.ops.NEEDS_INPUT_GRAD` (it declares a parameter of that name; the derived VJPs
+    do) and whether it takes :data:`~graphsvc.ops.RESIDUALS`: :attr:`graphsvc.ops.Op.tensor_vjp`."""
     return op.tensor_vjp
-
-
-def derive_vjp(op: Op) -> VJP:
-    """What :func:`vjp_of` returns, worked out anew."""
-    vjp = elementwise_vjp(op) if op.vjp is None else op.vjp
-    try:
-        parameters = inspect.signature(vjp).parameters
-    except (TypeError, ValueError):  # no inspectable signature: called with neither
-        return VJP(vjp, False, False)
-    return VJP(vjp, NEEDS_INPUT_GRAD in parameters, RESIDUALS in parameters)
 
 
 def _accumulate(
