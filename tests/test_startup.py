@@ -167,3 +167,33 @@ def test_an_entry_point_value_loads_its_module_and_attribute_or_says_it_is_malfo
         plugins._EntryPoint("bad", "not a module!", None).load()
     assert str(raised.value) == "malformed entry point bad = not a module!"
     assert plugins._EntryPoint("x", "m", dist) == ("x", "m", ("graphsvc-x", "1.0"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["order", SEED], ["inspect", SEED], ["validate", SEED], ["forward", SEED], ["backward", SEED], ["ops"]],
+    ids=lambda args: args[0],
+)
+def test_a_graph_of_scalars_never_loads_the_tensor_engine(args: list[str], tmp_path: Path) -> None:
+    """graphsvc.tensors (~5 ms of frozen dataclasses) and the memory cache are for arrays, even with
+    the conv plugin installed (registering its forward_with_residuals reads a signature only)."""
+    run, modules = imported_by(args, tmp_path)
+    assert (run.returncode, run.stderr) == (0, "")
+    if args[0] in ("forward", "backward", "ops"):  # the commands that load the installed plugins
+        assert "graphsvc_conv" in modules
+    assert sorted(m for m in ("graphsvc.tensors", "graphsvc.memory", "graphsvc._cmemory") if m in modules) == []
+
+
+def test_a_tensor_graph_does_load_it(tmp_path: Path) -> None:
+    """The check above can tell."""
+    import numpy as np
+
+    from graphsvc import format as fmt
+    from graphsvc.graph import GraphBuilder
+
+    b = GraphBuilder()
+    b.add("sum", [b.leaf(np.array([1.0, 2.0]), name="x")], name="L")
+    fmt.save(b.build(), tmp_path / "t.msgpack")
+    run, modules = imported_by(["backward", str(tmp_path / "t.msgpack")], tmp_path)
+    assert run.returncode == 0
+    assert {"graphsvc.tensors", "graphsvc.memory"} <= modules
