@@ -166,7 +166,7 @@ def decode_fast(source: fastload.Source, limits: Limits) -> dict[str, Any]:
     _, pad_key, data_key = TENSOR_KEYS
     if not isinstance(rest, dict) or not rest.keys().isdisjoint((nodes_key, pad_key, data_key)):
         raise fastload.NotCanonical  # a key twice: the general reader words it
-    nodes: dict[str, Any] = {COUNT: layout.count}
+    nodes: dict[str, Any] = {COUNT: layout.node_count}
     for span in layout.columns:
         payload = fastload.read_column(source, span)
         nodes[span.key] = dict(zip(COLUMN_FIELDS, (span.dtype, span.length, payload), strict=True))

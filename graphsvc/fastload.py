@@ -25,8 +25,7 @@ import mmap
 import os
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
@@ -137,8 +136,7 @@ class BytesSource:
         return out
 
 
-@dataclass(frozen=True)
-class ColumnSpan:
+class ColumnSpan(NamedTuple):
     """One column as the file declares it; the payload is ``size`` bytes at ``offset``."""
 
     key: str
@@ -148,20 +146,20 @@ class ColumnSpan:
     size: int
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
     """Where the parts of a graph file are.
 
     ``rest`` spans the document's entries other than ``nodes``, ``pad`` and ``data`` (their keys
     and values, in file order): those before ``nodes``, the ``tensors`` table of version 2.0 right
     after it, and those after ``data`` (or ``nodes``), up to the end of the file; ``rest_entries``
-    says how many entries they hold. ``columns`` are in file order. ``data`` is version 2.0's data
-    section, ``(offset, size)`` of its payload, when it follows ``nodes`` as in the canonical layout.
+    says how many entries they hold; ``node_count`` is ``nodes.count``. ``columns`` are in file
+    order. ``data`` is version 2.0's data section, ``(offset, size)`` of its payload, when it
+    follows ``nodes`` as in the canonical layout.
     """
 
     rest: tuple[tuple[int, int], ...]
     rest_entries: int
-    count: int
+    node_count: int
     columns: tuple[ColumnSpan, ...]
     data: tuple[int, int] | None = None
 

@@ -12,7 +12,7 @@ The msgpack type bytes are named here once, as :class:`Family` tables; no other 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -80,8 +80,7 @@ def aligned(position: int) -> int:
 
 
 # -- msgpack's type bytes ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Family:
+class Family(NamedTuple):
     """The type bytes of one msgpack kind: a fix form (``fix``: its first type byte, the number in
     the low bits under ``fix_mask``) and sized forms (``sized``: type byte -> the width in bytes of
     the big-endian number after it, narrowest first). The number is a str's or bin's byte count, an

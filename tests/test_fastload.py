@@ -49,7 +49,7 @@ def test_every_shipped_file_is_canonical_and_reads_as_the_general_reader_does(pa
         column = document["nodes"][span.key]
         assert (span.dtype, span.length) == (column["dtype"], column["length"])
         assert data[span.offset : span.offset + span.size] == column["data"]
-    assert layout.count == document["nodes"]["count"]
+    assert layout.node_count == document["nodes"]["count"]
     (head_start, head_end), (tail_start, tail_end) = layout.rest
     assert (head_start, layout.rest_entries) == (1, 7)
     assert data[head_start : head_start + 7] == b"\xa6format"
