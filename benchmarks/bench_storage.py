@@ -1,7 +1,7 @@
 """Storage of tensor graphs (issue 14): graphsvc's save and load next to safetensors and torch, in one run.
 
     python benchmarks/bench_storage.py [--rounds K] [--passes P] [--models mlp cnn transformer] [--dir D]
-                                       [--no-cold] [--no-memory] [--no-write]
+                                       [--no-cold] [--no-memory] [--no-processes] [--no-write]
 
 Needs safetensors (``pip install safetensors==0.8.0``), torch (``pip install torch==2.13.0``) and the
 conv plugin (``pip install ./plugins/graphsvc-conv``, for the CNN). Prints a table and writes
@@ -49,6 +49,9 @@ benchmarks/results/bench_storage.md and .json. What is measured:
   time in a round is its fastest pass (other processes on the shared machine only ever add time).
   A ratio ``a / b`` is a's time over b's within a round (below 1: a is faster); min, median and max
   are over the rounds (at least 7). Targets are judged on the median.
+* Whole processes (unless ``--no-processes``): a fresh ``python -c`` per load that imports the tool
+  and loads the model's file, next to one that only imports numpy, once per round each, the order
+  rotating; wall time to the process's exit (what a user's script pays: start-up plus the load).
 * Peak memory of a load (unless ``--no-memory``): each tool in a fresh process (this script with
   ``--peak``), which imports numpy, graphsvc, safetensors and torch, loads a tiny file of the same
   kind once (so every module is resident), collects garbage, reads ``VmRSS``, resets ``VmHWM``
@@ -115,6 +118,19 @@ LOAD_RATIOS: tuple[tuple[str, str, float | None], ...] = (
     ("graphsvc.load(mmap=True)", "safetensors.torch.load_file", 1.0),
     ("graphsvc.load", "torch.load", None),
     ("graphsvc.load(mmap=True)", "torch.load(mmap=True)", None),
+)
+#: Whole processes: a fresh ``python -c`` that imports the tool and loads the model's file (what a
+#: user's script pays: start-up plus the load), next to one that only imports numpy.
+PROCESS_LOADS = {
+    "python -c 'import numpy'": "import numpy",
+    "graphsvc.load": "import graphsvc; graphsvc.load({path!r})",
+    "safetensors.numpy.load_file": "from safetensors.numpy import load_file; load_file({path!r})",
+    "torch.load": "import torch; torch.load({path!r})",
+}
+PROCESS_RATIOS: tuple[tuple[str, str, float | None], ...] = (
+    ("graphsvc.load", "safetensors.numpy.load_file", None),
+    ("graphsvc.load", "torch.load", None),
+    ("graphsvc.load", "python -c 'import numpy'", None),
 )
 #: Issue 14: a load's peak memory at most this many times the arrays' own bytes.
 PEAK_GOAL = 1.1
@@ -363,6 +379,21 @@ def peaks(files: Files, tiny: Files, array_bytes: int) -> list[dict[str, Any]]:
     return rows
 
 
+def process_loads(files: Files, rounds: int) -> dict[str, list[float]]:
+    """Each of :data:`PROCESS_LOADS` as a whole process, once per round, the order rotating from round
+    to round: wall time from ``subprocess.run`` to its exit."""
+    order = list(PROCESS_LOADS)
+    times: dict[str, list[float]] = {alt: [] for alt in order}
+    for round_ in range(rounds):
+        for alt in order[round_ % len(order) :] + order[: round_ % len(order)]:
+            path = "" if alt not in LOADS else str(files.of(alt))
+            command = [sys.executable, "-c", PROCESS_LOADS[alt].format(path=path)]
+            start = time.perf_counter()
+            subprocess.run(command, check=True, capture_output=True)
+            times[alt].append(time.perf_counter() - start)
+    return times
+
+
 # -- the run --------------------------------------------------------------------------------------
 def filesystem(path: Path) -> str:
     """The filesystem ``path`` lies on, from /proc/self/mounts: its type, device and mount point."""
@@ -455,6 +486,12 @@ def bench_model(name: str, registry: Any, workdir: Path, args: argparse.Namespac
         row["cold_passes_verified"] = {alt: f"{cold}/{total}" for alt, (cold, total) in cold_passes.items()}
     if args.memory:
         row["peaks"] = peaks(files, tiny, array_bytes)
+    if args.processes:
+        process_times = process_loads(files, args.rounds)
+        row["process_load_seconds"] = {alt: stats(ts) for alt, ts in process_times.items()}
+        row["process_load_ratios"] = ratios_of(process_times, PROCESS_RATIOS)
+        for ratio in row["process_load_ratios"]:
+            print(f"  whole process: {ratio['ratio']:45} {ratio['median']:6.2f}x (min {ratio['min']:.2f})")
     ms = ", ".join(f"{alt} {statistics.median(ts) * 1e3:.2f} ms" for alt, ts in {**save_times, **load_times}.items())
     print(f"{name}: {ms}", flush=True)
     for ratio in row["save_ratios"] + row["load_ratios"]:
@@ -584,6 +621,20 @@ def markdown(result: dict[str, Any]) -> str:
         for row in models:
             cells = [f"{p['ratio']:.3f}x ({p['peak_bytes'] / 2**20:.1f} MiB)" for p in row["peaks"]]
             lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
+    if all("process_load_seconds" in row for row in models):
+        lines += [
+            "",
+            "## Load as a whole process (a fresh `python -c` that imports the tool and loads the file; median)",
+            "",
+            "| model | " + " | ".join(PROCESS_LOADS) + " |",
+            "|---|" + "---:|" * len(PROCESS_LOADS),
+        ]
+        for row in models:
+            cells = [_ms(row["process_load_seconds"][alt]) for alt in PROCESS_LOADS]
+            lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
+        lines += ["", "| model | ratio | median | min | max | |", "|---|---|---:|---:|---:|---|"]
+        for row in models:
+            lines += _ratio_lines(row, "process_load_ratios")
     lines += ["", "## Targets (issue 14; judged on the median)", "", "| model | target | goal | measured | met |"]
     lines.append("|---|---|---|---:|---|")
     for t in result["targets"]:
@@ -602,6 +653,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the files go (default: the temp folder)")
     parser.add_argument("--no-cold", dest="cold", action="store_false", help="skip the cold-cache loads")
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory processes")
+    parser.add_argument(
+        "--no-processes", dest="processes", action="store_false", help="skip the loads timed as whole processes"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave benchmarks/results alone")
     parser.add_argument("--peak", nargs=3, metavar=("TOOL", "FILE", "TINY_FILE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
