@@ -72,7 +72,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -544,6 +544,25 @@ def _ratio_lines(row: dict[str, Any], key: str) -> list[str]:
     return lines
 
 
+def _table(
+    title: str,
+    columns: Iterable[str],
+    models: list[dict[str, Any]],
+    cells: Callable[[dict[str, Any]], list[str]],
+    note: str = "",
+) -> list[str]:
+    """A section: its title, a note, and a table of one row per model, ``cells(row)`` after its name."""
+    columns = list(columns)
+    lines = ["", f"## {title}", "", *([note, ""] if note else [])]
+    lines += ["| model | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    return lines + [f"| {row['model']} | " + " | ".join(cells(row)) + " |" for row in models]
+
+
+def _ratio_table(models: list[dict[str, Any]], key: str) -> list[str]:
+    lines = ["", "| model | ratio | median | min | max | |", "|---|---|---:|---:|---:|---|"]
+    return lines + [line for row in models for line in _ratio_lines(row, key)]
+
+
 def markdown(result: dict[str, Any]) -> str:
     m = result["machine"]
     models = result["models"]
@@ -571,20 +590,18 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {row['model']} | {row['nodes']} | {row['arrays']} | {row['array_bytes']:,} | {f['graphsvc']:,} | "
             f"{f['safetensors']:,} | {f['torch']:,} |"
         )
-    lines += [
-        "",
-        "## Save (median over rounds; `fsync`: the part of `graphsvc.save` spent in `os.fsync`)",
-        "",
-        "| model | " + " | ".join(SAVES) + " | fsync |",
-        "|---|" + "---:|" * (len(SAVES) + 1),
-    ]
-    for row in models:
-        cells = [_ms(row["save_seconds"][alt]) for alt in SAVES]
-        lines.append(f"| {row['model']} | " + " | ".join(cells) + f" | {_ms(row['fsync_seconds'])} |")
-    lines += ["", "## Load, page cache warm (median over rounds)", "", "| model | " + " | ".join(LOADS) + " |"]
-    lines.append("|---|" + "---:|" * len(LOADS))
-    for row in models:
-        lines.append(f"| {row['model']} | " + " | ".join(_ms(row["load_seconds"][alt]) for alt in LOADS) + " |")
+    lines += _table(
+        "Save (median over rounds; `fsync`: the part of `graphsvc.save` spent in `os.fsync`)",
+        [*SAVES, "fsync"],
+        models,
+        lambda row: [*(_ms(row["save_seconds"][alt]) for alt in SAVES), _ms(row["fsync_seconds"])],
+    )
+    lines += _table(
+        "Load, page cache warm (median over rounds)",
+        LOADS,
+        models,
+        lambda row: [_ms(row["load_seconds"][alt]) for alt in LOADS],
+    )
     lines += [
         "",
         "## Ratios (time / time within a round; below 1: graphsvc is faster)",
@@ -595,46 +612,31 @@ def markdown(result: dict[str, Any]) -> str:
     for row in models:
         lines += _ratio_lines(row, "save_ratios") + _ratio_lines(row, "load_ratios")
     if all("cold_load_seconds" in row for row in models):
-        lines += [
-            "",
-            "## Load, page cache cold (`posix_fadvise(DONTNEED)` before each pass; median over rounds)",
-            "",
-            "A mapped load reads no array data: its cold time is the header's; reading the arrays comes later.",
-            "",
-            "| model | " + " | ".join(LOADS) + " |",
-            "|---|" + "---:|" * len(LOADS),
-        ]
-        for row in models:
-            cells = [f"{_ms(row['cold_load_seconds'][alt])} ({row['cold_passes_verified'][alt]} cold)" for alt in LOADS]
-            lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
-        lines += ["", "| model | ratio | median | min | max | |", "|---|---|---:|---:|---:|---|"]
-        for row in models:
-            lines += _ratio_lines(row, "cold_load_ratios")
+        lines += _table(
+            "Load, page cache cold (`posix_fadvise(DONTNEED)` before each pass; median over rounds)",
+            LOADS,
+            models,
+            lambda row: [
+                f"{_ms(row['cold_load_seconds'][alt])} ({row['cold_passes_verified'][alt]} cold)" for alt in LOADS
+            ],
+            note="A mapped load reads no array data: its cold time is the header's; reading the arrays comes later.",
+        )
+        lines += _ratio_table(models, "cold_load_ratios")
     if all("peaks" in row for row in models):
-        lines += [
-            "",
-            "## Peak memory of a load, in a fresh process (VmHWM - VmRSS before), / the arrays' bytes",
-            "",
-            "| model | " + " | ".join(PEAK_TOOLS) + " |",
-            "|---|" + "---:|" * len(PEAK_TOOLS),
-        ]
-        for row in models:
-            cells = [f"{p['ratio']:.3f}x ({p['peak_bytes'] / 2**20:.1f} MiB)" for p in row["peaks"]]
-            lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
+        lines += _table(
+            "Peak memory of a load, in a fresh process (VmHWM - VmRSS before), / the arrays' bytes",
+            PEAK_TOOLS,
+            models,
+            lambda row: [f"{p['ratio']:.3f}x ({p['peak_bytes'] / 2**20:.1f} MiB)" for p in row["peaks"]],
+        )
     if all("process_load_seconds" in row for row in models):
-        lines += [
-            "",
-            "## Load as a whole process (a fresh `python -c` that imports the tool and loads the file; median)",
-            "",
-            "| model | " + " | ".join(PROCESS_LOADS) + " |",
-            "|---|" + "---:|" * len(PROCESS_LOADS),
-        ]
-        for row in models:
-            cells = [_ms(row["process_load_seconds"][alt]) for alt in PROCESS_LOADS]
-            lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
-        lines += ["", "| model | ratio | median | min | max | |", "|---|---|---:|---:|---:|---|"]
-        for row in models:
-            lines += _ratio_lines(row, "process_load_ratios")
+        lines += _table(
+            "Load as a whole process (a fresh `python -c` that imports the tool and loads the file; median)",
+            PROCESS_LOADS,
+            models,
+            lambda row: [_ms(row["process_load_seconds"][alt]) for alt in PROCESS_LOADS],
+        )
+        lines += _ratio_table(models, "process_load_ratios")
     lines += ["", "## Targets (issue 14; judged on the median)", "", "| model | target | goal | measured | met |"]
     lines.append("|---|---|---|---:|---|")
     for t in result["targets"]:
