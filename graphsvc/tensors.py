@@ -245,19 +245,23 @@ def _with_residuals(op: Op) -> Callable[..., tuple[Any, Any]]:
 
 
 def output_and_residuals(op: Op, pair: Any) -> tuple[Any, Any]:
-    """What ``forward_with_residuals`` returned, checked to be ``(output, residuals)``. Arrays among
-    the residuals (the residuals themselves, or items of a tuple or list of them) are made
-    read-only: a plugin that keeps a buffer it writes into again (a per-shape scratch buffer) fails
-    at that write, instead of handing its VJP another node's numbers."""
+    """What ``forward_with_residuals`` returned, checked to be ``(output, residuals)``. Every array
+    among the residuals (the residuals themselves, or held in tuples, lists and dicts of them, however
+    nested) is made read-only: a plugin that keeps a buffer it writes into again (a per-shape scratch
+    buffer) fails at that write, instead of handing its VJP another node's numbers."""
     if not isinstance(pair, tuple) or len(pair) != 2:
         got = f"a tuple of {len(pair)} items" if isinstance(pair, tuple) else type(pair).__name__
         raise ReplayError(
             f"op {op.name!r} ({op.source}): forward_with_residuals returned {got}, expected a pair (output, residuals)"
         )
-    kept = pair[1]
-    for item in kept if isinstance(kept, (tuple, list)) else (kept,):
+    pending, seen = [pair[1]], set()
+    while pending:  # iterative, and each container once (one may hold itself)
+        item = pending.pop()
         if isinstance(item, np.ndarray):
             item.flags.writeable = False
+        elif isinstance(item, (tuple, list, dict)) and id(item) not in seen:
+            seen.add(id(item))
+            pending.extend(item.values() if isinstance(item, dict) else item)
     return pair
 
 

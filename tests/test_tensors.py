@@ -612,18 +612,22 @@ def test_forward_with_residuals_must_return_a_pair_and_its_failures_name_it() ->
         assert str(caught.value) == message
 
 
-def _reusing_square() -> Op:
+def _reusing_square(wrap: Callable[[np.ndarray], Any] = lambda slope: slope) -> Op:
     """x**2, keeping 2x in a buffer it reuses for every input of that shape: the second node's
-    forward would overwrite the first node's residuals."""
+    forward would overwrite the first node's residuals. ``wrap`` puts the buffer in a container."""
     buffers: dict[tuple[int, ...], np.ndarray] = {}
 
     def with_residuals(x: Any) -> tuple[Any, Any]:
         slope = buffers.setdefault(x.shape, np.empty(x.shape))
         np.multiply(x, 2.0, out=slope)
-        return x * x, slope
+        return x * x, wrap(slope)
 
     def vjp(g: Any, out: Any, x: Any, residuals: Any = None) -> Any:
-        return (g * (2.0 * x if residuals is None else residuals),)
+        if residuals is None:
+            return (g * (2.0 * x),)
+        while not isinstance(residuals, np.ndarray):  # the buffer, out of its containers
+            residuals = next(iter(residuals.values() if isinstance(residuals, dict) else residuals))
+        return (g * residuals,)
 
     return Op("sq", 1, forward=lambda x: x * x, vjp=vjp, forward_with_residuals=with_residuals)
 
@@ -645,6 +649,11 @@ def test_residuals_are_read_only_so_a_reused_buffer_fails_instead_of_giving_wron
     assert result.message == (
         "op 'sq' (an unnamed plugin): forward_with_residuals raised ValueError: output array is read-only"
     )
+    for wrap in (lambda s: (s, 1), lambda s: {"slope": s}, lambda s: [{"deep": (s,)}]):  # however it is held
+        result = check_vjp(_reusing_square(wrap), np.array([1.0, 2.0, 3.0]))
+        assert result.message == (
+            "op 'sq' (an unnamed plugin): forward_with_residuals raised ValueError: output array is read-only"
+        )
 
 
 def test_the_backward_pass_lets_each_residual_go_once_its_vjp_ran() -> None:
