@@ -918,13 +918,16 @@ def _op(graph: Graph, node: int) -> str:
 
 
 def _nonfinite_item(graph: Graph, found: Any) -> dict[str, Any] | None:
+    """Where nan or inf first appeared, in --json. As for --check, the keys follow the file: a graph
+    that holds arrays says where in its array (``index``), a graph of scalars does not, also when a
+    vjp-only op has the tensor engine replay it."""
     from graphsvc.jsonio import json_float
 
     if found is None:
         return None
     node = found.node
     item: dict[str, Any] = {"node": node, "name": graph.names.get(node), "op": graph.op(node)}
-    if hasattr(found, "index"):  # a tensor node's: where in its array
+    if graph.is_tensor_graph:
         item["index"] = list(found.index)
     return item | {"value": json_float(found.value), "count": found.count}
 
@@ -943,18 +946,12 @@ def _check_item(c: Any, graph: Graph) -> dict[str, Any]:
         return None if where is None else where[0]
 
     item: dict[str, Any] = {"ok": c.ok, "mismatches": c.mismatches, "nodes": c.nodes, "unstored": c.unstored}
-    if hasattr(c, "worst_abs_node"):
-        worst_nodes = c.worst_abs_node, c.worst_rel_node
-    elif not graph.is_tensor_graph:  # every array the tensor engine compared was 0-d: a node
-        worst_nodes = node(c.worst_abs_at), node(c.worst_rel_at)
-    else:
-        worst_nodes = None
-    if worst_nodes is not None:
+    if not graph.is_tensor_graph:  # checks.Comparison and TensorComparison both say worst_abs_at
         return item | {
             "worst_abs": json_float(c.worst_abs),
-            "worst_abs_node": worst_nodes[0],
+            "worst_abs_node": node(c.worst_abs_at),
             "worst_rel": json_float(c.worst_rel),
-            "worst_rel_node": worst_nodes[1],
+            "worst_rel_node": node(c.worst_rel_at),
         }
     return item | {
         "worst_abs": json_float(c.worst_abs),

@@ -253,6 +253,11 @@ def test_check_json_follows_the_file_not_the_engine(tmp_path: Path) -> None:
     }  # fmt: skip
     leaf = json.loads(result.stdout)["nodes"][-1]
     assert leaf == {"id": 0, "name": "a", "op": "leaf", "parents": [], "value": 3.0, "grad": 12.0}
+    result = runner.invoke(app, ["--plugin", str(plugin), "forward", str(path), "--set", "a=inf", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["nonfinite"] == {  # no index into an array: there is none
+        "values": {"node": 0, "name": "a", "op": "leaf", "value": "inf", "count": 3}
+    }
 
 
 def test_set_notes_a_tensor_leaf_given_another_dtype_or_shape(tmp_path: Path) -> None:
