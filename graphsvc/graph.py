@@ -151,8 +151,8 @@ class Graph:
         """True when some node computed by an op (not a leaf or a const) stores a value: an array,
         or a number in the ``values`` column (nan there means none). What ``forward --check`` has
         to compare a replay with."""
-        computed = ~np.isin(self.op_codes, [code for code, tag in enumerate(self.op_table) if tag in LEAF_TAGS])
-        if any(computed[node] for node in self.arrays):
+        computed = ~_leaf_mask(self, _leaf_codes(self))[self.op_codes]
+        if computed[np.fromiter(self.arrays, dtype=np.int64, count=len(self.arrays))].any():
             return True
         return bool(np.any(~np.isnan(self.values[computed])))
 
@@ -269,7 +269,7 @@ class Graph:
                 raise GraphStructureError(f"column {column} has {got} entries, expected {length}")
         if self.grads is not None and len(self.grads) != n:
             raise GraphStructureError(f"column grads has {len(self.grads)} entries, expected {n}")
-        leaf_codes = [i for i, tag in enumerate(self.op_table) if tag in LEAF_TAGS]
+        leaf_codes = _leaf_codes(self)
         jit = (engine or engine_for(n)).kernels
         if jit is None or not jit.structure_ok(
             self.parent_offsets, self.parent_indices, self.op_codes, len(self.op_table), _leaf_mask(self, leaf_codes)
@@ -348,11 +348,7 @@ class Graph:
                     raise GraphStructureError(
                         f"node {node}: a {what} array has {array.ndim} dimensions, more than {MAX_DIMENSIONS}"
                     )
-        arrays, grads = self.arrays, self.grad_arrays
-        if grads.keys() <= arrays.keys() and all(
-            map(operator.eq, map(_SHAPE_OF, grads.values()), map(_SHAPE_OF, map(arrays.__getitem__, grads)))
-        ):
-            return  # every gradient has its value's shape (compared a column at a time)
+        arrays = self.arrays
         for node, grad in self.grad_arrays.items():
             value = arrays.get(node)
             if value is not None and grad.shape != value.shape:
@@ -364,7 +360,7 @@ class Graph:
 
 #: :data:`TENSOR_DTYPES` as a set, for one look-up per array.
 _TENSOR_DTYPE_SET = frozenset(TENSOR_DTYPES)
-_DTYPE_OF, _NDIM_OF, _SHAPE_OF = (operator.attrgetter(name) for name in ("dtype", "ndim", "shape"))
+_DTYPE_OF, _NDIM_OF = operator.attrgetter("dtype"), operator.attrgetter("ndim")
 
 
 def _names_ok(names: dict[int, str], n: int) -> bool:
@@ -391,6 +387,11 @@ def _arrays_ok(arrays: dict[int, np.ndarray], n: int) -> bool:
         return False
     dtypes_ok = set(map(_DTYPE_OF, items)) <= _TENSOR_DTYPE_SET
     return dtypes_ok and max(map(_NDIM_OF, items)) <= MAX_DIMENSIONS
+
+
+def _leaf_codes(graph: Graph) -> list[int]:
+    """The op codes of the leaf tags (``leaf``, ``const``) in the graph's op table."""
+    return [code for code, tag in enumerate(graph.op_table) if tag in LEAF_TAGS]
 
 
 def _leaf_mask(graph: Graph, leaf_codes: list[int]) -> npt.NDArray[np.bool_]:
