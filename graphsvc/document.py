@@ -481,7 +481,9 @@ def _read_tensors(
         if viewed is not None:
             views: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = viewed
             return views
-    table = _table_if_valid(entries, count, size, values, grads)
+        table = None  # its Python twin would say None too: straight to the entry-by-entry check
+    else:
+        table = _table_if_valid(entries, count, size, values, grads)
     if table is None:  # some rule is broken (or the table is unusual): checked entry by entry, which words it
         table = _checked_table(entries, count, size, values, grads)
     arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
