@@ -24,7 +24,8 @@ import os
 import re
 import select
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import IO, BinaryIO
 
 from graphsvc import codec, document, fastload
@@ -79,10 +80,8 @@ __all__ = [
 def dumps(graph: Graph) -> bytes:
     """Encode a graph. The same graph always gives the same bytes."""
     stored = check_writable(graph)
-    try:
+    with _encoding():
         return b"".join(codec.encode(graph, stored))
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise FormatError(f"cannot encode the graph: {exc}") from exc
 
 
 def dump(graph: Graph, stream: IO[bytes]) -> None:
@@ -91,9 +90,16 @@ def dump(graph: Graph, stream: IO[bytes]) -> None:
 
 
 def _write(graph: Graph, stream: IO[bytes], stored: list[document.Stored] | None) -> None:
-    try:
+    with _encoding():
         for chunk in codec.encode(graph, stored):
             stream.write(chunk)
+
+
+@contextmanager
+def _encoding() -> Iterator[None]:
+    """Encoding the graph in this block: a value msgpack cannot take is a FormatError."""
+    try:
+        yield
     except (TypeError, ValueError, OverflowError) as exc:
         raise FormatError(f"cannot encode the graph: {exc}") from exc
 
@@ -105,10 +111,8 @@ def save(graph: Graph, path: str | os.PathLike[str]) -> None:
 
     stored = check_writable(graph)
     with atomic_writer(path) as stream:
-        try:
+        with _encoding():
             chunks = list(codec.encode(graph, stored))  # views of the columns and arrays: nothing is copied
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise FormatError(f"cannot encode the graph: {exc}") from exc
         reserve(stream, sum(map(len, chunks)))
         _write_all(stream.fileno(), chunks)
 
