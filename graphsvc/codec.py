@@ -136,14 +136,7 @@ def decode(data: fastload.Buffer, limits: Limits) -> Any:
             strict_map_key=True,
             use_list=True,
             object_pairs_hook=_pairs_to_dict,
-            # Each array item or map entry takes at least one byte (two for a map entry), so a
-            # count larger than the file cannot be honest: refusing it avoids a huge allocation.
-            max_array_len=size,
-            max_map_len=size // 2,
-            max_bin_len=size,
-            max_str_len=min(size, limits.max_string_length),
-            max_ext_len=0,  # refuses every ext type but the empty ones, which reach reject_ext
-            ext_hook=diagnose.reject_ext,
+            **diagnose.bounds(size, limits),
         )
     except MemoryError:
         raise  # the caller says how large the file was

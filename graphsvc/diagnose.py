@@ -41,6 +41,20 @@ NON_STRING_KEY = "a map has a key that is not a string"
 EXT_MESSAGE = "the file contains a msgpack ext type; graphsvc files never do"
 
 
+def bounds(size: int, limits: Limits) -> dict[str, Any]:
+    """What every decode of ``size`` bytes tells msgpack. Each array item or map entry takes at least
+    one byte (two for a map entry), so a count larger than the file cannot be honest: refusing it
+    avoids a huge allocation. Every ext type is refused (the empty ones reach :func:`reject_ext`)."""
+    return {
+        "max_array_len": size,
+        "max_map_len": size // 2,
+        "max_bin_len": size,
+        "max_str_len": min(size, limits.max_string_length),
+        "max_ext_len": 0,
+        "ext_hook": reject_ext,
+    }
+
+
 def reject_ext(code: int, data: bytes) -> Any:
     raise ExtType(code)
 
@@ -118,12 +132,7 @@ def locate_bad_key_or_string(data: Buffer, limits: Limits) -> str | None:
             strict_map_key=False,
             unicode_errors="surrogateescape",
             object_pairs_hook=_Pairs,
-            max_array_len=size,
-            max_map_len=size // 2,
-            max_bin_len=size,
-            max_str_len=min(size, limits.max_string_length),
-            max_ext_len=0,
-            ext_hook=reject_ext,
+            **bounds(size, limits),
         )
     except Exception:  # another problem comes first: the caller keeps its plain message
         return None
