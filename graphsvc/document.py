@@ -15,7 +15,7 @@ import itertools
 import math
 import operator
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -200,13 +200,26 @@ def _check_string_length(text: str, where: str) -> None:
 
 
 def check_graph_nesting(graph: Graph, limit: int, check_strings: bool = False) -> None:
-    """:func:`check_nesting` of every node's attributes, by node id, then of the metadata: all at
-    once by :func:`_nesting_ok`, and one by one only to word a problem it found."""
+    """:func:`check_nesting` of every node's attributes, by node id, then of the metadata."""
+    attrs = graph.attrs
+    check_nesting_of([(node, attrs[node]) for node in sorted(attrs)], _attributes_of, limit, check_strings)
+    check_nesting_of([("metadata", graph.metadata)], str, limit, check_strings)
+
+
+def check_nesting_of(
+    items: list[tuple[Any, Any]], where: Callable[[Any], str], limit: int, check_strings: bool = False
+) -> None:
+    """:func:`check_nesting` of each value of ``items`` (``(key, value)``): all at once by
+    :func:`_nesting_ok`, and one by one, in order, only to word a problem it found (``where(key)``
+    names the place)."""
     string_limit = DEFAULT_LIMITS.max_string_length if check_strings else None
-    if not _nesting_ok([*graph.attrs.values(), graph.metadata], limit, string_limit):
-        for node in sorted(graph.attrs):
-            check_nesting(graph.attrs[node], limit, f"attributes of node {node}", check_strings)
-        check_nesting(graph.metadata, limit, "metadata", check_strings)
+    if not _nesting_ok([value for _, value in items], limit, string_limit):
+        for key, value in items:
+            check_nesting(value, limit, where(key), check_strings)
+
+
+def _attributes_of(node: int) -> str:
+    return f"attributes of node {node}"
 
 
 def check_nesting(value: Any, limit: int, where: str, check_strings: bool = False) -> None:
@@ -315,13 +328,10 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
     grads = _read_column(nodes, "grads", count) if nodes.get("grads") is not None else None
     names = _read_sparse(doc, "names", str, count)
     attrs = {node: node_attrs for node, node_attrs in _read_sparse(doc, "attrs", dict, count).items() if node_attrs}
-    if not _nesting_ok(list(attrs.values()), limits.max_attr_depth):
-        for node, node_attrs in attrs.items():
-            check_nesting(node_attrs, limits.max_attr_depth, f"attributes of node {node}")
+    check_nesting_of(list(attrs.items()), _attributes_of, limits.max_attr_depth)
     outputs = [expect(o, int, f"outputs[{i}]") for i, o in enumerate(expect(doc["outputs"], list, "outputs"))]
     metadata = expect(doc["metadata"], dict, "metadata")
-    if not _nesting_ok([metadata], limits.max_attr_depth):
-        check_nesting(metadata, limits.max_attr_depth, "metadata")
+    check_nesting_of([("metadata", metadata)], str, limits.max_attr_depth)
     arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
     if version[0] >= 2:
         arrays = _read_tensors(doc, count, values, grads)
