@@ -92,6 +92,12 @@ def engine_for(num_nodes: int) -> Engine:
     return REFERENCE if num_nodes < JIT_THRESHOLD else Engine(_compiled())
 
 
+def compiled_engine() -> Engine:
+    """The compiled kernels whatever the graph's size, where they are built and not turned off; else
+    the references (for checks that cost microseconds compiled and tens of them in numpy)."""
+    return Engine(_compiled())
+
+
 def compiled_elementwise() -> Any:
     """The compiled kernels for :mod:`graphsvc.builtin_ops`' elementwise loops, whatever the graph's
     size (an op must compute the same bits on every path), or ``None`` where they are off or not built."""
