@@ -14,9 +14,9 @@ node; ``labels``). The same names and arrays feed the hand-written numpy and the
   output projections (no biases), residual, layer norm, MLP 128-512-128 with relu, residual; then
   the mean over the sequence and a linear head to 10 classes.
 
-Every model ends in the same cross-entropy: log_softmax over the classes, ``take`` of each row's
-label entry from the flattened log-probabilities (an int64 const index ``row * classes + label``),
-mean, neg. A linear layer is ``x @ w + b`` with ``w`` of shape (in, out). Constants (the attention
+Every model ends in the same cross-entropy, as PyTorch's graph of ``F.cross_entropy`` has it:
+log_softmax over the classes, then nll_loss with the labels (an int64 const), mean over the rows.
+A linear layer is ``x @ w + b`` with ``w`` of shape (in, out). Constants (the attention
 scale, layer norm's eps) are 0-d arrays of the model's dtype, so float32 stays float32 (a 0-d
 float64 array would promote every result to float64 under numpy's rules).
 """
@@ -72,11 +72,9 @@ class _Builder:
         inv_std = self.op("pow", self.op("add", var, eps), exponent=-0.5)
         return self.op("add", self.op("mul", self.op("mul", centered, inv_std), gamma), beta)
 
-    def cross_entropy(self, logits: int, labels: np.ndarray, classes: int) -> int:
+    def cross_entropy(self, logits: int, labels: np.ndarray) -> int:
         logp = self.op("log_softmax", logits, axis=-1)
-        flat = self.op("reshape", logp, shape=[len(labels) * classes])
-        picks = self.b.const(np.arange(len(labels), dtype=np.int64) * classes + labels, name="picks")
-        return self.op("neg", self.op("mean", self.op("take", flat, picks)), name="loss")
+        return self.op("nll_loss", logp, self.b.const(labels.astype(np.int64), name="labels"), name="loss")
 
 
 def _weights(rng: np.random.Generator, dtype: np.dtype, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
@@ -115,7 +113,7 @@ def mlp(
         h = g.linear(h, ids[f"w{i}"], ids[f"b{i}"])
         if i < layers:
             h = g.op("relu", h)
-    g.cross_entropy(h, labels, sizes[-1])
+    g.cross_entropy(h, labels)
     config = {"batch": batch, "sizes": list(sizes)}
     return TensorModel("mlp", g.b.build(outputs=["loss"]), params, {"x": x, "labels": labels}, config)
 
@@ -153,7 +151,7 @@ def cnn(
         h = g.op("add", g.op("conv2d", h, ids[conv], stride=1, padding=1), ids[bias])
         h = g.op("max_pool2d", g.op("relu", h), kernel_size=2, stride=2)
     h = g.op("reshape", h, shape=[batch, flat])
-    g.cross_entropy(g.linear(h, ids["w3"], ids["b3"]), labels, classes)
+    g.cross_entropy(g.linear(h, ids["w3"], ids["b3"]), labels)
     config = {"batch": batch, "image": image, "channels": list(channels), "classes": classes}
     return TensorModel("cnn", g.b.build(outputs=["loss"]), params, {"x": x, "labels": labels}, config)
 
@@ -213,7 +211,7 @@ def transformer(
     mlp_out = g.linear(g.op("relu", g.linear(h2, ids["w1"], ids["b1"])), ids["w2"], ids["b2"])
     x2 = g.op("add", x1, mlp_out)
     pooled = g.op("mean", x2, axis=1)
-    g.cross_entropy(g.linear(pooled, ids["wh"], ids["bh"]), labels, classes)
+    g.cross_entropy(g.linear(pooled, ids["wh"], ids["bh"]), labels)
     config = {"batch": batch, "seq": seq, "d_model": d, "heads": heads, "hidden": hidden, "classes": classes}
     return TensorModel("transformer", g.b.build(outputs=["loss"]), params, {"x": x, "labels": labels}, config)
 

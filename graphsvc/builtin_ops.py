@@ -119,6 +119,19 @@ def _take_samples(rng: np.random.Generator) -> Samples:
     return [((table, np.array([2, 0, 2])), {"axis": 0}), ((table, np.array([[1, 11], [5, 5]])), {})]
 
 
+def _nll_loss_samples(rng: np.random.Generator) -> Samples:
+    """Log-probabilities (the inputs need not be normalized: the VJP is the same) with targets
+    that repeat a class, ignore one entry, and cover the (C,) and (N, C, d) layouts."""
+    rows, image = rng.standard_normal((4, 3)), rng.standard_normal((2, 3, 2))
+    return [
+        ((rows, np.array([2, 0, 2, 1])), {}),
+        ((rows, np.array([1, -100, 0, 1])), {"reduction": "sum"}),
+        ((rows, np.array([0, 2, 5, 2])), {"reduction": "none", "ignore_index": 5}),
+        ((rng.standard_normal(3), np.array(1)), {}),
+        ((image, np.array([[0, 2], [1, 1]])), {"reduction": "mean"}),
+    ]
+
+
 _REDUCTIONS: tuple[dict[str, Any], ...] = ({}, {"axis": 1}, {"axis": -1, "keepdims": True}, {"axis": [0, 1]})
 
 
@@ -148,6 +161,8 @@ def _matmul_vjp(
     g: np.ndarray, out: np.ndarray, x: np.ndarray, y: np.ndarray, needs_input_grad: Sequence[bool] = (True, True)
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     need_x, need_y = needs_input_grad
+    if x.ndim == 2 and y.ndim == 2:  # a linear layer: nothing broadcast, nothing promoted
+        return (np.matmul(g, y.T) if need_x else None), (np.matmul(x.T, g) if need_y else None)
     if x.ndim == 1 and y.ndim == 1:
         return (g * y if need_x else None), (g * x if need_y else None)
     if y.ndim == 2 and x.ndim > 2:  # as _matmul: the stack's rows, then y's gradient is one product
@@ -200,6 +215,79 @@ def _take(x: np.ndarray, indices: np.ndarray, axis: int | None = None) -> np.nda
     if indices.dtype.kind not in "iu":
         raise ValueError(f"indices must be integers (int64), not {indices.dtype}")
     return np.take(x, indices, axis=axis)
+
+
+#: The reductions of ``nll_loss`` (PyTorch's names).
+NLL_REDUCTIONS = ("mean", "sum", "none")
+
+
+#: Where each target picks its log-probability: an index for ``x[...]``, and which targets count
+#: (None: all of them).
+_Picks = tuple[tuple[np.ndarray, ...], np.ndarray | None]
+
+
+def _nll_picks(x: np.ndarray, target: np.ndarray, reduction: str, ignore_index: int) -> _Picks:
+    """Where each target picks its log-probability in ``x``: classes along axis 1, as in PyTorch,
+    or along axis 0 of one row."""
+    if reduction not in NLL_REDUCTIONS:
+        raise ValueError(f"reduction must be one of {', '.join(NLL_REDUCTIONS)}, not {reduction!r}")
+    if target.dtype.kind not in "iu":
+        raise ValueError(f"the target must hold class indices (int64), not {target.dtype}")
+    axis = 0 if x.ndim == 1 else 1
+    expected = x.shape[:axis] + x.shape[axis + 1 :]
+    if x.ndim == 0 or target.shape != expected:
+        raise ValueError(
+            f"a target of shape {list(target.shape)} for log-probabilities of shape {list(x.shape)}: "
+            f"expected {list(expected) if x.ndim else 'classes along axis 0 or 1'}"
+        )
+    target = target.astype(np.int64, copy=False)
+    classes = x.shape[axis]
+    counted: np.ndarray | None = None
+    outside = target.view(np.uint64) >= classes  # a negative class is a huge unsigned one
+    if 0 <= ignore_index < classes or outside.any():  # some targets may be ignored
+        counted = target != ignore_index
+        outside &= counted
+        if outside.any():
+            raise ValueError(f"target {int(target[outside][0])} is out of range for {classes} classes")
+        target = np.where(counted, target, 0)
+    ndim = target.ndim
+    others = [np.arange(n).reshape((n,) + (1,) * (ndim - 1 - i)) for i, n in enumerate(target.shape)]
+    return (*others[:axis], target, *others[axis:]), counted
+
+
+def _nll_loss_with_residuals(
+    x: np.ndarray, target: np.ndarray, reduction: str = "mean", ignore_index: int = -100
+) -> tuple[np.ndarray, _Picks]:
+    picks = _nll_picks(x, target, reduction, ignore_index)
+    index, counted = picks
+    losses = np.negative(x[index])
+    if counted is not None:
+        losses = np.where(counted, losses, x.dtype.type(0))
+    if reduction == "none":
+        return losses, picks
+    total = losses.sum(dtype=x.dtype)
+    if reduction == "sum":
+        return total, picks
+    return total / x.dtype.type(target.size if counted is None else np.count_nonzero(counted)), picks
+
+
+def _nll_loss_vjp(
+    g: np.ndarray,
+    out: np.ndarray,
+    x: np.ndarray,
+    target: np.ndarray,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+    residuals: _Picks | None = None,
+) -> tuple[np.ndarray, None]:
+    index, counted = _nll_picks(x, target, reduction, ignore_index) if residuals is None else residuals
+    if reduction == "mean":
+        each = -g / x.dtype.type(target.size if counted is None else np.count_nonzero(counted))
+    else:
+        each = -g
+    gx = np.zeros(x.shape, dtype=x.dtype)
+    gx[index] = each if counted is None else np.where(counted, each, x.dtype.type(0))
+    return gx, None
 
 
 def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -299,6 +387,20 @@ BUILTIN_OPS: tuple[Op, ...] = (
         vjp=lambda g, out, x, axis=-1: (g - np.exp(out) * g.sum(axis=axis, keepdims=True),),
         samples=_unary_samples({}, {"axis": 0}),
         doc="log(softmax(x)) along `axis` (default -1), computed stably: a cross-entropy's first half.",
+    ),
+    Op(
+        "nll_loss", 2,
+        forward=lambda x, target, reduction="mean", ignore_index=-100: _nll_loss_with_residuals(
+            x, target, reduction, ignore_index
+        )[0],
+        forward_with_residuals=_nll_loss_with_residuals,
+        vjp=_nll_loss_vjp,
+        samples=_nll_loss_samples,
+        doc=(
+            "PyTorch's nll_loss: minus the log-probability each int64 target picks along axis 1 (axis 0 of one row), "
+            "`reduction` mean (over the targets not ignored), sum or none, `ignore_index` (default -100): "
+            "log_softmax then nll_loss is a cross-entropy."
+        ),
     ),
 )  # fmt: skip
 

@@ -411,8 +411,11 @@ def _with_signature(run: Callable[..., Any], names: tuple[str, ...]) -> Callable
     attributes = names[len(inputs) :]
 
     def function(*args: Any, **attrs: Any) -> Any:
-        if len(args) == len(inputs) and len(attrs) == len(attributes) and all(n in attrs for n in attributes):
-            return run(*args, *(attrs[n] for n in attributes))
+        if len(args) == len(inputs) and len(attrs) == len(attributes):
+            if not attrs:  # most ops have no attributes: nothing to look up
+                return run(*args)
+            if all(n in attrs for n in attributes):
+                return run(*args, *[attrs[n] for n in attributes])
         return run(*signature.bind(*args, **attrs).args)
 
     function.__signature__ = signature  # type: ignore[attr-defined]

@@ -136,6 +136,8 @@ def _times(g: np.ndarray, partial: Any) -> np.ndarray:
         if partial == -1:
             return -g
         return g * partial
+    if partial.dtype == g.dtype or partial.dtype == bool:  # the product is in g's dtype already
+        return np.multiply(g, partial)
     return np.multiply(g, partial, dtype=g.dtype)
 
 

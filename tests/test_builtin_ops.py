@@ -76,13 +76,13 @@ def test_local_derivatives_match_central_differences(
 def test_the_builtins_are_exactly_the_documented_ops_registered_by_graphsvc(registry: OpRegistry) -> None:
     assert [op.name for op in registry] == [
         "abs", "add", "amax", "broadcast_to", "concatenate", "const", "cos", "div", "exp", "leaf",
-        "log", "log_softmax", "matmul", "max", "mean", "min", "mul", "neg", "pow", "relu", "reshape",
-        "sigmoid", "sin", "softmax", "sqrt", "sub", "sum", "take", "tanh", "transpose",
+        "log", "log_softmax", "matmul", "max", "mean", "min", "mul", "neg", "nll_loss", "pow", "relu",
+        "reshape", "sigmoid", "sin", "softmax", "sqrt", "sub", "sum", "take", "tanh", "transpose",
     ]  # fmt: skip
     assert {(op.plugin, op.plugin_version, op.version) for op in registry} == {("graphsvc", graphsvc.__version__, "1")}
     assert {op.name: op.arity for op in registry if op.arity != 1} == {
         "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "leaf": 0, "const": 0,
-        "matmul": 2, "take": 2,
+        "matmul": 2, "nll_loss": 2, "take": 2,
     }  # fmt: skip
     assert [op.name for op in registry if op.variadic] == ["concatenate"]
 

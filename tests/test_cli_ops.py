@@ -40,6 +40,7 @@ BUILTIN_LINES = [
     "min\t2\t1\tgraphsvc 0.1.0\tvectorized",
     "mul\t2\t1\tgraphsvc 0.1.0\tvectorized",
     "neg\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "nll_loss\t2\t1\tgraphsvc 0.1.0\tvjp",
     "pow\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "relu\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "reshape\t1\t1\tgraphsvc 0.1.0\tvjp",

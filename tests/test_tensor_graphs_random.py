@@ -109,7 +109,7 @@ UNARY = ["neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "relu", "sigmoid", "
 BINARY = ["add", "sub", "mul", "div", "max", "min"]
 TENSOR = [
     "matmul", "sum", "mean", "amax", "reshape", "transpose", "broadcast_to",
-    "concatenate", "take", "softmax", "log_softmax",
+    "concatenate", "take", "softmax", "log_softmax", "nll_loss",
 ]  # fmt: skip
 
 
@@ -307,6 +307,26 @@ class Generator:
             parents.append(self.operand(tuple(other)))
         order = self.rng.permutation(len(parents)).tolist()
         return "concatenate", [parents[i] for i in order], {"axis": axis}
+
+    def nll_loss(self) -> tuple[str, list[int], dict[str, Any]] | None:
+        """PyTorch's layouts: classes along axis 0 of one row, else axis 1; targets of the other
+        axes, some of them ignored (the default -100 or an index of the attribute's)."""
+        x = self.primary()
+        shape = self.recipe.nodes[x].value.shape
+        if not shape:
+            return None
+        axis = 0 if len(shape) == 1 else 1
+        target = self.rng.integers(0, shape[axis], shape[:axis] + shape[axis + 1 :])
+        attrs: dict[str, Any] = {"reduction": self.pick(["mean", "sum", "none"])}
+        if target.size and self.chance(0.4):
+            ignored = -100 if self.chance(0.5) else int(self.rng.integers(-3, 9))
+            if ignored != -100:
+                attrs["ignore_index"] = ignored
+            target.reshape(-1)[0] = ignored
+        if attrs["reduction"] == "mean" and target.size and np.all(target == attrs.get("ignore_index", -100)):
+            return None  # every target ignored: the mean of none, nan
+        targets = self.push(Node("const", [], {}, target.astype(np.int64)))
+        return "nll_loss", [x, targets], attrs
 
     def take(self) -> tuple[str, list[int], dict[str, Any]] | None:
         fortran = [i for i in self.floats() if not self.recipe.nodes[i].value.flags.c_contiguous]
@@ -545,6 +565,9 @@ def torch_ops(torch: Any) -> dict[str, Callable[..., Any]]:
         "take": take,
         "softmax": lambda x, axis=-1: torch.softmax(x, dim=axis),
         "log_softmax": lambda x, axis=-1: torch.log_softmax(x, dim=axis),
+        "nll_loss": lambda x, target, reduction="mean", ignore_index=-100: torch.nn.functional.nll_loss(
+            x, target, reduction=reduction, ignore_index=ignore_index
+        ),
     }  # fmt: skip
 
 

@@ -787,3 +787,78 @@ def test_ops_with_constant_derivatives_give_the_cotangents_their_derivatives_giv
         slow = called.tensor_vjp.function(g, None, *inputs, needs_input_grad=(True,) * op.arity)
         for a, b in zip(fast, slow, strict=True):
             assert a.dtype == b.dtype == np.float32 and a.tobytes() == b.tobytes(), name
+
+
+# -- nll_loss: PyTorch's, so that log_softmax then nll_loss is the cross-entropy of its graphs -------
+def _nll_graph(logp: np.ndarray, target: np.ndarray, **attrs: Any) -> Graph:
+    b = GraphBuilder()
+    x = b.leaf(logp, name="logp")
+    b.add("nll_loss", [x, b.const(target, name="target")], attrs=attrs or None, name="loss")
+    return b.build()
+
+
+def test_nll_loss_is_minus_the_mean_of_the_picked_log_probabilities() -> None:
+    logp = np.log(np.array([[0.5, 0.25, 0.25], [0.125, 0.75, 0.125], [0.5, 0.25, 0.25]]))
+    graph = graphsvc.backward(_nll_graph(logp, np.array([0, 1, -100])), output="loss", registry=builtins())
+    # two rows count (the third is ignored): (log 2 - log 0.75) / 2, each picked entry's gradient -1/2
+    assert graph.value("loss") == (-np.log(0.5) - np.log(0.75)) / 2
+    assert graph.grad("logp").tolist() == [[-0.5, 0.0, 0.0], [0.0, -0.5, 0.0], [0.0, 0.0, 0.0]]  # type: ignore[union-attr]
+
+
+def test_nll_loss_sum_and_none_and_the_class_axis_of_images() -> None:
+    logp = -np.arange(12.0).reshape(1, 3, 2, 2)  # (N, C, H, W): classes along axis 1
+    target = np.array([[[2, 0], [1, 7]]])  # 7: ignored
+    graph = graphsvc.forward(_nll_graph(logp, target, reduction="none", ignore_index=7), registry=builtins())
+    assert graph.value("loss").tolist() == [[[8.0, 1.0], [6.0, 0.0]]]  # type: ignore[union-attr]
+    b = GraphBuilder()
+    x = b.leaf(logp, name="logp")
+    picked = b.add("nll_loss", [x, b.const(target)], attrs={"reduction": "sum", "ignore_index": 7}, name="picked")
+    b.add("mul", [picked, b.const(np.array(3.0))], name="loss")
+    graph = graphsvc.backward(b.build(), output="loss", registry=builtins())
+    assert graph.value("picked") == 15.0
+    expected = np.zeros((1, 3, 2, 2))
+    expected[0, 2, 0, 0] = expected[0, 0, 0, 1] = expected[0, 1, 1, 0] = -3.0
+    assert graph.grad("logp").tolist() == expected.tolist()  # type: ignore[union-attr]
+
+
+def test_nll_loss_keeps_float32_and_gives_pytorchs_mean_of_no_targets() -> None:
+    logp = np.log(np.full((2, 4), 0.25, dtype=np.float32))
+    graph = graphsvc.backward(_nll_graph(logp, np.array([3, 1])), output="loss", registry=builtins())
+    assert graph.value("loss").dtype == np.float32 and graph.value("loss") == np.float32(np.log(4.0))  # type: ignore[union-attr]
+    assert graph.grad("logp").dtype == np.float32  # type: ignore[union-attr]
+    nothing = graphsvc.forward(_nll_graph(logp, np.array([-100, -100])), registry=builtins())
+    assert np.isnan(nothing.value("loss"))  # 0 / 0, as F.nll_loss gives
+
+
+@pytest.mark.parametrize(
+    ("logp", "target", "attrs", "message"),
+    [
+        (np.zeros((2, 3)), np.array([0, 3]), {}, "target 3 is out of range for 3 classes"),
+        (np.zeros((2, 3)), np.array([-1, 0]), {"ignore_index": 0}, "target -1 is out of range for 3 classes"),
+        (np.zeros((2, 3)), np.array([0.0, 1.0]), {}, "the target must hold class indices (int64), not float64"),
+        (
+            np.zeros((2, 3)),
+            np.array([0, 1, 2]),
+            {},
+            "a target of shape [3] for log-probabilities of shape [2, 3]: expected [2]",
+        ),
+        (
+            np.zeros(()),
+            np.array(0),
+            {},
+            "a target of shape [] for log-probabilities of shape []: expected classes along axis 0 or 1",
+        ),
+        (
+            np.zeros((2, 3)),
+            np.array([0, 1]),
+            {"reduction": "avg"},
+            "reduction must be one of mean, sum, none, not 'avg'",
+        ),
+    ],
+)
+def test_nll_loss_refuses_what_pytorch_refuses_with_the_reason(
+    logp: np.ndarray, target: np.ndarray, attrs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ReplayError) as info:
+        graphsvc.forward(_nll_graph(logp, target, **attrs), registry=builtins())
+    assert str(info.value) == f"node loss: op 'nll_loss' (graphsvc 0.1.0): forward raised ValueError: {message}"
