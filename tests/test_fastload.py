@@ -287,3 +287,75 @@ def test_a_source_stream_reads_a_little_first_then_twice_as_much_each_time() -> 
     source = fastload.BytesSource(bytes(100_000))
     stream = fastload.SourceStream(source, 10)
     assert [len(stream.read(65_536)) for _ in range(6)] == [4096, 8192, 16_384, 32_768, 38_550, 0]
+
+
+# -- large payloads: read in two halves at once, the second by a helper thread -------------------------
+def _big_tensor_file(tmp_path: Path, megabytes: int = 6) -> tuple[Path, np.ndarray]:
+    array = np.random.default_rng(5).standard_normal(megabytes << 17)  # float64: 8 bytes each
+    builder = GraphBuilder()
+    builder.leaf(array, name="w")
+    path = tmp_path / "big.msgpack"
+    fmt.save(builder.build(), path)
+    return path, array
+
+
+def _helper_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "graphsvc-read"]
+
+
+@pytest.mark.skipif(not fastload._SECOND_CORE, reason="one CPU: large payloads are read in one piece")
+def test_a_large_payload_is_read_in_two_halves_at_once_to_the_same_bits(tmp_path: Path) -> None:
+    path, array = _big_tensor_file(tmp_path)
+    assert array.nbytes >= fastload.SPLIT_BYTES
+    graph = fmt.load(path)
+    assert graph.value("w").tobytes() == array.tobytes()  # type: ignore[union-attr]
+    assert len(_helper_threads()) == 1
+    fmt.load(path)
+    assert len(_helper_threads()) == 1  # kept, not one per read
+
+
+def test_the_helpers_half_failing_is_the_readers_failure(tmp_path: Path) -> None:
+    """The file ends inside the helper's half (it shrank since its size was read): the read says
+    NotCanonical, as a short read of one piece does, and the helper is free again."""
+    path = tmp_path / "short.bin"
+    path.write_bytes(bytes(range(256)) * (fastload.SPLIT_BYTES // 512))  # half of what is read
+    out = np.empty(fastload.SPLIT_BYTES, dtype=np.uint8)
+    with open(path, "rb") as file:
+        source = fastload.FileSource(file.fileno(), size=fastload.SPLIT_BYTES)
+        for _ in range(2):
+            with pytest.raises(fastload.NotCanonical):
+                source.read_into(0, out)
+        path.write_bytes(bytes(range(256)) * (fastload.SPLIT_BYTES // 256))
+        source.read_into(0, out)
+    assert out.tobytes() == path.read_bytes()
+
+
+def test_threads_loading_large_files_at_once_each_get_their_own_bits(tmp_path: Path) -> None:
+    path, array = _big_tensor_file(tmp_path)
+    results: list[bytes] = []
+
+    def load() -> None:
+        for _ in range(3):
+            results.append(fmt.load(path).value("w").tobytes())  # type: ignore[union-attr]
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [array.tobytes()] * 12
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_process_forked_after_a_large_load_reads_large_files_too(tmp_path: Path) -> None:
+    """The child of a fork has no helper thread (only the thread that forked): it starts its own."""
+    path, array = _big_tensor_file(tmp_path)
+    fmt.load(path)  # the parent's helper is running
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only when the load gives the bits, within 60 s
+        import signal
+
+        signal.alarm(60)
+        os._exit(0 if fmt.load(path).value("w").tobytes() == array.tobytes() else 1)  # type: ignore[union-attr]
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
