@@ -26,6 +26,7 @@ from typer.core import TyperCommand, TyperGroup
 from graphsvc.errors import GraphsvcError, UsageError
 
 if TYPE_CHECKING:
+    from graphsvc.api import ReplayRun
     from graphsvc.graph import Graph
     from graphsvc.ops import OpRegistry
 
@@ -746,22 +747,16 @@ DataOpt = Annotated[
 
 
 class _Replay(NamedTuple):  # not a dataclass: that import and class build would cost every start-up
-    """What forward or backward found, for :func:`_report` to print and ``--write`` to save.
-
-    The numbers come in the form of the engine that replayed them: float64 columns for a graph of
-    scalars (graphsvc.replay), one array per node for a tensor graph (graphsvc.tensors, ``tensor``).
-    """
+    """What forward or backward found, for :func:`_report` to print and ``--write`` to save."""
 
     #: The graph as loaded: --check compares with the numbers it stores.
     graph: Graph
-    tensor: bool
-    values: Any
-    #: None for forward.
-    grads: Any
+    #: The numbers (grads None for forward; steps with --steps, in the sweep's order) in the form of
+    #: the engine that replayed them: float64 columns for a graph of scalars (graphsvc.replay), one
+    #: array per node for a tensor graph (graphsvc.tensors, ``run.tensor``).
+    run: ReplayRun
     #: The node backward differentiated; None for forward.
     output: int | None
-    #: With --steps, the backward pass's steps (replay.Step or tensors.Step) in the sweep's order.
-    steps: list[Any] | None
     #: Where nan or inf first appeared: ``{"values": finding or None[, "grads": ...]}``.
     nonfinite: dict[str, Any]
     #: With --check: how far the numbers are from the stored ones, values then gradients.
@@ -776,41 +771,12 @@ def _replay(graph: Graph, registry: OpRegistry, overrides: dict[int, Any], outpu
     description = "replaying forward" if output is None else "replaying forward and backward"
     with _replaying(description):
         run = replay_values(graph, registry, overrides, output, steps=steps)
-    nonfinite = _nonfinite(run.values, run.grads, tensor=run.tensor)
-    return _Replay(graph, run.tensor, run.values, run.grads, output, run.steps, nonfinite)
+    return _Replay(graph, run, output, run.nonfinite())
 
 
-def _checked(run: _Replay, rtol: float, atol: float) -> _Replay:
-    """``run`` with --check's comparisons: its values (and gradients) against those the file stores."""
-    from graphsvc.checks import compare
-
-    graph = run.graph
-    results: list[Any]  # checks.Comparison, or tensors.TensorComparison for arrays
-    if run.tensor:
-        from graphsvc import tensors
-
-        results = [tensors.compare("values", graph, run.values, rtol, atol)]
-        if run.grads is not None:
-            results.append(tensors.compare("grads", graph, run.grads, rtol, atol))
-    else:
-        results = [compare("values", run.values, graph.values, rtol, atol)]
-        if run.grads is not None and graph.grads is not None:  # backward checked that the file has them
-            results.append(compare("grads", run.grads, graph.grads, rtol, atol))
-    return run._replace(comparisons=results)
-
-
-def _nonfinite(values: Any, grads: Any, *, tensor: bool) -> dict[str, Any]:
-    """Where nan or inf first appeared: ``{"values": NonFinite | None[, "grads": ...]}`` (for
-    arrays, graphsvc.tensors.TensorNonFinite, which also says where in the array)."""
-    first: Callable[..., Any]
-    if tensor:  # imported only for arrays: a graph of scalars never loads the tensor engine
-        from graphsvc.tensors import first_nonfinite as first
-    else:
-        from graphsvc.checks import first_nonfinite as first
-    found = {"values": first("values", values)}
-    if grads is not None:
-        found["grads"] = first("grads", grads, backward=True)
-    return found
+def _checked(result: _Replay, rtol: float, atol: float) -> _Replay:
+    """``result`` with --check's comparisons: its values (and gradients) against those the file stores."""
+    return result._replace(comparisons=result.run.compare(result.graph, rtol, atol))
 
 
 def _element(graph: Graph, at: tuple[int, tuple[int, ...]] | None) -> str:
@@ -971,7 +937,7 @@ def _nonfinite_line(graph: Graph, found: Any) -> str:
     )
 
 
-def _report(run: _Replay, as_json: bool, data: bool) -> None:
+def _report(result: _Replay, as_json: bool, data: bool) -> None:
     """Print what forward or backward found and exit 1 when --check finds differences beyond tolerance.
 
     As text: the steps (--steps) and a blank line, the nodes in decreasing id order (a reverse
@@ -980,35 +946,35 @@ def _report(run: _Replay, as_json: bool, data: bool) -> None:
     tensor graphs differ only in their cells (:class:`_ScalarCells`, :class:`_TensorCells`); ``data``
     is --data, every array's elements in --json.
     """
-    graph = run.graph
-    cells = _TensorCells(run, data) if run.tensor else _ScalarCells(run)
+    graph, run = result.graph, result.run
+    cells = _TensorCells(graph, run, data) if run.tensor else _ScalarCells(graph, run)
     if as_json:
-        head: dict[str, Any] = {} if run.output is None else {"output": run.output}
+        head: dict[str, Any] = {} if result.output is None else {"output": result.output}
         if run.steps is not None:
             head["steps"] = list(map(cells.step_item, run.steps))
-        tail: dict[str, Any] = {"nonfinite": {what: _nonfinite_item(graph, f) for what, f in run.nonfinite.items()}}
-        if run.comparisons:
-            tail["check"] = {c.what: _check_item(c, run.graph) for c in run.comparisons}
+        tail: dict[str, Any] = {"nonfinite": {what: _nonfinite_item(graph, f) for what, f in result.nonfinite.items()}}
+        if result.comparisons:
+            tail["check"] = {c.what: _check_item(c, graph) for c in result.comparisons}
         _print_json_listing(head, cells.json_objects(), graph.num_nodes, tail)
     else:
         if run.steps:
-            typer.echo("\n".join(_step_lines(run, cells)))
+            typer.echo("\n".join(_step_lines(graph, run.steps, cells)))
             typer.echo("")
         if _wants_table(graph.num_nodes):
             numbers = [("value", cells.align), *([("grad", cells.align)] if run.grads is not None else [])]
             _print_table([*NODE_COLUMNS, *numbers], cells.rows())
         else:
             _echo_listing(cells.text(), graph.num_nodes)
-        findings = [_nonfinite_line(graph, found) for found in run.nonfinite.values() if found is not None]
-        _echo_lines(findings + [_comparison_line(graph, c) for c in run.comparisons])
-    if not all(c.ok for c in run.comparisons):
+        findings = [_nonfinite_line(graph, found) for found in result.nonfinite.values() if found is not None]
+        _echo_lines(findings + [_comparison_line(graph, c) for c in result.comparisons])
+    if not all(c.ok for c in result.comparisons):
         raise typer.Exit(1)
 
 
-def _step_lines(run: _Replay, cells: _ScalarCells | _TensorCells) -> list[str]:
+def _step_lines(graph: Graph, steps: list[Any], cells: _ScalarCells | _TensorCells) -> list[str]:
     """--steps as text: each node of the backward pass with its gradient, then what it sends each parent."""
-    graph, lines = run.graph, []
-    for number, step in enumerate(run.steps or (), 1):
+    lines = []
+    for number, step in enumerate(steps, 1):
         lines.append(f"step {number}: {_label(graph, step.node)} ({_op(graph, step.node)}) {cells.step_grad(step)}")
         lines += [f"  -> {_label(graph, parent)}: {sent}" for parent, sent in cells.step_parents(step)]
     return lines
@@ -1021,26 +987,27 @@ class _ScalarCells:
 
     align = "right"
 
-    def __init__(self, run: _Replay) -> None:
+    def __init__(self, graph: Graph, run: ReplayRun) -> None:
         import numpy as np
 
+        self.graph = graph
         self.run = run
-        self.nodes = np.arange(run.graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
+        self.nodes = np.arange(graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
 
     def text(self) -> Iterable[str]:
         from graphsvc import listing
 
-        return listing.text(self.run.graph, self.nodes, self.run.values, self.run.grads)
+        return listing.text(self.graph, self.nodes, self.run.values, self.run.grads)
 
     def rows(self) -> Sequence[Sequence[str]]:
         from graphsvc import listing
 
-        return listing.all_rows(self.run.graph, self.nodes, self.run.values, self.run.grads)
+        return listing.all_rows(self.graph, self.nodes, self.run.values, self.run.grads)
 
     def json_objects(self) -> Iterable[str]:
         from graphsvc import listing
 
-        return listing.json_objects(self.run.graph, self.nodes, self.run.values, self.run.grads)
+        return listing.json_objects(self.graph, self.nodes, self.run.values, self.run.grads)
 
     def step_grad(self, step: Any) -> str:
         return f"grad = {step.grad!r}"
@@ -1068,10 +1035,11 @@ class _TensorCells:
 
     align = "left"
 
-    def __init__(self, run: _Replay, data: bool) -> None:
+    def __init__(self, graph: Graph, run: ReplayRun, data: bool) -> None:
+        self.graph = graph
         self.run = run
         self.data = data
-        self.nodes = range(run.graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
+        self.nodes = range(graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
 
     def text(self) -> Iterable[str]:
         rows = self.rows()
@@ -1080,12 +1048,12 @@ class _TensorCells:
     def rows(self) -> Sequence[Sequence[str]]:
         from graphsvc.tensors import node_cells
 
-        return [node_cells(self.run.graph, node, self.run.values, self.run.grads) for node in self.nodes]
+        return [node_cells(self.graph, node, self.run.values, self.run.grads) for node in self.nodes]
 
     def json_objects(self) -> Iterator[str]:
         from graphsvc.tensors import json_cell
 
-        graph, values, grads = self.run.graph, self.run.values, self.run.grads
+        graph, values, grads = self.graph, self.run.values, self.run.grads
         separator = ""  # chunks after the first start with their comma (see _print_json_listing)
         for node in self.nodes:
             item = {
@@ -1129,17 +1097,13 @@ def _check_write(write: Path | None) -> None:
         raise UsageError("--write -: standard output holds the listing; give a file name")
 
 
-def _write_replayed(run: _Replay, registry: OpRegistry, out: Path) -> None:
+def _write_replayed(result: _Replay, registry: OpRegistry, out: Path) -> None:
     """--write: the graph with the replayed numbers, each op attributed to the plugin that replayed it."""
-    from graphsvc.api import replayed_graph, replayed_tensor_graph
     from graphsvc.format import save
 
-    if run.tensor:
-        result = replayed_tensor_graph(run.graph, registry, run.values, run.grads)
-    else:
-        result = replayed_graph(run.graph, registry, run.values, run.grads)
-    save(result, out)
-    _wrote(out, result.num_nodes)
+    replayed = result.run.replayed(result.graph, registry)
+    save(replayed, out)
+    _wrote(out, replayed.num_nodes)
 
 
 @command()
@@ -1166,10 +1130,10 @@ def forward(
     if check and not graph.has_computed_values:
         raise UsageError("--check: the file stores no value of a computed node to compare with")
     registry = _registry()
-    run = _replay(graph, registry, _overrides(graph, set_), None, steps=False)
+    result = _replay(graph, registry, _overrides(graph, set_), None, steps=False)
     if write is not None:
-        _write_replayed(run, registry, write)
-    _report(_checked(run, rtol, atol) if check else run, as_json, data)
+        _write_replayed(result, registry, write)
+    _report(_checked(result, rtol, atol) if check else result, as_json, data)
 
 
 @command()
@@ -1209,10 +1173,10 @@ def backward(
         raise UsageError("--check: the file stores no gradients to compare with")
     registry = _registry()
     start = replay.default_output(graph, "--output") if output is None else graph.node_id(output)
-    run = _replay(graph, registry, _overrides(graph, set_), start, steps)
+    result = _replay(graph, registry, _overrides(graph, set_), start, steps)
     if write is not None:
-        _write_replayed(run, registry, write)
-    _report(_checked(run, rtol, atol) if check else run, as_json, data)
+        _write_replayed(result, registry, write)
+    _report(_checked(result, rtol, atol) if check else result, as_json, data)
 
 
 # -- drawing -------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ installed plugins, loaded once; a plugin that fails to load is a one-line ``Runt
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from numbers import Real
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -27,6 +27,9 @@ from graphsvc.plugins import running_plugin_code
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
+
+    from graphsvc.checks import Comparison, NonFinite
+    from graphsvc.tensors import TensorComparison, TensorNonFinite
 
 __all__ = [
     "ReplayRun",
@@ -59,9 +62,7 @@ def forward(
     """
     registry = _registry(registry)
     run = replay_values(graph, registry, resolve_set(graph, (set or {}).items()), engine=engine)
-    if run.tensor:
-        return replayed_tensor_graph(graph, registry, run.values)
-    return replayed_graph(graph, registry, run.values, None)
+    return run.replayed(graph, registry)
 
 
 def backward(
@@ -86,13 +87,17 @@ def backward(
     registry = _registry(registry)
     start = default_output(graph, "output=") if output is None else graph.node_id(output)
     run = replay_values(graph, registry, resolve_set(graph, (set or {}).items()), start, engine=engine)
-    if run.tensor:
-        return replayed_tensor_graph(graph, registry, run.values, run.grads)
-    return replayed_graph(graph, registry, run.values, run.grads)
+    return run.replayed(graph, registry)
 
 
 class ReplayRun(NamedTuple):
-    """What :func:`replay_values` computed, in the form of the engine that ran."""
+    """What :func:`replay_values` computed, in the form of the engine that ran.
+
+    Its methods are what a caller does with the numbers, each on the right engine's helpers:
+    :meth:`replayed` (a graph holding them), :meth:`nonfinite` (where nan or inf first appears)
+    and :meth:`compare` (against the numbers a file stores). A graph of scalars never imports the
+    tensor engine through them. (A NamedTuple, not a dataclass: cheap for the CLI to build.)
+    """
 
     #: True: graphsvc.tensors ran (one array per node, ``None`` where a node has none); False:
     #: the column engine (float64 columns).
@@ -102,6 +107,47 @@ class ReplayRun(NamedTuple):
     grads: Any
     #: The backward pass step by step (``replay.Step`` or ``tensors.Step``), when asked for.
     steps: list[Any] | None
+
+    def replayed(self, graph: Graph, registry: OpRegistry) -> Graph:
+        """A copy of ``graph`` (the graph that was replayed) holding these numbers, each op attributed
+        to the plugin that replayed it: :func:`replayed_graph` or :func:`replayed_tensor_graph`,
+        whichever fits the engine that ran."""
+        if self.tensor:
+            return replayed_tensor_graph(graph, registry, self.values, self.grads)
+        return replayed_graph(graph, registry, self.values, self.grads)
+
+    def nonfinite(self) -> dict[str, NonFinite | TensorNonFinite | None]:
+        """Where nan or inf first appears: ``{"values": finding or None}``, with ``"grads"`` too
+        when there are gradients (:func:`graphsvc.checks.first_nonfinite`, or
+        :func:`graphsvc.tensors.first_nonfinite`, which also says where in the array)."""
+        first: Callable[..., NonFinite | TensorNonFinite | None]
+        if self.tensor:  # imported only for arrays: a graph of scalars never loads the tensor engine
+            from graphsvc.tensors import first_nonfinite as first
+        else:
+            from graphsvc.checks import first_nonfinite as first
+        found = {"values": first("values", self.values)}
+        if self.grads is not None:
+            found["grads"] = first("grads", self.grads, backward=True)
+        return found
+
+    def compare(self, graph: Graph, rtol: float, atol: float) -> list[Comparison | TensorComparison]:
+        """How far these numbers are from those ``graph`` stores (``--check``): the values, then the
+        gradients when there are some on both sides (:func:`graphsvc.checks.compare`, or
+        :func:`graphsvc.tensors.compare` for arrays)."""
+        results: list[Comparison | TensorComparison]
+        if self.tensor:
+            from graphsvc import tensors
+
+            results = [tensors.compare("values", graph, self.values, rtol, atol)]
+            if self.grads is not None:
+                results.append(tensors.compare("grads", graph, self.grads, rtol, atol))
+            return results
+        from graphsvc import checks
+
+        results = [checks.compare("values", self.values, graph.values, rtol, atol)]
+        if self.grads is not None and graph.grads is not None:  # a file without gradients has none to compare
+            results.append(checks.compare("grads", self.grads, graph.grads, rtol, atol))
+        return results
 
 
 def tensor_replay_needed(graph: Graph, registry: OpRegistry, overrides: Mapping[int, Any] | None = None) -> bool:
@@ -126,7 +172,8 @@ def replay_values(
 ) -> ReplayRun:
     """Replay forward, then (``output`` given) backward from ``output``, on the engine the graph
     needs (:func:`tensor_replay_needed`): the one place that chooses, for :func:`forward`,
-    :func:`backward` and the CLI, which also wants the raw numbers and the steps. ``overrides``
+    :func:`backward` and the CLI, which also wants the raw numbers and the steps; the
+    :class:`ReplayRun` returned carries the choice to what is done with them next. ``overrides``
     are node ids (:func:`resolve_set`); ``steps`` records the backward pass."""
     from graphsvc import replay
 
