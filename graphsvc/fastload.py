@@ -126,8 +126,9 @@ def _read_all(fd: int, view: memoryview, offset: int) -> None:
 
 #: From this many bytes on, a payload is read in two halves at once, the second by a helper thread:
 #: a copy from the page cache is bound by one core's memory copy (two halves at once took 55-70% of
-#: the time of one read of 9 MB here). The thread is kept: starting one per read costs ~0.15 ms.
-SPLIT_BYTES = 4 << 20
+#: the time of one read of 9 MB here, alone; next to other work, waking the helper cost about what
+#: it saved below ~16 MB). The thread is kept: starting one per read costs ~0.15 ms.
+SPLIT_BYTES = 16 << 20
 _PAGE = mmap.PAGESIZE
 _SECOND_CORE = len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) > 1
 

@@ -290,8 +290,8 @@ def test_a_source_stream_reads_a_little_first_then_twice_as_much_each_time() -> 
 
 
 # -- large payloads: read in two halves at once, the second by a helper thread -------------------------
-def _big_tensor_file(tmp_path: Path, megabytes: int = 6) -> tuple[Path, np.ndarray]:
-    array = np.random.default_rng(5).standard_normal(megabytes << 17)  # float64: 8 bytes each
+def _big_tensor_file(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    array = np.random.default_rng(5).standard_normal((fastload.SPLIT_BYTES + (1 << 20)) // 8)  # float64
     builder = GraphBuilder()
     builder.leaf(array, name="w")
     path = tmp_path / "big.msgpack"
