@@ -24,7 +24,7 @@ import numpy as np
 from graphsvc.diagnose import describe, expect, shape_text, shown
 from graphsvc.errors import FormatError, GraphStructureError
 from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, Graph, OpSource
-from graphsvc.kernels import compiled_engine
+from graphsvc.kernels import compiled_checks
 from graphsvc.layout import (
     ALIGNMENT,
     CANONICAL_NAN_BITS,
@@ -352,7 +352,7 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
     )
     # the compiled check wherever it is built, whatever the graph's size: it costs microseconds even
     # for a few nodes, where the reference's numpy calls cost tens (a load is all small costs)
-    graph.check(compiled_engine())
+    graph.check(compiled_checks())
     return graph, version
 
 

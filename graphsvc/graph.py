@@ -24,7 +24,7 @@ import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -60,9 +60,9 @@ NodeRef = int | str
 _ID_TEXT = re.compile(r"-?[0-9]+")
 
 
-@dataclass(frozen=True)
-class OpSource:
-    """Where an op tag comes from: the plugin distribution and its version, when known."""
+class OpSource(NamedTuple):
+    """Where an op tag comes from: the plugin distribution and its version, when known. (A
+    NamedTuple, not a frozen dataclass: every command that reads a file imports this module.)"""
 
     plugin: str | None = None
     version: str | None = None

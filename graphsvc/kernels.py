@@ -17,12 +17,9 @@ None of these sweeps recurses: each keeps an explicit stack in an array.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from functools import cache
 from types import SimpleNamespace
-from typing import Any
-
-from graphsvc.opmath import RULES, digest
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 #: Graphs with fewer nodes use the pure-Python references (as fast there, and the oracle every
 #: compiled path is tested against).
@@ -32,42 +29,71 @@ JIT_THRESHOLD = 1_000
 #: ones one numpy call per (op, attributes) group: a deep chain is all narrow levels, an MLP layer wide.
 NARROW_LEVEL = 32
 
-#: The primitives the compiled replay knows, by the name an op gives as its ``kernel``, with the
-#: number of inputs of each: the elementwise ops of :data:`graphsvc.opmath.RULES`. An op may name
-#: one only if its forward and derivatives compute exactly what the primitive computes (the builtin
-#: ops of the same names do: they are derived from the same table). A primitive with an attribute
-#: (``pow``'s ``exponent``) takes it as a per-node parameter.
-PRIMITIVE_ARITY = {name: rule.arity for name, rule in RULES.items()}
-#: The same names in order: position + 1 is the primitive's code in ``csrc/opmath.h``.
-PRIMITIVES = tuple(PRIMITIVE_ARITY)
-#: The attributes each primitive takes, as per-node parameters (at most one: ``pow``'s ``exponent``).
-PRIMITIVE_ATTRS = {name: rule.attrs for name, rule in RULES.items()}
+if TYPE_CHECKING:
+    #: The primitives the compiled replay knows, by the name an op gives as its ``kernel``, with the
+    #: number of inputs of each: the elementwise ops of :data:`graphsvc.opmath.RULES`. An op may name
+    #: one only if its forward and derivatives compute exactly what the primitive computes (the
+    #: builtin ops of the same names do: they are derived from the same table). A primitive with an
+    #: attribute (``pow``'s ``exponent``) takes it as a per-node parameter.
+    PRIMITIVE_ARITY: dict[str, int]
+    #: The same names in order: position + 1 is the primitive's code in ``csrc/opmath.h``.
+    PRIMITIVES: tuple[str, ...]
+    #: The attributes each primitive takes, as per-node parameters (at most one: ``pow``'s ``exponent``).
+    PRIMITIVE_ATTRS: dict[str, tuple[str, ...]]
+
+
+def __getattr__(name: str) -> Any:
+    """:data:`PRIMITIVE_ARITY`, :data:`PRIMITIVES` and :data:`PRIMITIVE_ATTRS`, made from
+    :mod:`graphsvc.opmath`'s table when first asked for: a load, whose structure check uses the
+    compiled kernels, never imports the op table."""
+    if name not in ("PRIMITIVE_ARITY", "PRIMITIVES", "PRIMITIVE_ATTRS"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from graphsvc.opmath import RULES
+
+    arity = {op: rule.arity for op, rule in RULES.items()}
+    globals().update(
+        PRIMITIVE_ARITY=arity, PRIMITIVES=tuple(arity), PRIMITIVE_ATTRS={op: rule.attrs for op, rule in RULES.items()}
+    )
+    return globals()[name]
 
 
 @cache
 def _compiled() -> Any:
     """A namespace of every compiled kernel, or None when they are turned off or not all built."""
+    topo = _compiled_topo()
+    if topo is None:
+        return None
+    try:
+        from graphsvc import _replay_kernels
+    except ImportError:  # an extension was not built here: the references run
+        return None
+    from graphsvc.opmath import digest
+
+    if _replay_kernels.OPMATH_DIGEST != digest():  # built from another op table: rebuild it
+        return None
+    return SimpleNamespace(**vars(topo), **{name: getattr(_replay_kernels, name) for name in _replay_kernels.__all__})
+
+
+@cache
+def _compiled_topo() -> Any:
+    """A namespace of the compiled structure and order kernels (``csrc/topo.c``), or None."""
     if os.environ.get("GRAPHSVC_JIT", "1") == "0":
         return None
     try:
-        from graphsvc import _replay_kernels, _topo_kernels
-    except ImportError:  # an extension was not built here: the references run
+        from graphsvc import _topo_kernels
+    except ImportError:
         return None
-    if _replay_kernels.OPMATH_DIGEST != digest():  # built from another op table: rebuild it
-        return None
-    return SimpleNamespace(
-        **{name: getattr(module, name) for module in (_topo_kernels, _replay_kernels) for name in module.__all__}
-    )
+    return SimpleNamespace(**{name: getattr(_topo_kernels, name) for name in _topo_kernels.__all__})
 
 
-@dataclass(frozen=True)
-class Engine:
+class Engine(NamedTuple):
     """How one replay runs its sweeps: chosen once at its top and passed down, never looked up again.
 
     ``kernels`` is the namespace of compiled kernels, or ``None`` for the pure-Python references
     (the oracle every compiled path is tested against). ``narrow_level`` splits forward replay
     between node-by-node calls and numpy groups (see :data:`NARROW_LEVEL`): 0 groups every level,
-    a number larger than the graph computes every node on its own.
+    a number larger than the graph computes every node on its own. (A NamedTuple, not a dataclass:
+    every command that loads a file makes one.)
     """
 
     kernels: Any = None
@@ -92,10 +118,11 @@ def engine_for(num_nodes: int) -> Engine:
     return REFERENCE if num_nodes < JIT_THRESHOLD else Engine(_compiled())
 
 
-def compiled_engine() -> Engine:
-    """The compiled kernels whatever the graph's size, where they are built and not turned off; else
-    the references (for checks that cost microseconds compiled and tens of them in numpy)."""
-    return Engine(_compiled())
+def compiled_checks() -> Engine:
+    """The compiled structure and order kernels whatever the graph's size, where they are built and
+    not turned off, else the references: for :meth:`graphsvc.graph.Graph.check` (microseconds
+    compiled, tens of them in numpy), with no replay kernels, so a load never imports the op table."""
+    return Engine(_compiled_topo())
 
 
 def compiled_elementwise() -> Any:

@@ -34,17 +34,15 @@ import operator
 import sys
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import ast
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """One elementwise op: its forward and one local derivative per input, as expressions."""
 
     arity: int
@@ -167,8 +165,7 @@ def _sign(a: float) -> float:
     return 1.0 if a > 0.0 else (-1.0 if a < 0.0 else (0.0 if a == 0.0 else a))
 
 
-@dataclass(frozen=True)
-class Word:
+class Word(NamedTuple):
     """A function of the rule language, in each backend."""
 
     arity: int

@@ -7,7 +7,6 @@ import math
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -295,8 +294,8 @@ def test_grouped_and_node_by_node_forward_agree_bit_for_bit(registry: OpRegistry
     ``x ** 2.0`` is libm's ``pow``, an array's is ``x * x``."""
     graph = random_graph(3000, seed=seed)
     engine = kernels.engine_for(graph.num_nodes)
-    grouped = replay.forward(graph, registry, engine=replace(engine, narrow_level=0))  # every level as numpy groups
-    single = replay.forward(graph, registry, engine=replace(engine, narrow_level=10**9))  # every node on its own
+    grouped = replay.forward(graph, registry, engine=engine._replace(narrow_level=0))  # every level as numpy groups
+    single = replay.forward(graph, registry, engine=engine._replace(narrow_level=10**9))  # every node on its own
     assert same_bits(grouped, single)
     assert np.isfinite(grouped).sum() > 1000  # the comparison covers real numbers, not only nan
 

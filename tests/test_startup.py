@@ -197,3 +197,13 @@ def test_a_tensor_graph_does_load_it(tmp_path: Path) -> None:
     run, modules = imported_by(["backward", str(tmp_path / "t.msgpack")], tmp_path)
     assert run.returncode == 0
     assert {"graphsvc.tensors", "graphsvc.memory"} <= modules
+
+
+@pytest.mark.parametrize("command", ["order", "inspect", "validate"])
+def test_reading_a_file_loads_neither_the_op_table_nor_the_replay_kernels(command: str, tmp_path: Path) -> None:
+    """A load checks the graph's structure with the compiled structure kernels (csrc/topo.c) alone:
+    graphsvc.opmath (~3 ms: the op table, its frozen rules) and the replay kernels are for replays."""
+    run, modules = imported_by([command, SEED], tmp_path)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert "graphsvc.layout" in modules  # the check can tell: the file was read
+    assert sorted(m for m in ("graphsvc.opmath", "graphsvc._replay_kernels") if m in modules) == []
