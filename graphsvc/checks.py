@@ -8,7 +8,7 @@ and the array one (:func:`graphsvc.tensors.compare`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -20,8 +20,7 @@ if TYPE_CHECKING:  # annotations only: numpy.typing is not imported at run time
 __all__ = ["Comparison", "NonFinite", "compare", "differences", "first_nonfinite"]
 
 
-@dataclass(frozen=True)
-class Comparison:
+class Comparison(NamedTuple):
     """How far replayed numbers are from stored ones.
 
     A stored nan is the format's "no stored value" (FORMAT.md: values not computed yet, no gradient),

@@ -38,7 +38,6 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -73,8 +72,7 @@ _HOOK = "graphsvc_register_ops"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 
-@dataclass(frozen=True)
-class PluginProblem:
+class PluginProblem(NamedTuple):
     """A plugin that did not load cleanly: its name (distribution, module or file) and what went wrong."""
 
     plugin: str

@@ -37,9 +37,8 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from numbers import Real
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -69,8 +68,7 @@ def _runs_plugin_code(function: Callable[_P, _R]) -> Callable[_P, _R]:
     return wrapper
 
 
-@dataclass(frozen=True)
-class _Group:
+class _Group(NamedTuple):
     """Nodes sharing one op and one set of attributes."""
 
     op: Op
@@ -149,8 +147,7 @@ def _primitive_table(ops: list[Op | None]) -> npt.NDArray[np.int8]:
     )
 
 
-@dataclass(frozen=True)
-class _Params:
+class _Params(NamedTuple):
     """What the compiled primitives need beyond the op codes: each node's parameter (``pow``'s
     ``exponent``; ``None`` when no node has one) and the computed nodes of primitive ops whose
     attributes are not their primitive's own (such a node goes through its op's functions)."""
@@ -510,8 +507,7 @@ def reference_sweep(
     return np.array(grads, dtype=np.float64)
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """One node of the backward pass: its gradient and what it adds to each parent."""
 
     node: int
