@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 import sys
 import zlib
 from collections.abc import Callable
@@ -266,13 +267,14 @@ def _parse(name: str, rule: Rule, source: str, *, partial: bool) -> ast.expr:
     return tree
 
 
-def _words(name: str) -> set[str]:
-    import ast
+#: A call of a word in a rule's text: the word's name, then ``(`` (the language has no other calls).
+_CALL = re.compile(r"([A-Za-z_]\w*)\s*\(")
 
+
+def _words(name: str) -> set[str]:
+    """The words op ``name``'s rule calls, read from its text (nothing parsed at start-up)."""
     rule = RULES[name]
-    trees = [_parse(name, rule, rule.forward, partial=False)]
-    trees += [_parse(name, rule, p, partial=True) for p in rule.partials]
-    return {n.func.id for t in trees for n in ast.walk(t) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return {word for source in (rule.forward, *rule.partials) for word in _CALL.findall(source)}
 
 
 def rounded(name: str) -> bool:
@@ -385,29 +387,42 @@ def constant_partials(op: str) -> tuple[float, ...] | None:
 def numpy_functions(op: str) -> tuple[Callable[..., Any], Callable[..., tuple[Any, ...]]]:
     """``forward(x[, y], **attrs)`` and ``derivatives(x[, y], out, **attrs)`` of op ``op`` on numpy
     arrays (with broadcasting); ``attrs`` must be the op's attributes, no more, no fewer. A constant
-    derivative is a Python float."""
+    derivative is a Python float. Each is made from the rule at its first call: registering the
+    builtin ops at start-up parses nothing."""
+    rule = RULES[op]
+    forward_names, partial_names = _names(rule, partial=False), _names(rule, partial=True)
+    return (
+        _with_signature(
+            lambda: _function(_parse(op, rule, rule.forward, partial=False), forward_names, _numpy_words()),
+            forward_names,
+        ),
+        _with_signature(lambda: _partials(op, partial_names, _numpy_words()), partial_names),
+    )
+
+
+@cache
+def _numpy_words() -> dict[str, Callable[..., Any]]:
     import numpy as np
 
-    rule = RULES[op]
-    words = {name: word.numpy(np) for name, word in WORDS.items()}
-    tree = _parse(op, rule, rule.forward, partial=False)
-    forward = _function(tree, _names(rule, partial=False), words)
-    partials = _partials(op, _names(rule, partial=True), words)
-
-    return _with_signature(forward, _names(rule, partial=False)), _with_signature(partials, _names(rule, partial=True))
+    return {name: word.numpy(np) for name, word in WORDS.items()}
 
 
-def _with_signature(run: Callable[..., Any], names: tuple[str, ...]) -> Callable[..., Any]:
-    """``run`` (positional: inputs, then attributes) taking the attributes as keywords too, with the
-    signature ``(x[, y][, out], attribute...)``: the registry checks it, gradcheck reads the
-    attributes from it, and a missing or unknown attribute is the TypeError Python would raise."""
+def _with_signature(build: Callable[[], Callable[..., Any]], names: tuple[str, ...]) -> Callable[..., Any]:
+    """The function ``build()`` makes (positional: inputs, then attributes; made at the first call)
+    taking the attributes as keywords too, with the signature ``(x[, y][, out], attribute...)``: the
+    registry checks it, gradcheck reads the attributes from it, and a missing or unknown attribute
+    is the TypeError Python would raise."""
     import inspect
 
     signature = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
     inputs = tuple(n for n in names if n in ("x", "y", "out"))
     attributes = names[len(inputs) :]
+    built: list[Callable[..., Any]] = []
 
     def function(*args: Any, **attrs: Any) -> Any:
+        if not built:
+            built.append(build())
+        run = built[0]
         if len(args) == len(inputs) and len(attrs) == len(attributes):
             if not attrs:  # most ops have no attributes: nothing to look up
                 return run(*args)

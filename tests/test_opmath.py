@@ -209,3 +209,34 @@ def test_regenerating_the_header(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"wrote {target}\n"
     assert target.read_text() == (ROOT / "csrc" / "opmath.h").read_text()
+
+
+def test_the_words_of_a_rule_read_from_its_text_are_those_its_parse_finds() -> None:
+    """rounded() reads the words from the rule's text (no parse at start-up): the same set."""
+    import ast
+
+    for name, rule in RULES.items():
+        trees = [opmath._parse(name, rule, rule.forward, partial=False)]
+        trees += [opmath._parse(name, rule, p, partial=True) for p in rule.partials]
+        calls = {
+            n.func.id for t in trees for n in ast.walk(t) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        }
+        assert opmath._words(name) == calls, name
+
+
+def test_numpy_functions_parse_their_rule_at_their_first_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+    real = opmath._parse
+
+    def counted(name: str, rule: Rule, source: str, *, partial: bool) -> Any:
+        parsed.append(source)
+        return real(name, rule, source, partial=partial)
+
+    monkeypatch.setattr(opmath, "_parse", counted)
+    forward, derivatives = opmath.numpy_functions("tanh")
+    assert parsed == []  # registering an op parses nothing
+    assert forward(np.array([0.0, 1.0])).tolist() == np.tanh([0.0, 1.0]).tolist()  # numpy's word: its bits
+    assert forward(np.array(2.0)) == np.tanh(2.0)
+    assert parsed == ["tanh(x)"]  # once, at the first call
+    assert derivatives(np.array(0.5), np.array(0.25)) == (1 - 0.25 * 0.25,)
+    assert parsed == ["tanh(x)", "1 - out * out"]
