@@ -174,12 +174,13 @@ class _Helper:
         while True:
             go.acquire()
             job, self._job = self._job, None
-            assert job is not None
             try:
+                if job is None:
+                    raise RuntimeError("the read helper was woken without a read to do")
                 _read_all(*job)
-            except BaseException as exc:  # raised in the reader, by wait()
+            except BaseException as exc:  # raised in the reader, by wait(); the helper goes on
                 self._failure = exc
-            del job
+            del job  # not the buffer's last reference past this read
             done.release()
 
 
