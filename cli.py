@@ -421,9 +421,9 @@ def _shown(path: Path) -> str:
 
 def _wrote(path: Path, nodes: int) -> None:
     """What every command that writes a file says, on stderr."""
-    from graphsvc.text import one_line
+    from graphsvc.text import counted, one_line
 
-    typer.echo(one_line(f"wrote {_shown(path)} ({nodes:,} nodes)"), err=True)
+    typer.echo(one_line(f"wrote {_shown(path)} ({counted(nodes, 'node', thousands=True)})"), err=True)
 
 
 def _progress(description: str) -> Any:
@@ -485,7 +485,9 @@ def _echo_chunks(chunks: Iterable[str]) -> None:
 def _echo_listing(chunks: Iterable[str], nodes: int) -> None:
     """A node listing, chunk by chunk, under a progress bar (printing millions of nodes to a file
     or a pipe takes seconds)."""
-    with _progress(f"printing {nodes:,} nodes"):
+    from graphsvc.text import counted
+
+    with _progress(f"printing {counted(nodes, 'node', thousands=True)}"):
         _echo_chunks(chunks)
 
 
@@ -641,9 +643,12 @@ def validate(file: FileArg) -> None:
     Example: graphsvc validate examples/seed002.msgpack
     """
     graph = _load(file)
-    from graphsvc.text import escape
+    from graphsvc.text import counted, escape
 
-    typer.echo(f"{escape(_shown(file))}: valid graphsvc graph, {graph.num_nodes} nodes, {graph.num_edges} edges")
+    typer.echo(
+        f"{escape(_shown(file))}: valid graphsvc graph, {counted(graph.num_nodes, 'node')}, "
+        f"{counted(graph.num_edges, 'edge')}"
+    )
 
 
 @command()
@@ -861,9 +866,12 @@ def _read_npy(ref: str, path: str) -> Any:
 
 def _comparison_line(graph: Graph, c: Any) -> str:
     """A --check line, for scalars (checks.Comparison) and arrays (tensors.TensorComparison)."""
+    from graphsvc.text import counted
+
     verdict = "ok" if c.ok else f"{c.mismatches} beyond tolerance"
     noun = "gradient" if c.what == "grads" else "value"
-    missing = f"{c.unstored} of {c.nodes} nodes have no {noun} to compare; " if c.unstored else ""
+    have = "has" if c.unstored == 1 else "have"
+    missing = f"{c.unstored} of {counted(c.nodes, 'node')} {have} no {noun} to compare; " if c.unstored else ""
     return (
         f"check {c.what}: {missing}worst abs diff {c.worst_abs!r} at {_element(graph, c.worst_abs_at)}, "
         f"worst rel diff {c.worst_rel!r} at {_element(graph, c.worst_rel_at)}: {verdict}"
@@ -929,11 +937,13 @@ def _check_item(c: Any, graph: Graph) -> dict[str, Any]:
 
 def _nonfinite_line(graph: Graph, found: Any) -> str:
     """Where nan or inf first appeared, for scalars (checks.NonFinite) and arrays (an index too)."""
+    from graphsvc.text import counted
+
     order = "first in the backward sweep" if found.what == "grads" else "first"
     where = _element(graph, (found.node, getattr(found, "index", ())))
     return (
         f"nonfinite {found.what}: {order} at {where} (node {found.node}, {_op(graph, found.node)})"
-        f" = {found.value!r}; {found.count} of {graph.num_nodes} nodes"
+        f" = {found.value!r}; {found.count} of {counted(graph.num_nodes, 'node')}"
     )
 
 
@@ -1326,7 +1336,7 @@ def gradcheck(
     """
     from graphsvc.ops import describe_source
     from graphsvc.testing import check_registry
-    from graphsvc.text import escape, listed, one_line
+    from graphsvc.text import counted, escape, listed, one_line
 
     registry = _registry()
     with _plugin_code():
@@ -1346,11 +1356,11 @@ def gradcheck(
             else:
                 skipped = f", {r.skipped} skipped where the forward is not finite" if r.skipped else ""
                 typer.echo(
-                    f"{name}: ok ({r.points} points{skipped}; max abs error {r.max_abs_error:.1e},"
+                    f"{name}: ok ({counted(r.points, 'point')}{skipped}; max abs error {r.max_abs_error:.1e},"
                     f" max rel error {r.max_rel_error:.1e})"
                 )
     if failed:
-        raise GraphsvcError(f"gradcheck failed for {len(failed)} of {len(results)} ops: {listed(failed)}")
+        raise GraphsvcError(f"gradcheck failed for {len(failed)} of {counted(len(results), 'op')}: {listed(failed)}")
 
 
 def run() -> None:

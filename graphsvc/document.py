@@ -44,6 +44,7 @@ from graphsvc.layout import (
     Limits,
     aligned,
 )
+from graphsvc.text import counted
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
@@ -463,7 +464,9 @@ def _read_sparse(doc: dict[str, Any], key: str, kind: type, n: int) -> dict[int,
             raise FormatError(f"{where} must be an array [node id, {'name' if kind is str else 'map'}]")
         node = expect(entry[0], int, f"{where}[0]")
         if not 0 <= node < n:
-            raise FormatError(f"{where} refers to node {node}, which does not exist (the graph has {n} nodes)")
+            raise FormatError(
+                f"{where} refers to node {node}, which does not exist (the graph has {counted(n, 'node')})"
+            )
         if node <= previous:
             what = "twice" if node == previous else "out of order (ids must increase)"
             raise FormatError(f"{where}: node {node} is listed {what}")
@@ -638,7 +641,9 @@ def _read_tensor_entry(
     if type(node) is not int:
         expect(node, int, f"tensors[{i}][0]")
     if not 0 <= node < count:
-        raise FormatError(f"tensors[{i}] refers to node {node}, which does not exist (the graph has {count} nodes)")
+        raise FormatError(
+            f"tensors[{i}] refers to node {node}, which does not exist (the graph has {counted(count, 'node')})"
+        )
     if which_name == "value":
         which = 0
     elif which_name == "grad":

@@ -48,7 +48,7 @@ from graphsvc.layout import (
     WHICH,
     Limits,
 )
-from graphsvc.text import one_line
+from graphsvc.text import counted, one_line
 
 __all__ = [
     "ALIGNMENT",
@@ -384,7 +384,7 @@ def _read_json(data: bytes | bytearray, limits: Limits) -> tuple[Graph, tuple[in
     graph, version = jsonio.loads_versioned(text)
     del text
     if graph.num_nodes > limits.max_nodes:
-        raise FormatError(f"the graph has {graph.num_nodes} nodes, over the limit {limits.max_nodes}")
+        raise FormatError(f"the graph has {counted(graph.num_nodes, 'node')}, over the limit {limits.max_nodes}")
     if len(graph.parent_indices) > limits.max_edges:
         raise FormatError(f"the graph has {len(graph.parent_indices)} edges, over the limit {limits.max_edges}")
     check_graph_nesting(graph, limits.max_attr_depth)

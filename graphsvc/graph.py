@@ -30,6 +30,7 @@ import numpy as np
 
 from graphsvc.errors import GraphStructureError, UsageError
 from graphsvc.kernels import Engine, engine_for
+from graphsvc.text import counted
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
@@ -127,7 +128,7 @@ class Graph:
         elif isinstance(ref, bool) or not isinstance(ref, (int, np.integer)):
             raise TypeError(f"a node is given by its id (an int) or its name (a str), not {type(ref).__name__}")
         if not 0 <= ref < self.num_nodes:
-            raise UsageError(f"no node with id {ref} (the graph has {self.num_nodes} nodes)")
+            raise UsageError(f"no node with id {ref} (the graph has {counted(self.num_nodes, 'node')})")
         return int(ref)
 
     def check_settable(self, node: int) -> None:
@@ -306,7 +307,7 @@ class Graph:
                 child = int(np.searchsorted(offsets, slot, side="right") - 1)
                 raise GraphStructureError(
                     f"node {child} has parent {int(self.parent_indices[slot])}, which does not exist "
-                    f"(the graph has {n} nodes)"
+                    f"(the graph has {counted(n, 'node')})"
                 )
             _check_parents_precede(self.parent_indices, offsets, counts)
         if leaf_codes:
@@ -332,7 +333,7 @@ class Graph:
                 raise GraphStructureError(f"attributes of node {node} must be a map with string keys")
         for out in self.outputs:
             if not 0 <= out < n:
-                raise GraphStructureError(f"output {out} does not exist (the graph has {n} nodes)")
+                raise GraphStructureError(f"output {out} does not exist (the graph has {counted(n, 'node')})")
         for what, arrays in (("value", self.arrays), ("gradient", self.grad_arrays)):
             if _arrays_ok(arrays, n):
                 continue  # every rule below holds: checked a column at a time

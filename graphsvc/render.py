@@ -28,6 +28,7 @@ import numpy as np
 
 from graphsvc.errors import RenderError, TooLargeToDraw, UsageError
 from graphsvc.graph import Graph
+from graphsvc.text import counted
 
 #: The most value nodes one picture may hold; above it, pick a part with :func:`neighbourhood`.
 MAX_RENDER_NODES = 2000
@@ -75,8 +76,8 @@ def neighbourhood(graph: Graph, center: int, depth: int, limit: int | None = MAX
                     found.append(other)
             if limit is not None and len(seen) > limit:
                 raise TooLargeToDraw(
-                    f"the neighbourhood of {graph.label(center)} within {depth} edges holds more than {limit} "
-                    "nodes, more than one picture can show",
+                    f"the neighbourhood of {graph.label(center)} within {counted(depth, 'edge')} holds more than "
+                    f"{limit} nodes, more than one picture can show",
                     graph.label(center),
                 )
         if not found:
@@ -93,7 +94,9 @@ def select(
     if around is not None:
         return neighbourhood(graph, graph.node_id(around), depth, limit)
     if limit is not None and graph.num_nodes > limit:
-        raise TooLargeToDraw(f"the graph has {graph.num_nodes} nodes, more than one picture can show ({limit})", None)
+        raise TooLargeToDraw(
+            f"the graph has {counted(graph.num_nodes, 'node')}, more than one picture can show ({limit})", None
+        )
     return list(range(graph.num_nodes))
 
 

@@ -290,3 +290,20 @@ def test_entry_points_run_from_the_repository_root(command: list[str]) -> None:
     assert done.returncode == 0, done.stderr
     assert "Usage: " in done.stdout and "order" in done.stdout and "inspect" in done.stdout
     assert done.stderr == ""
+
+
+def test_counts_of_one_are_singular(tmp_path: Path) -> None:
+    """ "1 edge", not "1 edges" (graphsvc.text.counted, used by every count in a message)."""
+    from graphsvc.text import counted
+
+    assert [counted(0, "node"), counted(1, "node"), counted(2, "edge"), counted(1234567, "node", thousands=True)] == [
+        "0 nodes",
+        "1 node",
+        "2 edges",
+        "1,234,567 nodes",
+    ]
+    b = GraphBuilder()
+    b.add("neg", [b.leaf(2.0, name="x")], name="y")
+    path = tmp_path / "two.msgpack"
+    fmt.save(b.build(), path)
+    assert invoke("validate", str(path)) == (0, f"{path}: valid graphsvc graph, 2 nodes, 1 edge\n", "")

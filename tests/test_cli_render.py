@@ -122,7 +122,7 @@ def test_around_and_depth_draw_exact_node_sets(tmp_path: Path, around: str, dept
     names = [label.split(" | ")[0] for label in records(out.read_text())]
     assert code == 0
     assert names == drawn
-    assert stderr == f"wrote {out} ({len(drawn)} nodes)\n"
+    assert stderr == f"wrote {out} ({len(drawn)} node{'' if len(drawn) == 1 else 's'})\n"
 
 
 def test_around_by_id_and_default_depth(tmp_path: Path) -> None:

@@ -222,7 +222,7 @@ def test_check_counts_the_nodes_without_a_gradient_to_compare(tmp_path: Path) ->
     code, out, _ = run("backward", str(replayed), "--check")
     assert code == 0
     assert out.splitlines()[-1] == (
-        "check grads: 1 of 4 nodes have no gradient to compare; worst abs diff 0.0 at w[0], "
+        "check grads: 1 of 4 nodes has no gradient to compare; worst abs diff 0.0 at w[0], "
         "worst rel diff 0.0 at w[0]: ok"
     )
 

@@ -168,7 +168,7 @@ def test_builder_refuses_bad_nodes(build, message: str) -> None:  # type: ignore
 def test_builder_refuses_unknown_outputs() -> None:
     b = GraphBuilder()
     b.leaf()
-    with pytest.raises(UsageError, match=r"^no node with id 3 \(the graph has 1 nodes\)$"):
+    with pytest.raises(UsageError, match=r"^no node with id 3 \(the graph has 1 node\)$"):
         b.build(outputs=[3])
 
 

@@ -190,7 +190,7 @@ def test_a_neighbourhood_above_the_limit_is_refused() -> None:
     with pytest.raises(UsageError) as caught:
         render.select(graph, around="k", depth=1)
     assert str(caught.value) == (
-        "the neighbourhood of k within 1 edges holds more than 2000 nodes, more than one picture can show; "
+        "the neighbourhood of k within 1 edge holds more than 2000 nodes, more than one picture can show; "
         "give a smaller depth"
     )
 
