@@ -1,18 +1,20 @@
 /* Version 2.0's tensor table (schemas/FORMAT.md section 15-16), checked and turned into arrays in one
- * pass over the decoded entries: the twin of graphsvc/document.py's _table_if_valid, which the tests
+ * pass over the decoded entries: the twin of graphsvc/document.py's _checked_table, which the tests
  * compare it with.
  *
- * Like its twin, it only ever says "every rule holds" (and returns the arrays) or "look closer"
- * (None): it accepts a table only in the layout a writer gives it (payloads in table order), and
- * it never words an error. When it returns None, document.py checks the table
- * entry by entry and raises the FormatError that names the first broken rule, so the message of a
- * bad file is the same with or without this extension.
+ * It only ever says "every rule holds" (and returns the arrays) or "look closer" (None): it accepts
+ * a table only in the layout a writer gives it (payloads in table order), and it never words an
+ * error. When it returns None, document.py checks the table entry by entry (_checked_table) and
+ * raises the FormatError that names the first broken rule, so the message of a bad file is the same
+ * with or without this extension.
  */
 #include "native.h"
 
 #include <limits.h>
 #include <math.h>
 
+/* The most dimensions a shape may have: graphsvc.graph.MAX_DIMENSIONS. The module exports it as
+ * MAX_DIMENSIONS, and tests/test_format_v2.py holds the two equal. */
 #define MAX_DIMENSIONS 32
 
 typedef struct {
@@ -174,7 +176,7 @@ static PyMethodDef methods[] = {
      "(float64 columns, grads may be None) must be nan where a node holds an array. When every rule holds and\n"
      "the payloads are in table order: the arrays, ``({node: value}, {node: grad})``,\n"
      "each ``make_array(shape, dtype, buffer, offset)``. Otherwise None (the caller words the error).\n"
-     "Twin of graphsvc.document._table_if_valid."},
+     "Twin of graphsvc.document._checked_table."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -186,4 +188,12 @@ static struct PyModuleDef module = {
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__ctable(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__ctable(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddIntMacro(m, MAX_DIMENSIONS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

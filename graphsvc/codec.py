@@ -20,17 +20,27 @@ from graphsvc.errors import FormatError
 from graphsvc.graph import Graph
 from graphsvc.layout import (
     ALIGNMENT,
+    ATTRS_KEY,
     COLUMN_DTYPES,
     COLUMN_FIELDS,
     COLUMNS,
     COUNT,
+    DATA_KEY,
+    FORMAT_KEY,
     FORMAT_NAME,
     KEYS,
     KEYS_2,
+    METADATA_KEY,
+    NAMES_KEY,
+    NODES_KEY,
+    OPS_KEY,
     OPTIONAL_COLUMN,
-    TENSOR_KEYS,
+    OUTPUTS_KEY,
+    PAD_KEY,
     TENSOR_VERSION,
+    TENSORS_KEY,
     VERSION,
+    VERSION_KEY,
     Limits,
     bin_header,
     key,
@@ -57,22 +67,20 @@ def encode(graph: Graph, stored: list[document.Stored] | None = None) -> Iterato
         yield chunk
     if stored is not None:
         yield from _encode_tensors(stored, pack, written)
-    names_key, attrs_key, outputs_key, metadata_key = KEYS[4:]
-    yield key(names_key) + pack(document.names_entries(graph))
-    yield key(attrs_key) + pack(document.attrs_entries(graph))
-    yield key(outputs_key) + pack([int(o) for o in graph.outputs])
-    yield key(metadata_key) + pack(graph.metadata)
+    yield key(NAMES_KEY) + pack(document.names_entries(graph))
+    yield key(ATTRS_KEY) + pack(document.attrs_entries(graph))
+    yield key(OUTPUTS_KEY) + pack([int(o) for o in graph.outputs])
+    yield key(METADATA_KEY) + pack(graph.metadata)
 
 
 def _encode_head(graph: Graph, pack: Any, tensors: bool) -> Iterator[bytes | memoryview]:
     """The document's map header, ``format``, ``version``, ``ops`` and ``nodes``."""
-    format_key, version_key, ops_key, nodes_key = KEYS[:4]
     yield map_header(len(KEYS_2) if tensors else len(KEYS))
-    yield key(format_key) + pack(FORMAT_NAME)
-    yield key(version_key) + pack(list(TENSOR_VERSION if tensors else VERSION))
-    yield key(ops_key) + pack(document.op_entries(graph))
+    yield key(FORMAT_KEY) + pack(FORMAT_NAME)
+    yield key(VERSION_KEY) + pack(list(TENSOR_VERSION if tensors else VERSION))
+    yield key(OPS_KEY) + pack(document.op_entries(graph))
     columns = document.columns(graph)
-    yield key(nodes_key) + map_header(len(columns) + 1) + key(COUNT) + pack(graph.num_nodes)
+    yield key(NODES_KEY) + map_header(len(columns) + 1) + key(COUNT) + pack(graph.num_nodes)
     dtype_key, length_key, data_key = COLUMN_FIELDS
     for name, array in columns:
         payload = array.view("u1").data
@@ -92,7 +100,7 @@ def _encode_head(graph: Graph, pack: Any, tensors: bool) -> Iterator[bytes | mem
 def _encode_tensors(stored: list[document.Stored], pack: Any, written: int) -> Iterator[bytes | memoryview]:
     """``tensors``, ``pad`` and ``data``, given that ``written`` bytes come before them. Each array's
     bytes are yielded as a view (a copy only of an array not already little-endian and C-ordered)."""
-    table = key(TENSOR_KEYS[0]) + pack([item.entry() for item in stored])
+    table = key(TENSORS_KEY) + pack([item.entry() for item in stored])
     yield table + pad_and_data_header(written + len(table), document.data_length(stored))
     end = 0
     padding = bytes(ALIGNMENT)  # every gap is shorter than the alignment: one zero buffer serves them all
@@ -155,17 +163,15 @@ def decode_fast(source: fastload.Source, limits: Limits) -> dict[str, Any]:
         map_header(layout.rest_entries) + b"".join(source.read(start, end - start) for start, end in layout.rest),
         limits,
     )
-    nodes_key = KEYS[3]
-    _, pad_key, data_key = TENSOR_KEYS
-    if not isinstance(rest, dict) or not rest.keys().isdisjoint((nodes_key, pad_key, data_key)):
+    if not isinstance(rest, dict) or not rest.keys().isdisjoint((NODES_KEY, PAD_KEY, DATA_KEY)):
         raise fastload.NotCanonical  # a key twice: the general reader words it
     nodes: dict[str, Any] = {COUNT: layout.node_count}
     for span in layout.columns:
         payload = fastload.read_column(source, span)
         nodes[span.key] = dict(zip(COLUMN_FIELDS, (span.dtype, span.length, payload), strict=True))
     if layout.data is not None:
-        rest[data_key] = fastload.read_data(source, *layout.data)
-    return {**rest, nodes_key: nodes}
+        rest[DATA_KEY] = fastload.read_data(source, *layout.data)
+    return {**rest, NODES_KEY: nodes}
 
 
 #: The most bytes :func:`value_end` buffers: a longer tensor table is read the general way.

@@ -12,7 +12,6 @@ bytes are :mod:`graphsvc.codec`'s.
 from __future__ import annotations
 
 import itertools
-import math
 import operator
 import sys
 from collections.abc import Callable, Sequence
@@ -494,11 +493,8 @@ def _read_tensors(
         if viewed is not None:
             views: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = viewed
             return views
-        table = None  # its Python twin would say None too: straight to the entry-by-entry check
-    else:
-        table = _table_if_valid(entries, count, size, values, grads)
-    if table is None:  # some rule is broken (or the table is unusual): checked entry by entry, which words it
-        table = _checked_table(entries, count, size, values, grads)
+    # no C check, or some rule is broken (or the table is unusual): checked entry by entry, which words it
+    table = _checked_table(entries, count, size, values, grads)
     arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
     for node, which, dtype, shape, offset in table:
         array = np.ndarray(shape, dtype, buffer, offset)
@@ -510,10 +506,13 @@ def _read_tensors(
 
 
 def _native_table() -> ModuleType | None:
-    """The C twin of :func:`_table_if_valid` (``csrc/table.c``), or None where it was not built."""
+    """The C twin of :func:`_checked_table` (``csrc/table.c``), or None where it was not built. It
+    checks the whole table in one pass and only says "every rule holds" (the arrays) or "look
+    closer" (None: :func:`_checked_table` words the error); it accepts payloads only in table
+    order, as a writer lays them out."""
     try:
         from graphsvc import _ctable
-    except ImportError:  # not built (no C compiler at install): the Python checks below run
+    except ImportError:  # not built (no C compiler at install): every table is checked entry by entry
         return None
     return _ctable
 
@@ -524,59 +523,8 @@ _DTYPE_ITEMS = {name: (dtype, dtype.itemsize) for name, dtype in TENSOR_DTYPES.i
 #: Are the stored dtypes (little-endian) this machine's own? Else arrays are copied (below), in Python.
 _NATIVE_DTYPES = all(dtype.isnative for dtype in TENSOR_DTYPES.values())
 
-#: What :func:`_table_if_valid` returns: ``(node, which, dtype, shape, offset)`` per entry.
+#: What :func:`_checked_table` returns: ``(node, which, dtype, shape, offset)`` per entry.
 _Table = list[tuple[int, int, np.dtype[Any], Any, int]]
-_WHICH_CODES = {name: code for code, name in enumerate(WHICH)}
-_ITEMSIZES = {name: dtype.itemsize for name, dtype in TENSOR_DTYPES.items()}
-
-
-def _table_if_valid(
-    entries: list[Any], count: int, size: int, values: npt.NDArray[Any], grads: npt.NDArray[Any] | None
-) -> _Table | None:
-    """The tensor table when every rule of FORMAT.md §15-16 holds and it is laid out as a writer
-    lays it out (payloads in table order), checked a column at a time; None when
-    any check fails, for :func:`_checked_table` to find and word the first broken rule. It accepts
-    nothing that :func:`_checked_table` refuses: each test here is one of its rules, or stricter."""
-    if not entries:
-        return []
-    if set(map(type, entries)) != {list} or set(map(len, entries)) != {6}:
-        return None
-    nodes, whiches, dtype_names, shapes, offsets, sizes = zip(*entries, strict=True)
-    for column in (nodes, offsets, sizes):
-        if set(map(type, column)) != {int}:
-            return None
-    if set(map(type, whiches)) != {str} or set(map(type, dtype_names)) != {str} or set(map(type, shapes)) != {list}:
-        return None
-    if not set(whiches) <= _WHICH_CODES.keys() or not set(dtype_names) <= _ITEMSIZES.keys():
-        return None
-    if min(nodes) < 0 or max(nodes) >= count or max(map(len, shapes)) > MAX_DIMENSIONS:
-        return None
-    dimensions = list(itertools.chain.from_iterable(shapes))
-    if dimensions and (set(map(type, dimensions)) != {int} or min(dimensions) < 0):
-        return None
-    itemsizes = list(map(_ITEMSIZES.__getitem__, dtype_names))
-    needed = list(map(operator.mul, map(math.prod, shapes), itemsizes))
-    if dimensions and min(dimensions) == 0:  # an empty array's other dimensions, counted as numpy does
-        for shape, itemsize in zip(shapes, itemsizes, strict=True):
-            if math.prod(dimension or 1 for dimension in shape) * itemsize > MAX_ARRAY_BYTES:
-                return None
-    if list(sizes) != needed or min(offsets) < 0 or any(map(ALIGNMENT.__rmod__, offsets)):
-        return None
-    ends = list(map(operator.add, offsets, needed))
-    # every payload ends within the section, before the next one starts (so none overlaps another)
-    if ends[-1] > size or not all(map(operator.le, ends[:-1], offsets[1:])):
-        return None
-    which_codes = list(map(_WHICH_CODES.__getitem__, whiches))
-    keys = list(map(operator.add, map((2).__mul__, nodes), which_codes))
-    if not all(map(operator.lt, keys[:-1], keys[1:])):  # by node, a value before its gradient, none twice
-        return None
-    if _first_not_nan(nodes, which_codes, values, grads) is not None:
-        return None
-    for i in range(1, len(keys)):  # a gradient has its value's shape
-        if keys[i] == keys[i - 1] + 1 and keys[i] & 1 and shapes[i] != shapes[i - 1]:
-            return None
-    dtypes = map(TENSOR_DTYPES.__getitem__, dtype_names)
-    return list(zip(nodes, which_codes, dtypes, shapes, offsets, strict=True))
 
 
 def _checked_table(

@@ -37,18 +37,19 @@ from graphsvc.layout import (
     COLUMN_FIELD_TYPES,
     COLUMN_FIELDS,
     COUNT,
-    COUNT_TYPE,
+    DATA_KEY,
     FALSE,
     FLOAT32,
     FLOAT64,
     INT,
-    KEYS,
     MAP,
     NEGATIVE_FIXINT,
     NIL,
+    NODES_KEY,
     NUMBER_FORMATS,
     STR,
     TENSOR_KEYS,
+    TENSORS_KEY,
     TRUE,
     UINT,
     Family,
@@ -241,10 +242,6 @@ class Layout(NamedTuple):
     data: tuple[int, int] | None = None
 
 
-#: The key of the map the walk looks for at the top level.
-_NODES = KEYS[3]
-
-
 def _fix_bytes(family: Family) -> range:
     """The type bytes of ``family``'s fix form."""
     return range(family.fix, (family.fix | family.fix_mask) + 1) if family.fix is not None else range(0)
@@ -383,7 +380,7 @@ def scan(
     for index in range(entries):
         start = cursor.pos
         if cursor.is_string():
-            if cursor.string(max_string_length) == _NODES:
+            if cursor.string(max_string_length) == NODES_KEY:
                 nodes_at = start
                 remaining = entries - index - 1
                 break
@@ -400,18 +397,17 @@ def scan(
     data: tuple[int, int] | None = None
     # Version 2.0 (FORMAT.md §15): tensors, pad and data follow nodes; the table is decoded with the
     # rest, the pad skipped, the data payload read on its own. Anything else stops the walk.
-    table_key, _, data_key = TENSOR_KEYS
     for key in TENSOR_KEYS[:remaining]:
         start = cursor.pos
         if not _next_key_is(cursor, key, max_string_length):
             cursor.pos = start
             break
-        if key == table_key:
+        if key == TENSORS_KEY:
             _skip_value(cursor, source, value_end)
             rest.append((start, cursor.pos))
             continue
         size = cursor.bin_header()  # a pad or data that is not bin data: the general reader says so
-        if key == data_key:
+        if key == DATA_KEY:
             data = (cursor.pos, size)
         cursor.skip(size)
         rest_entries -= 1
@@ -460,7 +456,7 @@ def _scan_nodes(
             raise NotCanonical
         seen.add(key)
         if key == COUNT:
-            count = cursor.number(COUNT_TYPE)
+            count = cursor.unsigned()
         elif key == optional and cursor.peek() == NIL:  # no such column
             cursor.skip(1)
         elif key in known:
@@ -475,7 +471,7 @@ def _scan_nodes(
 #: Each column's bytes from its map header to its length's value, and the ``data`` key, as graphsvc
 #: writes them: matched whole, a canonical column takes a few reads instead of one per item.
 _COLUMN_HEADS = {name: column_head(name) for name in COLUMN_DTYPES}
-_DATA_KEY = key_bytes(COLUMN_FIELDS[2])
+_COLUMN_DATA_KEY = key_bytes(COLUMN_FIELDS[2])
 
 
 def _canonical_column(cursor: _Cursor, name: str) -> ColumnSpan | None:
@@ -485,7 +481,7 @@ def _canonical_column(cursor: _Cursor, name: str) -> ColumnSpan | None:
     head = _COLUMN_HEADS[name]
     if cursor.take(len(head)) == head:
         length = cursor.unsigned()
-        if cursor.take(len(_DATA_KEY)) == _DATA_KEY:
+        if cursor.take(len(_COLUMN_DATA_KEY)) == _COLUMN_DATA_KEY:
             size = cursor.bin_header()
             payload = cursor.pos
             cursor.skip(size)
@@ -522,12 +518,11 @@ def _scan_column(cursor: _Cursor, key: str, max_string_length: int) -> ColumnSpa
 def read_data(source: Source, offset: int, size: int) -> npt.NDArray[np.uint8]:
     """Version 2.0's data section: the bytes read once, into a buffer the arrays then view (a view
     of the bytes themselves when they are already in memory)."""
-    data_key = TENSOR_KEYS[2]
     if isinstance(source, BytesSource):
         view = source.view(offset, size)
         if view.ctypes.data % 8 == 0:  # a canonical file's payloads, 64-aligned in it, stay aligned in memory
             return view
-    return read_column(source, ColumnSpan(data_key, "|u1", size, offset, size))
+    return read_column(source, ColumnSpan(DATA_KEY, "|u1", size, offset, size))
 
 
 def read_column(source: Source, span: ColumnSpan) -> npt.NDArray[np.uint8]:

@@ -28,15 +28,20 @@ TENSOR_VERSION = (2, 0)
 READ_MAJORS = (1, 2)
 
 # -- the document ---------------------------------------------------------------------------------
+#: The document's keys (§1), each named once; the tuples below give their order.
+FORMAT_KEY, VERSION_KEY, OPS_KEY, NODES_KEY = "format", "version", "ops", "nodes"
+NAMES_KEY, ATTRS_KEY, OUTPUTS_KEY, METADATA_KEY = "names", "attrs", "outputs", "metadata"
+#: Version 2.0's keys (§15.1): the tensor table, the padding before the data section, the data section.
+TENSORS_KEY, PAD_KEY, DATA_KEY = "tensors", "pad", "data"
 #: Version 1.0's keys, in the order it writes them; every one is required.
-KEYS = ("format", "version", "ops", "nodes", "names", "attrs", "outputs", "metadata")
+KEYS = (FORMAT_KEY, VERSION_KEY, OPS_KEY, NODES_KEY, NAMES_KEY, ATTRS_KEY, OUTPUTS_KEY, METADATA_KEY)
 #: The keys version 2.0 writes right after ``nodes``, in this order; ``pad`` is optional (readers
 #: ignore it).
-TENSOR_KEYS = ("tensors", "pad", "data")
+TENSOR_KEYS = (TENSORS_KEY, PAD_KEY, DATA_KEY)
 #: Version 2.0's keys, in the order it writes them.
-KEYS_2 = (*KEYS[:4], *TENSOR_KEYS, *KEYS[4:])
+KEYS_2 = (FORMAT_KEY, VERSION_KEY, OPS_KEY, NODES_KEY, *TENSOR_KEYS, NAMES_KEY, ATTRS_KEY, OUTPUTS_KEY, METADATA_KEY)
 #: The keys version 2.0 requires.
-REQUIRED_KEYS_2 = (*KEYS, "tensors", "data")
+REQUIRED_KEYS_2 = (*KEYS, TENSORS_KEY, DATA_KEY)
 #: An op table entry's keys, in order.
 OP_FIELDS = ("tag", "plugin", "version")
 
@@ -120,6 +125,7 @@ STR = Family("str", 0xA0, 0x1F, {0xD9: 1, 0xDA: 2, 0xDB: 4})
 BIN = Family("bin", None, 0, {0xC4: 1, 0xC5: 2, 0xC6: 4})
 ARRAY = Family("array", 0x90, 0x0F, {0xDC: 2, 0xDD: 4})
 MAP = Family("map", 0x80, 0x0F, {0xDE: 2, 0xDF: 4})
+#: bin's one- and four-byte-size forms: version 2.0's ``pad`` and ``data`` always take these (§8).
 BIN8, BIN32 = 0xC4, 0xC6
 #: The first bytes of a map (a document starts with one).
 MAP_FIRST_BYTES = frozenset(range(0x80, 0x90)) | frozenset(MAP.sized)
@@ -133,8 +139,6 @@ NUMBER_FORMATS = {
 
 #: What each field of a column map is written as: the dtype's name, the item count, the payload.
 COLUMN_FIELD_TYPES = dict(zip(COLUMN_FIELDS, (STR, UINT, BIN), strict=True))
-#: What ``nodes``' count is written as.
-COUNT_TYPE = UINT
 
 
 def key(name: str) -> bytes:
@@ -143,21 +147,18 @@ def key(name: str) -> bytes:
     return STR.header(len(encoded)) + encoded
 
 
-#: Version 2.0's ``pad`` is a bin8 (at most ``ALIGNMENT - 1`` zero bytes) and ``data`` a bin32,
-#: whatever their sizes: the writer knows the pad's length before the data's header.
-PAD_FORM, DATA_FORM = BIN8, BIN32
 #: The bytes between the tensor table and the data payload other than the padding: the ``pad`` key,
-#: its bin8 header, the ``data`` key and its bin32 header.
-PAD_OVERHEAD = len(key("pad")) + 1 + BIN.sized[PAD_FORM] + len(key("data")) + 1 + BIN.sized[DATA_FORM]
+#: its bin8 header, the ``data`` key and its bin32 header (see :func:`pad_and_data_header`).
+PAD_OVERHEAD = len(key(PAD_KEY)) + 1 + BIN.sized[BIN8] + len(key(DATA_KEY)) + 1 + BIN.sized[BIN32]
 
 
 def pad_and_data_header(written: int, data_size: int) -> bytes:
     """``pad`` and ``data``'s header, given that ``written`` bytes come before them: the pad makes
-    the data payload start at a multiple of :data:`ALIGNMENT` in the file."""
+    the data payload start at a multiple of :data:`ALIGNMENT` in the file. ``pad`` is a bin8 (at
+    most ``ALIGNMENT - 1`` zero bytes) and ``data`` a bin32, whatever their sizes: with the headers'
+    widths fixed, the pad's length follows from ``written`` alone."""
     pad = (-(written + PAD_OVERHEAD)) % ALIGNMENT
-    return (
-        key("pad") + BIN.sized_header(PAD_FORM, pad) + bytes(pad) + key("data") + BIN.sized_header(DATA_FORM, data_size)
-    )
+    return key(PAD_KEY) + BIN.sized_header(BIN8, pad) + bytes(pad) + key(DATA_KEY) + BIN.sized_header(BIN32, data_size)
 
 
 def column_head(name: str) -> bytes:

@@ -8,6 +8,7 @@ import copy
 import hashlib
 import importlib.util
 import io
+import itertools
 import json
 import sys
 import tracemalloc
@@ -29,7 +30,7 @@ from graphsvc import document, fastload, jsonio
 from graphsvc import format as fmt
 from graphsvc import layout as file_layout
 from graphsvc.errors import FormatError, GraphStructureError
-from graphsvc.graph import Graph, GraphBuilder
+from graphsvc.graph import MAX_DIMENSIONS, Graph, GraphBuilder
 from graphsvc.plugins import load_registry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -620,10 +621,10 @@ def test_a_4_gib_data_header_in_a_small_file_is_refused_at_once() -> None:
     assert peak < 1 << 20
 
 
-# -- the tensor table's fast checks ------------------------------------------------------------------
-# document._table_if_valid (Python) and graphsvc._ctable.tensor_views (C) check a whole table at once
-# and only say "every rule holds" or "look closer"; document._checked_table then words the first
-# broken rule. Each must accept exactly a subset of what _checked_table accepts, and agree.
+# -- the tensor table's C check ---------------------------------------------------------------------
+# graphsvc._ctable.tensor_views (C) checks a whole table at once and only says "every rule holds" or
+# "look closer"; document._checked_table, its twin, checks entry by entry and words the first broken
+# rule. The C check must accept exactly what _checked_table accepts with the payloads in table order.
 def table_inputs(doc: dict[str, Any]) -> tuple[list[Any], int, int, np.ndarray, np.ndarray | None]:
     nodes = doc["nodes"]
     count = nodes["count"]
@@ -643,6 +644,13 @@ def native_views(doc: dict[str, Any]) -> Any:
     return ctable.tensor_views(entries, count, size, 64, items, values, grads, np.ndarray, buffer)
 
 
+def test_the_c_table_check_allows_as_many_dimensions_as_a_graph() -> None:
+    """csrc/table.c has its own copy of the limit (it sizes the buffers of a shape): the module exports it."""
+    from tests.conftest import require_native
+
+    assert require_native("table").MAX_DIMENSIONS == MAX_DIMENSIONS
+
+
 def checked_or_error(doc: dict[str, Any]) -> Any:
     try:
         return document._checked_table(*table_inputs(doc))
@@ -651,12 +659,11 @@ def checked_or_error(doc: dict[str, Any]) -> Any:
 
 
 @pytest.mark.parametrize(("mutate", "message"), BAD_TABLES[4:], ids=[m for _, m in BAD_TABLES[4:]])
-def test_the_fast_table_checks_refuse_each_bad_table_and_leave_its_words_to_the_entry_checks(
+def test_the_c_table_check_refuses_each_bad_table_and_leaves_its_words_to_the_entry_checks(
     mutate: Callable[[dict[str, Any]], object], message: str
 ) -> None:
     doc = copy.deepcopy(worked_document())
     mutate(doc)
-    assert document._table_if_valid(*table_inputs(doc)) is None
     assert native_views(doc) is None
     assert checked_or_error(doc) == message
 
@@ -669,28 +676,24 @@ PERTURBATIONS: list[Any] = [
 
 
 @pytest.mark.parametrize("field", range(6))
-def test_the_python_and_c_table_checks_agree_with_the_entry_checks(field: int) -> None:
-    """Every perturbation of every field: where a fast check accepts a table, the entry-by-entry
-    check gives the same table; the two fast checks accept the same tables."""
+def test_the_c_table_check_agrees_with_the_entry_checks(field: int) -> None:
+    """Every perturbation of every field: the C check accepts a table exactly when the entry-by-entry
+    check does and the payloads are in table order, and then gives the arrays it describes."""
     accepted = 0
     for entry in range(2):
         for value in PERTURBATIONS:
             doc = copy.deepcopy(worked_document())
             doc["tensors"][entry][field] = copy.deepcopy(value)
-            fast = document._table_if_valid(*table_inputs(doc))
             native = native_views(doc)
-            assert (fast is None) == (native is None), (entry, value)
-            if fast is not None:
+            checked = checked_or_error(doc)
+            pairs = itertools.pairwise(doc["tensors"])  # [node, which, dtype, shape, offset, nbytes]
+            in_table_order = not isinstance(checked, str) and all(b[4] >= a[4] + a[5] for a, b in pairs)
+            assert (native is not None) == in_table_order, (entry, value, checked)
+            if native is not None:
                 accepted += 1
-                assert as_lists(checked_or_error(doc)) == as_lists(fast), (entry, value)
-                assert [(node, which, list(array.shape)) for node, which, _, array in _native_rows(native)] == [
-                    (node, which, list(shape)) for node, which, _, shape, _ in fast
-                ]
+                rows = [(node, which, dtype, list(array.shape)) for node, which, dtype, array in _native_rows(native)]
+                assert rows == [(node, which, dtype, list(shape)) for node, which, dtype, shape, _ in checked]
     assert accepted >= 2  # the unchanged table, at least
-
-
-def as_lists(table: Any) -> Any:
-    return [(node, which, dtype, list(shape), offset) for node, which, dtype, shape, offset in table]
 
 
 def _native_rows(views: tuple[dict[int, np.ndarray], dict[int, np.ndarray]]) -> list[tuple[int, int, Any, Any]]:
@@ -698,26 +701,23 @@ def _native_rows(views: tuple[dict[int, np.ndarray], dict[int, np.ndarray]]) -> 
     return sorted(rows, key=lambda row: (row[0], row[1]))
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["C", "Python"])
 @pytest.mark.parametrize("name", sorted(GOLDEN_SHA256))
-def test_a_canonical_table_never_takes_the_entry_by_entry_path(
-    name: str, native: bool, monkeypatch: pytest.MonkeyPatch
+def test_a_canonical_table_takes_the_c_check_alone_and_reads_as_the_entry_checks_read_it(
+    name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if native:
-        from tests.conftest import require_native
+    from tests.conftest import require_native
 
-        require_native("table")
-    else:
-        monkeypatch.setattr(document, "_ctable", None)
-    expected = fmt.loads((V2_DIR / f"{name}.msgpack").read_bytes())
+    require_native("table")
+    data = (V2_DIR / f"{name}.msgpack").read_bytes()
+    with monkeypatch.context() as without_c:
+        without_c.setattr(document, "_ctable", None)
+        expected = fmt.loads(data)
 
     def refuse(*args: Any) -> Any:
         raise AssertionError("the entry-by-entry check ran")
 
     monkeypatch.setattr(document, "_checked_table", refuse)
-    if native:
-        monkeypatch.setattr(document, "_table_if_valid", refuse)
-    graph = fmt.loads((V2_DIR / f"{name}.msgpack").read_bytes())
+    graph = fmt.loads(data)
     for which in ("arrays", "grad_arrays"):
         got, want = getattr(graph, which), getattr(expected, which)
         assert sorted(got) == sorted(want)
@@ -733,8 +733,7 @@ def test_a_valid_table_in_another_order_of_payloads_reads_the_same_the_slow_way(
 
     doc = copy.deepcopy(worked_document())
     swapped(doc)
-    assert document._table_if_valid(*table_inputs(doc)) is None  # not as a writer lays it out
-    assert native_views(doc) is None
+    assert native_views(doc) is None  # not as a writer lays it out
     moved, original = fmt.loads(mutated(swapped)), fmt.loads(msgpack.packb(worked_document()))
     assert {node: a.tobytes() for node, a in moved.arrays.items()} == {
         node: a.tobytes() for node, a in original.arrays.items()
