@@ -179,7 +179,7 @@ def test_gradcheck_of_an_op_that_exits_fails_with_exit_1(tmp_path: Path) -> None
     result = runner.invoke(app, ["--plugin", str(path), "gradcheck", "--op", "quit"])
     assert result.exit_code == 1
     assert result.stdout == "quit (exits): FAIL: op 'quit' (exits): forward raised SystemExit: 2\n"
-    assert result.stderr == "Error: gradcheck failed for 1 of 1 ops: quit\n"
+    assert result.stderr == "Error: gradcheck failed for 1 of 1 op: quit\n"
 
 
 def test_disable_plugins_by_option_or_environment(plugin_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
