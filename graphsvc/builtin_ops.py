@@ -233,6 +233,8 @@ def _nll_picks(x: np.ndarray, target: np.ndarray, reduction: str, ignore_index: 
         raise ValueError(f"reduction must be one of {', '.join(NLL_REDUCTIONS)}, not {reduction!r}")
     if target.dtype.kind not in "iu":
         raise ValueError(f"the target must hold class indices (int64), not {target.dtype}")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
+        raise ValueError(f"ignore_index must be an integer (a class index to leave out), not {ignore_index!r}")
     axis = 0 if x.ndim == 1 else 1
     expected = x.shape[:axis] + x.shape[axis + 1 :]
     if x.ndim == 0 or target.shape != expected:
@@ -398,8 +400,8 @@ BUILTIN_OPS: tuple[Op, ...] = (
         samples=_nll_loss_samples,
         doc=(
             "PyTorch's nll_loss: minus the log-probability each int64 target picks along axis 1 (axis 0 of one row), "
-            "`reduction` mean (over the targets not ignored), sum or none, `ignore_index` (default -100): "
-            "log_softmax then nll_loss is a cross-entropy."
+            "`reduction` mean (over the targets not ignored), sum or none, `ignore_index` (default -100; "
+            "no class weights): log_softmax then nll_loss is a cross-entropy."
         ),
     ),
 )  # fmt: skip

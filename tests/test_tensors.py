@@ -838,6 +838,18 @@ def test_nll_loss_keeps_float32_and_gives_pytorchs_mean_of_no_targets() -> None:
         (np.zeros((2, 3)), np.array([0.0, 1.0]), {}, "the target must hold class indices (int64), not float64"),
         (
             np.zeros((2, 3)),
+            np.array([0, 1]),
+            {"ignore_index": 1.5},
+            "ignore_index must be an integer (a class index to leave out), not 1.5",
+        ),
+        (
+            np.zeros((2, 3)),
+            np.array([0, 1]),
+            {"ignore_index": True},
+            "ignore_index must be an integer (a class index to leave out), not True",
+        ),
+        (
+            np.zeros((2, 3)),
             np.array([0, 1, 2]),
             {},
             "a target of shape [3] for log-probabilities of shape [2, 3]: expected [2]",
