@@ -63,7 +63,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import graphsvc  # noqa: E402
 from benchmarks import graphs  # noqa: E402
-from benchmarks.run import stats  # noqa: E402
+from benchmarks.run import startup_env, stats  # noqa: E402
 
 COMMANDS = (["order"], ["backward"], ["order", "--json"], ["backward", "--json"])
 
@@ -166,12 +166,6 @@ def startup_commands() -> dict[str, list[str]]:
     commands["graphsvc ops"] = [graphsvc_cmd, "ops"]
     commands["micrograd script (seed 004)"] = [sys.executable, "-c", MICROGRAD_SEED004]
     return commands
-
-
-def startup_env(pycache: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE" and not k.startswith("GRAPHSVC_")}
-    env["PYTHONPYCACHEPREFIX"] = str(pycache)
-    return env
 
 
 def run_timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:

@@ -53,6 +53,9 @@ benchmarks/results/bench_storage.md and .json. What is measured:
 * Whole processes (unless ``--no-processes``): a fresh ``python -c`` per load that imports the tool
   and loads the model's file, next to one that only imports numpy, once per round each, the order
   rotating; wall time to the process's exit (what a user's script pays: start-up plus the load).
+  They run byte-compiled, as an installed wheel does (``benchmarks.run.startup_env``: without
+  ``PYTHONDONTWRITEBYTECODE``, with a warmed ``PYTHONPYCACHEPREFIX``); before, a shell that set
+  ``PYTHONDONTWRITEBYTECODE`` made every graphsvc process compile graphsvc's modules from source.
 * Peak memory of a load (unless ``--no-memory``): each tool in a fresh process (this script with
   ``--peak``), which imports numpy, graphsvc, safetensors and torch, loads a tiny file of the same
   kind once (so every module is resident), collects garbage, reads ``VmRSS``, resets ``VmHWM``
@@ -86,7 +89,7 @@ if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
 import graphsvc  # noqa: E402
-from benchmarks.run import machine, stats  # noqa: E402
+from benchmarks.run import machine, startup_env, stats  # noqa: E402
 from benchmarks.tensor_models import MODELS  # noqa: E402
 from graphsvc import codec  # noqa: E402
 from graphsvc.graph import Graph  # noqa: E402
@@ -382,16 +385,24 @@ def peaks(files: Files, tiny: Files, array_bytes: int) -> list[dict[str, Any]]:
 
 def process_loads(files: Files, rounds: int) -> dict[str, list[float]]:
     """Each of :data:`PROCESS_LOADS` as a whole process, once per round, the order rotating from round
-    to round: wall time from ``subprocess.run`` to its exit."""
+    to round: wall time from ``subprocess.run`` to its exit. The processes run byte-compiled, as an
+    installed wheel does (``benchmarks/bench_cli.py``'s environment: no ``PYTHONDONTWRITEBYTECODE``,
+    a ``PYTHONPYCACHEPREFIX`` of their own, warmed by one untimed run of each)."""
     order = list(PROCESS_LOADS)
     times: dict[str, list[float]] = {alt: [] for alt in order}
-    for round_ in range(rounds):
-        for alt in order[round_ % len(order) :] + order[: round_ % len(order)]:
-            path = "" if alt not in LOADS else str(files.of(alt))
-            command = [sys.executable, "-c", PROCESS_LOADS[alt].format(path=path)]
-            start = time.perf_counter()
-            subprocess.run(command, check=True, capture_output=True)
-            times[alt].append(time.perf_counter() - start)
+    with tempfile.TemporaryDirectory(prefix="graphsvc-pycache-") as pycache:
+        env = startup_env(Path(pycache))
+        commands = {
+            alt: [sys.executable, "-c", PROCESS_LOADS[alt].format(path="" if alt not in LOADS else str(files.of(alt)))]
+            for alt in order
+        }
+        for alt in order:  # compiles what each imports, once
+            subprocess.run(commands[alt], check=True, capture_output=True, env=env)
+        for round_ in range(rounds):
+            for alt in order[round_ % len(order) :] + order[: round_ % len(order)]:
+                start = time.perf_counter()
+                subprocess.run(commands[alt], check=True, capture_output=True, env=env)
+                times[alt].append(time.perf_counter() - start)
     return times
 
 
