@@ -422,8 +422,8 @@ static PyObject *micrograd(PyObject *self, PyObject *args) {
         if (count != kind->arity) {
             PyObject *op = PyObject_GetAttr(node, str_op);
             if (op != NULL) {
-                PyErr_Format(error, "micrograd node %R with op %R has %zd parents, expected %d", node, op, count,
-                             kind->arity);
+                PyErr_Format(error, "micrograd node %R with op %R has %zd %s, expected %d", node, op, count,
+                             count == 1 ? "parent" : "parents", kind->arity);
                 Py_DECREF(op);
             }
             goto done;

@@ -231,6 +231,8 @@ def _nll_picks(x: np.ndarray, target: np.ndarray, reduction: str, ignore_index: 
     or along axis 0 of one row."""
     if reduction not in NLL_REDUCTIONS:
         raise ValueError(f"reduction must be one of {', '.join(NLL_REDUCTIONS)}, not {reduction!r}")
+    if x.dtype.kind != "f":
+        raise ValueError(f"the log-probabilities must be floats (float32, float64), not {x.dtype}")
     if target.dtype.kind not in "iu":
         raise ValueError(f"the target must hold class indices (int64), not {target.dtype}")
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
@@ -251,6 +253,8 @@ def _nll_picks(x: np.ndarray, target: np.ndarray, reduction: str, ignore_index: 
         outside &= counted
         if outside.any():
             raise ValueError(f"target {int(target[outside][0])} is out of range for {classes} classes")
+        if not classes:  # no class to pick: every target is ignored (else it was out of range)
+            return (), counted
         target = np.where(counted, target, 0)
     ndim = target.ndim
     others = [np.arange(n).reshape((n,) + (1,) * (ndim - 1 - i)) for i, n in enumerate(target.shape)]
@@ -262,15 +266,23 @@ def _nll_loss_with_residuals(
 ) -> tuple[np.ndarray, _Picks]:
     picks = _nll_picks(x, target, reduction, ignore_index)
     index, counted = picks
-    losses = np.negative(x[index])
-    if counted is not None:
-        losses = np.where(counted, losses, x.dtype.type(0))
+    if not index:  # no classes, every target ignored
+        losses = np.zeros(target.shape, dtype=x.dtype)
+    else:
+        losses = np.negative(x[index])
+        if counted is not None:
+            losses = np.where(counted, losses, x.dtype.type(0))
     if reduction == "none":
         return losses, picks
     total = losses.sum(dtype=x.dtype)
     if reduction == "sum":
         return total, picks
-    return total / x.dtype.type(target.size if counted is None else np.count_nonzero(counted)), picks
+    return total / _nll_count(x, target, counted), picks
+
+
+def _nll_count(x: np.ndarray, target: np.ndarray, counted: np.ndarray | None) -> Any:
+    """How many targets a mean is over (those not ignored), in ``x``'s dtype."""
+    return x.dtype.type(target.size if counted is None else np.count_nonzero(counted))
 
 
 def _nll_loss_vjp(
@@ -283,12 +295,10 @@ def _nll_loss_vjp(
     residuals: _Picks | None = None,
 ) -> tuple[np.ndarray, None]:
     index, counted = _nll_picks(x, target, reduction, ignore_index) if residuals is None else residuals
-    if reduction == "mean":
-        each = -g / x.dtype.type(target.size if counted is None else np.count_nonzero(counted))
-    else:
-        each = -g
+    each = -g / _nll_count(x, target, counted) if reduction == "mean" else -g
     gx = np.zeros(x.shape, dtype=x.dtype)
-    gx[index] = each if counted is None else np.where(counted, each, x.dtype.type(0))
+    if index:  # else no classes: nothing to send a gradient to
+        gx[index] = each if counted is None else np.where(counted, each, x.dtype.type(0))
     return gx, None
 
 

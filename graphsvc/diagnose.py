@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from graphsvc.errors import FormatError
-from graphsvc.text import shorten
+from graphsvc.text import counted, shorten
 
 if TYPE_CHECKING:
     from graphsvc.fastload import Buffer
@@ -66,7 +66,8 @@ def decode_error(exc: Exception, data: Buffer, limits: Limits) -> FormatError:
         if not isinstance(exc.unpacked, dict):  # a graph file starts with a map: this is another kind of file
             return FormatError(f"not a graphsvc file: it starts with {bytes(data[:8])!r}, not a msgpack map")
         return FormatError(
-            f"trailing bytes after the document: {len(exc.extra)} bytes follow the first {size - len(exc.extra)}"
+            f"trailing bytes after the document: {counted(len(exc.extra), 'byte')} "
+            f"{'follows' if len(exc.extra) == 1 else 'follow'} the first {size - len(exc.extra)}"
         )
     if isinstance(exc, ExtType):
         return FormatError(EXT_MESSAGE)
@@ -89,18 +90,24 @@ def decode_error(exc: Exception, data: Buffer, limits: Limits) -> FormatError:
 def _value_error(text: str, data: Buffer, limits: Limits) -> FormatError:
     size = len(data)
     if "incomplete" in text:
-        return FormatError(f"the file is truncated: {size} bytes end in the middle of the document")
+        ends = "ends" if size == 1 else "end"
+        return FormatError(f"the file is truncated: {counted(size, 'byte')} {ends} in the middle of the document")
     too_long = re.match(r"(\d+) exceeds max_(\w+)_len\((\d+)\)", text)
     if too_long:
         declared, kind, allowed = too_long.groups()
         if kind == "ext":
             return FormatError(EXT_MESSAGE)
         if kind == "str" and int(allowed) == limits.max_string_length < size:
-            return FormatError(f"a string of {declared} bytes is longer than the limit of {allowed} bytes")
+            string, limit = counted(int(declared), "byte"), counted(int(allowed), "byte")
+            return FormatError(f"a string of {string} is longer than the limit of {limit}")
         noun = {"str": "a string", "bin": "bin data", "array": "an array", "map": "a map"}.get(kind, kind)
+        items = (
+            counted(int(declared), "entry", plural="entries")
+            if kind in ("array", "map")
+            else counted(int(declared), "byte")
+        )
         return FormatError(
-            f"the file is truncated: {noun} declares {declared} "
-            f"{'entries' if kind in ('array', 'map') else 'bytes'}, more than the file's {size} bytes can hold"
+            f"the file is truncated: {noun} declares {items}, more than the file's {counted(size, 'byte')} can hold"
         )
     if "not allowed for map key" in text:
         return FormatError(locate_bad_key_or_string(data, limits) or NON_STRING_KEY)

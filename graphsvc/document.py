@@ -196,7 +196,9 @@ def _check_string_length(text: str, where: str) -> None:
     if len(text) * 4 > limit:  # a character takes at most 4 bytes: only long strings need encoding
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > limit:
-            raise FormatError(f"{where} is {size} bytes long, longer than the {limit} bytes a reader accepts")
+            raise FormatError(
+                f"{where} is {counted(size, 'byte')} long, longer than the {counted(limit, 'byte')} a reader accepts"
+            )
 
 
 def check_graph_nesting(graph: Graph, limit: int, check_strings: bool = False) -> None:
@@ -323,7 +325,10 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
     offsets = _read_column(nodes, "parent_offsets", count + 1)
     parents = _read_column(nodes, "parent_indices", None)
     if len(parents) > limits.max_edges:
-        raise FormatError(f"nodes.parent_indices has {len(parents)} entries, over the limit {limits.max_edges}")
+        raise FormatError(
+            f"nodes.parent_indices has {counted(len(parents), 'entry', plural='entries')}, "
+            f"over the limit {limits.max_edges}"
+        )
     values = _read_column(nodes, "values", count)
     grads = _read_column(nodes, "grads", count) if nodes.get("grads") is not None else None
     names = _read_sparse(doc, "names", str, count)
@@ -373,7 +378,7 @@ def _read_column(nodes: dict[str, Any], key: str, expected_length: int | None) -
         data = expect(data, bytes, f"{where}.data")
     if len(data) != length * expected_dtype.itemsize:
         raise FormatError(
-            f"{where}.data holds {len(data)} bytes, but {length} x {expected_dtype.str} needs "
+            f"{where}.data holds {counted(len(data), 'byte')}, but {length} x {expected_dtype.str} needs "
             f"{length * expected_dtype.itemsize}"
         )
     array = np.frombuffer(data, dtype=expected_dtype)

@@ -104,11 +104,15 @@ class FileSource:
             out[:] = np.frombuffer(self.head, dtype=np.uint8, count=len(out), offset=offset)
             return
         view = out.data.cast("B")
-        if len(view) < SPLIT_BYTES or not _SECOND_CORE or not _helper.claim():
+        half = len(view) // 2
+        if (
+            len(view) < SPLIT_BYTES
+            or not _SECOND_CORE
+            or not _cached(self._fd, offset + half)  # from the disk, one sequential reader reads ahead best
+            or not _helper.begin(self._fd, view[half:], offset + half)
+        ):
             _read_all(self._fd, view, offset)
             return
-        half = len(view) // 2 & -_PAGE  # the helper's half starts on a page of the buffer
-        _helper.start(self._fd, view[half:], offset + half)
         try:
             _read_all(self._fd, view[:half], offset)
         finally:
@@ -130,16 +134,30 @@ def _read_all(fd: int, view: memoryview, offset: int) -> None:
 #: the time of one read of 9 MB here, alone; next to other work, waking the helper cost about what
 #: it saved below ~16 MB). The thread is kept: starting one per read costs ~0.15 ms.
 SPLIT_BYTES = 16 << 20
-_PAGE = mmap.PAGESIZE
 _SECOND_CORE = len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) > 1
+
+
+def _cached(fd: int, offset: int) -> bool:
+    """Is the file's page at ``offset`` in the page cache (would a read of it not wait for the disk)?
+    False where the system cannot tell."""
+    try:
+        return os.preadv(fd, [bytearray(1)], offset, os.RWF_NOWAIT) == 1
+    except (OSError, AttributeError):  # EAGAIN: on disk; no RWF_NOWAIT here, or not for this file
+        return False
 
 
 class _Helper:
     """A thread that reads the second half of a large payload while the caller reads the first,
-    started on first use (again in a process forked since: the child has only the thread that
-    forked). One read at a time: a thread that finds it busy reads its payload whole."""
+    started on first use (again in a forked child, which has only the thread that forked). One read
+    at a time: a thread that finds it busy, or cannot start it, reads its payload whole."""
 
     def __init__(self) -> None:
+        self._forked()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """A fresh state: at import, and in a forked child (where a parent's read may have held it)."""
         self._busy = threading.Lock()
         self._go = threading.Lock()  # released: a job is set
         self._done = threading.Lock()  # released: the job is over
@@ -147,27 +165,41 @@ class _Helper:
         self._job: tuple[int, memoryview, int] | None = None
         self._failure: BaseException | None = None
 
-    def claim(self) -> bool:
-        """Take the helper for one :meth:`start` and :meth:`wait`, if it is free."""
+    def begin(self, fd: int, view: memoryview, offset: int) -> bool:
+        """Start reading ``view``'s bytes from ``offset`` if the helper is free (then the caller must
+        :meth:`wait`); False when it is busy or its thread cannot start."""
         if not self._busy.acquire(blocking=False):
             return False
-        if self._pid != os.getpid():  # first use, or a forked child: a thread of its own
-            self._go, self._done = threading.Lock(), threading.Lock()
-            self._go.acquire()
-            self._done.acquire()
-            threading.Thread(target=self._run, args=(self._go, self._done), name="graphsvc-read", daemon=True).start()
-            self._pid = os.getpid()
+        try:
+            if self._pid != os.getpid():
+                go, done = threading.Lock(), threading.Lock()
+                go.acquire()
+                done.acquire()
+                threading.Thread(target=self._run, args=(go, done), name="graphsvc-read", daemon=True).start()
+                self._go, self._done, self._pid = go, done, os.getpid()
+            self._job, self._failure = (fd, view, offset), None
+            self._go.release()
+        except BaseException as exc:
+            self._busy.release()
+            if isinstance(exc, RuntimeError):  # can't start new thread: read whole
+                return False
+            raise
         return True
 
-    def start(self, fd: int, view: memoryview, offset: int) -> None:
-        self._job, self._failure = (fd, view, offset), None
-        self._go.release()
-
     def wait(self) -> None:
-        """Wait for the read; raise what it raised; free the helper."""
-        self._done.acquire()
+        """Wait for the read (a Ctrl-C meanwhile is raised once it is over: the helper must not be
+        handed out mid-read); raise what it raised; free the helper."""
+        interrupted: BaseException | None = None
+        while True:
+            try:
+                self._done.acquire()
+                break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
         failure, self._failure = self._failure, None
         self._busy.release()
+        if interrupted is not None:
+            raise interrupted
         if failure is not None:
             raise failure
 

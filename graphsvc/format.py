@@ -386,6 +386,8 @@ def _read_json(data: bytes | bytearray, limits: Limits) -> tuple[Graph, tuple[in
     if graph.num_nodes > limits.max_nodes:
         raise FormatError(f"the graph has {counted(graph.num_nodes, 'node')}, over the limit {limits.max_nodes}")
     if len(graph.parent_indices) > limits.max_edges:
-        raise FormatError(f"the graph has {len(graph.parent_indices)} edges, over the limit {limits.max_edges}")
+        raise FormatError(
+            f"the graph has {counted(len(graph.parent_indices), 'edge')}, over the limit {limits.max_edges}"
+        )
     check_graph_nesting(graph, limits.max_attr_depth)
     return graph, version

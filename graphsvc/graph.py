@@ -267,9 +267,13 @@ class Graph:
         for column, length in (("values", n), ("parent_offsets", n + 1)):
             got = len(getattr(self, column))
             if got != length:
-                raise GraphStructureError(f"column {column} has {got} entries, expected {length}")
+                raise GraphStructureError(
+                    f"column {column} has {counted(got, 'entry', plural='entries')}, expected {length}"
+                )
         if self.grads is not None and len(self.grads) != n:
-            raise GraphStructureError(f"column grads has {len(self.grads)} entries, expected {n}")
+            raise GraphStructureError(
+                f"column grads has {counted(len(self.grads), 'entry', plural='entries')}, expected {n}"
+            )
         leaf_codes = _leaf_codes(self)
         jit = (engine or engine_for(n)).kernels
         if jit is None or not jit.structure_ok(
@@ -295,7 +299,8 @@ class Graph:
         if n and int(self.op_codes.max()) >= len(self.op_table):
             node = int(np.argmax(self.op_codes >= len(self.op_table)))
             raise GraphStructureError(
-                f"node {node} has op code {int(self.op_codes[node])}, but the op table has {len(self.op_table)} entries"
+                f"node {node} has op code {int(self.op_codes[node])}, but the op table has "
+                f"{counted(len(self.op_table), 'entry', plural='entries')}"
             )
         if e:
             if int(self.parent_indices.min()) < 0:

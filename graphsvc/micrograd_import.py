@@ -46,6 +46,7 @@ from graphsvc.graph import (
     graph_from_buffers,
     graph_from_lists,
 )
+from graphsvc.text import counted
 from graphsvc.value import native_walk
 
 __all__ = ["from_micrograd"]
@@ -182,7 +183,7 @@ def _from_micrograd_reference(roots: Sequence[Any], names: Mapping[Any, str] | N
                 parents.reverse()
         if len(parents) != arity:
             raise GraphStructureError(
-                f"micrograd node {node!r} with op {node._op!r} has {len(parents)} parents, expected {arity}"
+                f"micrograd node {node!r} with op {node._op!r} has {counted(len(parents), 'parent')}, expected {arity}"
             )
         data = float(node.data)
         # No None in a key: before Python 3.12, hash(None) depends on None's address.

@@ -79,7 +79,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from graphsvc.errors import OpError, ReplayError
-from graphsvc.text import shorten
+from graphsvc.text import counted, shorten
 
 __all__ = [
     "Op",
@@ -335,7 +335,7 @@ class OpRegistry:
         return len(self._ops)
 
     def __repr__(self) -> str:
-        return f"<OpRegistry of {len(self._ops)} ops>"
+        return f"<OpRegistry of {counted(len(self._ops), 'op')}>"
 
 
 def duplicate_message(first: Op, second: Op) -> str:
@@ -489,7 +489,7 @@ def _length(op: Op, inputs: Sequence[np.ndarray]) -> int:
     if op.derivatives is None:
         raise ReplayError(f"op {op.name!r} ({op.source}) gives a vjp, not elementwise derivatives")
     if len(inputs) != op.arity:
-        raise ReplayError(f"op {op.name!r} ({op.source}) takes {op.arity} inputs, got {len(inputs)}")
+        raise ReplayError(f"op {op.name!r} ({op.source}) takes {counted(op.arity, 'input')}, got {len(inputs)}")
     return len(inputs[0])
 
 

@@ -51,6 +51,7 @@ from graphsvc.ops import (
 )
 from graphsvc.plugins import running_plugin_code
 from graphsvc.tensors import output_and_residuals, per_element, vjp_keywords, vjp_of
+from graphsvc.text import counted
 
 __all__ = [
     "ATTRIBUTE_SAMPLES",
@@ -136,7 +137,7 @@ def _check_op(
         return result(True, 0, 0, 0.0, 0.0, "")
     table = np.array(list(points) if points is not None else _sample_points(op.arity), dtype=np.float64)
     if table.ndim != 2 or table.shape[1] != op.arity:
-        raise ValueError(f"points must be tuples of {op.arity} inputs for op {op.name!r}")
+        raise ValueError(f"points must be tuples of {counted(op.arity, 'input')} for op {op.name!r}")
     checked = skipped = 0
     max_abs = max_rel = 0.0
     first_failure = ""
@@ -319,7 +320,7 @@ def _check_vjp(
         return result(False, 0, 0, 0.0, 0.0, str(exc))
     inputs = [_check_input(op, i, x) for i, x in enumerate(raw)]
     if op.arity == 0 or len(inputs) < op.arity or (len(inputs) > op.arity and not op.variadic):
-        raise ValueError(f"op {op.name!r} takes {op.arity} inputs, got {len(inputs)}")
+        raise ValueError(f"op {op.name!r} takes {counted(op.arity, 'input')}, got {len(inputs)}")
     prefix = f"op {op.name!r} ({op.source})"
     try:
         out = _forward(op, inputs, attrs)

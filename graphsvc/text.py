@@ -107,8 +107,9 @@ def one_line(message: str, limit: int = LINE_CHARS) -> str:
     return shorten(message, limit)
 
 
-def counted(count: int, noun: str, *, thousands: bool = False) -> str:
-    """``count`` and ``noun``, plural unless the count is one: ``1 node``, ``7 nodes`` (``noun`` is a
-    word whose plural adds an s). ``thousands`` groups the digits (``1,000,000 nodes``)."""
+def counted(count: int, noun: str, *, plural: str | None = None, thousands: bool = False) -> str:
+    """``count`` and ``noun``, plural unless the count is one: ``1 node``, ``7 nodes``, ``1 entry``,
+    ``2 entries`` (``plural``, when adding an s is not it). ``thousands`` groups the digits
+    (``1,000,000 nodes``)."""
     number = f"{count:,}" if thousands else str(count)
-    return f"{number} {noun}" if count == 1 else f"{number} {noun}s"
+    return f"{number} {noun}" if count == 1 else f"{number} {plural or noun + 's'}"

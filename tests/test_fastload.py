@@ -318,7 +318,8 @@ def test_the_helpers_half_failing_is_the_readers_failure(tmp_path: Path) -> None
     """The file ends inside the helper's half (it shrank since its size was read): the read says
     NotCanonical, as a short read of one piece does, and the helper is free again."""
     path = tmp_path / "short.bin"
-    path.write_bytes(bytes(range(256)) * (fastload.SPLIT_BYTES // 512))  # half of what is read
+    half = fastload.SPLIT_BYTES // 2
+    path.write_bytes(bytes(range(256)) * ((half + (1 << 16)) // 256))  # the helper's half starts, then ends
     out = np.empty(fastload.SPLIT_BYTES, dtype=np.uint8)
     with open(path, "rb") as file:
         source = fastload.FileSource(file.fileno(), size=fastload.SPLIT_BYTES)
@@ -328,6 +329,30 @@ def test_the_helpers_half_failing_is_the_readers_failure(tmp_path: Path) -> None
         path.write_bytes(bytes(range(256)) * (fastload.SPLIT_BYTES // 256))
         source.read_into(0, out)
     assert out.tobytes() == path.read_bytes()
+
+
+def test_a_helper_that_cannot_start_reads_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No thread to be had (a process at its limit): the payload is read in one piece, and the helper
+    is not left taken."""
+    path, array = _big_tensor_file(tmp_path)
+    helper = fastload._Helper()
+    monkeypatch.setattr(fastload, "_helper", helper)
+
+    def refused(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    for _ in range(2):
+        assert fmt.load(path).value("w").tobytes() == array.tobytes()  # type: ignore[union-attr]
+    assert not helper._busy.locked()
+
+
+def test_cached_says_whether_a_read_would_wait_for_the_disk(tmp_path: Path) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 8192)  # just written: in the page cache
+    with open(path, "rb") as file:
+        assert fastload._cached(file.fileno(), 0) is hasattr(os, "RWF_NOWAIT")
+        assert fastload._cached(file.fileno(), 8192) is False  # past the end: nothing to read
 
 
 def test_threads_loading_large_files_at_once_each_get_their_own_bits(tmp_path: Path) -> None:
@@ -352,10 +377,13 @@ def test_a_process_forked_after_a_large_load_reads_large_files_too(tmp_path: Pat
     path, array = _big_tensor_file(tmp_path)
     fmt.load(path)  # the parent's helper is running
     pid = os.fork()
-    if pid == 0:  # the child: exit 0 only when the load gives the bits, within 60 s
-        import signal
+    if pid == 0:  # the child: exit 0 only when the load gives the bits, within 60 s; never back to pytest
+        try:
+            import signal
 
-        signal.alarm(60)
-        os._exit(0 if fmt.load(path).value("w").tobytes() == array.tobytes() else 1)  # type: ignore[union-attr]
+            signal.alarm(60)
+            os._exit(0 if fmt.load(path).value("w").tobytes() == array.tobytes() else 1)  # type: ignore[union-attr]
+        finally:
+            os._exit(2)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0

@@ -510,7 +510,7 @@ BAD_BYTES: list[tuple[str, bytes, str]] = [
     (
         "truncated header",
         b"\x88",
-        "the file is truncated: a map declares 8 entries, more than the file's 1 bytes can hold",
+        "the file is truncated: a map declares 8 entries, more than the file's 1 byte can hold",
     ),
     (
         "huge array",

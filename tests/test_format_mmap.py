@@ -185,7 +185,7 @@ def test_every_prefix_and_a_trailing_byte_give_load_s_error(name: str, tmp_path:
         assert plain[0] == "FormatError" and "truncated" in plain[1], end
         assert outcome(lambda: fmt.load(path, mmap=True)) == plain, end
     path.write_bytes(data + b"\xc0")
-    expected = f"{path}: trailing bytes after the document: 1 bytes follow the first {len(data)}"
+    expected = f"{path}: trailing bytes after the document: 1 byte follows the first {len(data)}"
     assert outcome(lambda: fmt.load(path, mmap=True)) == outcome(lambda: fmt.load(path)) == ("FormatError", expected)
 
 

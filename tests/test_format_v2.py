@@ -603,7 +603,7 @@ def test_every_prefix_says_truncated_and_a_trailing_byte_is_refused(name: str) -
         assert str(info.value).startswith("the file is truncated: "), end
     with pytest.raises(FormatError) as info:
         fmt.loads(data + b"\xc0")
-    assert str(info.value) == f"trailing bytes after the document: 1 bytes follow the first {len(data)}"
+    assert str(info.value) == f"trailing bytes after the document: 1 byte follows the first {len(data)}"
 
 
 def test_a_4_gib_data_header_in_a_small_file_is_refused_at_once() -> None:

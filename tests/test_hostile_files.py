@@ -262,9 +262,8 @@ def test_every_prefix_says_truncated_and_any_trailing_byte_is_refused(path: Path
     for end in range(len(data)):
         assert message(data[:end]).startswith("the file is truncated: "), end
     for extra in (b"\x00", b"\xc0", b"\x90", b"\x80", b"\xa1x", data):
-        assert message(data + extra) == (
-            f"trailing bytes after the document: {len(extra)} bytes follow the first {len(data)}"
-        )
+        follow = "1 byte follows" if len(extra) == 1 else f"{len(extra)} bytes follow"
+        assert message(data + extra) == f"trailing bytes after the document: {follow} the first {len(data)}"
 
 
 # -- 4. sizes are checked before anything is allocated ------------------------------------------------

@@ -267,7 +267,7 @@ def test_a_per_element_op_must_return_floats() -> None:
 
 
 def test_the_number_of_inputs_must_match_the_arity() -> None:
-    with pytest.raises(ReplayError, match=r"^op 'cube' \(an unnamed plugin\) takes 1 inputs, got 2$"):
+    with pytest.raises(ReplayError, match=r"^op 'cube' \(an unnamed plugin\) takes 1 input, got 2$"):
         evaluate(CUBE, [column(1.0), column(2.0)], {})
 
 

@@ -837,6 +837,12 @@ def test_nll_loss_keeps_float32_and_gives_pytorchs_mean_of_no_targets() -> None:
         (np.zeros((2, 3)), np.array([-1, 0]), {"ignore_index": 0}, "target -1 is out of range for 3 classes"),
         (np.zeros((2, 3)), np.array([0.0, 1.0]), {}, "the target must hold class indices (int64), not float64"),
         (
+            np.zeros((2, 3), dtype=np.int64),
+            np.array([0, 1]),
+            {},
+            "the log-probabilities must be floats (float32, float64), not int64",
+        ),
+        (
             np.zeros((2, 3)),
             np.array([0, 1]),
             {"ignore_index": 1.5},
@@ -868,9 +874,18 @@ def test_nll_loss_keeps_float32_and_gives_pytorchs_mean_of_no_targets() -> None:
         ),
     ],
 )
-def test_nll_loss_refuses_what_pytorch_refuses_with_the_reason(
+def test_nll_loss_refuses_with_the_reason(
     logp: np.ndarray, target: np.ndarray, attrs: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(ReplayError) as info:
         graphsvc.forward(_nll_graph(logp, target, **attrs), registry=builtins())
     assert str(info.value) == f"node loss: op 'nll_loss' (graphsvc 0.1.0): forward raised ValueError: {message}"
+
+
+def test_nll_loss_of_no_classes_with_every_target_ignored_is_pytorchs() -> None:
+    """Shape (N, 0): every target must be ignored; the mean of none is nan, the sum 0, no gradient."""
+    logp, target = np.zeros((2, 0)), np.array([-100, -100])
+    mean = graphsvc.backward(_nll_graph(logp, target), output="loss", registry=builtins())
+    assert np.isnan(mean.value("loss")) and mean.grad("logp").shape == (2, 0)  # type: ignore[union-attr]
+    total = graphsvc.forward(_nll_graph(logp, target, reduction="sum"), registry=builtins())
+    assert total.value("loss") == 0.0

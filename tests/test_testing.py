@@ -129,7 +129,7 @@ def test_a_leaf_tag_has_nothing_to_check() -> None:
 
 
 def test_points_must_have_one_value_per_input() -> None:
-    with pytest.raises(ValueError, match=r"^points must be tuples of 1 inputs for op 'square'$"):
+    with pytest.raises(ValueError, match=r"^points must be tuples of 1 input for op 'square'$"):
         check_op(SQUARE, points=[(1.0, 2.0)])
 
 
