@@ -32,8 +32,8 @@ benchmarks/results/bench_storage.md and .json. What is measured:
 * Load, each from its own file, the page cache warm (the file was just written and read by the
   warm-up passes):
 
-  - ``graphsvc.load``: reads the data section into one buffer (from 16 MiB on, in two halves at once,
-    the second by a helper thread); every array is a read-only view of it;
+  - ``graphsvc.load``: reads the data section into one buffer (from 16 MiB on, when its pages are in the
+    page cache, in two halves at once, the second by a helper thread); every array is a read-only view of it;
   - ``graphsvc.load(mmap=True)``: maps the file; every array is a read-only view of the mapping;
   - ``safetensors.numpy.load_file``: an array of its own per tensor (eager);
   - ``safetensors.torch.load_file``: tensors viewing a private mapping of the file (mapped);

@@ -200,6 +200,11 @@ def load(source: GraphSource, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = F
     the same error as without ``mmap``. A stream, a pipe, the JSON form, an empty file and a file
     in another layout are read as without it (the arrays then own their memory).
 
+    Without ``mmap``, a payload of 16 MiB or more whose pages are in the page cache is read in two
+    halves at once, the second by a helper thread the process keeps from then on (a copy from the
+    page cache is bound by one core; on Python 3.12 and later, a later ``os.fork()`` warns that the
+    process has threads).
+
     The mapping lives as long as any array viewing it. Replacing the file (``save`` renames a new
     file over it) leaves the arrays as they were; **writing into the file or truncating it while
     it is mapped is not safe**: written bytes show through the arrays (which bypasses every check)
