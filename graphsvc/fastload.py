@@ -178,12 +178,14 @@ class _Helper:
                 threading.Thread(target=self._run, args=(go, done), name="graphsvc-read", daemon=True).start()
                 self._go, self._done, self._pid = go, done, os.getpid()
             self._job, self._failure = (fd, view, offset), None
-            self._go.release()
         except BaseException as exc:
             self._busy.release()
             if isinstance(exc, RuntimeError):  # can't start new thread: read whole
                 return False
             raise
+        # Outside the try: once the job is handed over, only wait() may free the helper (else a
+        # next job's wait could take this one's end for its own).
+        self._go.release()
         return True
 
     def wait(self) -> None:
