@@ -57,6 +57,10 @@ def __getattr__(name: str) -> Any:
     return globals()[name]
 
 
+def __dir__() -> list[str]:
+    return sorted({*globals(), "PRIMITIVE_ARITY", "PRIMITIVES", "PRIMITIVE_ATTRS"})
+
+
 @cache
 def _compiled() -> Any:
     """A namespace of every compiled kernel, or None when they are turned off or not all built."""
