@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
 import typer
+from typer._click.exceptions import NoArgsIsHelpError  # typer pinned <0.29
+from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperCommand, TyperGroup
 
 from graphsvc.errors import GraphsvcError, UsageError
@@ -45,10 +47,39 @@ GLOBAL_OPTIONS = {
 
 class _Group(TyperGroup):
     """The app's group: moves global options given after the command to before it, so
-    ``graphsvc backward F -q`` works as ``graphsvc -q backward F`` does (as pip and gh allow)."""
+    ``graphsvc backward F -q`` works as ``graphsvc -q backward F`` does (as pip and gh allow), and
+    says Click's usage errors (an unknown option, a missing argument) in one line, as every error."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         return super().parse_args(ctx, _globals_first(args, self))
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        with _usage_in_one_line():
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _usage_in_one_line():  # a command's own arguments are parsed here
+            return super().invoke(ctx)
+
+
+class _OneLineUsageError(ClickUsageError):
+    """A usage error said as graphsvc says every error: one line, ``Error: ...`` (exit code 2)."""
+
+    def show(self, file: Any = None) -> None:
+        from graphsvc.text import one_line
+
+        command = self.ctx.command_path if self.ctx is not None else "graphsvc"
+        typer.echo(one_line(f"Error: {self.format_message().rstrip('.')}; see {command} -h"), err=True)
+
+
+@contextlib.contextmanager
+def _usage_in_one_line() -> Iterator[None]:
+    try:
+        yield
+    except ClickUsageError as exc:
+        if isinstance(exc, (_OneLineUsageError, NoArgsIsHelpError)):  # `graphsvc` alone prints the help
+            raise
+        raise _OneLineUsageError(exc.format_message(), exc.ctx) from None
 
 
 def _globals_first(args: list[str], group: Any) -> list[str]:

@@ -324,3 +324,34 @@ def test_progress_covers_from_micrograd() -> None:
     code, stdout, tty = with_terminal_stderr(sys.executable, "-c", script, env={"GRAPHSVC_PROGRESS_DELAY": "0"})
     assert (code, stdout) == (0, "")
     assert "importing from micrograd" in tty
+
+
+# -- Click's usage errors are one line too ------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        (["order"], "Error: Missing argument 'FILE'; see graphsvc order -h\n"),
+        (["order", "--nosuch", "F"], "Error: No such option: --nosuch; see graphsvc order -h\n"),
+        (
+            ["gradcheck", "g.msgpack"],
+            "Error: Got unexpected extra argument(s) (g.msgpack); see graphsvc gradcheck -h\n",
+        ),
+        (["nosuchcommand"], "Error: No such command 'nosuchcommand'; see graphsvc -h\n"),
+        (["--plugin"], "Error: Option '--plugin' requires an argument; see graphsvc -h\n"),
+        (["order", "a\nb", "--nosuch"], "Error: No such option: --nosuch; see graphsvc order -h\n"),
+    ],
+)
+def test_usage_errors_are_one_line_with_where_to_look(words: list[str], expected: str) -> None:
+    """As every error (README: one line, ``Error: ...``, exit 2 for usage), not Click's usage and hint."""
+    assert invoke(*words) == (2, "", expected)
+
+
+def test_the_console_script_says_usage_errors_in_one_line_and_graphsvc_alone_its_help() -> None:
+    run = subprocess.run([sys.executable, "-m", "graphsvc", "order"], capture_output=True, text=True)
+    assert (run.returncode, run.stdout, run.stderr) == (
+        2,
+        "",
+        "Error: Missing argument 'FILE'; see graphsvc order -h\n",
+    )
+    alone = subprocess.run([sys.executable, "-m", "graphsvc"], capture_output=True, text=True)
+    assert alone.returncode == 2 and (alone.stdout + alone.stderr).startswith("Usage: graphsvc [OPTIONS] COMMAND")
