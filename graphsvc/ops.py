@@ -313,7 +313,11 @@ class OpRegistry:
         try:
             return self._ops[name]
         except (KeyError, TypeError):
-            raise OpError(f"unknown op {name!r}: no loaded plugin registers it (see `graphsvc ops`)") from None
+            import difflib
+
+            close = difflib.get_close_matches(name, list(self._ops), n=1) if isinstance(name, str) else []
+            guess = f"; did you mean {close[0]!r}?" if close else ""
+            raise OpError(f"unknown op {name!r}: no loaded plugin registers it{guess} (see `graphsvc ops`)") from None
 
     def record_sources(self, graph: Any) -> None:
         """Give each op tag of ``graph`` that names no plugin the plugin and version this registry

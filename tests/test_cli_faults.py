@@ -211,6 +211,11 @@ USER_ERRORS = [
     (["forward", "{seed}", "--set", "a=abc"], 2, "Error: --set a: 'abc' is not a number or a .npy file"),
     (["convert", "{seed}", "--to", "xml"], 2, "Error: --to must be json or msgpack, not 'xml'"),
     (["gradcheck", "--op", "nope"], 4, "Error: unknown op 'nope': no loaded plugin registers it (see `graphsvc ops`)"),
+    (
+        ["gradcheck", "--op", "nll_los"],
+        4,
+        "Error: unknown op 'nll_los': no loaded plugin registers it; did you mean 'nll_loss'? (see `graphsvc ops`)",
+    ),
 ]
 
 
