@@ -281,10 +281,9 @@ def _check_positionals(op: Op, field: str, function: Any, count: int, what: str)
         signature.bind_partial(*range(count))
     except TypeError:
         source = f" ({op.source})" if op.plugin is not None else ""
-        plural = "s" if count != 1 else ""
         raise OpError(
             f"op {op.name!r}{source}: {field}{shorten(str(signature), 80)} cannot take {what} as "
-            f"{count} positional argument{plural} (arity {op.arity})"
+            f"{counted(count, 'positional argument')} (arity {op.arity})"
         ) from None
 
 

@@ -48,7 +48,7 @@ from graphsvc.graph import LEAF_TAGS, Graph
 from graphsvc.kernels import PRIMITIVE_ATTRS, PRIMITIVES, Engine, engine_for
 from graphsvc.ops import Op, OpRegistry, evaluate, evaluate_node, local_derivatives
 from graphsvc.plugins import running_plugin_code
-from graphsvc.text import ITEM_CHARS, escape, listed, shorten
+from graphsvc.text import ITEM_CHARS, counted, escape, listed, shorten
 from graphsvc.topo import ancestors, levels
 
 FloatArray = npt.NDArray[np.float64]
@@ -125,8 +125,8 @@ def resolve_ops(graph: Graph, registry: OpRegistry, engine: Engine | None = None
         assert op is not None
         at_least = "at least " if op.variadic else ""
         raise OpError(
-            f"node {graph.label(node)}: op {op.name} takes {at_least}{op.arity} input{'s' if op.arity != 1 else ''} "
-            f"but the node has {int(counts[node])} parent{'s' if counts[node] != 1 else ''}"
+            f"node {graph.label(node)}: op {op.name} takes {at_least}{counted(op.arity, 'input')} "
+            f"but the node has {counted(int(counts[node]), 'parent')}"
         )
     return ops
 

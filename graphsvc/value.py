@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphsvc.errors import OpError, UsageError
 from graphsvc.opmath import python_forward
+from graphsvc.text import counted
 
 if TYPE_CHECKING:
     from graphsvc.graph import Graph
@@ -266,7 +267,7 @@ class Value:
             raise OpError(f"op {op_name!r} is a leaf tag: make a leaf with Value(data) instead")
         if len(parents) != op.arity:
             raise OpError(
-                f"op {op_name!r} ({op.source}) takes {op.arity} input{'s' if op.arity != 1 else ''}, "
+                f"op {op_name!r} ({op.source}) takes {counted(op.arity, 'input')}, "
                 f"got {len(parents)} (this value and {len(others)} more)"
             )
         result = evaluate(op, [np.array([p.data], dtype=np.float64) for p in parents], attrs)
