@@ -132,10 +132,11 @@ def _pool2x2(x: np.ndarray) -> np.ndarray:
 def _pool2x2_vjp(g: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Each window's gradient to its first maximum in row-major order (as PyTorch picks it)."""
     grad = np.zeros_like(x)
-    taken = np.zeros(out.shape, dtype=bool)
-    for a, b in ((0, 0), (0, 1), (1, 0), (1, 1)):
+    taken = x[:, :, ::2, ::2] == out
+    grad[:, :, ::2, ::2] = np.where(taken, g, 0)
+    for a, b in ((0, 1), (1, 0), (1, 1)):
         hit = x[:, :, a::2, b::2] == out
-        hit &= ~taken
+        np.greater(hit, taken, out=hit)  # a maximum, and its window's first
         taken |= hit
         grad[:, :, a::2, b::2] = np.where(hit, g, 0)
     return grad

@@ -213,11 +213,19 @@ def max_pool2d(x: np.ndarray, kernel_size: Any, stride: Any = None, padding: Any
     """PyTorch's ``max_pool2d``: the largest value of each window; padding counts as -inf."""
     kernel, stride_, padding_, out_size = _pool_setup(x, kernel_size, stride, padding)
     xp = _pad(x, padding_, -np.inf)
-    out: np.ndarray | None = None
-    for _, _, rows, cols in _offsets(kernel, stride_, out_size):
-        window = xp[:, :, rows, cols]
-        out = window.copy() if out is None else np.maximum(out, window, out=out)  # nan propagates
-    assert out is not None
+    return _largest([xp[:, :, rows, cols] for _, _, rows, cols in _offsets(kernel, stride_, out_size)])
+
+
+def _largest(views: list[np.ndarray]) -> np.ndarray:
+    """The elementwise maximum of ``views``, nan where any is nan: pairs first, then into the
+    first pair's result, a pass fewer than copying one view and taking the maximum with each of
+    the others."""
+    if len(views) == 1:
+        return views[0].copy()
+    pairs = [np.maximum(views[i], views[i + 1]) for i in range(0, len(views) - 1, 2)]
+    out = pairs[0]
+    for other in pairs[1:] + views[len(pairs) * 2 :]:
+        np.maximum(out, other, out=out)
     return out
 
 
@@ -238,18 +246,22 @@ def max_pool2d_vjp(
     # the maxima, first match first (a nan window matches nothing here: nan == nan is false); then,
     # if a maximum is nan, its window's last nan: the offsets from the last
     passes = [(offsets, lambda window: window == out)]
-    if np.isnan(out).any():
+    if np.isnan(out.max()):  # max propagates nan: one pass, no array of flags
         passes.append((offsets[::-1], np.isnan))
     for order, matches in passes:
-        taken = np.zeros(out.shape, dtype=bool)  # windows already given their gradient
-        for _, _, rows, cols in order:
+        taken = None  # windows already given their gradient
+        for index, (_, _, rows, cols) in enumerate(order):
             window = xp[:, :, rows, cols]
             hit = matches(window)
             if real is not None:  # an all -inf window's maximum is its first real element, not padding
                 hit &= real[:, :, rows, cols]
-            hit &= ~taken
-            taken |= hit
-            contribution = np.where(hit, g, 0)
+            if taken is None:
+                taken = hit
+            else:
+                np.greater(hit, taken, out=hit)  # hit and not taken
+                if index < len(order) - 1:
+                    taken |= hit
+            contribution = np.where(hit, g, 0)  # faster than np.copyto(..., where=hit) into a strided view
             if apart and order is offsets:  # the first pass, windows apart: each element is written once
                 grad_padded[:, :, rows, cols] = contribution
             else:
