@@ -107,6 +107,15 @@ def _div(a: float, b: float) -> float:
         return math.copysign(math.inf, a) * math.copysign(1.0, b)
 
 
+def _numpy_pow(np: Any, a: Any, b: Any) -> Any:
+    if np.ndim(b) == 0:
+        if b == 2.0:
+            return np.multiply(a, a)
+        if b == 1.0:  # pow(a, 1.0) is a, exactly, as is a * 1.0 (in power's result dtype)
+            return np.multiply(a, b)
+    return np.power(a, b)
+
+
 def _is_odd_integer(k: float) -> bool:
     return k == k and abs(k) != math.inf and k % 2.0 == 1.0
 
@@ -220,12 +229,14 @@ WORDS: dict[str, Word] = {
     ),
     "exp": Word(1, "exp(a)", _exp, lambda np: np.exp, rounded=False),
     "log": Word(1, "log(a)", _log, lambda np: np.log, rounded=False),
-    # a square is a * a (correctly rounded, as numpy's array power computes it), else libm's pow
+    # a square is a * a (correctly rounded, as numpy's array power computes it), else libm's pow;
+    # numpy's power of an array to a number is ~7x a multiplication even for 2.0 and 1.0 (the
+    # derivative of a square), so both take the short way there
     "pow": Word(
         2,
         "b == 2.0 ? a * a : pow(a, b)",
         _pow,
-        lambda np: lambda a, b: np.multiply(a, a) if np.ndim(b) == 0 and b == 2.0 else np.power(a, b),
+        lambda np: lambda a, b: _numpy_pow(np, a, b),
         rounded=False,
     ),
     "sin": Word(1, "sin(a)", _sin, lambda np: np.sin, rounded=False),
