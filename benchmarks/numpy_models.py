@@ -91,7 +91,9 @@ def _im2col(x: np.ndarray) -> np.ndarray:
     """(N, C*9, H*W): the 3x3 windows of x padded by 1, one column per output pixel, rows in the
     weight's (C, kH, kW) order."""
     n, c, h, w = x.shape
-    windows = sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+    padded = np.zeros((n, c, h + 2, w + 2), dtype=x.dtype)  # np.pad takes five times as long
+    padded[:, :, 1:-1, 1:-1] = x
+    windows = sliding_window_view(padded, (3, 3), axis=(2, 3))
     return np.ascontiguousarray(windows.transpose(0, 1, 4, 5, 2, 3)).reshape(n, c * 9, h * w)
 
 
