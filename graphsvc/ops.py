@@ -95,6 +95,8 @@ __all__ = [
 
 #: Longest part of a plugin's exception text that goes into a message.
 EXCEPTION_CHARS = 200
+#: The plugin graphsvc's own ops (:mod:`graphsvc.builtin_ops`) are registered as.
+BUILTIN_PLUGIN = "graphsvc"
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,16 @@ class Op:
     def source(self) -> str:
         """Who registered the op, for messages: ``"graphsvc 0.1.0"``, ``"myplugin"``."""
         return describe_source(self.plugin, self.plugin_version)
+
+    @property
+    def builtin(self) -> bool:
+        """One of graphsvc's own ops (:mod:`graphsvc.builtin_ops`)."""
+        return self.plugin == BUILTIN_PLUGIN
+
+    def message_name(self, function: str) -> str:
+        """How messages name the op's ``function`` that ran: a builtin op's ``forward_with_residuals``
+        is its ``forward`` (its users do not choose between the two; a plugin's author wrote both)."""
+        return "forward" if function == "forward_with_residuals" and self.builtin else function
 
     @property
     def kind(self) -> str:
@@ -512,7 +524,7 @@ def _call_one(op: Op, what: str, function: Callable[..., Any], args: Sequence[An
 
 
 def _call_failure(op: Op, what: str, exc: BaseException) -> ReplayError:
-    return ReplayError(f"op {op.name!r} ({op.source}): {what} raised {describe_exception(exc)}")
+    return ReplayError(f"op {op.name!r} ({op.source}): {op.message_name(what)} raised {describe_exception(exc)}")
 
 
 def _partials(op: Op, result: Any) -> Sequence[Any]:

@@ -46,6 +46,7 @@ import pluggy
 
 from graphsvc.errors import OpError, PluginError
 from graphsvc.ops import (
+    BUILTIN_PLUGIN,
     Op,
     OpRegistry,
     check_op_declaration,
@@ -114,7 +115,7 @@ def load_registry(
     manager.add_hookspecs(hookspecs)
     loader = _Loader(manager, OpRegistry(), strict)
     with running_plugin_code():
-        loader.load(_Candidate("graphsvc", lambda: builtin_ops, "graphsvc", graphsvc.__version__))
+        loader.load(_Candidate("graphsvc", lambda: builtin_ops, BUILTIN_PLUGIN, graphsvc.__version__))
         if not (disable_third_party or os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUE):
             for candidate in _third_party(extra):
                 loader.load(candidate)

@@ -444,7 +444,8 @@ def _call(
         if is_user_interrupt(exc):
             raise
         raise ReplayError(
-            f"node {graph.label(node)}: op {op.name!r} ({op.source}): {what} raised {describe_exception(exc)}"
+            f"node {graph.label(node)}: op {op.name!r} ({op.source}): {op.message_name(what)} raised "
+            f"{describe_exception(exc)}"
         ) from exc
 
 
@@ -460,7 +461,7 @@ def _as_tensor(graph: Graph, node: int, op: Op, what: str, result: Any) -> np.nd
         return array
     kind = f"an array of {result.dtype}" if isinstance(result, np.ndarray) else type(result).__name__
     raise ReplayError(
-        f"node {graph.label(node)}: op {op.name!r} ({op.source}): {what} returned {kind}, "
+        f"node {graph.label(node)}: op {op.name!r} ({op.source}): {op.message_name(what)} returned {kind}, "
         "not an array of float64, float32 or int64"
     )
 

@@ -877,9 +877,36 @@ def test_nll_loss_keeps_float32_and_gives_pytorchs_mean_of_no_targets() -> None:
 def test_nll_loss_refuses_with_the_reason(
     logp: np.ndarray, target: np.ndarray, attrs: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(ReplayError) as info:
-        graphsvc.forward(_nll_graph(logp, target, **attrs), registry=builtins())
-    assert str(info.value) == f"node loss: op 'nll_loss' (graphsvc 0.1.0): forward raised ValueError: {message}"
+    """The same words under a backward replay, which computes the node with the op's
+    forward_with_residuals: a builtin op's two forward functions are one to its users."""
+    for replay in (graphsvc.forward, lambda graph, registry: graphsvc.backward(graph, "loss", registry=registry)):
+        with pytest.raises(ReplayError) as info:
+            replay(_nll_graph(logp, target, **attrs), registry=builtins())
+        assert str(info.value) == f"node loss: op 'nll_loss' (graphsvc 0.1.0): forward raised ValueError: {message}"
+
+
+def test_a_builtin_ops_forward_with_residuals_is_named_forward_and_a_plugins_by_its_name() -> None:
+    vjp = lambda g, out, x, residuals=None: (g,)  # noqa: E731
+    for plugin, named in (("graphsvc", "forward"), ("mine", "forward_with_residuals")):
+        registry = OpRegistry()
+        registry.register(
+            Op("fails", 1, forward=np.negative, vjp=vjp, forward_with_residuals=lambda x: 1 / 0), plugin=plugin
+        )
+        registry.register(
+            Op("text", 1, forward=np.negative, vjp=vjp, forward_with_residuals=lambda x: ("abc", None)), plugin=plugin
+        )
+        for op, message in (
+            ("fails", f"node loss: op 'fails' ({plugin}): {named} raised ZeroDivisionError: division by zero"),
+            (
+                "text",
+                f"node loss: op 'text' ({plugin}): {named} returned str, not an array of float64, float32 or int64",
+            ),
+        ):
+            b = GraphBuilder()
+            b.add(op, [b.leaf(np.array([1.0]), name="x")], name="loss")
+            with pytest.raises(ReplayError) as caught:
+                graphsvc.backward(b.build(), output="loss", registry=registry)
+            assert str(caught.value) == message
 
 
 def test_nll_loss_of_no_classes_with_every_target_ignored_is_pytorchs() -> None:
