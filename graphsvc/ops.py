@@ -37,7 +37,8 @@ Any op may instead give a *vector-Jacobian product*, the contract of autograd's 
   ``d out / d input_i`` per input. It receives the output too, so ``tanh`` can use ``1 - out**2`` and
   ``exp`` can use ``out``.
 - Attributes stored with a node (``{"exponent": 2.0}`` on a ``pow`` node) are passed as keyword
-  arguments to both functions.
+  arguments to both functions. Which ones an op takes is read from ``forward``'s signature
+  (:attr:`Op.attributes`): a replay refuses a node giving others, or lacking one without a default.
 - A *vectorized* op (the default) receives float64 numpy arrays holding every node of that op at once
   (one-element arrays along a deep chain, where nodes are replayed one at a time) and may return an
   array or a scalar (a scalar is broadcast: ``add`` returns ``(1.0, 1.0)``). During replay the input
@@ -79,9 +80,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from graphsvc.errors import OpError, ReplayError
-from graphsvc.text import counted, shorten
+from graphsvc.text import ITEM_CHARS, counted, shorten
 
 __all__ = [
+    "Attributes",
     "Op",
     "OpRegistry",
     "UserInterrupt",
@@ -166,6 +168,12 @@ class Op:
             return "vjp"
         return "vectorized" if self.vectorized else "per element"
 
+    @cached_property
+    def attributes(self) -> Attributes:
+        """The attributes a node of this op may and must give, read from its ``forward``'s signature
+        on first use and kept with the op (a replay checks every node's against them)."""
+        return Attributes.of(self)
+
     def __getstate__(self) -> dict[str, Any]:
         """The fields, without what :attr:`tensor_vjp` cached (a closure for a derived VJP)."""
         state = dict(self.__dict__)
@@ -183,6 +191,74 @@ class Op:
         from graphsvc.tensors import elementwise_vjp  # tensors builds on this module
 
         return VJP.of(elementwise_vjp(self))
+
+
+class Attributes(NamedTuple):
+    """The attributes an op takes: the keyword parameters of its ``forward`` after its inputs."""
+
+    #: Their names; ``None`` when it takes any (``**kwargs``, or a signature that cannot be read).
+    names: frozenset[str] | None
+    #: Those without a default, in the signature's order: every node of the op gives them.
+    required: tuple[str, ...]
+
+    @classmethod
+    def of(cls, op: Op) -> Attributes:
+        """Read from ``op.forward``'s signature: the parameters that can be given by keyword, less the
+        first ``arity`` positional ones (its inputs; a variadic op's further positional ones are
+        never required, more inputs may fill them)."""
+        try:
+            parameters = list(inspect.signature(op.forward).parameters.values())  # type: ignore[arg-type]
+        except Exception:  # no forward (a leaf tag), builtins without a signature, odd callables
+            return cls(None, ())
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        inputs = 0
+        while inputs < min(op.arity, len(parameters)) and parameters[inputs].kind in positional:
+            inputs += 1
+        keywords = [
+            p
+            for p in parameters[inputs:]
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        ]
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        required = tuple(
+            p.name
+            for p in keywords
+            if p.default is inspect.Parameter.empty
+            and not (op.variadic and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        )
+        return cls(None if takes_any else frozenset(p.name for p in keywords), required)
+
+    def problem(self, op: Op, attrs: Mapping[str, Any]) -> str | None:
+        """What is wrong with a node's ``attrs`` for ``op``, the op's attributes: ``op 'nll_loss'
+        (graphsvc 0.1.0) has no attribute 'weight' (it takes: ignore_index, reduction)``, or
+        ``None``. Names from a file are quoted by ``repr`` (which escapes what cannot be printed)."""
+        names = self.names
+        unknown = [] if names is None else [name for name in attrs if name not in names]
+        if unknown:
+            takes = f"it takes: {', '.join(sorted(names))}" if names else "it takes none"
+            return f"op {op.name!r} ({op.source}) has no {_attribute_names(unknown)} ({takes})"
+        missing = [name for name in self.required if name not in attrs]
+        if missing:
+            gives = f"the node gives: {', '.join(_quoted(sorted(attrs)))}" if attrs else "the node gives none"
+            return f"op {op.name!r} ({op.source}) needs {_attribute_names(missing)} ({gives})"
+        return None
+
+
+#: How many attribute names a message lists before it says "and N more".
+_LISTED = 10
+
+
+def _quoted(names: Sequence[str]) -> list[str]:
+    """Names from a file as messages show them: ``repr`` (quoted, escaped), each cut, the list cut."""
+    quoted = [shorten(repr(name), ITEM_CHARS) for name in names[:_LISTED]]
+    if len(names) > _LISTED:
+        quoted[-1] += f" and {len(names) - _LISTED:,} more"
+    return quoted
+
+
+def _attribute_names(names: list[str]) -> str:
+    """``attribute 'weight'`` or ``attributes 'a', 'b'``."""
+    return f"attribute{'s' if len(names) > 1 else ''} {', '.join(_quoted(sorted(names)))}"
 
 
 #: The keyword by which a VJP is told which inputs need a cotangent (PyTorch's

@@ -35,8 +35,10 @@ extension off (``GRAPHSVC_JIT=0``: numpy's loops) against with it on; and nan's 
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 from collections.abc import Callable, Mapping
+from itertools import repeat
 from numbers import Real
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
@@ -128,7 +130,51 @@ def resolve_ops(graph: Graph, registry: OpRegistry, engine: Engine | None = None
             f"node {graph.label(node)}: op {op.name} takes {at_least}{counted(op.arity, 'input')} "
             f"but the node has {counted(int(counts[node]), 'parent')}"
         )
+    _check_attributes(graph, ops)
     return ops
+
+
+def _check_attributes(graph: Graph, ops: list[Op | None]) -> None:
+    """Raise :class:`OpError` for the first node whose attributes its op does not take, or that
+    lacks one its op needs (:attr:`graphsvc.ops.Op.attributes`, read once per op). The nodes of one
+    op are checked together, in C loops over their attribute dicts (the union of their names, how
+    many give each name the op needs); only a graph found wrong is walked node by node, to name the
+    first wrong node."""
+    attributes = [None if op is None else op.attributes for op in ops]
+    needing = [code for code, taken in enumerate(attributes) if taken is not None and taken.required]
+    if not graph.attrs and not needing:
+        return
+    codes = graph.op_codes[np.fromiter(graph.attrs, dtype=np.int64, count=len(graph.attrs))]
+    given = list(graph.attrs.values())
+    if len(given) > 1 and codes.min() != codes.max():  # grouped by op code
+        order = np.argsort(codes, kind="stable")
+        given, codes = list(operator.itemgetter(*order.tolist())(given)), codes[order]
+    with_attrs = np.bincount(codes, minlength=len(ops))
+    ends = np.cumsum(with_attrs).tolist()
+    nodes_of_code = np.bincount(graph.op_codes, minlength=len(ops)).tolist() if needing else []
+    wrong: list[int] = []
+    for code in sorted({*np.flatnonzero(with_attrs).tolist(), *needing}):
+        taken = attributes[code]
+        if taken is None:  # a leaf's: kept with the node, given to no function
+            continue
+        group = given[ends[code - 1] if code else 0 : ends[code]]
+        names, required = taken
+        if names is not None and not names.issuperset(frozenset().union(*group)):
+            wrong.append(code)
+        elif any(sum(map(operator.contains, group, repeat(name))) < nodes_of_code[code] for name in required):
+            wrong.append(code)
+    problems = {}  # the first wrong node of each op found wrong, and what is wrong with it
+    for code in wrong:
+        op = ops[code]
+        assert op is not None
+        for node in np.flatnonzero(graph.op_codes == code).tolist():
+            problem = op.attributes.problem(op, graph.attrs.get(node, _NO_ATTRS))
+            if problem is not None:
+                problems[node] = problem
+                break
+    if problems:
+        first = min(problems)
+        raise OpError(f"node {graph.label(first)}: {problems[first]}")
 
 
 #: How many names a message lists before it says "and N more".

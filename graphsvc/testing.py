@@ -29,7 +29,6 @@ dimensions among them) and :func:`reduction_attrs` the ``axis``/``keepdims`` cas
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
 import struct
@@ -254,21 +253,9 @@ def _sample_points(arity: int) -> list[tuple[float, ...]]:
 
 
 def _attribute_samples(op: Op) -> list[dict[str, Any]]:
-    """One attribute dict per value in ATTRIBUTE_SAMPLES for the forward's keywords without a default."""
-    try:
-        parameters = list(inspect.signature(op.forward).parameters.values())  # type: ignore[arg-type]
-    except Exception:  # builtins without an inspectable signature (TypeError, ValueError), odd callables
-        return [{}]
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    inputs = 0
-    while inputs < min(op.arity, len(parameters)) and parameters[inputs].kind in positional:
-        inputs += 1
-    required = [
-        p.name
-        for p in parameters[inputs:]
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        and p.default is inspect.Parameter.empty
-    ]
+    """One attribute dict per value in ATTRIBUTE_SAMPLES for the attributes the op needs (the
+    forward's keywords without a default: :attr:`graphsvc.ops.Op.attributes`)."""
+    required = op.attributes.required
     if not required:
         return [{}]
     return [dict.fromkeys(required, value) for value in ATTRIBUTE_SAMPLES]

@@ -255,7 +255,8 @@ class Value:
 
         ``x.apply("softplus")``, ``a.apply("hypot", b)``, ``x.apply("leaky_relu", alpha=0.1)``.
         Keyword arguments are the op's attributes and are saved with the node. An op the registry
-        does not know, or the wrong number of inputs, raises :class:`~graphsvc.errors.OpError` here.
+        does not know, the wrong number of inputs, or an attribute the op does not take (or lacking
+        one it needs) raises :class:`~graphsvc.errors.OpError` here.
         """
         import numpy as np
 
@@ -270,6 +271,9 @@ class Value:
                 f"op {op_name!r} ({op.source}) takes {counted(op.arity, 'input')}, "
                 f"got {len(parents)} (this value and {len(others)} more)"
             )
+        problem = op.attributes.problem(op, attrs)
+        if problem is not None:
+            raise OpError(problem)
         result = evaluate(op, [np.array([p.data], dtype=np.float64) for p in parents], attrs)
         return Value(float(result[0]), None, op_name, parents, dict(attrs) or None)
 

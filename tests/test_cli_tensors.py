@@ -277,3 +277,17 @@ def test_set_notes_a_tensor_leaf_given_another_dtype_or_shape(tmp_path: Path) ->
     code, out, err = run("forward", str(path), "--set", f"w={tmp_path / 'flat.npy'}", "--set", "L=1")
     assert code == 2
     assert err.splitlines()[0] == "Note: --set w: f32[3] replaces the file's f32[2,1]"
+
+
+def test_an_attribute_the_op_does_not_take_is_one_line_under_forward_and_backward(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    logp, target = b.leaf(np.zeros((2, 3)), name="logp"), b.const(np.array([0, 1]), name="target")
+    b.add("nll_loss", [logp, target], attrs={"weight": [1.0, 2.0, 3.0]}, name="loss")
+    fmt.save(b.build(), tmp_path / "loss.msgpack")
+    for command in ("forward", "backward"):
+        assert run(command, str(tmp_path / "loss.msgpack")) == (
+            4,
+            "",
+            "Error: node loss: op 'nll_loss' (graphsvc 0.1.0) has no attribute 'weight' "
+            "(it takes: ignore_index, reduction)\n",
+        )

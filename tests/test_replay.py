@@ -183,6 +183,87 @@ def test_a_large_graph_names_the_same_node_with_the_wrong_parent_count(registry:
             replay.backward(graph, registry, graph.num_nodes - 1, engine=engine)
 
 
+@pytest.mark.parametrize(
+    ("tag", "attrs", "message"),
+    [
+        ("exp", {"base": 2.0}, "node bad: op 'exp' (graphsvc 0.1.0) has no attribute 'base' (it takes none)"),
+        ("pow", {"exp": 2.0}, "node bad: op 'pow' (graphsvc 0.1.0) has no attribute 'exp' (it takes: exponent)"),
+        (
+            "pow",
+            {"exponent": 2.0, "b": 1, "a": 1},
+            "node bad: op 'pow' (graphsvc 0.1.0) has no attributes 'a', 'b' (it takes: exponent)",
+        ),
+        (
+            "exp",
+            {"\x1b[31mred": 1},  # a name from a file, escaped by repr
+            "node bad: op 'exp' (graphsvc 0.1.0) has no attribute '\\x1b[31mred' (it takes none)",
+        ),
+        ("pow", None, "node bad: op 'pow' (graphsvc 0.1.0) needs attribute 'exponent' (the node gives none)"),
+    ],
+)
+def test_a_nodes_attributes_are_those_its_op_takes(
+    registry: OpRegistry, tag: str, attrs: dict[str, object] | None, message: str
+) -> None:
+    """Checked before any work, on every engine, forward and backward, in one line naming the node
+    and the attributes the op takes (read from its forward's signature), not as Python's TypeError."""
+    g = GraphBuilder()
+    x = g.leaf(2.0)
+    for i in range(kernels.JIT_THRESHOLD + 10):  # large enough for the compiled sweeps
+        x = g.add("pow", [x], attrs={"exponent": 1.0}, name=f"p{i}")
+    g.add(tag, [x], attrs=attrs, name="bad")
+    g.add("exp", [x], attrs={"other": 1}, name="later")  # the first wrong node is named
+    graph = g.build()
+    for engine in (kernels.engine_for(graph.num_nodes), REFERENCE):
+        with pytest.raises(OpError) as info:
+            replay.forward(graph, registry, engine=engine)
+        assert str(info.value) == message
+        with pytest.raises(OpError) as info:
+            replay.backward(graph, registry, graph.num_nodes - 1, engine=engine)
+        assert str(info.value) == message
+
+
+def test_a_pow_node_without_its_exponent_is_refused_not_raised_to_the_power_0(registry: OpRegistry) -> None:
+    """The compiled sweep took a missing exponent as 0 (1.0 for any x) when another pow node gave
+    one, and stopped on an internal error when none did."""
+    for first in ({"exponent": 2.0}, None):
+        g = GraphBuilder()
+        x = g.leaf(3.0)
+        for _ in range(kernels.JIT_THRESHOLD):
+            x = g.add("add", [x, g.const(0.0)])
+        g.add("pow", [g.add("pow", [x], attrs=first, name="q")], name="p")
+        with pytest.raises(OpError) as info:
+            replay.forward(g.build(), registry)
+        bad = "p" if first else "q"
+        assert (
+            str(info.value) == f"node {bad}: op 'pow' (graphsvc 0.1.0) needs attribute 'exponent' (the node gives none)"
+        )
+
+
+def test_a_plugin_ops_attributes_come_from_its_forwards_signature() -> None:
+    def scaled(x: object, *, factor: float, offset: float = 0.0) -> object:
+        return x
+
+    registry = OpRegistry()
+    registry.register(Op("scaled", 1, scaled, lambda x, out, **attrs: (1.0,)), plugin="demo", plugin_version="1.0")
+    registry.register(Op("anything", 1, lambda x, **attrs: x, lambda x, out, **attrs: (1.0,)), plugin="demo")
+    registry.register(Op("ufunc", 1, np.negative, lambda x, out: (-1.0,)), plugin="demo")  # no signature to read
+    for tag, attrs, message in (
+        ("scaled", {"factor": 2.0, "offset": 1.0}, None),
+        ("scaled", {"offset": 1.0}, "op 'scaled' (demo 1.0) needs attribute 'factor' (the node gives: 'offset')"),
+        ("scaled", {"factor": 2.0, "x": 1}, "op 'scaled' (demo 1.0) has no attribute 'x' (it takes: factor, offset)"),
+        ("anything", {"whatever": 1}, None),  # **attrs: it takes any
+        ("ufunc", {"dtype": "float64"}, None),  # taken on trust
+    ):
+        g = GraphBuilder()
+        g.add(tag, [g.leaf(1.0)], attrs=attrs, name="n")
+        if message is None:
+            replay.forward(g.build(), registry)
+            continue
+        with pytest.raises(OpError) as info:
+            replay.forward(g.build(), registry)
+        assert str(info.value) == f"node n: {message}"
+
+
 def test_an_op_that_raises_is_named_with_its_plugin_and_node() -> None:
     def broken(x: object) -> object:
         raise ZeroDivisionError("boom")

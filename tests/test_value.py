@@ -285,6 +285,12 @@ def test_apply_errors_name_the_op_at_the_call() -> None:
         x.apply("add")
     with pytest.raises(OpError, match="op 'leaf' is a leaf tag"):
         x.apply("leaf")
+    with pytest.raises(OpError) as info:
+        x.apply("pow", exp=2.0)
+    assert str(info.value) == "op 'pow' (graphsvc 0.1.0) has no attribute 'exp' (it takes: exponent)"
+    with pytest.raises(OpError) as info:
+        x.apply("pow")
+    assert str(info.value) == "op 'pow' (graphsvc 0.1.0) needs attribute 'exponent' (the node gives none)"
 
 
 # -- trace ---------------------------------------------------------------------------------------------
