@@ -21,8 +21,11 @@ from graphsvc.graph import Graph
 from graphsvc.layout import (
     ALIGNMENT,
     ATTRS_KEY,
+    COLUMN_DATA_KEY,
+    COLUMN_DTYPE_KEY,
     COLUMN_DTYPES,
     COLUMN_FIELDS,
+    COLUMN_LENGTH_KEY,
     COLUMNS,
     COUNT,
     DATA_KEY,
@@ -81,17 +84,16 @@ def _encode_head(graph: Graph, pack: Any, tensors: bool) -> Iterator[bytes | mem
     yield key(OPS_KEY) + pack(document.op_entries(graph))
     columns = document.columns(graph)
     yield key(NODES_KEY) + map_header(len(columns) + 1) + key(COUNT) + pack(graph.num_nodes)
-    dtype_key, length_key, data_key = COLUMN_FIELDS
     for name, array in columns:
         payload = array.view("u1").data
         yield (
             key(name)
             + map_header(len(COLUMN_FIELDS))
-            + key(dtype_key)
+            + key(COLUMN_DTYPE_KEY)
             + pack(COLUMN_DTYPES[name].str)
-            + key(length_key)
+            + key(COLUMN_LENGTH_KEY)
             + pack(len(array))
-            + key(data_key)
+            + key(COLUMN_DATA_KEY)
             + _bin_header(len(payload))
         )
         yield payload

@@ -27,19 +27,25 @@ from graphsvc.kernels import compiled_checks
 from graphsvc.layout import (
     ALIGNMENT,
     CANONICAL_NAN_BITS,
+    COLUMN_DTYPE_KEY,
     COLUMN_DTYPES,
+    COLUMN_LENGTH_KEY,
     COLUMNS,
     DEFAULT_LIMITS,
     DTYPE_NAMES,
     FORMAT_NAME,
     KEYS,
     MAX_ARRAY_BYTES,
-    OP_FIELDS,
+    OP_PLUGIN_KEY,
+    OP_TAG_KEY,
+    OP_VERSION_KEY,
     OPTIONAL_COLUMN,
     READ_MAJORS,
     REQUIRED_KEYS_2,
     TENSOR_DTYPES,
     WHICH,
+    WHICH_GRAD,
+    WHICH_VALUE,
     Limits,
     aligned,
 )
@@ -55,7 +61,7 @@ def op_entries(graph: Graph) -> list[dict[str, Any]]:
     entries = []
     for tag in graph.op_table:
         source = graph.op_sources.get(tag) or OpSource()
-        entries.append({"tag": tag, "plugin": source.plugin, "version": source.version})
+        entries.append({OP_TAG_KEY: tag, OP_PLUGIN_KEY: source.plugin, OP_VERSION_KEY: source.version})
     return entries
 
 
@@ -120,11 +126,10 @@ def stored_arrays(graph: Graph) -> list[Stored]:
     at the first multiple of :data:`ALIGNMENT` after the one before it."""
     stored: list[Stored] = []
     end = 0
-    value, grad = WHICH
     for node, which in sorted([(node, 0) for node in graph.arrays] + [(node, 1) for node in graph.grad_arrays]):
         array = graph.grad_arrays[node] if which else graph.arrays[node]
         offset = aligned(end)
-        stored.append(Stored(node, grad if which else value, array, offset))
+        stored.append(Stored(node, WHICH[which], array, offset))
         end = offset + array.nbytes
     return stored
 
@@ -364,11 +369,11 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
 def _read_column(nodes: dict[str, Any], key: str, expected_length: int | None) -> npt.NDArray[Any]:
     where = f"nodes.{key}"
     column = expect(nodes.get(key), dict, where)
-    dtype_name = expect(column.get("dtype"), str, f"{where}.dtype")
+    dtype_name = expect(column.get(COLUMN_DTYPE_KEY), str, f"{where}.dtype")
     expected_dtype = COLUMN_DTYPES[key]
     if dtype_name != expected_dtype.str:
         raise FormatError(f"{where}.dtype is {dtype_name!r}, but version 1 requires {expected_dtype.str!r}")
-    length = expect(column.get("length"), int, f"{where}.length")
+    length = expect(column.get(COLUMN_LENGTH_KEY), int, f"{where}.length")
     if length < 0:
         raise FormatError(f"{where}.length is negative ({length})")
     if expected_length is not None and length != expected_length:
@@ -407,7 +412,7 @@ def _read_version(doc: dict[str, Any]) -> tuple[int, int]:
 
 #: The ``plugin`` and ``version`` of an op table entry: a str or nil.
 _STR_OR_NIL = frozenset({str, type(None)})
-_TAG, _PLUGIN, _VERSION = (operator.methodcaller("get", field) for field in OP_FIELDS)
+_TAG, _PLUGIN, _VERSION = (operator.methodcaller("get", field) for field in (OP_TAG_KEY, OP_PLUGIN_KEY, OP_VERSION_KEY))
 
 
 def _read_ops(doc: dict[str, Any]) -> tuple[list[str], dict[str, OpSource]]:
@@ -429,11 +434,11 @@ def _read_ops(doc: dict[str, Any]) -> tuple[list[str], dict[str, OpSource]]:
     sources: dict[str, OpSource] = {}
     for i, entry in enumerate(ops):
         entry = expect(entry, dict, f"ops[{i}]")
-        tag = expect(entry.get("tag"), str, f"ops[{i}].tag")
+        tag = expect(entry.get(OP_TAG_KEY), str, f"ops[{i}].tag")
         if not tag:
             raise FormatError(f"ops[{i}].tag is an empty string")
-        plugin = entry.get("plugin")
-        version = entry.get("version")
+        plugin = entry.get(OP_PLUGIN_KEY)
+        version = entry.get(OP_VERSION_KEY)
         if plugin is not None:
             expect(plugin, str, f"ops[{i}].plugin")
         if version is not None:
@@ -597,9 +602,9 @@ def _read_tensor_entry(
         raise FormatError(
             f"tensors[{i}] refers to node {node}, which does not exist (the graph has {counted(count, 'node')})"
         )
-    if which_name == "value":
+    if which_name == WHICH_VALUE:
         which = 0
-    elif which_name == "grad":
+    elif which_name == WHICH_GRAD:
         which = 1
     else:
         raise FormatError(f'tensors[{i}][1] must be "value" or "grad", not {shown(which_name)}')

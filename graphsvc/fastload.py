@@ -33,9 +33,12 @@ import numpy as np
 from graphsvc.layout import (
     ARRAY,
     BIN,
+    COLUMN_DATA_KEY,
+    COLUMN_DTYPE_KEY,
     COLUMN_DTYPES,
     COLUMN_FIELD_TYPES,
     COLUMN_FIELDS,
+    COLUMN_LENGTH_KEY,
     COUNT,
     DATA_KEY,
     FALSE,
@@ -505,7 +508,7 @@ def _scan_nodes(
 #: Each column's bytes from its map header to its length's value, and the ``data`` key, as graphsvc
 #: writes them: matched whole, a canonical column takes a few reads instead of one per item.
 _COLUMN_HEADS = {name: column_head(name) for name in COLUMN_DTYPES}
-_COLUMN_DATA_KEY = key_bytes(COLUMN_FIELDS[2])
+_COLUMN_DATA_KEY = key_bytes(COLUMN_DATA_KEY)
 
 
 def _canonical_column(cursor: _Cursor, name: str) -> ColumnSpan | None:
@@ -543,8 +546,7 @@ def _scan_column(cursor: _Cursor, key: str, max_string_length: int) -> ColumnSpa
             cursor.skip(size)
         else:
             found[field] = cursor.number(family)
-    dtype_field, length_field, _ = COLUMN_FIELDS
-    dtype, length = found[dtype_field], found[length_field]
+    dtype, length = found[COLUMN_DTYPE_KEY], found[COLUMN_LENGTH_KEY]
     assert isinstance(dtype, str) and isinstance(length, int)
     return ColumnSpan(key, dtype, length, *payload)
 

@@ -42,8 +42,10 @@ TENSOR_KEYS = (TENSORS_KEY, PAD_KEY, DATA_KEY)
 KEYS_2 = (FORMAT_KEY, VERSION_KEY, OPS_KEY, NODES_KEY, *TENSOR_KEYS, NAMES_KEY, ATTRS_KEY, OUTPUTS_KEY, METADATA_KEY)
 #: The keys version 2.0 requires.
 REQUIRED_KEYS_2 = (*KEYS, TENSORS_KEY, DATA_KEY)
+#: An op table entry's keys (§3): its tag, the plugin that provides it and that plugin's version.
+OP_TAG_KEY, OP_PLUGIN_KEY, OP_VERSION_KEY = "tag", "plugin", "version"
 #: An op table entry's keys, in order.
-OP_FIELDS = ("tag", "plugin", "version")
+OP_FIELDS = (OP_TAG_KEY, OP_PLUGIN_KEY, OP_VERSION_KEY)
 
 # -- nodes: the count, then the columns -----------------------------------------------------------
 #: ``nodes``' first key: the number of nodes (a uint).
@@ -60,16 +62,20 @@ COLUMN_DTYPES: dict[str, np.dtype[Any]] = {
     "values": FLOAT_DTYPE,
     "grads": FLOAT_DTYPE,
 }
-#: A column map's keys, in order: the dtype's name (str), the item count (uint), the payload (bin).
-COLUMN_FIELDS = ("dtype", "length", "data")
+#: A column map's keys (§4): the dtype's name (str), the item count (uint), the payload (bin).
+COLUMN_DTYPE_KEY, COLUMN_LENGTH_KEY, COLUMN_DATA_KEY = "dtype", "length", "data"
+#: A column map's keys, in order.
+COLUMN_FIELDS = (COLUMN_DTYPE_KEY, COLUMN_LENGTH_KEY, COLUMN_DATA_KEY)
 
 # -- version 2.0's arrays -------------------------------------------------------------------------
 #: A stored array's dtype, by its name in the tensor table (safetensors' names): little-endian.
 TENSOR_DTYPES: dict[str, np.dtype[Any]] = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "I64": np.dtype("<i8")}
 #: ``(dtype.kind, dtype.itemsize)`` -> the dtype's name in the tensor table.
 DTYPE_NAMES = {(dtype.kind, dtype.itemsize): name for name, dtype in TENSOR_DTYPES.items()}
-#: A tensor table entry's ``which``: a node's value, or its gradient (in this order).
-WHICH = ("value", "grad")
+#: A tensor table entry's ``which`` (§15.2): a node's value, or its gradient.
+WHICH_VALUE, WHICH_GRAD = "value", "grad"
+#: The ``which`` names by their code: 0 for a value, 1 for a gradient.
+WHICH = (WHICH_VALUE, WHICH_GRAD)
 #: Every payload starts at a multiple of this many bytes, counted from the data section's start,
 #: which itself starts at a multiple of it in the file.
 ALIGNMENT = 64
@@ -164,9 +170,10 @@ def pad_and_data_header(written: int, data_size: int) -> bytes:
 def column_head(name: str) -> bytes:
     """The bytes of a canonical column map (§4, §8) from its map header up to its ``length``'s value:
     the same for every file, as its dtype is the one the layout requires."""
-    dtype_key, length_key, _ = COLUMN_FIELDS
     dtype = COLUMN_DTYPES[name].str.encode()
-    return MAP.header(len(COLUMN_FIELDS)) + key(dtype_key) + STR.header(len(dtype)) + dtype + key(length_key)
+    return (
+        MAP.header(len(COLUMN_FIELDS)) + key(COLUMN_DTYPE_KEY) + STR.header(len(dtype)) + dtype + key(COLUMN_LENGTH_KEY)
+    )
 
 
 def bin_header(length: int) -> bytes:
