@@ -13,6 +13,12 @@
 #include <Python.h>
 #include <stdint.h>
 
+/* ``one`` for a count of 1, else ``many``: the noun after a count in a message, as
+ * graphsvc.text.counted words it ("1 item", "7 items", "1 entry"). */
+static inline const char *graphsvc_noun(Py_ssize_t count, const char *one, const char *many) {
+    return count == 1 ? one : many;
+}
+
 /* A C-contiguous buffer argument with items of ``itemsize`` bytes (writable if asked): 0 on
  * success, -1 with an exception set. Release it with PyBuffer_Release. */
 static inline int graphsvc_buffer(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, int writable,
@@ -22,7 +28,8 @@ static inline int graphsvc_buffer(PyObject *object, Py_buffer *view, Py_ssize_t 
         return -1;
     }
     if (view->itemsize != itemsize) {
-        PyErr_Format(PyExc_TypeError, "%s: items of %zd bytes, not %zd", name, view->itemsize, itemsize);
+        PyErr_Format(PyExc_TypeError, "%s: items of %zd %s, not %zd", name, view->itemsize,
+                     graphsvc_noun(view->itemsize, "byte", "bytes"), itemsize);
         PyBuffer_Release(view);
         return -1;
     }

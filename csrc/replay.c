@@ -49,7 +49,9 @@ static int take_params(PyObject *object, Py_ssize_t n, params_arg *params) {
     if (object == NULL || object == Py_None) return 0;
     if (graphsvc_buffer(object, &params->view, 8, 0, "params") < 0) return -1;
     if (params->view.len / 8 != n) {
-        PyErr_Format(PyExc_ValueError, "params: %zd items, expected one per node (%zd)", params->view.len / 8, n);
+        Py_ssize_t length = params->view.len / 8;
+        PyErr_Format(PyExc_ValueError, "params: %zd %s, expected one per node (%zd)", length,
+                     graphsvc_noun(length, "item", "items"), n);
         PyBuffer_Release(&params->view);
         return -1;
     }
@@ -97,7 +99,8 @@ static int take(graphsvc_buffers *held, PyObject *object, Py_ssize_t itemsize, i
 
 /* A ValueError saying a length is wrong; returns -1. */
 static int wrong_length(const char *name, Py_ssize_t length, const char *expected, Py_ssize_t value) {
-    PyErr_Format(PyExc_ValueError, "%s: %zd items, expected %s (%zd)", name, length, expected, value);
+    PyErr_Format(PyExc_ValueError, "%s: %zd %s, expected %s (%zd)", name, length, graphsvc_noun(length, "item", "items"),
+                 expected, value);
     return -1;
 }
 
@@ -111,8 +114,9 @@ static Py_ssize_t take_columns(graphsvc_buffers *held, PyObject *offsets_object,
     if (offsets_length < 1) return wrong_length("offsets", offsets_length, "at least", 1);
     Py_ssize_t n = offsets_length - 1;
     if ((*offsets)[0] < 0 || (*offsets)[n] > parents_length) {
-        PyErr_Format(PyExc_ValueError, "offsets: run from %lld to %lld, outside the %zd parents",
-                     (long long)(*offsets)[0], (long long)(*offsets)[n], parents_length);
+        PyErr_Format(PyExc_ValueError, "offsets: run from %lld to %lld, outside the %zd %s",
+                     (long long)(*offsets)[0], (long long)(*offsets)[n], parents_length,
+                     graphsvc_noun(parents_length, "parent", "parents"));
         return -1;
     }
     return n;

@@ -347,7 +347,8 @@ static Cell *cells_of(PyObject *sequence, Py_ssize_t expected, PyObject *keep, i
     if (kept < 0) return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(items_tuple);
     if (expected >= 0 && n != expected) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd items for %zd nodes", what, n, expected);
+        PyErr_Format(PyExc_ValueError, "%s: %zd %s for %zd %s", what, n, graphsvc_noun(n, "item", "items"), expected,
+                     graphsvc_noun(expected, "node", "nodes"));
         return NULL;
     }
     Cell *cells = PyMem_Malloc(sizeof(Cell) * (size_t)(n ? n : 1));
@@ -418,7 +419,9 @@ static int take(Chunk *c, PyObject *ids, PyObject *op_codes, PyObject *offsets, 
     c->nodes = c->op_codes.len / 2;
     c->slots = c->parents.len / 4;
     if (c->offsets.len / 8 != c->nodes + 1) {
-        PyErr_Format(PyExc_ValueError, "offsets: %zd items for %zd nodes (not N + 1)", c->offsets.len / 8, c->nodes);
+        Py_ssize_t length = c->offsets.len / 8;
+        PyErr_Format(PyExc_ValueError, "offsets: %zd %s for %zd %s (not N + 1)", length,
+                     graphsvc_noun(length, "item", "items"), c->nodes, graphsvc_noun(c->nodes, "node", "nodes"));
         return -1;
     }
     if (names != Py_None) {

@@ -42,7 +42,8 @@ static int take(graphsvc_buffers *held, PyObject *object, Py_ssize_t itemsize, i
 
 static PyObject *wrong_length(graphsvc_buffers *held, const char *name, Py_ssize_t got, Py_ssize_t expected) {
     graphsvc_release(held);
-    return PyErr_Format(PyExc_ValueError, "%s: %zd entries, expected %zd", name, got, expected);
+    return PyErr_Format(PyExc_ValueError, "%s: %zd %s, expected %zd", name, got, graphsvc_noun(got, "entry", "entries"),
+                        expected);
 }
 
 /* pairs[2 * node] and pairs[2 * node + 1]: the node's parents side by side (-1 where it has fewer

@@ -852,7 +852,9 @@ static PyObject *add_grads(PyObject *self, PyObject *args) {
     const double *grad = view.buf;
     Py_ssize_t n = view.len / 8;
     if (n != PyList_GET_SIZE(nodes)) {
-        PyErr_Format(PyExc_ValueError, "%zd nodes but %zd gradients", PyList_GET_SIZE(nodes), n);
+        Py_ssize_t count = PyList_GET_SIZE(nodes);
+        PyErr_Format(PyExc_ValueError, "%zd %s but %zd %s", count, graphsvc_noun(count, "node", "nodes"), n,
+                     graphsvc_noun(n, "gradient", "gradients"));
         PyBuffer_Release(&view);
         return NULL;
     }

@@ -41,6 +41,8 @@ def test_a_buffer_of_the_wrong_item_size_is_refused() -> None:
     offsets = np.array([0, 0], dtype=np.int32)  # offsets are int64
     with pytest.raises(TypeError, match=r"^offsets: items of 4 bytes, not 8$"):
         _ctopo.levels(offsets, np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64))
+    with pytest.raises(TypeError, match=r"^offsets: items of 1 byte, not 8$"):  # one, as text.counted words it
+        _ctopo.levels(offsets.astype(np.uint8), np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64))
     readonly = np.zeros(1, dtype=np.int64)
     readonly.setflags(write=False)
     with pytest.raises(ValueError, match="read-only"):  # a result must be writable

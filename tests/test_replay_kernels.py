@@ -411,8 +411,14 @@ def test_wrong_arguments_are_errors_not_wild_memory_accesses() -> None:
         _creplay.forward_all_primitives(codes, np.array([0], dtype=np.int8), offsets, parents, values)
     with pytest.raises(ValueError, match=r"^values: 3 items, expected one per node"):
         _creplay.forward_all_primitives(codes, np.array([0, 5], dtype=np.int8), offsets, parents, np.zeros(3))
+    with pytest.raises(ValueError, match=r"^values: 1 item, expected one per node \(one more for offsets\) \(2\)$"):
+        _creplay.forward_all_primitives(codes, np.array([0, 5], dtype=np.int8), offsets, parents, np.zeros(1))
     with pytest.raises(ValueError, match=r"^offsets: run from 0 to 1, outside the 0 parents$"):
         _creplay.forward_all_primitives(codes, np.array([0, 5], dtype=np.int8), offsets, parents[:0], values)
+    with pytest.raises(ValueError, match=r"^offsets: run from 0 to 2, outside the 1 parent$"):
+        _creplay.forward_all_primitives(
+            codes, np.array([0, 5], dtype=np.int8), np.array([0, 0, 2]), np.zeros(1, np.int32), values
+        )
     with pytest.raises(ValueError, match=r"^output 2 is not a node of this graph of 2$"):
         _creplay.backward_sweep(offsets, parents, np.ones(1), np.array([1]), 2, np.zeros(2))
     with pytest.raises(ValueError, match=r"^nodes: 5 is not a node of this graph of 2$"):
@@ -473,7 +479,7 @@ def test_a_primitive_with_a_parameter_needs_the_params(native: Any) -> None:
     kinds = np.array([0, pow_], dtype=np.int8)
     with pytest.raises(ValueError, match=r"^params: node 1 is a primitive with a parameter \(code 6\), but no params"):
         native.forward_primitives(nodes, kinds, offsets, parents, values, 0)
-    with pytest.raises(ValueError, match=r"^params: 1 items, expected one per node \(2\)$"):
+    with pytest.raises(ValueError, match=r"^params: 1 item, expected one per node \(2\)$"):
         native.forward_primitives(nodes, kinds, offsets, parents, values, 0, np.ones(1))
     assert native.forward_primitives(nodes, kinds, offsets, parents, values, 0, np.array([0.0, 3.0])) == 1
     assert values.tolist() == [3.0, 27.0]

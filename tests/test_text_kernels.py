@@ -248,8 +248,10 @@ def test_bad_columns_are_refused() -> None:
         _ctext.text_chunk(np.array([1]), np.array([0, 1], np.uint16), offsets, parents, None, ["leaf"], None, None)
     with pytest.raises(TypeError, match=r"^values: items of format 'l', not one of 'd'$"):
         _ctext.text_chunk(np.array([0]), codes, offsets, parents, None, ["leaf"], np.zeros(2, np.int64), None)
-    with pytest.raises(ValueError, match=r"^names: 2 items for 1 nodes$"):
+    with pytest.raises(ValueError, match=r"^names: 2 items for 1 node$"):
         _ctext.json_chunk(np.array([0]), codes, offsets, parents, ["a", "b"], ["leaf"], None, None, False)
+    with pytest.raises(ValueError, match=r"^offsets: 3 items for 1 node \(not N \+ 1\)$"):
+        _ctext.json_chunk(np.array([0]), codes[:1], offsets, parents, ["a"], ["leaf"], None, None, False)
 
 
 def test_names_and_tags_from_any_iterable_stay_alive_while_the_chunk_is_written() -> None:

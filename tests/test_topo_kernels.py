@@ -289,6 +289,8 @@ def test_the_structure_check_refuses_offsets_of_the_wrong_length(c: Any) -> None
     assert not c.structure_ok(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), graph.op_codes[:0], 2, leaf)
     with pytest.raises(ValueError, match=r"^is_leaf_code: 2 entries, expected 3$"):
         c.structure_ok(graph.parent_offsets, graph.parent_indices, graph.op_codes, 3, leaf)
+    with pytest.raises(ValueError, match=r"^is_leaf_code: 1 entry, expected 3$"):
+        c.structure_ok(graph.parent_offsets, graph.parent_indices, graph.op_codes, 3, leaf[:1])
 
 
 def test_graph_check_runs_the_c_kernel_and_names_the_broken_rule(c: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -431,7 +431,7 @@ def test_trace_and_backward_use_the_c_walk(native: ModuleType, monkeypatch: pyte
 
 
 def test_add_grads_checks_its_arguments(native: ModuleType) -> None:
-    with pytest.raises(ValueError, match=r"^2 nodes but 1 gradients$"):
+    with pytest.raises(ValueError, match=r"^2 nodes but 1 gradient$"):
         native.add_grads([Value(1.0), Value(2.0)], np.zeros(1))
     with pytest.raises(TypeError, match=r"^grads: items of 4 bytes, not 8$"):
         native.add_grads([Value(1.0)], np.zeros(1, dtype=np.float32))
