@@ -1070,9 +1070,9 @@ class _ScalarCells:
 
 class _TensorCells:
     """The nodes of a tensor graph as forward and backward list them: each array summarized
-    (graphsvc.tensors.summary: dtype, shape, mean, largest magnitude), left-aligned in a table; in
-    --json as graphsvc.tensors.json_cell gives it, with every element when ``data``; a step gives
-    the shape and norm of what it sends each parent."""
+    (graphsvc.tensors.summary: dtype, shape, mean, largest magnitude; min and max for integers),
+    left-aligned in a table; in --json as graphsvc.tensors.json_cell gives it (the same numbers),
+    with every element when ``data``; a step gives the shape and norm of what it sends each parent."""
 
     align = "left"
 

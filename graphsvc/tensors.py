@@ -661,8 +661,9 @@ def node_cells(graph: Graph, node: int, values: Replayed, grads: Replayed | None
 
 
 def json_cell(array: np.ndarray | None, data: bool) -> Any:
-    """A value or gradient in a ``--json`` listing: a float for a float64 scalar (nan and the
-    infinities as strings), else ``{"dtype", "shape", "mean", "max_abs"}`` and, with ``data``,
+    """A value or gradient in a ``--json`` listing, what :func:`summary` shows: a float for a float64
+    scalar (nan and the infinities as strings), else ``{"dtype", "shape", "mean", "max_abs"}``
+    (``"min"`` and ``"max"`` for integers; neither for an empty array) and, with ``data``,
     ``"data"`` as nested lists."""
     from graphsvc.jsonio import json_float
 
@@ -671,7 +672,9 @@ def json_cell(array: np.ndarray | None, data: bool) -> Any:
     if array.ndim == 0 and array.dtype == FLOAT_DTYPE:
         return json_float(float(array))
     cell: dict[str, Any] = {"dtype": str(array.dtype), "shape": list(array.shape)}
-    if array.size and array.dtype != _INDEX_DTYPE:
+    if array.size and array.dtype == _INDEX_DTYPE:
+        cell["min"], cell["max"] = int(array.min()), int(array.max())
+    elif array.size:
         with np.errstate(all="ignore"):
             cell["mean"] = json_float(float(np.mean(array, dtype=np.float64)))
             cell["max_abs"] = json_float(float(np.max(np.abs(array))))

@@ -169,6 +169,39 @@ def test_forward_json(tensor_file: str) -> None:
     )
 
 
+def test_json_gives_the_numbers_the_listing_shows_for_integers_too(tmp_path: Path) -> None:
+    """int64 arrays: min and max in the text, the same in --json (a 0-d one: its number; an empty
+    one: dtype and shape alone)."""
+    b = GraphBuilder()
+    logp = b.leaf(np.log(np.full((3, 2), 0.5)), name="logp")
+    b.add("take", [b.add("amax", [logp], name="m"), b.const(np.array([], dtype=np.int64), name="none")])
+    b.add("nll_loss", [logp, b.const(np.array([1, 0, -100]), name="target")], name="loss")
+    b.const(np.array(7), name="seven")
+    fmt.save(b.build(), tmp_path / "ints.msgpack")
+    code, out, err = run("forward", str(tmp_path / "ints.msgpack"))
+    assert (code, err) == (0, "")
+    assert [line.split("\t")[4] for line in out.splitlines()] == [
+        "i64[] 7",
+        "0.6931471805599453",
+        "i64[3] min=-100 max=1",
+        "f64[0]",
+        "i64[0]",
+        "-0.6931471805599453",
+        "f64[3,2] mean=-0.693147 max|x|=0.693147",
+    ]
+    code, out, err = run("forward", str(tmp_path / "ints.msgpack"), "--json")
+    assert (code, err) == (0, "")
+    assert [node["value"] for node in json.loads(out)["nodes"]] == [
+        {"dtype": "int64", "shape": [], "min": 7, "max": 7},
+        0.6931471805599453,
+        {"dtype": "int64", "shape": [3], "min": -100, "max": 1},
+        {"dtype": "float64", "shape": [0]},
+        {"dtype": "int64", "shape": [0]},
+        -0.6931471805599453,
+        {"dtype": "float64", "shape": [3, 2], "mean": -0.6931471805599453, "max_abs": 0.6931471805599453},
+    ]
+
+
 def test_backward_json_with_steps_and_check(tensor_file: str) -> None:
     assert run("backward", SEED004, "--steps", "--json", "--check") == (
         0,
