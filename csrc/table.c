@@ -12,6 +12,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <string.h>
 
 /* The most dimensions a shape may have: graphsvc.graph.MAX_DIMENSIONS. The module exports it as
  * MAX_DIMENSIONS, and tests/test_format_v2.py holds the two equal. */
@@ -167,6 +168,324 @@ done:
     return result;
 }
 
+/* -- the header walk: graphsvc/fastload.py's scan, over the bytes in memory ------------------------
+ *
+ * The twin of fastload.scan for the bytes of a file that are in memory (its first 64 KiB, or all of
+ * it): finds the entries before ``nodes``, ``nodes``' count and columns, and version 2.0's tensor
+ * table, pad and data section, and returns where each is; or None ("look closer": fastload.scan
+ * walks it in Python, reading past the window, and decides). It accepts a subset of what the
+ * Python walk accepts: every header it reads lies within the window, keys are ASCII, a value it
+ * steps over nests at most SKIP_DEPTH levels and takes at most SKIP_BYTES bytes; the tests hold it
+ * to the Python walk on the shipped files and on hostile ones. The msgpack type bytes are spelt
+ * here as graphsvc/layout.py's Family tables name them (this file cannot import that module). */
+
+/* How deep a value stepped over may nest, and how many bytes it may take (msgpack's own skip, which
+ * the Python walk uses, allows 128 levels and 64 MiB: this walk refuses sooner, never later). */
+#define SKIP_DEPTH 16
+#define SKIP_BYTES (16LL << 20)
+
+typedef struct {
+    const unsigned char *buf;
+    long long len;  /* the bytes in memory: the file's first ``len`` */
+    long long size; /* the file's size */
+    long long pos;
+    long long budget; /* msgpack items left to step over (fastload's _SKIP_BUDGET) */
+    Py_ssize_t max_string;
+} Walk;
+
+enum { UINT_FAMILY, STR_FAMILY, BIN_FAMILY, ARRAY_FAMILY, MAP_FAMILY };
+
+/* The big-endian number of ``width`` bytes at the position (within the window), moving past it. */
+static int walk_be(Walk *w, int width, unsigned long long *out) {
+    if (w->pos < 0 || w->pos + width > w->len) return 0;
+    unsigned long long value = 0;
+    for (int k = 0; k < width; k++) value = (value << 8) | w->buf[w->pos + k];
+    w->pos += width;
+    *out = value;
+    return 1;
+}
+
+/* A header of ``family`` (fix or sized form): its number (a count, a size, a uint's value). */
+static int walk_number(Walk *w, int family, unsigned long long *out) {
+    if (w->pos < 0 || w->pos >= w->len) return 0;
+    unsigned char first = w->buf[w->pos++];
+    int width = 0;
+    switch (family) {
+    case UINT_FAMILY:
+        if (first <= 0x7f) return (*out = first), 1;
+        width = first == 0xcc ? 1 : first == 0xcd ? 2 : first == 0xce ? 4 : first == 0xcf ? 8 : 0;
+        break;
+    case STR_FAMILY:
+        if (first >= 0xa0 && first <= 0xbf) return (*out = first & 0x1f), 1;
+        width = first == 0xd9 ? 1 : first == 0xda ? 2 : first == 0xdb ? 4 : 0;
+        break;
+    case BIN_FAMILY:
+        width = first == 0xc4 ? 1 : first == 0xc5 ? 2 : first == 0xc6 ? 4 : 0;
+        break;
+    case ARRAY_FAMILY:
+        if (first >= 0x90 && first <= 0x9f) return (*out = first & 0x0f), 1;
+        width = first == 0xdc ? 2 : first == 0xdd ? 4 : 0;
+        break;
+    case MAP_FAMILY:
+        if (first >= 0x80 && first <= 0x8f) return (*out = first & 0x0f), 1;
+        width = first == 0xde ? 2 : first == 0xdf ? 4 : 0;
+        break;
+    }
+    return width && walk_be(w, width, out);
+}
+
+/* Step over ``count`` bytes, which must lie within the file (not necessarily within the window). */
+static int walk_skip(Walk *w, unsigned long long count) {
+    if (count > (unsigned long long)(w->size - w->pos)) return 0;
+    w->pos += (long long)count;
+    return 1;
+}
+
+/* Is the byte at the position the first of a str? (0 at the end of the window.) */
+static int walk_at_string(const Walk *w) {
+    if (w->pos >= w->len) return 0;
+    unsigned char first = w->buf[w->pos];
+    return (first >= 0xa0 && first <= 0xbf) || first == 0xd9 || first == 0xda || first == 0xdb;
+}
+
+/* A str of ASCII bytes, at most max_string long, within the window: its bytes and length. */
+static int walk_string(Walk *w, const unsigned char **text, Py_ssize_t *length) {
+    unsigned long long n;
+    if (!walk_number(w, STR_FAMILY, &n) || n > (unsigned long long)w->max_string) return 0;
+    if (n > (unsigned long long)(w->len - w->pos)) return 0;
+    for (unsigned long long k = 0; k < n; k++) {
+        if (w->buf[w->pos + (long long)k] >= 0x80) return 0;
+    }
+    *text = w->buf + w->pos;
+    *length = (Py_ssize_t)n;
+    w->pos += (long long)n;
+    return 1;
+}
+
+static int same(const unsigned char *text, Py_ssize_t length, PyObject *name) {
+    return PyBytes_GET_SIZE(name) == length && memcmp(PyBytes_AS_STRING(name), text, (size_t)length) == 0;
+}
+
+/* Step over one msgpack value, iteratively (a stack of the items left at each level), within the
+ * window; ext types and the reserved byte are refused, as graphsvc never writes them. */
+static int walk_value(Walk *w) {
+    unsigned long long left[SKIP_DEPTH + 1];
+    int depth = 0;
+    long long start = w->pos;
+    left[0] = 1;
+    while (depth >= 0) {
+        if (left[depth] == 0) {
+            depth--;
+            continue;
+        }
+        left[depth]--;
+        if (--w->budget < 0 || w->pos >= w->len || w->pos - start > SKIP_BYTES) return 0;
+        unsigned char first = w->buf[w->pos];
+        unsigned long long n;
+        if (first <= 0x7f || first >= 0xe0 || first == 0xc0 || first == 0xc2 || first == 0xc3) {
+            w->pos++;
+        } else if (first == 0xca || first == 0xcb || (first >= 0xcc && first <= 0xd3)) {
+            static const int widths[] = {4, 8, 1, 2, 4, 8, 1, 2, 4, 8}; /* float 32, 64; uint, int 8 .. 64 */
+            w->pos += 1 + widths[first - 0xca];
+            if (w->pos > w->len) return 0;
+        } else if (walk_at_string(w)) {
+            if (!walk_number(w, STR_FAMILY, &n) || !walk_skip(w, n)) return 0;
+        } else if (first >= 0xc4 && first <= 0xc6) {
+            if (!walk_number(w, BIN_FAMILY, &n) || !walk_skip(w, n)) return 0;
+        } else if ((first >= 0x80 && first <= 0x9f) || (first >= 0xdc && first <= 0xdf)) {
+            int is_map = first <= 0x8f || first >= 0xde;
+            if (!walk_number(w, is_map ? MAP_FAMILY : ARRAY_FAMILY, &n)) return 0;
+            if (n > (unsigned long long)(w->len - w->pos)) return 0; /* each item takes a byte at least */
+            if (depth == SKIP_DEPTH) return 0;
+            left[++depth] = is_map ? 2 * n : n;
+        } else {
+            return 0;
+        }
+    }
+    return w->pos <= w->len && w->pos - start <= SKIP_BYTES;
+}
+
+/* A column map (any order of its three fields, any header widths): (key, dtype, length, offset, size). */
+static PyObject *walk_column(Walk *w, PyObject *key, PyObject *fields) {
+    unsigned long long entries, length = 0, size = 0;
+    long long offset = 0;
+    const unsigned char *dtype = NULL;
+    Py_ssize_t dtype_length = 0;
+    int seen = 0;
+    if (!walk_number(w, MAP_FAMILY, &entries) || entries != 3) return Py_NewRef(Py_None);
+    for (int k = 0; k < 3; k++) {
+        const unsigned char *field;
+        Py_ssize_t field_length;
+        if (!walk_string(w, &field, &field_length)) return Py_NewRef(Py_None);
+        int which = -1;
+        for (int f = 0; f < 3; f++) {
+            if (same(field, field_length, PyTuple_GET_ITEM(fields, f))) which = f;
+        }
+        if (which < 0 || (seen & (1 << which))) return Py_NewRef(Py_None);
+        seen |= 1 << which;
+        if (which == 0) { /* dtype: a str */
+            if (!walk_string(w, &dtype, &dtype_length)) return Py_NewRef(Py_None);
+        } else if (which == 1) { /* length: a uint */
+            if (!walk_number(w, UINT_FAMILY, &length)) return Py_NewRef(Py_None);
+        } else { /* data: a bin, stepped over */
+            if (!walk_number(w, BIN_FAMILY, &size)) return Py_NewRef(Py_None);
+            offset = w->pos;
+            if (!walk_skip(w, size)) return Py_NewRef(Py_None);
+        }
+    }
+    return Py_BuildValue("(Os#KLK)", key, (const char *)dtype, dtype_length, length, offset, size);
+}
+
+/* ``nodes``: (count, [column, ...]), or None. */
+static PyObject *walk_nodes(Walk *w, PyObject *count_key, PyObject *known, Py_ssize_t required, PyObject *fields) {
+    unsigned long long entries, count = 0;
+    Py_ssize_t known_count = PyTuple_GET_SIZE(known); /* the required columns, then the optional one */
+    unsigned long long seen = 0; /* bit 0: count; bit 1 + k: known[k] */
+    PyObject *columns = PyList_New(0);
+    if (columns == NULL) return NULL;
+    if (!walk_number(w, MAP_FAMILY, &entries)) goto look_closer;
+    for (unsigned long long e = 0; e < entries; e++) {
+        const unsigned char *text;
+        Py_ssize_t length;
+        if (!walk_string(w, &text, &length)) goto look_closer;
+        int which = -2;
+        if (same(text, length, count_key)) which = -1;
+        for (Py_ssize_t k = 0; k < known_count && which == -2; k++) {
+            PyObject *name = PyTuple_GET_ITEM(known, k);
+            Py_ssize_t name_length;
+            const char *name_text = PyUnicode_AsUTF8AndSize(name, &name_length);
+            if (name_text == NULL) goto failed;
+            if (name_length == length && memcmp(name_text, text, (size_t)length) == 0) which = (int)k;
+        }
+        if (which == -2 || (seen & (1ULL << (which + 1)))) goto look_closer;
+        seen |= 1ULL << (which + 1);
+        if (which == -1) {
+            if (!walk_number(w, UINT_FAMILY, &count)) goto look_closer;
+        } else if (which == known_count - 1 && w->pos < w->len && w->buf[w->pos] == 0xc0) { /* the optional column: nil */
+            w->pos++;
+        } else {
+            PyObject *column = walk_column(w, PyTuple_GET_ITEM(known, which), fields);
+            if (column == NULL) goto failed;
+            if (column == Py_None) {
+                Py_DECREF(column);
+                goto look_closer;
+            }
+            int appended = PyList_Append(columns, column);
+            Py_DECREF(column);
+            if (appended < 0) goto failed;
+        }
+    }
+    unsigned long long wanted = 1; /* count, and every required column */
+    for (Py_ssize_t k = 0; k < required; k++) wanted |= 1ULL << (k + 1);
+    if ((seen & wanted) != wanted) goto look_closer;
+    PyObject *result = Py_BuildValue("(KN)", count, columns);
+    return result;
+look_closer:
+    Py_DECREF(columns);
+    return Py_NewRef(Py_None);
+failed:
+    Py_DECREF(columns);
+    return NULL;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long size, budget;
+    Py_ssize_t max_string, required;
+    PyObject *keys, *known, *fields;
+    if (!PyArg_ParseTuple(args, "y*LO!O!nO!nL:scan", &view, &size, &PyTuple_Type, &keys, &PyTuple_Type, &known,
+                          &required, &PyTuple_Type, &fields, &max_string, &budget))
+        return NULL;
+    PyObject *result = NULL, *nodes = NULL, *rest = NULL, *data = NULL;
+    if (PyTuple_GET_SIZE(keys) != 5 || PyTuple_GET_SIZE(fields) != 3 || required < 0 ||
+        required >= PyTuple_GET_SIZE(known) || PyTuple_GET_SIZE(known) > 60) {
+        PyErr_SetString(PyExc_ValueError, "scan: keys (nodes, count, tensors, pad, data), known columns, fields");
+        goto done;
+    }
+    for (int k = 0; k < 5; k++) {
+        if (!PyBytes_Check(PyTuple_GET_ITEM(keys, k)) || (k < 3 && !PyBytes_Check(PyTuple_GET_ITEM(fields, k)))) {
+            PyErr_SetString(PyExc_TypeError, "scan: keys and fields are bytes");
+            goto done;
+        }
+    }
+    PyObject *nodes_key = PyTuple_GET_ITEM(keys, 0), *count_key = PyTuple_GET_ITEM(keys, 1);
+    Walk w = {.buf = view.buf, .len = view.len < size ? view.len : size, .size = size, .pos = 0, .budget = budget,
+              .max_string = max_string};
+    unsigned long long entries;
+    if (!walk_number(&w, MAP_FAMILY, &entries)) goto look_closer;
+    long long before = w.pos, nodes_at = -1;
+    unsigned long long remaining = 0;
+    for (unsigned long long index = 0; index < entries; index++) {
+        long long start = w.pos;
+        const unsigned char *text;
+        Py_ssize_t length;
+        if (!walk_string(&w, &text, &length)) goto look_closer;
+        if (same(text, length, nodes_key)) {
+            nodes_at = start;
+            remaining = entries - index - 1;
+            break;
+        }
+        if (!walk_value(&w)) goto look_closer;
+    }
+    if (nodes_at < 0) goto look_closer;
+    nodes = walk_nodes(&w, count_key, known, required, fields);
+    if (nodes == NULL) goto done;
+    if (nodes == Py_None) goto look_closer;
+    if ((rest = PyList_New(0)) == NULL) goto done;
+    PyObject *span = Py_BuildValue("(LL)", before, nodes_at);
+    if (span == NULL || PyList_Append(rest, span) < 0) {
+        Py_XDECREF(span);
+        goto done;
+    }
+    Py_DECREF(span);
+    unsigned long long rest_entries = entries - 1;
+    /* version 2.0: tensors, pad and data, in this order, as many of them as follow nodes */
+    for (int k = 2; k < 5 && (unsigned long long)(k - 2) < remaining; k++) {
+        long long start = w.pos;
+        const unsigned char *text;
+        Py_ssize_t length;
+        if (!walk_at_string(&w)) {
+            if (w.pos >= w.len) goto look_closer; /* the end of the window (or of the file) */
+            break;
+        }
+        if (!walk_string(&w, &text, &length)) goto look_closer;
+        if (!same(text, length, PyTuple_GET_ITEM(keys, k))) {
+            w.pos = start;
+            break;
+        }
+        if (k == 2) { /* tensors: decoded with the rest */
+            if (!walk_value(&w)) goto look_closer;
+            if ((span = Py_BuildValue("(LL)", start, w.pos)) == NULL || PyList_Append(rest, span) < 0) {
+                Py_XDECREF(span);
+                goto done;
+            }
+            Py_DECREF(span);
+            continue;
+        }
+        unsigned long long bytes;
+        if (!walk_number(&w, BIN_FAMILY, &bytes)) goto look_closer;
+        if (k == 4 && (data = Py_BuildValue("(LK)", w.pos, bytes)) == NULL) goto done;
+        if (!walk_skip(&w, bytes)) goto look_closer;
+        rest_entries--;
+    }
+    if ((span = Py_BuildValue("(LL)", w.pos, size)) == NULL || PyList_Append(rest, span) < 0) {
+        Py_XDECREF(span);
+        goto done;
+    }
+    Py_DECREF(span);
+    result = Py_BuildValue("(NKOOO)", PyList_AsTuple(rest), rest_entries, PyTuple_GET_ITEM(nodes, 0),
+                           PyTuple_GET_ITEM(nodes, 1), data ? data : Py_None);
+    goto done;
+look_closer:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(nodes);
+    Py_XDECREF(rest);
+    Py_XDECREF(data);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"tensor_views", tensor_views, METH_VARARGS,
      "tensor_views(entries, count, size, alignment, dtypes, values, grads, make_array, buffer)\n\n"
@@ -177,6 +496,15 @@ static PyMethodDef methods[] = {
      "the payloads are in table order: the arrays, ``({node: value}, {node: grad})``,\n"
      "each ``make_array(shape, dtype, buffer, offset)``. Otherwise None (the caller words the error).\n"
      "Twin of graphsvc.document._checked_table."},
+    {"scan", scan, METH_VARARGS,
+     "scan(window, size, keys, known, required, fields, max_string_length, budget)\n\n"
+     "Where the parts of a graph file lie, from its first bytes in memory (``window``; ``size``: the file's\n"
+     "size): ``keys`` are the bytes of the keys nodes, count, tensors, pad and data; ``known`` the column\n"
+     "names (str), the first ``required`` of them required, the last optional (it may be nil); ``fields``\n"
+     "the bytes of a column's keys dtype, length and data. Returns (rest, rest_entries, node_count,\n"
+     "columns, data) as graphsvc.fastload.scan's Layout, each column (key, dtype, length, offset, size),\n"
+     "or None where the walk needs bytes past the window or meets anything unusual. Twin of\n"
+     "graphsvc.fastload.scan."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,7 +10,10 @@ mapped file: ``format.load(..., mmap=True)``). The layout it walks (key names an
 type bytes of each field) is :mod:`graphsvc.layout`'s, the one the writer (:mod:`graphsvc.codec`)
 uses. Everything that is not in ``nodes`` (format, version, ops, names, attributes, outputs,
 metadata, and any key a newer minor version adds) is handed back as byte ranges, for
-:mod:`graphsvc.codec` to decode with msgpack and all its checks.
+:mod:`graphsvc.codec` to decode with msgpack and all its checks. The walk is made in C
+(``csrc/table.c``) over the bytes already in memory where that extension is built; the Python walk
+(:func:`_walk`) is its reference, and walks whatever the C walk leaves (headers past those bytes,
+anything unusual).
 
 The walk accepts only documents whose ``nodes`` map holds nothing but ``count`` and the known
 columns, each column a map of exactly ``dtype``, ``length`` and ``data``, and says
@@ -26,6 +29,7 @@ import os
 import struct
 import threading
 from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
@@ -235,6 +239,7 @@ class BytesSource:
     def __init__(self, data: Buffer) -> None:
         self._data = data
         self.size = len(data)
+        self.head = data  # every byte is in memory
 
     def read(self, offset: int, count: int) -> bytes:
         return bytes(self._data[offset : offset + count])
@@ -411,6 +416,56 @@ def scan(
     (version 2.0's tensor table has a msgpack item every byte or two: walked here in Python, it
     would cost more than the rest of the load).
     """
+    window = getattr(source, "head", None)
+    if _ctable is not None and window:
+        found = _native_scan(window, source.size, column_keys, optional, max_string_length)
+        if found is not None:
+            return found
+    return _walk(source, column_keys, optional, max_string_length, value_end)
+
+
+def _native_scan(
+    window: Buffer, size: int, column_keys: tuple[str, ...], optional: str, max_string_length: int
+) -> Layout | None:
+    """:func:`_walk`'s C twin (``csrc/table.c``) over the bytes in memory, or None where it needs to
+    look past them or meets anything unusual (then :func:`_walk` decides)."""
+    assert _ctable is not None
+    found = _ctable.scan(
+        window, size, _NATIVE_KEYS, (*column_keys, optional), len(column_keys), _NATIVE_FIELDS,
+        max_string_length, _SKIP_BUDGET,
+    )  # fmt: skip
+    if found is None:
+        return None
+    rest, rest_entries, count, columns, data = found
+    return Layout(rest, rest_entries, count, tuple(ColumnSpan(*column) for column in columns), data)
+
+
+def _native_table() -> ModuleType | None:
+    """``graphsvc._ctable`` (``csrc/table.c``), or None where it was not built (every header is
+    then walked in Python)."""
+    try:
+        from graphsvc import _ctable
+    except ImportError:
+        return None
+    return _ctable
+
+
+_ctable = _native_table()
+#: The keys the C walk looks for, as msgpack holds them: nodes, count, tensors, pad, data; a
+#: column's fields.
+_NATIVE_KEYS = tuple(name.encode() for name in (NODES_KEY, COUNT, *TENSOR_KEYS))
+_NATIVE_FIELDS = tuple(name.encode() for name in COLUMN_FIELDS)
+
+
+def _walk(
+    source: Source,
+    column_keys: tuple[str, ...],
+    optional: str,
+    max_string_length: int,
+    value_end: ValueEnd | None = None,
+) -> Layout:
+    """:func:`scan`, byte by byte in Python: the reference, and the walk of whatever the C twin
+    leaves (headers past the bytes in memory, anything unusual)."""
     cursor = _Cursor(source)
     entries = cursor.map_header()
     before = cursor.pos

@@ -387,3 +387,112 @@ def test_a_process_forked_after_a_large_load_reads_large_files_too(tmp_path: Pat
             os._exit(2)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+# -- the C walk (csrc/table.c's scan) ---------------------------------------------------------------
+# fastload.scan first asks the C twin of its walk, over the bytes in memory; the twin says where
+# every part is, or None ("look closer": the Python walk, fastload._walk, decides). It must never
+# accept what the Python walk refuses, nor find anything else than it finds.
+V2_FILES = sorted((ROOT / "schemas" / "examples" / "v2").glob("*.msgpack"))
+LIMIT = fmt.DEFAULT_LIMITS.max_string_length
+
+
+def native_scan(window: bytes, size: int | None = None) -> fastload.Layout | None:
+    from tests.conftest import require_native
+
+    require_native("table")
+    return fastload._native_scan(window, len(window) if size is None else size, COLUMNS, "grads", LIMIT)
+
+
+def python_walks(data: bytes) -> list[fastload.Layout | str]:
+    """The Python walk's layout of ``data`` (or "not canonical"), with msgpack stepping over the
+    values outside nodes (as a load does) and without (its own step, within a budget of items)."""
+    found: list[fastload.Layout | str] = []
+    for value_end in (codec.value_end, None):
+        try:
+            found.append(fastload._walk(fastload.BytesSource(data), COLUMNS, "grads", LIMIT, value_end))
+        except fastload.NotCanonical:
+            found.append("not canonical")
+    return found
+
+
+@pytest.mark.parametrize("path", SAMPLE_FILES + V2_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_c_walk_finds_what_the_python_walk_finds_in_every_shipped_file(path: Path) -> None:
+    data = path.read_bytes()
+    layout = native_scan(data)
+    assert layout is not None and python_walks(data) == [layout, layout]
+    assert native_scan(data[:200], len(data)) in (None, layout)  # a window too short: look closer
+
+
+#: Bytes put at each position of a file's header: every kind of msgpack type byte, and the edges
+#: of each fix form.
+TYPE_BYTES = (
+    0x00, 0x01, 0x05, 0x7F, 0x80, 0x83, 0x8F, 0x90, 0x92, 0x9F, 0xA0, 0xA5, 0xBF, 0xC0, 0xC1, 0xC2, 0xC4,
+    0xC5, 0xC6, 0xC7, 0xCA, 0xCB, 0xCC, 0xCF, 0xD0, 0xD3, 0xD4, 0xD9, 0xDA, 0xDB, 0xDC, 0xDD, 0xDE, 0xDF, 0xE0,
+    0xFF,
+)  # fmt: skip
+
+
+def hostile_variants(data: bytes, end: int) -> Any:
+    """``data`` with each byte before ``end`` replaced by each of :data:`TYPE_BYTES` (and by itself
+    plus one), then cut at each length up to ``end``."""
+    for position in range(end):
+        for byte in {*TYPE_BYTES, (data[position] + 1) % 256}:
+            if byte != data[position]:
+                yield data[:position] + bytes([byte]) + data[position + 1 :]
+    for length in range(end):
+        yield data[:length]
+
+
+@pytest.mark.parametrize("path", [V2_FILES[0], SAMPLE_FILES[0]], ids=lambda p: p.name)
+def test_the_c_walk_never_accepts_what_the_python_walk_refuses_nor_finds_else(path: Path) -> None:
+    data = path.read_bytes()
+    layout = scan(data)
+    end = layout.data[0] if layout.data is not None else layout.rest[-1][0] + 8  # every header byte
+    accepted = refused = 0
+    for variant in hostile_variants(data, end):
+        native = native_scan(variant)
+        if native is None:
+            refused += 1
+            continue
+        accepted += 1
+        assert python_walks(variant) == [native, native], variant
+    assert accepted > 100 and refused > 1000  # both outcomes met (a payload's bytes change nothing)
+
+
+def test_the_c_walk_over_a_window_agrees_with_the_python_walk_reading_past_it() -> None:
+    data = chain(3_000, grads=True)  # columns past the first 16 KB
+    layout = scan(data)
+    for length in (0, 1, 30, 100, 1 << 12, 1 << 14, 1 << 16, len(data) - 1, len(data)):
+        assert native_scan(data[:length], len(data)) in (None, layout), length
+    assert native_scan(data, len(data)) == layout
+
+
+def test_a_canonical_file_is_walked_in_c_alone_to_the_same_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import require_native
+
+    require_native("table")
+    path = tmp_path / "kinds.msgpack"
+    path.write_bytes(V2_FILES[0].read_bytes())
+    with monkeypatch.context() as without_c:
+        without_c.setattr(fastload, "_ctable", None)
+        expected = fmt.dumps(fmt.load(path))
+
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("the Python walk ran")
+
+    monkeypatch.setattr(fastload, "_walk", refuse)
+    assert fmt.dumps(fmt.load(path)) == fmt.dumps(fmt.loads(path.read_bytes())) == expected
+
+
+def test_the_c_walk_leaves_deep_and_ext_values_to_the_python_walk() -> None:
+    document = msgpack.unpackb(chain(5))
+    nested: Any = 1
+    for _ in range(20):
+        nested = [nested]
+    for extra in (nested, msgpack.ExtType(1, b"x")):
+        data = msgpack.packb({"extra": extra, **document}, use_bin_type=True)
+        assert native_scan(data) is None
+    assert native_scan(msgpack.packb({"extra": [[[1]]], **document}, use_bin_type=True)) is not None
