@@ -27,6 +27,7 @@ from graphsvc.kernels import compiled_checks
 from graphsvc.layout import (
     ALIGNMENT,
     CANONICAL_NAN_BITS,
+    COLUMN_DATA_KEY,
     COLUMN_DTYPE_KEY,
     COLUMN_DTYPES,
     COLUMN_LENGTH_KEY,
@@ -361,16 +362,31 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
         grad_arrays=arrays[1],
     )
     # the compiled check wherever it is built, whatever the graph's size: it costs microseconds even
-    # for a few nodes, where the reference's numpy calls cost tens (a load is all small costs)
-    graph.check(compiled_checks())
+    # for a few nodes, where the reference's numpy calls cost tens (a load is all small costs); the
+    # arrays were made from the tensor table, which held them to every rule of theirs
+    graph.check(compiled_checks(), arrays_checked=True)
     return graph, version
 
 
 def _read_column(nodes: dict[str, Any], key: str, expected_length: int | None) -> npt.NDArray[Any]:
-    where = f"nodes.{key}"
-    column = expect(nodes.get(key), dict, where)
-    dtype_name = expect(column.get(COLUMN_DTYPE_KEY), str, f"{where}.dtype")
+    column = nodes.get(key)
     expected_dtype = COLUMN_DTYPES[key]
+    if type(column) is dict:  # every rule below at once (a load reads five columns); else one by one
+        length, data = column.get(COLUMN_LENGTH_KEY), column.get(COLUMN_DATA_KEY)
+        if (
+            column.get(COLUMN_DTYPE_KEY) == expected_dtype.str
+            and type(length) is int
+            and length >= 0
+            and (expected_length is None or length == expected_length)
+            and type(data) is np.ndarray
+            and len(data) == length * expected_dtype.itemsize
+        ):
+            array = data.view(expected_dtype)  # read by fastload: a uint8 buffer of its own
+            array.flags.writeable = False
+            return array
+    where = f"nodes.{key}"
+    column = expect(column, dict, where)
+    dtype_name = expect(column.get(COLUMN_DTYPE_KEY), str, f"{where}.dtype")
     if dtype_name != expected_dtype.str:
         raise FormatError(f"{where}.dtype is {dtype_name!r}, but version 1 requires {expected_dtype.str!r}")
     length = expect(column.get(COLUMN_LENGTH_KEY), int, f"{where}.length")
@@ -378,7 +394,7 @@ def _read_column(nodes: dict[str, Any], key: str, expected_length: int | None) -
         raise FormatError(f"{where}.length is negative ({length})")
     if expected_length is not None and length != expected_length:
         raise FormatError(f"{where}.length is {length}, expected {expected_length}")
-    data = column.get("data")
+    data = column.get(COLUMN_DATA_KEY)
     if not isinstance(data, np.ndarray):  # read by fastload: a buffer of its own, else bytes
         data = expect(data, bytes, f"{where}.data")
     if len(data) != length * expected_dtype.itemsize:

@@ -19,6 +19,7 @@ This module holds no I/O, no msgpack and no pluggy.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import re
@@ -247,11 +248,13 @@ class Graph:
         )
 
     # -- validation ------------------------------------------------------------------------
-    def check(self, engine: Engine | None = None) -> None:
+    def check(self, engine: Engine | None = None, *, arrays_checked: bool = False) -> None:
         """Check every structural rule, vectorized; raise :class:`GraphStructureError` on the first broken one.
 
         ``engine``: the compiled check or the reference; by default the one
-        :func:`graphsvc.kernels.engine_for` picks for the graph's size."""
+        :func:`graphsvc.kernels.engine_for` picks for the graph's size. ``arrays_checked``: the
+        caller made :attr:`arrays` and :attr:`grad_arrays` itself and held them to their rules
+        already (a file's tensor table, in :mod:`graphsvc.document`), so they are not looked at again."""
         n = self.num_nodes
         e = self.num_edges
         if n > MAX_NODES:
@@ -281,6 +284,8 @@ class Graph:
         ):
             self._check_columns(n, e, leaf_codes)  # names the first broken rule
         self._check_sparse(n)
+        if not arrays_checked:
+            self._check_arrays(n)
 
     def _check_columns(self, n: int, e: int, leaf_codes: list[int]) -> None:
         """The column rules, vectorized, each failure named; the compiled ``structure_ok`` is the
@@ -331,7 +336,7 @@ class Graph:
             if name in seen:
                 raise GraphStructureError(f"name {name!r} is used by nodes {seen[name]} and {node}")
             seen[name] = node
-        for node, attrs in self.attrs.items():
+        for node, attrs in () if _attrs_ok(self.attrs, n) else self.attrs.items():
             if not 0 <= node < n:
                 raise GraphStructureError(f"attributes are given to node {node}, which does not exist")
             if not isinstance(attrs, dict) or not all(isinstance(k, str) for k in attrs):
@@ -339,6 +344,8 @@ class Graph:
         for out in self.outputs:
             if not 0 <= out < n:
                 raise GraphStructureError(f"output {out} does not exist (the graph has {counted(n, 'node')})")
+
+    def _check_arrays(self, n: int) -> None:
         for what, arrays in (("value", self.arrays), ("gradient", self.grad_arrays)):
             if _arrays_ok(arrays, n):
                 continue  # every rule below holds: checked a column at a time
@@ -380,8 +387,19 @@ def _names_ok(names: dict[int, str], n: int) -> bool:
     return set(map(type, texts)) == {str} and all(texts) and len(set(texts)) == len(names)
 
 
+def _attrs_ok(attrs: dict[int, dict[str, Any]], n: int) -> bool:
+    """Do the attributes keep every rule :meth:`Graph._check_sparse` holds them to (node ids in
+    range, each a map with string keys)? When not, its loop names the first broken one."""
+    if not attrs:
+        return True
+    if set(map(type, attrs)) != {int} or min(attrs) < 0 or max(attrs) >= n:
+        return False
+    maps = attrs.values()
+    return set(map(type, maps)) == {dict} and set(map(type, itertools.chain.from_iterable(maps))) <= {str}
+
+
 def _arrays_ok(arrays: dict[int, np.ndarray], n: int) -> bool:
-    """Do the arrays of one map keep every rule :meth:`Graph._check_sparse` holds them to (node ids
+    """Do the arrays of one map keep every rule :meth:`Graph._check_arrays` holds them to (node ids
     in range, an ndarray of a tensor dtype, at most :data:`MAX_DIMENSIONS` dimensions)? When not, the
     caller's loop names the first broken one."""
     if not arrays:

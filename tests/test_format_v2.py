@@ -764,3 +764,17 @@ def test_a_native_contiguous_array_is_written_from_its_own_memory() -> None:
     assert bytes(document.little_endian_bytes(np.float64(1.5) * np.ones(()))) == b"\x00\x00\x00\x00\x00\x00\xf8?"
     transposed = np.arange(4, dtype=np.int64).reshape(2, 2).T
     assert bytes(document.little_endian_bytes(transposed)) == np.array([0, 2, 1, 3], dtype="<i8").tobytes()
+
+
+def test_a_load_checks_the_arrays_once_in_the_tensor_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "kinds.msgpack"
+    path.write_bytes((V2_DIR / "tensor_kinds.msgpack").read_bytes())
+
+    def refuse(*args: Any) -> None:
+        raise AssertionError("the arrays were checked again")
+
+    with monkeypatch.context() as checked_once:
+        checked_once.setattr(Graph, "_check_arrays", refuse)
+        graph = fmt.load(path)
+    assert fmt.dumps(graph) == path.read_bytes()
+

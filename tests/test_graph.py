@@ -326,3 +326,36 @@ def test_a_gradient_of_another_shape_is_found_by_the_loop_after_the_column_check
     assert str(info.value) == "node 1's gradient array has shape [3, 2], but its value array has shape [2, 3]"
     graph.grad_arrays = {1: np.zeros((2, 3))}
     graph.check()
+
+
+@pytest.mark.parametrize(
+    ("attrs", "ok"),
+    [
+        ({}, True),
+        ({0: {"axis": 1}, 2: {}}, True),
+        ({0: {"a": {1: 2}}}, True),  # nested maps are the nesting check's (graphsvc.document)
+        ({0: {1: 2}}, False),  # a key that is not a string
+        ({0: {"a": 1, b"b": 2}}, False),
+        ({0: [("a", 1)]}, False),  # not a map
+        ({3: {}}, False),  # no such node
+        ({-1: {}}, False),
+        ({True: {}}, False),  # not an int
+    ],
+)
+def test_the_attributes_are_checked_at_once_and_any_doubt_left_to_the_loop(attrs: dict[int, object], ok: bool) -> None:
+    from graphsvc.graph import _attrs_ok
+
+    assert _attrs_ok(attrs, 3) is ok  # type: ignore[arg-type]
+
+
+def test_arrays_checked_leaves_out_only_the_array_rules() -> None:
+    b = GraphBuilder()
+    b.add("neg", [b.leaf(np.zeros((2, 3)), name="x")], value=np.zeros((2, 3)))
+    graph = b.build()
+    graph.grad_arrays = {1: np.zeros((3, 2))}
+    graph.check(arrays_checked=True)  # the caller vouches for the arrays
+    with pytest.raises(GraphStructureError, match=r"^node 1's gradient array has shape \[3, 2\]"):
+        graph.check()
+    graph.outputs = [7]
+    with pytest.raises(GraphStructureError, match=r"^output 7 does not exist"):
+        graph.check(arrays_checked=True)
