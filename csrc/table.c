@@ -19,7 +19,8 @@
 #define MAX_DIMENSIONS 32
 
 typedef struct {
-    long long node, offset;
+    long long node, offset, nbytes, itemsize;
+    Py_ssize_t ndim;
     int which;      /* 0: value, 1: gradient */
     PyObject *entry; /* borrowed: the table's list [node, which, dtype, shape, offset, nbytes] */
     PyObject *dtype; /* borrowed: the numpy dtype */
@@ -93,6 +94,9 @@ static int check_table(PyObject *entries, long long count, long long size, long 
         if (empty) needed = 0;
         long long nbytes, end;
         if (!small_int(items[4], LLONG_MAX, &c->offset) || !small_int(items[5], LLONG_MAX, &nbytes)) return 0;
+        c->nbytes = nbytes;
+        c->itemsize = itemsize;
+        c->ndim = ndim;
         if (nbytes != needed || c->offset % alignment != 0 || c->offset < previous_end) return 0;
         if (__builtin_add_overflow(c->offset, nbytes, &end) || end > size) return 0;
         previous_end = end;
@@ -112,6 +116,53 @@ static int check_table(PyObject *entries, long long count, long long size, long 
     return 1;
 }
 
+/* The data section's bytes as items of each dtype met so far (a table holds few dtypes). */
+#define MAX_TYPED 8
+typedef struct {
+    PyObject *dtypes[MAX_TYPED]; /* borrowed */
+    PyObject *views[MAX_TYPED];  /* owned */
+    int count;
+} Typed;
+
+static void typed_clear(Typed *typed) {
+    for (int k = 0; k < typed->count; k++) Py_DECREF(typed->views[k]);
+    typed->count = 0;
+}
+
+static PyObject *str_view, *str_reshape; /* method names, interned at import */
+
+/* One array of a non-empty entry: a slice of the buffer viewed as its dtype, reshaped (a view of the
+ * same bytes as make_array(shape, dtype, buffer, offset) gives, made in two numpy calls instead of
+ * the constructor's argument parsing). The offset is a multiple of the alignment, so of the
+ * itemsize. */
+static PyObject *sliced_view(Typed *typed, const Checked *c, long long size, PyObject *buffer) {
+    PyObject *view = NULL;
+    for (int k = 0; k < typed->count; k++) {
+        if (typed->dtypes[k] == c->dtype) view = typed->views[k];
+    }
+    if (view == NULL) {
+        if (typed->count == MAX_TYPED) {
+            PyErr_SetString(PyExc_ValueError, "tensor_views: more dtypes than MAX_TYPED");
+            return NULL;
+        }
+        PyObject *whole = PySequence_GetSlice(buffer, 0, (Py_ssize_t)(size - size % c->itemsize));
+        if (whole == NULL) return NULL;
+        view = PyObject_CallMethodOneArg(whole, str_view, c->dtype);
+        Py_DECREF(whole);
+        if (view == NULL) return NULL;
+        typed->dtypes[typed->count] = c->dtype;
+        typed->views[typed->count++] = view;
+    }
+    long long start = c->offset / c->itemsize;
+    PyObject *part = PySequence_GetSlice(view, (Py_ssize_t)start, (Py_ssize_t)(start + c->nbytes / c->itemsize));
+    if (part == NULL || c->ndim == 1) return part; /* a slice of a 1-d shape's length is that shape */
+    PyObject *shape = PyList_AsTuple(PyList_GET_ITEM(c->entry, 3));
+    PyObject *array = shape == NULL ? NULL : PyObject_CallMethodOneArg(part, str_reshape, shape);
+    Py_XDECREF(shape);
+    Py_DECREF(part);
+    return array;
+}
+
 static PyObject *tensor_views(PyObject *self, PyObject *args) {
     PyObject *entries, *dtypes, *values_object, *grads_object, *make_array, *buffer;
     long long count, size, alignment;
@@ -127,6 +178,7 @@ static PyObject *tensor_views(PyObject *self, PyObject *args) {
     Py_buffer *grads = NULL;
     PyObject *result = NULL, *arrays[2] = {NULL, NULL};
     Checked *checked = NULL;
+    Typed typed = {.count = 0};
     if (values == NULL) goto done;
     if (grads_object != Py_None && (grads = graphsvc_take(&held, grads_object, sizeof(double), 0, "grads")) == NULL)
         goto done;
@@ -152,8 +204,9 @@ static PyObject *tensor_views(PyObject *self, PyObject *args) {
     if ((arrays[0] = PyDict_New()) == NULL || (arrays[1] = PyDict_New()) == NULL) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject **items = ((PyListObject *)checked[i].entry)->ob_item;
-        PyObject *array =
-            PyObject_CallFunctionObjArgs(make_array, items[3], checked[i].dtype, buffer, items[4], NULL);
+        PyObject *array = checked[i].nbytes ? sliced_view(&typed, &checked[i], size, buffer)
+                                            : PyObject_CallFunctionObjArgs(make_array, items[3], checked[i].dtype,
+                                                                           buffer, items[4], NULL);
         if (array == NULL) goto done;
         int failed = PyDict_SetItem(arrays[checked[i].which], items[0], array);
         Py_DECREF(array);
@@ -163,6 +216,7 @@ static PyObject *tensor_views(PyObject *self, PyObject *args) {
 done:
     Py_XDECREF(arrays[0]);
     Py_XDECREF(arrays[1]);
+    typed_clear(&typed);
     PyMem_Free(checked);
     graphsvc_release(&held);
     return result;
@@ -494,7 +548,8 @@ static PyMethodDef methods[] = {
      "``size`` bytes; ``dtypes`` maps a dtype's name to (numpy dtype, itemsize); ``values`` and ``grads``\n"
      "(float64 columns, grads may be None) must be nan where a node holds an array. When every rule holds and\n"
      "the payloads are in table order: the arrays, ``({node: value}, {node: grad})``,\n"
-     "each ``make_array(shape, dtype, buffer, offset)``. Otherwise None (the caller words the error).\n"
+     "each the view ``make_array(shape, dtype, buffer, offset)`` gives (made by slicing ``buffer`` viewed as\n"
+     "the dtype, then reshaping, except for an empty array). Otherwise None (the caller words the error).\n"
      "Twin of graphsvc.document._checked_table."},
     {"scan", scan, METH_VARARGS,
      "scan(window, size, keys, known, required, fields, max_string_length, budget)\n\n"
@@ -517,6 +572,8 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__ctable(void) {
+    if ((str_view = PyUnicode_InternFromString("view")) == NULL) return NULL;
+    if ((str_reshape = PyUnicode_InternFromString("reshape")) == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddIntMacro(m, MAX_DIMENSIONS) < 0) {

@@ -778,3 +778,23 @@ def test_a_load_checks_the_arrays_once_in_the_tensor_table(tmp_path: Path, monke
         graph = fmt.load(path)
     assert fmt.dumps(graph) == path.read_bytes()
 
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_SHA256))
+def test_the_c_table_views_are_the_arrays_the_constructor_makes(name: str) -> None:
+    """The C twin makes a non-empty array by slicing the buffer viewed as its dtype and reshaping:
+    the same bytes, shape, strides and flags as ``np.ndarray(shape, dtype, buffer, offset)``."""
+    doc: dict[str, Any] = msgpack.unpackb((V2_DIR / f"{name}.msgpack").read_bytes())
+    doc["data"] = doc["data"] + bytes(3)  # a section whose length no itemsize divides
+    entries, count, _, values, grads = table_inputs(doc)
+    buffer = np.frombuffer(doc["data"], dtype=np.uint8)
+    views = document._read_tensors(doc, count, values, grads)
+    kinds = set()
+    for node, which, dtype_name, shape, offset, _ in entries:
+        array = views[file_layout.WHICH.index(which)][node]
+        expected = np.ndarray(shape, file_layout.TENSOR_DTYPES[dtype_name], buffer, offset)
+        assert (array.dtype, array.shape, array.strides) == (expected.dtype, expected.shape, expected.strides)
+        assert array.ctypes.data == expected.ctypes.data and base_buffer(array) is doc["data"]
+        assert not array.flags.writeable and array.flags.c_contiguous and array.flags.aligned
+        kinds.add((len(shape), array.size > 0))
+    if name == "tensor_kinds":
+        assert kinds == {(0, True), (1, True), (2, True), (2, False)}
