@@ -618,6 +618,9 @@ def read_data(source: Source, offset: int, size: int) -> npt.NDArray[np.uint8]:
 
 def read_column(source: Source, span: ColumnSpan) -> npt.NDArray[np.uint8]:
     """The column's payload bytes, in a buffer of their own."""
+    head = getattr(source, "head", b"")
+    if span.offset + span.size <= len(head):  # in memory already (most columns): one call, one copy
+        return np.array(memoryview(head)[span.offset : span.offset + span.size])
     out = np.empty(span.size, dtype=np.uint8)  # numpy asks the kernel for huge pages when it is large
     source.read_into(span.offset, out)
     return out

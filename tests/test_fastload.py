@@ -269,6 +269,19 @@ def test_a_file_source_answers_reads_within_its_head_without_reading_the_file(
         assert source.size == 200
 
 
+def test_a_column_within_the_head_is_copied_from_it_into_a_buffer_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "g.bin"
+    path.write_bytes(bytes(range(200)))
+    with open(path, "rb") as file:
+        source = fastload.FileSource(file.fileno(), head=bytes(range(100)))
+        monkeypatch.setattr(os, "preadv", None)  # no read of the file
+        column = fastload.read_column(source, fastload.ColumnSpan("values", "<f8", 2, 80, 16))
+    assert column.tolist() == list(range(80, 96)) and column.dtype == np.uint8
+    assert column.flags.owndata and column.flags.writeable and column.ctypes.data % 8 == 0
+
+
 def test_loading_a_small_tensor_file_reads_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Header, tensor table, columns and data of a file within the first read: one system call."""
     path = tmp_path / "g.msgpack"
