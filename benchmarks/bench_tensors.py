@@ -1,6 +1,7 @@
 """Tensor graphs (issue 14): graphsvc's replay next to hand-written numpy and PyTorch, in one run.
 
     python benchmarks/bench_tensors.py [--rounds K] [--threads T] [--models mlp cnn transformer]
+        [--isolate | --keep-freed-memory]
 
 Needs torch (``pip install torch==2.13.0``) and the conv plugin (``pip install ./plugins/graphsvc-conv``,
 for the CNN). Prints a table and writes benchmarks/results/bench_tensors.md and .json. What is timed:
@@ -22,7 +23,10 @@ for the CNN). Prints a table and writes benchmarks/results/bench_tensors.md and 
   All of them share one process, so graphsvc keeping its blocks also changes glibc's adaptive
   thresholds for the others (glibc raises its mmap threshold when a large block is freed). With
   ``--keep-freed-memory`` glibc keeps freed memory for every alternative: nobody pays page faults,
-  and the ratios compare the work alone (written to ``bench_tensors_kept_memory.md``).
+  and the ratios compare the work alone (written to ``bench_tensors_kept_memory.md``). With
+  ``--isolate`` each alternative runs in a process of its own, forked before any of them ran (the
+  passes still interleaved, one process at a time): each meets the allocator as it would alone,
+  as a user runs it (``bench_tensors_isolated.md``).
 * Threads: every alternative uses the same number, ``--threads`` (default 1): numpy's OpenBLAS is
   pinned with ``OPENBLAS_NUM_THREADS`` (set before numpy is imported; the run reads the count back
   from OpenBLAS and prints it) and PyTorch with ``torch.set_num_threads``. One thread by default
@@ -64,7 +68,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, ClassVar  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -187,17 +191,98 @@ def one_round(alternatives: dict[str, Callable[[], Any]], passes: int) -> dict[s
     return {alt: min(ts) for alt, ts in times.items()}
 
 
-def bench_model(name: str, registry: OpRegistry, rounds: int, passes: int) -> dict[str, Any]:
+class Worker:
+    """An alternative in a process of its own, forked from this one before any alternative ran:
+    the passes stay interleaved as :func:`one_round` interleaves them, but no alternative's
+    allocations change the allocator's state (glibc's adaptive thresholds, its free lists) for
+    another. Called, it runs one pass there and returns that pass's time."""
+
+    #: This process's ends of the workers' pipes: a new worker's child closes them, so that each
+    #: child sees the end of its commands when this process closes its end, or dies.
+    _ends: ClassVar[set[int]] = set()
+
+    def __init__(self, step: Callable[[], Any]) -> None:
+        to_child, self._commands = os.pipe()
+        self._replies, to_parent = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            for end in (*Worker._ends, self._commands, self._replies):
+                os.close(end)
+            os._exit(self._serve(step, to_child, to_parent))
+        os.close(to_child)
+        os.close(to_parent)
+        Worker._ends |= {self._commands, self._replies}
+
+    @staticmethod
+    def _serve(step: Callable[[], Any], commands: int, replies: int) -> int:
+        """The child: ``p`` runs a timed pass and answers its seconds, ``c`` collects garbage, ``q``
+        or the end of the commands ends it."""
+        gc.disable()
+        try:
+            while (command := os.read(commands, 1)) not in (b"q", b""):
+                if command == b"c":
+                    gc.collect()
+                    os.write(replies, b"0\n")
+                    continue
+                start = time.perf_counter()
+                step()
+                os.write(replies, f"{time.perf_counter() - start!r}\n".encode())
+        except BaseException as exc:
+            print(f"benchmark child failed: {exc!r}", file=sys.stderr, flush=True)
+            return 1
+        return 0
+
+    def _ask(self, command: bytes) -> float:
+        os.write(self._commands, command)
+        reply = b""
+        while not reply.endswith(b"\n"):
+            part = os.read(self._replies, 64)
+            if not part:
+                raise SystemExit("a benchmark child process failed (see above)")
+            reply += part
+        return float(reply)
+
+    def __call__(self) -> float:
+        return self._ask(b"p")
+
+    def collect(self) -> None:
+        self._ask(b"c")
+
+    def close(self) -> None:
+        os.write(self._commands, b"q")
+        for end in (self._commands, self._replies):
+            os.close(end)
+            Worker._ends.discard(end)
+        os.waitpid(self.pid, 0)
+
+
+def isolated_round(workers: dict[str, Worker], passes: int) -> dict[str, float]:
+    """:func:`one_round` over the workers: their passes interleaved, each timed in its own process."""
+    order = list(workers)
+    for worker in workers.values():
+        worker.collect()
+    times: dict[str, list[float]] = {alt: [] for alt in order}
+    for sweep in range(passes):
+        for alt in order[sweep % len(order) :] + order[: sweep % len(order)]:
+            times[alt].append(workers[alt]())
+    return {alt: min(ts) for alt, ts in times.items()}
+
+
+def bench_model(name: str, registry: OpRegistry, rounds: int, passes: int, isolate: bool = False) -> dict[str, Any]:
     model = MODELS[name](np.float32, 0)
     alternatives = steps(model, registry)
-    error = check(model, {alt: step() for alt, step in alternatives.items()})
-    for step in alternatives.values():
+    workers = {alt: Worker(step) for alt, step in alternatives.items()} if isolate else {}
+    error = check(model, {alt: step() for alt, step in alternatives.items()})  # here, after the forks
+    for alt, step in alternatives.items():
         for _ in range(3):
-            step()
+            workers[alt]() if isolate else step()
     times: dict[str, list[float]] = {alt: [] for alt in alternatives}
     for _ in range(rounds):
-        for alt, seconds in one_round(alternatives, passes).items():
+        measured = isolated_round(workers, passes) if isolate else one_round(alternatives, passes)
+        for alt, seconds in measured.items():
             times[alt].append(seconds)
+    for worker in workers.values():
+        worker.close()
     ratios = {f"{a} / {b}": stats([x / y for x, y in zip(times[a], times[b], strict=True)]) for a, b in RATIOS}
     row = {
         "model": name,
@@ -226,7 +311,13 @@ def markdown(result: dict[str, Any]) -> str:
         f"(OpenBLAS threads: {result['blas_threads']}), torch {m['torch']} (threads: {result['torch_threads']}); "
         f"graphsvc {m['graphsvc']} at {m['commit']}. float32; {result['rounds']} rounds of "
         f"{result['passes']} interleaved passes (a round's time: an alternative's fastest pass). "
-        f"Load average at the start: {result['load_average']}."
+        + (
+            "Each alternative ran in a process of its own (`--isolate`): no alternative changed the allocator's "
+            "state for another. "
+            if result.get("isolate")
+            else ""
+        )
+        + f"Load average at the start: {result['load_average']}."
         + (
             " glibc kept freed memory for reuse (`--keep-freed-memory`, every alternative): no page faults from"
             " one pass to the next."
@@ -272,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--no-write", action="store_true", help="print only; leave benchmarks/results alone")
     parser.add_argument(
+        "--isolate",
+        action="store_true",
+        help="each alternative in a forked process of its own (passes still interleaved): no alternative "
+        "changes the allocator's state for another",
+    )
+    parser.add_argument(
         "--keep-freed-memory",
         action="store_true",
         help="have glibc keep freed memory for reuse (every alternative): separates page faults from the work",
@@ -296,13 +393,15 @@ def main(argv: list[str] | None = None) -> int:
         "passes": args.passes,
         "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
         "keep_freed_memory": args.keep_freed_memory,
+        "isolate": args.isolate,
     }
     print(f"threads: OpenBLAS {result['blas_threads']}, torch {result['torch_threads']}", flush=True)
-    result["models"] = [bench_model(name, registry, args.rounds, args.passes) for name in args.models]
+    result["models"] = [bench_model(name, registry, args.rounds, args.passes, args.isolate) for name in args.models]
     result["seconds"] = time.perf_counter() - start
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
-        stem = "bench_tensors_kept_memory" if args.keep_freed_memory else "bench_tensors"
+        stem = "bench_tensors" + ("_kept_memory" if args.keep_freed_memory else "")
+        stem += "_isolated" if args.isolate else ""
         (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
         (RESULTS / f"{stem}.md").write_text(markdown(result))
         print(f"wrote {RESULTS / f'{stem}.md'}")
