@@ -26,24 +26,39 @@ from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, Graph, OpSource
 from graphsvc.kernels import compiled_checks
 from graphsvc.layout import (
     ALIGNMENT,
+    ATTRS_KEY,
     CANONICAL_NAN_BITS,
     COLUMN_DATA_KEY,
     COLUMN_DTYPE_KEY,
     COLUMN_DTYPES,
     COLUMN_LENGTH_KEY,
     COLUMNS,
+    COUNT,
+    DATA_KEY,
     DEFAULT_LIMITS,
     DTYPE_NAMES,
+    FORMAT_KEY,
     FORMAT_NAME,
+    GRADS_COLUMN,
     KEYS,
     MAX_ARRAY_BYTES,
+    METADATA_KEY,
+    NAMES_KEY,
+    NODES_KEY,
+    OP_CODES_COLUMN,
     OP_PLUGIN_KEY,
     OP_TAG_KEY,
     OP_VERSION_KEY,
-    OPTIONAL_COLUMN,
+    OPS_KEY,
+    OUTPUTS_KEY,
+    PARENT_INDICES_COLUMN,
+    PARENT_OFFSETS_COLUMN,
     READ_MAJORS,
     REQUIRED_KEYS_2,
     TENSOR_DTYPES,
+    TENSORS_KEY,
+    VALUES_COLUMN,
+    VERSION_KEY,
     WHICH,
     WHICH_GRAD,
     WHICH_VALUE,
@@ -70,14 +85,14 @@ def columns(graph: Graph) -> list[tuple[str, npt.NDArray[Any]]]:
     """``nodes``' columns in file order, each as the dtype the layout requires (a view when it is)."""
     found: list[tuple[str, npt.NDArray[Any]]] = [(key, getattr(graph, key)) for key in COLUMNS]
     if graph.grads is not None:
-        found.append((OPTIONAL_COLUMN, graph.grads))
+        found.append((GRADS_COLUMN, graph.grads))
     if graph.is_tensor_graph:  # an array node's column entry is the one quiet nan, whatever nan the graph holds
         found = [(key, _with_canonical_nan(array, _array_nodes(graph, key))) for key, array in found]
     return [(key, np.ascontiguousarray(array, dtype=COLUMN_DTYPES[key])) for key, array in found]
 
 
 def _array_nodes(graph: Graph, key: str) -> list[int]:
-    arrays = {"values": graph.arrays, "grads": graph.grad_arrays}.get(key, {})
+    arrays = {VALUES_COLUMN: graph.arrays, GRADS_COLUMN: graph.grad_arrays}.get(key, {})
     return sorted(arrays)
 
 
@@ -175,7 +190,10 @@ def _check_arrays_writable(graph: Graph, stored: list[Stored]) -> None:
     """What version 2.0 requires of a tensor graph beyond :meth:`Graph.check` (which holds a
     gradient to its value's shape and arrays to 32 dimensions): nan in the columns where a node
     holds an array, and a data section a msgpack bin can hold (``stored``: its arrays)."""
-    for what, arrays, column in (("value", graph.arrays, graph.values), ("gradient", graph.grad_arrays, graph.grads)):
+    for what, key, arrays, column in (
+        ("value", VALUES_COLUMN, graph.arrays, graph.values),
+        ("gradient", GRADS_COLUMN, graph.grad_arrays, graph.grads),
+    ):
         if not arrays or column is None:
             continue
         nodes = np.fromiter(arrays, dtype=np.int64, count=len(arrays))  # ids Graph.check found in range
@@ -183,7 +201,6 @@ def _check_arrays_writable(graph: Graph, stored: list[Stored]) -> None:
         not_nan = ~np.isnan(column[nodes])
         if not_nan.any():
             node = int(nodes[not_nan.argmax()])
-            key = "values" if what == "value" else "grads"
             raise FormatError(
                 f"node {node} holds a {what} array, so its entry in the {key} column must be nan, "
                 f"not {float(column[node])!r}"
@@ -211,7 +228,7 @@ def check_graph_nesting(graph: Graph, limit: int, check_strings: bool = False) -
     """:func:`check_nesting` of every node's attributes, by node id, then of the metadata."""
     attrs = graph.attrs
     check_nesting_of([(node, attrs[node]) for node in sorted(attrs)], _attributes_of, limit, check_strings)
-    check_nesting_of([("metadata", graph.metadata)], str, limit, check_strings)
+    check_nesting_of([(METADATA_KEY, graph.metadata)], str, limit, check_strings)
 
 
 def check_nesting_of(
@@ -316,33 +333,33 @@ def validate(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
 
 def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
     doc = expect(doc, dict, "the document")
-    if doc.get("format") != FORMAT_NAME:
-        raise FormatError(f"not a graphsvc file (format is {doc.get('format')!r}, expected {FORMAT_NAME!r})")
+    if doc.get(FORMAT_KEY) != FORMAT_NAME:
+        raise FormatError(f"not a graphsvc file (format is {doc.get(FORMAT_KEY)!r}, expected {FORMAT_NAME!r})")
     version = _read_version(doc)
     missing = [key for key in (KEYS if version[0] == 1 else REQUIRED_KEYS_2) if key not in doc]
     if missing:
         raise FormatError(f"the document lacks the key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
     op_table, op_sources = _read_ops(doc)
-    nodes = expect(doc["nodes"], dict, "nodes")
-    count = expect(nodes.get("count"), int, "nodes.count")
+    nodes = expect(doc[NODES_KEY], dict, NODES_KEY)
+    count = expect(nodes.get(COUNT), int, f"{NODES_KEY}.{COUNT}")
     if not 0 <= count <= limits.max_nodes:
-        raise FormatError(f"nodes.count is {count}, outside the limit 0..{limits.max_nodes}")
-    op_codes = _read_column(nodes, "op_codes", count)
-    offsets = _read_column(nodes, "parent_offsets", count + 1)
-    parents = _read_column(nodes, "parent_indices", None)
+        raise FormatError(f"{NODES_KEY}.{COUNT} is {count}, outside the limit 0..{limits.max_nodes}")
+    op_codes = _read_column(nodes, OP_CODES_COLUMN, count)
+    offsets = _read_column(nodes, PARENT_OFFSETS_COLUMN, count + 1)
+    parents = _read_column(nodes, PARENT_INDICES_COLUMN, None)
     if len(parents) > limits.max_edges:
         raise FormatError(
-            f"nodes.parent_indices has {counted(len(parents), 'entry', plural='entries')}, "
+            f"{NODES_KEY}.{PARENT_INDICES_COLUMN} has {counted(len(parents), 'entry', plural='entries')}, "
             f"over the limit {limits.max_edges}"
         )
-    values = _read_column(nodes, "values", count)
-    grads = _read_column(nodes, "grads", count) if nodes.get("grads") is not None else None
-    names = _read_sparse(doc, "names", str, count)
-    attrs = {node: node_attrs for node, node_attrs in _read_sparse(doc, "attrs", dict, count).items() if node_attrs}
+    values = _read_column(nodes, VALUES_COLUMN, count)
+    grads = _read_column(nodes, GRADS_COLUMN, count) if nodes.get(GRADS_COLUMN) is not None else None
+    names = _read_sparse(doc, NAMES_KEY, str, count)
+    attrs = {node: node_attrs for node, node_attrs in _read_sparse(doc, ATTRS_KEY, dict, count).items() if node_attrs}
     check_nesting_of(list(attrs.items()), _attributes_of, limits.max_attr_depth)
-    outputs = [expect(o, int, f"outputs[{i}]") for i, o in enumerate(expect(doc["outputs"], list, "outputs"))]
-    metadata = expect(doc["metadata"], dict, "metadata")
-    check_nesting_of([("metadata", metadata)], str, limits.max_attr_depth)
+    outputs = [expect(o, int, f"{OUTPUTS_KEY}[{i}]") for i, o in enumerate(expect(doc[OUTPUTS_KEY], list, OUTPUTS_KEY))]
+    metadata = expect(doc[METADATA_KEY], dict, METADATA_KEY)
+    check_nesting_of([(METADATA_KEY, metadata)], str, limits.max_attr_depth)
     arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
     if version[0] >= 2:
         arrays = _read_tensors(doc, count, values, grads)
@@ -384,22 +401,22 @@ def _read_column(nodes: dict[str, Any], key: str, expected_length: int | None) -
             array = data.view(expected_dtype)  # read by fastload: a uint8 buffer of its own
             array.flags.writeable = False
             return array
-    where = f"nodes.{key}"
+    where = f"{NODES_KEY}.{key}"
     column = expect(column, dict, where)
-    dtype_name = expect(column.get(COLUMN_DTYPE_KEY), str, f"{where}.dtype")
+    dtype_name = expect(column.get(COLUMN_DTYPE_KEY), str, f"{where}.{COLUMN_DTYPE_KEY}")
     if dtype_name != expected_dtype.str:
         raise FormatError(f"{where}.dtype is {dtype_name!r}, but version 1 requires {expected_dtype.str!r}")
-    length = expect(column.get(COLUMN_LENGTH_KEY), int, f"{where}.length")
+    length = expect(column.get(COLUMN_LENGTH_KEY), int, f"{where}.{COLUMN_LENGTH_KEY}")
     if length < 0:
         raise FormatError(f"{where}.length is negative ({length})")
     if expected_length is not None and length != expected_length:
         raise FormatError(f"{where}.length is {length}, expected {expected_length}")
     data = column.get(COLUMN_DATA_KEY)
     if not isinstance(data, np.ndarray):  # read by fastload: a buffer of its own, else bytes
-        data = expect(data, bytes, f"{where}.data")
+        data = expect(data, bytes, f"{where}.{COLUMN_DATA_KEY}")
     if len(data) != length * expected_dtype.itemsize:
         raise FormatError(
-            f"{where}.data holds {counted(len(data), 'byte')}, but {length} x {expected_dtype.str} needs "
+            f"{where}.{COLUMN_DATA_KEY} holds {counted(len(data), 'byte')}, but {length} x {expected_dtype.str} needs "
             f"{length * expected_dtype.itemsize}"
         )
     array = np.frombuffer(data, dtype=expected_dtype)
@@ -408,7 +425,7 @@ def _read_column(nodes: dict[str, Any], key: str, expected_length: int | None) -
 
 
 def _read_version(doc: dict[str, Any]) -> tuple[int, int]:
-    version = doc.get("version")
+    version = doc.get(VERSION_KEY)
     if (
         not isinstance(version, list)
         or len(version) != 2
@@ -432,7 +449,7 @@ _TAG, _PLUGIN, _VERSION = (operator.methodcaller("get", field) for field in (OP_
 
 
 def _read_ops(doc: dict[str, Any]) -> tuple[list[str], dict[str, OpSource]]:
-    ops = expect(doc["ops"], list, "ops")
+    ops = expect(doc[OPS_KEY], list, OPS_KEY)
     # Every rule at once, a field at a time; when one fails, entry by entry below, which words it.
     if ops and set(map(type, ops)) == {dict}:
         tags, plugins, versions = list(map(_TAG, ops)), list(map(_PLUGIN, ops)), list(map(_VERSION, ops))
@@ -449,16 +466,17 @@ def _read_ops(doc: dict[str, Any]) -> tuple[list[str], dict[str, OpSource]]:
     table: list[str] = []
     sources: dict[str, OpSource] = {}
     for i, entry in enumerate(ops):
-        entry = expect(entry, dict, f"ops[{i}]")
-        tag = expect(entry.get(OP_TAG_KEY), str, f"ops[{i}].tag")
+        where = f"{OPS_KEY}[{i}]"
+        entry = expect(entry, dict, where)
+        tag = expect(entry.get(OP_TAG_KEY), str, f"{where}.{OP_TAG_KEY}")
         if not tag:
-            raise FormatError(f"ops[{i}].tag is an empty string")
+            raise FormatError(f"{where}.{OP_TAG_KEY} is an empty string")
         plugin = entry.get(OP_PLUGIN_KEY)
         version = entry.get(OP_VERSION_KEY)
         if plugin is not None:
-            expect(plugin, str, f"ops[{i}].plugin")
+            expect(plugin, str, f"{where}.{OP_PLUGIN_KEY}")
         if version is not None:
-            expect(version, str, f"ops[{i}].version")
+            expect(version, str, f"{where}.{OP_VERSION_KEY}")
         if tag in sources:
             raise FormatError(f"ops lists the tag {tag!r} twice")
         table.append(tag)
@@ -506,11 +524,11 @@ def _read_tensors(
     """Version 2.0's arrays: every entry of the tensor table checked against the data section
     (which the file holds already, so nothing is allocated until all pass), then each array a
     read-only view into it."""
-    data = doc["data"]
+    data = doc[DATA_KEY]
     if not isinstance(data, np.ndarray):  # read by fastload: the payload's own buffer, else bytes
-        data = expect(data, bytes, "data")
+        data = expect(data, bytes, DATA_KEY)
     size = len(data)
-    entries = expect(doc["tensors"], list, "tensors")
+    entries = expect(doc[TENSORS_KEY], list, TENSORS_KEY)
     # Views of a read-only buffer are read-only: no flag to set per array.
     buffer = np.frombuffer(data, dtype=np.uint8)
     buffer.flags.writeable = False
@@ -567,7 +585,7 @@ def _checked_table(
             raise FormatError(f"tensors[{i}]: the {WHICH[which]} of node {node} is listed {what}")
         previous = (node, which)
         if i == not_nan:
-            column, key = (values, "values") if which == 0 else (grads, "grads")
+            column, key = (values, VALUES_COLUMN) if which == 0 else (grads, GRADS_COLUMN)
             assert column is not None
             raise FormatError(
                 f"tensors[{i}]: node {node} holds a {'value' if which == 0 else 'gradient'} array, so its entry in "

@@ -50,17 +50,20 @@ OP_FIELDS = (OP_TAG_KEY, OP_PLUGIN_KEY, OP_VERSION_KEY)
 # -- nodes: the count, then the columns -----------------------------------------------------------
 #: ``nodes``' first key: the number of nodes (a uint).
 COUNT = "count"
+#: The columns' names (§4), each named once.
+OP_CODES_COLUMN, PARENT_OFFSETS_COLUMN, PARENT_INDICES_COLUMN = "op_codes", "parent_offsets", "parent_indices"
+VALUES_COLUMN, GRADS_COLUMN = "values", "grads"
 #: The columns every file has, in the order files list them, after ``count``.
-COLUMNS = ("op_codes", "parent_offsets", "parent_indices", "values")
+COLUMNS = (OP_CODES_COLUMN, PARENT_OFFSETS_COLUMN, PARENT_INDICES_COLUMN, VALUES_COLUMN)
 #: The column that may follow them (or be nil).
-OPTIONAL_COLUMN = "grads"
+OPTIONAL_COLUMN = GRADS_COLUMN
 #: Column name -> the dtype version 1 requires (little-endian, numpy notation).
 COLUMN_DTYPES: dict[str, np.dtype[Any]] = {
-    "op_codes": OP_CODE_DTYPE,
-    "parent_offsets": OFFSET_DTYPE,
-    "parent_indices": INDEX_DTYPE,
-    "values": FLOAT_DTYPE,
-    "grads": FLOAT_DTYPE,
+    OP_CODES_COLUMN: OP_CODE_DTYPE,
+    PARENT_OFFSETS_COLUMN: OFFSET_DTYPE,
+    PARENT_INDICES_COLUMN: INDEX_DTYPE,
+    VALUES_COLUMN: FLOAT_DTYPE,
+    GRADS_COLUMN: FLOAT_DTYPE,
 }
 #: A column map's keys (§4): the dtype's name (str), the item count (uint), the payload (bin).
 COLUMN_DTYPE_KEY, COLUMN_LENGTH_KEY, COLUMN_DATA_KEY = "dtype", "length", "data"
