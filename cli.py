@@ -608,7 +608,7 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
 
     Example: graphsvc inspect examples/seed004.msgpack --json
     """
-    from graphsvc.text import escape, listed
+    from graphsvc.text import counted, escape, listed
     from graphsvc.topo import depth
 
     graph, version = _load_versioned(file)
@@ -633,7 +633,7 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
     if as_json:
         _print_json(info)
         return
-    size = "" if info["file_size"] is None else f" ({info['file_size']} bytes)"
+    size = "" if info["file_size"] is None else f" ({counted(info['file_size'], 'byte')})"
     rows = [
         ["file", f"{escape(info['file'])}{size}"],
         ["format version", f"{version[0]}.{version[1]}"],
@@ -658,11 +658,14 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
 
 
 def _tensor_info_text(info: dict[str, Any]) -> str:
+    from graphsvc.text import counted
+
     dtypes = ", ".join(f"{dtype} {count}" for dtype, count in info["dtypes"].items())
     holds = "node holds an array" if info["nodes"] == 1 else "nodes hold arrays"
     return (
         f"{info['nodes']} {holds} ({dtypes}); "
-        f"{info['value_bytes']:,} bytes of values, {info['grad_bytes']:,} bytes of gradients"
+        f"{counted(info['value_bytes'], 'byte', thousands=True)} of values, "
+        f"{counted(info['grad_bytes'], 'byte', thousands=True)} of gradients"
     )
 
 

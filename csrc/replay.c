@@ -152,7 +152,8 @@ static PyObject *backward_sweep(PyObject *self, PyObject *args) {
         goto fail;
     }
     if (output < 0 || output >= n) {
-        PyErr_Format(PyExc_ValueError, "output %zd is not a node of this graph of %zd", output, n);
+        PyErr_Format(PyExc_ValueError, "output %zd is not a node of this graph of %zd %s", output, n,
+                     graphsvc_noun(n, "node", "nodes"));
         goto fail;
     }
     int failed = 0;
@@ -173,7 +174,8 @@ static PyObject *backward_sweep(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     if (failed) {
-        PyErr_Format(PyExc_ValueError, "nodes: %lld is not a node of this graph of %zd", (long long)bad, n);
+        PyErr_Format(PyExc_ValueError, "nodes: %lld is not a node of this graph of %zd %s", (long long)bad, n,
+                     graphsvc_noun(n, "node", "nodes"));
         goto fail;
     }
     graphsvc_release(&held);
@@ -239,8 +241,8 @@ static PyObject *forward_all_primitives(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     if (bad >= 0) {
-        PyErr_Format(PyExc_ValueError, "codes: node %zd has op code %d, beyond the table of %zd", bad,
-                     (int)codes[bad], table_length);
+        PyErr_Format(PyExc_ValueError, "codes: node %zd has op code %d, beyond the table of %zd %s", bad,
+                     (int)codes[bad], table_length, graphsvc_noun(table_length, "entry", "entries"));
         goto fail;
     }
     if (unset >= 0) {
@@ -314,7 +316,8 @@ static PyObject *forward_primitives(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     if (failed == 1) {
-        PyErr_Format(PyExc_ValueError, "nodes: %lld is not a node of this graph of %zd", (long long)bad, n);
+        PyErr_Format(PyExc_ValueError, "nodes: %lld is not a node of this graph of %zd %s", (long long)bad, n,
+                     graphsvc_noun(n, "node", "nodes"));
         goto fail;
     }
     if (failed == 2) {
@@ -385,7 +388,8 @@ static PyObject *primitive_derivatives(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     if (failed == 1) {
-        PyErr_Format(PyExc_ValueError, "nodes: %lld is not a node of this graph of %zd", (long long)bad, n);
+        PyErr_Format(PyExc_ValueError, "nodes: %lld is not a node of this graph of %zd %s", (long long)bad, n,
+                     graphsvc_noun(n, "node", "nodes"));
         goto fail;
     }
     if (failed == 2) {
@@ -435,7 +439,8 @@ static PyObject *backward_primitives(PyObject *self, PyObject *args) {
     if (take(&held, g, 1, 1, "reached", (void **)&reached, &reached_length) < 0) goto fail;
     if (take(&held, h, 8, 1, "grads", (void **)&grads, &grads_length) < 0) goto fail;
     if (output < 0 || output >= n) {
-        PyErr_Format(PyExc_ValueError, "output %zd is not a node of this graph of %zd", output, n);
+        PyErr_Format(PyExc_ValueError, "output %zd is not a node of this graph of %zd %s", output, n,
+                     graphsvc_noun(n, "node", "nodes"));
         goto fail;
     }
     if (codes_length != n || values_length != n || grads_length != n) {
@@ -503,8 +508,8 @@ static PyObject *backward_primitives(PyObject *self, PyObject *args) {
     for (Py_ssize_t node = output + 1; node < n; node++) grads[node] = 0.0;
     Py_END_ALLOW_THREADS
     if (bad >= 0) {
-        PyErr_Format(PyExc_ValueError, "codes: node %zd has op code %d, beyond the table of %zd", bad,
-                     (int)codes[bad], table_length);
+        PyErr_Format(PyExc_ValueError, "codes: node %zd has op code %d, beyond the table of %zd %s", bad,
+                     (int)codes[bad], table_length, graphsvc_noun(table_length, "entry", "entries"));
         goto fail;
     }
     if (unset >= 0) {

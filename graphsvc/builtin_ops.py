@@ -31,6 +31,7 @@ from graphsvc import kernels, opmath
 from graphsvc.graph import CONST, LEAF
 from graphsvc.hookspecs import hookimpl
 from graphsvc.ops import Op
+from graphsvc.text import counted
 
 
 # -- the elementwise ops, from graphsvc.opmath's table --------------------------------------------
@@ -246,43 +247,44 @@ def _nll_picks(x: np.ndarray, target: np.ndarray, reduction: str, ignore_index: 
         )
     target = target.astype(np.int64, copy=False)
     classes = x.shape[axis]
-    counted: np.ndarray | None = None
+    kept: np.ndarray | None = None
     outside = target.view(np.uint64) >= classes  # a negative class is a huge unsigned one
     if 0 <= ignore_index < classes or outside.any():  # some targets may be ignored
-        counted = target != ignore_index
-        outside &= counted
+        kept = target != ignore_index
+        outside &= kept
         if outside.any():
-            raise ValueError(f"target {int(target[outside][0])} is out of range for {classes} classes")
+            of = counted(classes, "class", plural="classes")
+            raise ValueError(f"target {int(target[outside][0])} is out of range for {of}")
         if not classes:  # no class to pick: every target is ignored (else it was out of range)
-            return (), counted
-        target = np.where(counted, target, 0)
+            return (), kept
+        target = np.where(kept, target, 0)
     ndim = target.ndim
     others = [np.arange(n).reshape((n,) + (1,) * (ndim - 1 - i)) for i, n in enumerate(target.shape)]
-    return (*others[:axis], target, *others[axis:]), counted
+    return (*others[:axis], target, *others[axis:]), kept
 
 
 def _nll_loss_with_residuals(
     x: np.ndarray, target: np.ndarray, reduction: str = "mean", ignore_index: int = -100
 ) -> tuple[np.ndarray, _Picks]:
     picks = _nll_picks(x, target, reduction, ignore_index)
-    index, counted = picks
+    index, kept = picks
     if not index:  # no classes, every target ignored
         losses = np.zeros(target.shape, dtype=x.dtype)
     else:
         losses = np.negative(x[index])
-        if counted is not None:
-            losses = np.where(counted, losses, x.dtype.type(0))
+        if kept is not None:
+            losses = np.where(kept, losses, x.dtype.type(0))
     if reduction == "none":
         return losses, picks
     total = losses.sum(dtype=x.dtype)
     if reduction == "sum":
         return total, picks
-    return total / _nll_count(x, target, counted), picks
+    return total / _nll_count(x, target, kept), picks
 
 
-def _nll_count(x: np.ndarray, target: np.ndarray, counted: np.ndarray | None) -> Any:
+def _nll_count(x: np.ndarray, target: np.ndarray, kept: np.ndarray | None) -> Any:
     """How many targets a mean is over (those not ignored), in ``x``'s dtype."""
-    return x.dtype.type(target.size if counted is None else np.count_nonzero(counted))
+    return x.dtype.type(target.size if kept is None else np.count_nonzero(kept))
 
 
 def _nll_loss_vjp(
@@ -294,11 +296,11 @@ def _nll_loss_vjp(
     ignore_index: int = -100,
     residuals: _Picks | None = None,
 ) -> tuple[np.ndarray, None]:
-    index, counted = _nll_picks(x, target, reduction, ignore_index) if residuals is None else residuals
-    each = -g / _nll_count(x, target, counted) if reduction == "mean" else -g
+    index, kept = _nll_picks(x, target, reduction, ignore_index) if residuals is None else residuals
+    each = -g / _nll_count(x, target, kept) if reduction == "mean" else -g
     gx = np.zeros(x.shape, dtype=x.dtype)
     if index:  # else no classes: nothing to send a gradient to
-        gx[index] = each if counted is None else np.where(counted, each, x.dtype.type(0))
+        gx[index] = each if kept is None else np.where(kept, each, x.dtype.type(0))
     return gx, None
 
 

@@ -50,6 +50,7 @@ from graphsvc.layout import (
     map_header,
     pad_and_data_header,
 )
+from graphsvc.text import counted
 
 
 # -- writing ------------------------------------------------------------------------------------------
@@ -116,7 +117,7 @@ def _encode_tensors(stored: list[document.Stored], pack: Any, written: int) -> I
 
 def _bin_header(length: int) -> bytes:
     if length >= 1 << 32:
-        raise FormatError(f"a column of {length} bytes is larger than msgpack allows (4 GiB)")
+        raise FormatError(f"a column of {counted(length, 'byte')} is larger than msgpack allows (4 GiB)")
     return bin_header(length)
 
 

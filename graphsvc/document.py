@@ -208,7 +208,8 @@ def _check_arrays_writable(graph: Graph, stored: list[Stored]) -> None:
     size = data_length(stored)
     if size >= 1 << 32:
         raise FormatError(
-            f"the graph's arrays take {size:,} bytes with their alignment, more than the 4 GiB a msgpack bin holds "
+            f"the graph's arrays take {counted(size, 'byte', thousands=True)} with their alignment, "
+            "more than the 4 GiB a msgpack bin holds "
             "(4,294,967,295 bytes)"
         )
 
@@ -254,7 +255,7 @@ def check_nesting(value: Any, limit: int, where: str, check_strings: bool = Fals
     while stack:
         item, level = stack.pop()
         if level > limit:
-            raise FormatError(f"{where} nests deeper than {limit} levels")
+            raise FormatError(f"{where} nests deeper than {counted(limit, 'level')}")
         if isinstance(item, str):
             if check_strings:
                 _check_string_length(item, f"a string in {where}")
@@ -268,7 +269,7 @@ def check_nesting(value: Any, limit: int, where: str, check_strings: bool = Fals
         elif isinstance(item, (list, tuple)):
             stack.extend((v, level + 1) for v in item)
         elif type(item) is int and not -(1 << 63) <= item < 1 << 64:
-            digits = str(item) if abs(item) < 10**30 else f"an integer of {len(str(abs(item)))} digits"
+            digits = str(item) if abs(item) < 10**30 else f"an integer of {counted(len(str(abs(item))), 'digit')}"
             raise FormatError(f"{where} holds {digits}, outside the integers msgpack stores (-2**63 to 2**64 - 1)")
 
 
@@ -648,7 +649,9 @@ def _read_tensor_entry(
     if type(raw_shape) is not list:
         expect(raw_shape, list, f"tensors[{i}][3]")
     if len(raw_shape) > MAX_DIMENSIONS:
-        raise FormatError(f"tensors[{i}]: the shape has {len(raw_shape)} dimensions, more than {MAX_DIMENSIONS}")
+        raise FormatError(
+            f"tensors[{i}]: the shape has {counted(len(raw_shape), 'dimension')}, more than {MAX_DIMENSIONS}"
+        )
     items = 1
     for k, dimension in enumerate(raw_shape):
         if type(dimension) is not int or dimension < 0:
@@ -662,8 +665,8 @@ def _read_tensor_entry(
     needed = dtype.itemsize * (0 if 0 in shape else items)
     if needed > size:
         raise FormatError(
-            f"tensors[{i}]: an {dtype_name} array of shape {shape_text(shape)} takes {needed:,} bytes, "
-            f"more than the data section's {size:,}"
+            f"tensors[{i}]: an {dtype_name} array of shape {shape_text(shape)} takes "
+            f"{counted(needed, 'byte', thousands=True)}, more than the data section's {size:,}"
         )
     if type(offset) is not int:
         expect(offset, int, f"tensors[{i}][4]")
@@ -679,6 +682,7 @@ def _read_tensor_entry(
         raise FormatError(f"tensors[{i}]: the offset {offset} is not a multiple of {ALIGNMENT}")
     if offset + nbytes > size:
         raise FormatError(
-            f"tensors[{i}]: bytes {offset:,} to {offset + nbytes:,} lie outside the data section's {size:,} bytes"
+            f"tensors[{i}]: bytes {offset:,} to {offset + nbytes:,} lie outside the data section's "
+            f"{counted(size, 'byte', thousands=True)}"
         )
     return node, which, dtype, shape, offset, nbytes

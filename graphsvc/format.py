@@ -150,7 +150,7 @@ def loads(data: bytes, limits: Limits = DEFAULT_LIMITS) -> Graph:
 
 
 def _no_memory(size: int) -> str:
-    return f"not enough memory to load a graph of {size:,} bytes"
+    return f"not enough memory to load a graph of {counted(size, 'byte', thousands=True)}"
 
 
 def _read_msgpack(data: bytes | bytearray, limits: Limits) -> tuple[Graph, tuple[int, int]]:
@@ -270,11 +270,11 @@ def _wait_for_data(fd: int, seconds: float) -> None:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     if not poller.poll(max(int(seconds * 1000), 0)):
-        raise FormatError(f"a FIFO with nothing writing to it (no data within {seconds:g} seconds)")
+        raise FormatError(f"a FIFO with nothing writing to it (no data within {counted(seconds, 'second')})")
 
 
 def _too_large(limit: int, field: str = "max_file_bytes") -> str:
-    return f"it holds more than {limit:,} bytes, the limit (Limits.{field})"
+    return f"it holds more than {counted(limit, 'byte', thousands=True)}, the limit (Limits.{field})"
 
 
 def _load_regular(file: IO[bytes], limits: Limits, mapped: bool = False) -> tuple[Graph, tuple[int, int]]:

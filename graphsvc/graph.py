@@ -359,7 +359,8 @@ class Graph:
                     )
                 if array.ndim > MAX_DIMENSIONS:
                     raise GraphStructureError(
-                        f"node {node}: a {what} array has {array.ndim} dimensions, more than {MAX_DIMENSIONS}"
+                        f"node {node}: a {what} array has {counted(array.ndim, 'dimension')}, "
+                        f"more than {MAX_DIMENSIONS}"
                     )
         arrays = self.arrays
         for node, grad in self.grad_arrays.items():

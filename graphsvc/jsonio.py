@@ -23,7 +23,7 @@ import numpy as np
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists
 from graphsvc.layout import MAX_ARRAY_BYTES
-from graphsvc.text import shorten
+from graphsvc.text import counted, shorten
 from graphsvc.topo import topological_sort
 
 JSON_FORMAT_NAME = "graphsvc-json"
@@ -39,6 +39,10 @@ JSON_DTYPES: dict[str, np.dtype[Any]] = {
 }
 _INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
 _SPECIAL = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _characters(text: str) -> str:
+    return counted(len(text), "character", thousands=True)
 
 
 def json_float(x: float) -> float | str:
@@ -59,7 +63,8 @@ def _float_in(x: Any, where: str) -> float:
         try:
             return float(x)
         except OverflowError:
-            raise FormatError(f"{where} is an integer too large for a float64 ({len(str(abs(x)))} digits)") from None
+            digits = counted(len(str(abs(x))), "digit")
+            raise FormatError(f"{where} is an integer too large for a float64 ({digits})") from None
     raise FormatError(f'{where} must be a number or one of "nan", "inf", "-inf", not {x!r}')
 
 
@@ -162,13 +167,13 @@ def loads_versioned(text: str) -> tuple[Graph, tuple[int, int]]:
     except ValueError as exc:  # an integer of more digits than Python converts (4300 by default)
         raise FormatError(f"not valid JSON: {shorten(str(exc).split(';')[0], 120)}") from None
     except MemoryError:
-        raise FormatError(f"not enough memory to read {len(text):,} characters of JSON") from None
+        raise FormatError(f"not enough memory to read {_characters(text)} of JSON") from None
     try:
         graph = from_document(doc)
     except GraphStructureError as exc:
         raise FormatError(str(exc)) from None
     except MemoryError:
-        raise FormatError(f"not enough memory to build the graph of {len(text):,} characters of JSON") from None
+        raise FormatError(f"not enough memory to build the graph of {_characters(text)} of JSON") from None
     major, minor = doc["version"]
     return graph, (major, minor)
 
@@ -346,7 +351,7 @@ def _array_in(raw: dict[str, Any], where: str) -> np.ndarray:
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise FormatError(f"{where}: shape must be a list of non-negative integers")
     if len(shape) > MAX_DIMENSIONS:
-        raise FormatError(f"{where}: the shape has {len(shape)} dimensions, more than {MAX_DIMENSIONS}")
+        raise FormatError(f"{where}: the shape has {counted(len(shape), 'dimension')}, more than {MAX_DIMENSIONS}")
     if math.prod(d or 1 for d in shape) * dtype.itemsize > MAX_ARRAY_BYTES:  # as numpy counts, empty too
         raise FormatError(f"{where}: the shape {shorten(str(shape), 80)} is too large (more than 2**63 - 1 bytes)")
     if "data" not in raw:

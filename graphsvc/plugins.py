@@ -55,7 +55,7 @@ from graphsvc.ops import (
     interrupts_told_apart,
     is_user_interrupt,
 )
-from graphsvc.text import listed, shorten
+from graphsvc.text import counted, listed, shorten
 
 __all__ = ["ENTRY_POINT_GROUP", "PluginProblem", "load_registry", "plugin_output_to_stderr", "running_plugin_code"]
 
@@ -523,13 +523,12 @@ class _Registration:
                 self.loader._problem(self.label, duplicate_message(first, second))
                 continue
             names = listed(first.name for first, _ in pairs)
+            ops = counted(len(pairs), "op", thousands=True)
             if (first.plugin, first.plugin_version) == (second.plugin, second.plugin_version):
-                message = (
-                    f"{len(pairs):,} ops are registered twice by {first.source} (the first ones are kept): {names}"
-                )
+                message = f"{ops} are registered twice by {first.source} (the first ones are kept): {names}"
             else:
                 message = (
-                    f"{len(pairs):,} ops are registered by both {first.source} and {second.source} "
+                    f"{ops} are registered by both {first.source} and {second.source} "
                     f"(the first ones are kept): {names}"
                 )
             self.loader._problem(self.label, message)

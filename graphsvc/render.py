@@ -77,7 +77,7 @@ def neighbourhood(graph: Graph, center: int, depth: int, limit: int | None = MAX
             if limit is not None and len(seen) > limit:
                 raise TooLargeToDraw(
                     f"the neighbourhood of {graph.label(center)} within {counted(depth, 'edge')} holds more than "
-                    f"{limit} nodes, more than one picture can show",
+                    f"{counted(limit, 'node')}, more than one picture can show",
                     graph.label(center),
                 )
         if not found:

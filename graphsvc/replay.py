@@ -586,4 +586,5 @@ def default_output(graph: Graph, choose: str = "output=") -> int:
     if not outputs:
         raise UsageError(f"the graph lists no outputs: choose one with {choose}")
     shown = listed((graph.label(o) for o in outputs[:_LISTED]), total=len(outputs), shown=_LISTED)
-    raise UsageError(f"the graph has {len(outputs):,} outputs ({shown}): choose one with {choose}")
+    many = counted(len(outputs), "output", thousands=True)
+    raise UsageError(f"the graph has {many} ({shown}): choose one with {choose}")

@@ -44,6 +44,7 @@ from graphsvc.ops import (
     is_user_interrupt,
     local_derivatives,
 )
+from graphsvc.text import counted, escape
 from graphsvc.topo import ancestors
 
 __all__ = [
@@ -252,7 +253,7 @@ def output_and_residuals(op: Op, pair: Any) -> tuple[Any, Any]:
     nested) is made read-only: a plugin that keeps a buffer it writes into again (a per-shape scratch
     buffer) fails at that write, instead of handing its VJP another node's numbers."""
     if not isinstance(pair, tuple) or len(pair) != 2:
-        got = f"a tuple of {len(pair)} items" if isinstance(pair, tuple) else type(pair).__name__
+        got = f"a tuple of {counted(len(pair), 'item')}" if isinstance(pair, tuple) else type(pair).__name__
         raise ReplayError(
             f"op {op.name!r} ({op.source}): forward_with_residuals returned {got}, expected a pair (output, residuals)"
         )
@@ -647,8 +648,6 @@ def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 def node_cells(graph: Graph, node: int, values: Replayed, grads: Replayed | None) -> list[str]:
     """A listing row of a tensor graph: id, name, op, parents (as the scalar listing writes them),
     then the value's :func:`summary` and, with gradients, the gradient's (``-`` for none)."""
-    from graphsvc.text import escape
-
     parents = ",".join(map(str, graph.parents(node))) or "-"
     name = graph.names.get(node)
     cells = [str(node), "-" if name is None else escape(name), escape(graph.op(node)), parents]

@@ -68,7 +68,7 @@ def shorten(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, saying how much was cut."""
     if len(text) <= limit:
         return text
-    marker = f"... ({len(text):,} characters)"
+    marker = f"... ({counted(len(text), 'character', thousands=True)})"
     return text[: max(limit - len(marker), 1)] + marker
 
 
@@ -107,9 +107,12 @@ def one_line(message: str, limit: int = LINE_CHARS) -> str:
     return shorten(message, limit)
 
 
-def counted(count: int, noun: str, *, plural: str | None = None, thousands: bool = False) -> str:
+def counted(count: float, noun: str, *, plural: str | None = None, thousands: bool = False) -> str:
     """``count`` and ``noun``, plural unless the count is one: ``1 node``, ``7 nodes``, ``1 entry``,
     ``2 entries`` (``plural``, when adding an s is not it). ``thousands`` groups the digits
-    (``1,000,000 nodes``)."""
-    number = f"{count:,}" if thousands else str(count)
+    (``1,000,000 nodes``). A float is written in its shortest form (``1 second``, ``0.5 seconds``)."""
+    if isinstance(count, float):
+        number = f"{count:,g}" if thousands else f"{count:g}"
+    else:
+        number = f"{count:,}" if thousands else str(count)
     return f"{number} {noun}" if count == 1 else f"{number} {plural or noun + 's'}"

@@ -302,6 +302,12 @@ def test_counts_of_one_are_singular(tmp_path: Path) -> None:
         "2 edges",
         "1,234,567 nodes",
     ]
+    # a float in its shortest form (the seconds a FIFO is waited for)
+    assert [counted(1.0, "second"), counted(0.3, "second"), counted(2.5, "second")] == [
+        "1 second",
+        "0.3 seconds",
+        "2.5 seconds",
+    ]
     b = GraphBuilder()
     b.add("neg", [b.leaf(2.0, name="x")], name="y")
     path = tmp_path / "two.msgpack"

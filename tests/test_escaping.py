@@ -228,6 +228,14 @@ def test_a_long_cycle_is_cut_and_its_nodes_escaped() -> None:
     assert str(info.value) == f"the graph has a cycle: 0 (a\\nb\\x1b[2J) -> {long} -> 0 (a\\nb\\x1b[2J)"
 
 
+def test_shorten_counts_what_it_cut_in_characters() -> None:
+    from graphsvc.text import shorten
+
+    assert shorten("abc", 3) == "abc"
+    assert shorten("x" * 1234, 30) == "xxxxxxxx... (1,234 characters)"
+    assert shorten("a", 0) == "a... (1 character)"  # never less than one character of the text
+
+
 def test_a_cycle_of_exactly_ten_nodes_is_shown_whole() -> None:
     with pytest.raises(GraphStructureError) as info:
         topological_sort({i: [(i - 1) % 10] for i in range(10)})

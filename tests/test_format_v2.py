@@ -374,6 +374,10 @@ BAD_TABLES: list[tuple[Callable[[dict[str, Any]], object], str]] = [
         lambda d: d["tensors"][1].__setitem__(4, 128),
         "tensors[1]: bytes 128 to 136 lie outside the data section's 72 bytes",
     ),
+    (
+        lambda d: (d.__setitem__("data", bytes(1)), d["tensors"].__setitem__(0, [0, "value", "F32", [0], 64, 0])),
+        "tensors[0]: bytes 64 to 64 lie outside the data section's 1 byte",
+    ),
     (lambda d: d["tensors"][1].__setitem__(4, 0), "tensors[0] and tensors[1] overlap in the data section (at byte 0)"),
     (lambda d: d["tensors"][1].__setitem__(0, 0), "tensors[1]: the value of node 0 is listed twice"),
     (

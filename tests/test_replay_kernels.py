@@ -407,8 +407,12 @@ def test_wrong_arguments_are_errors_not_wild_memory_accesses() -> None:
         _creplay.forward_all_primitives(
             codes, np.array([0, 5], dtype=np.int8), offsets, parents.astype(np.int64), values
         )
-    with pytest.raises(ValueError, match=r"^codes: node 1 has op code 1, beyond the table of 1$"):
+    with pytest.raises(ValueError, match=r"^codes: node 1 has op code 1, beyond the table of 1 entry$"):
         _creplay.forward_all_primitives(codes, np.array([0], dtype=np.int8), offsets, parents, values)
+    with pytest.raises(ValueError, match=r"^codes: node 1 has op code 2, beyond the table of 2 entries$"):
+        _creplay.forward_all_primitives(
+            np.array([0, 2], dtype=np.uint16), np.array([0, 5], dtype=np.int8), offsets, parents, values
+        )
     with pytest.raises(ValueError, match=r"^values: 3 items, expected one per node"):
         _creplay.forward_all_primitives(codes, np.array([0, 5], dtype=np.int8), offsets, parents, np.zeros(3))
     with pytest.raises(ValueError, match=r"^values: 1 item, expected one per node \(one more for offsets\) \(2\)$"):
@@ -419,11 +423,13 @@ def test_wrong_arguments_are_errors_not_wild_memory_accesses() -> None:
         _creplay.forward_all_primitives(
             codes, np.array([0, 5], dtype=np.int8), np.array([0, 0, 2]), np.zeros(1, np.int32), values
         )
-    with pytest.raises(ValueError, match=r"^output 2 is not a node of this graph of 2$"):
+    with pytest.raises(ValueError, match=r"^output 2 is not a node of this graph of 2 nodes$"):
         _creplay.backward_sweep(offsets, parents, np.ones(1), np.array([1]), 2, np.zeros(2))
-    with pytest.raises(ValueError, match=r"^nodes: 5 is not a node of this graph of 2$"):
+    with pytest.raises(ValueError, match=r"^output 1 is not a node of this graph of 1 node$"):
+        _creplay.backward_sweep(np.array([0, 0]), parents[:0], np.ones(0), np.array([0]), 1, np.zeros(1))
+    with pytest.raises(ValueError, match=r"^nodes: 5 is not a node of this graph of 2 nodes$"):
         _creplay.backward_sweep(offsets, parents, np.ones(1), np.array([0, 5]), 1, np.zeros(2))
-    with pytest.raises(ValueError, match=r"^nodes: -1 is not a node of this graph of 2$"):
+    with pytest.raises(ValueError, match=r"^nodes: -1 is not a node of this graph of 2 nodes$"):
         _creplay.primitive_derivatives(
             np.array([-1]), np.array([0, 5], dtype=np.int8), offsets, parents, values, np.zeros(1)
         )

@@ -594,11 +594,14 @@ def test_forward_with_residuals_must_return_a_pair_and_its_failures_name_it() ->
     registry.register(Op("single", 1, forward=np.negative, vjp=vjp, forward_with_residuals=np.negative))
     registry.register(Op("fails", 1, forward=np.negative, vjp=vjp, forward_with_residuals=lambda x: 1 / 0))
     registry.register(Op("triple", 1, forward=np.negative, vjp=vjp, forward_with_residuals=lambda x: (-x, 1, 2)))
+    registry.register(Op("lone", 1, forward=np.negative, vjp=vjp, forward_with_residuals=lambda x: (-x,)))
     registry.register(Op("text", 1, forward=np.negative, vjp=vjp, forward_with_residuals=lambda x: ("abc", None)))
     for op, message in (
         ("single", "node loss: op 'single' (an unnamed plugin): forward_with_residuals returned ndarray, "
          "expected a pair (output, residuals)"),
         ("triple", "node loss: op 'triple' (an unnamed plugin): forward_with_residuals returned a tuple of 3 items, "
+         "expected a pair (output, residuals)"),
+        ("lone", "node loss: op 'lone' (an unnamed plugin): forward_with_residuals returned a tuple of 1 item, "
          "expected a pair (output, residuals)"),
         ("text", "node loss: op 'text' (an unnamed plugin): forward_with_residuals returned str, "
          "not an array of float64, float32 or int64"),
@@ -834,6 +837,7 @@ def test_nll_loss_keeps_float32_and_gives_pytorchs_mean_of_no_targets() -> None:
     ("logp", "target", "attrs", "message"),
     [
         (np.zeros((2, 3)), np.array([0, 3]), {}, "target 3 is out of range for 3 classes"),
+        (np.zeros((2, 1)), np.array([0, 1]), {}, "target 1 is out of range for 1 class"),
         (np.zeros((2, 3)), np.array([-1, 0]), {"ignore_index": 0}, "target -1 is out of range for 3 classes"),
         (np.zeros((2, 3)), np.array([0.0, 1.0]), {}, "the target must hold class indices (int64), not float64"),
         (
