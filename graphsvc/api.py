@@ -179,21 +179,22 @@ def replay_values(
 
     engine = engine or engine_for(graph.num_nodes)  # one engine for every sweep of this replay
     step_list: list[Any] | None = [] if steps else None
-    if tensor_replay_needed(graph, registry, overrides):
+    tensor = tensor_replay_needed(graph, registry, overrides)
+    ops = replay.resolve_ops(graph, registry, engine)  # once, for the forward and the backward pass
+    if tensor:
         from graphsvc import tensors
 
-        ops = replay.resolve_ops(graph, registry, engine)
         residuals: dict[int, Any] | None = None if output is None else {}  # a backward follows: keep them
         with running_plugin_code():
             arrays = tensors.forward(graph, ops, overrides, residuals)
             gradients = None if output is None else tensors.backward(graph, ops, output, arrays, step_list, residuals)
         return ReplayRun(True, arrays, gradients, step_list)
-    values = replay.forward(graph, registry, overrides, engine)
+    values = replay.forward(graph, registry, overrides, engine, ops=ops)
     grads = None
     if output is not None and steps:
-        grads, step_list = replay.backward_steps(graph, registry, output, values, engine)
+        grads, step_list = replay.backward_steps(graph, registry, output, values, engine, ops=ops)
     elif output is not None:
-        grads = replay.backward(graph, registry, output, values, engine)
+        grads = replay.backward(graph, registry, output, values, engine, ops=ops)
     return ReplayRun(False, values, grads, step_list)
 
 

@@ -205,21 +205,32 @@ class _Params(NamedTuple):
 def _primitive_params(graph: Graph, table: npt.NDArray[np.int8]) -> _Params:
     """The parameters of the nodes carrying attributes: a primitive takes its own attributes (at
     most one, a real number), nothing else."""
+    attrs = graph.attrs
     params: FloatArray | None = None
+    if not attrs:
+        return _Params(params, np.zeros(0, dtype=np.int64))
+    # which nodes with attributes are computed nodes of a primitive: one numpy pass, not one per node
+    nodes = np.fromiter(attrs, dtype=np.int64, count=len(attrs))
+    codes = table[graph.op_codes[nodes]]
+    offsets = graph.parent_offsets
+    primitive = (codes != 0) & (offsets[nodes + 1] > offsets[nodes])
     excluded: list[int] = []
-    offsets, codes = graph.parent_offsets, graph.op_codes
-    for node, attrs in graph.attrs.items():
-        code = int(table[codes[node]])
-        if code == 0 or offsets[node + 1] == offsets[node]:  # not a primitive anyway, or a leaf
-            continue
+    given: list[int] = []
+    numbers: list[float] = []
+    for node, code in zip(nodes[primitive].tolist(), codes[primitive].tolist(), strict=True):
         names = PRIMITIVE_ATTRS[PRIMITIVES[code - 1]]
-        value = attrs.get(names[0]) if len(names) == 1 and len(attrs) == 1 else None
-        if not isinstance(value, Real) or isinstance(value, bool):
+        node_attrs = attrs[node]
+        value = node_attrs.get(names[0]) if len(names) == 1 and len(node_attrs) == 1 else None
+        # a float or an int (as a decoded file holds them) without isinstance's ABC check (~1 us a node)
+        kind = type(value)
+        if kind is not float and kind is not int and (not isinstance(value, Real) or isinstance(value, bool)):
             excluded.append(node)
             continue
-        if params is None:
-            params = np.zeros(graph.num_nodes, dtype=np.float64)
-        params[node] = value
+        given.append(node)
+        numbers.append(value)  # type: ignore[arg-type]
+    if given:
+        params = np.zeros(graph.num_nodes, dtype=np.float64)
+        params[given] = numbers
     return _Params(params, np.array(excluded, dtype=np.int64))
 
 
@@ -304,15 +315,22 @@ def _locate_failure(graph: Graph, group: _Group, run: Any, error: Exception) -> 
 
 @_runs_plugin_code
 def forward(
-    graph: Graph, registry: OpRegistry, overrides: Mapping[int, float] | None = None, engine: Engine | None = None
+    graph: Graph,
+    registry: OpRegistry,
+    overrides: Mapping[int, float] | None = None,
+    engine: Engine | None = None,
+    *,
+    ops: list[Op | None] | None = None,
 ) -> FloatArray:
     """Recompute every non-leaf value from the leaves; ``overrides`` replaces leaf values first.
 
     ``engine`` (as for :func:`backward`): the compiled kernels or the references, and where node by
     node gives way to numpy groups; by default :func:`graphsvc.kernels.engine_for` picks it from
-    the graph's size. Every engine gives the same bits (the tests compare them with the reference)."""
+    the graph's size. Every engine gives the same bits (the tests compare them with the reference).
+    ``ops``: :func:`resolve_ops` of this graph and ``registry``, when the caller has it already (a
+    forward pass that a backward pass follows resolves them once); by default they are resolved here."""
     engine = engine or engine_for(graph.num_nodes)
-    ops = resolve_ops(graph, registry, engine)
+    ops = resolve_ops(graph, registry, engine) if ops is None else ops
     values = np.array(graph.values, dtype=np.float64)
     for node, value in (overrides or {}).items():
         graph.check_settable(node)
@@ -438,13 +456,16 @@ def edge_derivatives(
     values: FloatArray,
     nodes: npt.NDArray[np.int64] | None = None,
     engine: Engine | None = None,
+    *,
+    ops: list[Op | None] | None = None,
 ) -> FloatArray:
     """The local derivative d(child)/d(parent) of every parent slot of ``nodes`` (default: all).
 
-    Slots of other nodes are left at 0. ``engine`` is as for :func:`forward`.
+    Slots of other nodes are left at 0. ``engine`` and ``ops`` are as for :func:`forward`.
     """
     engine = engine or engine_for(graph.num_nodes)
-    return _edge_derivatives(graph, resolve_ops(graph, registry, engine), values, nodes, engine)
+    ops = resolve_ops(graph, registry, engine) if ops is None else ops
+    return _edge_derivatives(graph, ops, values, nodes, engine)
 
 
 def _edge_derivatives(
@@ -486,14 +507,20 @@ def _edge_derivatives(
 
 @_runs_plugin_code
 def backward(
-    graph: Graph, registry: OpRegistry, output: int, values: FloatArray | None = None, engine: Engine | None = None
+    graph: Graph,
+    registry: OpRegistry,
+    output: int,
+    values: FloatArray | None = None,
+    engine: Engine | None = None,
+    *,
+    ops: list[Op | None] | None = None,
 ) -> FloatArray:
     """The gradient of ``output`` with respect to every node (0 for nodes it does not depend on).
 
-    ``engine`` is as for :func:`forward`; the compiled one gives the reference's bits."""
+    ``engine`` and ``ops`` are as for :func:`forward`; the compiled engine gives the reference's bits."""
     values = graph.values if values is None else values
     engine = engine or engine_for(graph.num_nodes)
-    ops = resolve_ops(graph, registry, engine)
+    ops = resolve_ops(graph, registry, engine) if ops is None else ops
     jit = engine.kernels
     plan = None
     if jit is not None:
@@ -563,14 +590,21 @@ class Step(NamedTuple):
 
 @_runs_plugin_code
 def backward_steps(
-    graph: Graph, registry: OpRegistry, output: int, values: FloatArray | None = None, engine: Engine | None = None
+    graph: Graph,
+    registry: OpRegistry,
+    output: int,
+    values: FloatArray | None = None,
+    engine: Engine | None = None,
+    *,
+    ops: list[Op | None] | None = None,
 ) -> tuple[FloatArray, list[Step]]:
     """Like :func:`backward`, and also the steps, in the order the sweep takes them (the reference
     sweep, whatever ``engine`` computes the local derivatives)."""
     values = graph.values if values is None else values
     engine = engine or engine_for(graph.num_nodes)
+    ops = resolve_ops(graph, registry, engine) if ops is None else ops
     nodes = np.flatnonzero(ancestors(graph, output, engine))
-    local = edge_derivatives(graph, registry, values, nodes, engine)
+    local = _edge_derivatives(graph, ops, values, nodes, engine)
     steps: list[Step] = []
     grads = reference_sweep(graph, output, local, nodes, steps)
     return grads, steps

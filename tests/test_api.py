@@ -86,6 +86,32 @@ def test_the_engine_given_runs_the_replay(monkeypatch: pytest.MonkeyPatch) -> No
     assert compiled.values.tolist() == reference.values.tolist() == [2.0, 3.0, 1.0, 6.0, 7.0, 5.0, 35.0]
 
 
+def test_a_replay_resolves_its_ops_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forward then backward (with or without the steps, scalars or tensors) resolve the ops, and
+    check every node's attributes against its op, once: the backward pass takes the forward's."""
+    from graphsvc import replay
+
+    calls: list[int] = []
+    resolve = replay.resolve_ops
+    monkeypatch.setattr(
+        replay, "resolve_ops", lambda graph, *args: calls.append(graph.num_nodes) or resolve(graph, *args)
+    )
+    from graphsvc.value import default_registry
+
+    registry = default_registry()
+    b = GraphBuilder()
+    b.add("pow", [b.leaf(3.0, name="x")], attrs={"exponent": 2.0}, name="y")
+    graph = b.build()
+    for steps in (False, True):
+        run = replay_values(graph, registry, {}, graph.node_id("y"), steps=steps)
+        assert (run.values.tolist(), run.grads.tolist()) == ([3.0, 9.0], [6.0, 1.0])  # type: ignore[union-attr]
+    tensor_run = replay_values(graph, registry, {0: np.array(3.0)}, 1)  # an array: the tensor engine
+    assert (tensor_run.tensor, tensor_run.grads[0].tolist()) == (True, 6.0)  # type: ignore[index]
+    assert calls == [2, 2, 2]
+    assert graphsvc.backward(graph, output="y").grad("x") == 6.0
+    assert calls == [2, 2, 2, 2]
+
+
 def test_forward_drops_the_old_gradients() -> None:
     graph = graphsvc.forward(seed004(), set={"b": 0.0})
     assert graph.grads is None
