@@ -183,10 +183,13 @@ def replay_values(
     ops = replay.resolve_ops(graph, registry, engine)  # once, for the forward and the backward pass
     if tensor:
         from graphsvc import tensors
+        from graphsvc.topo import ancestors
 
-        residuals: dict[int, Any] | None = None if output is None else {}  # a backward follows: keep them
+        # a backward follows: keep the residuals of the nodes it will reach (the output's ancestors)
+        residuals: dict[int, Any] | None = None if output is None else {}
+        keep = None if output is None else ancestors(graph, output, engine)
         with running_plugin_code():
-            arrays = tensors.forward(graph, ops, overrides, residuals)
+            arrays = tensors.forward(graph, ops, overrides, residuals, keep=keep)
             gradients = None if output is None else tensors.backward(graph, ops, output, arrays, step_list, residuals)
         return ReplayRun(True, arrays, gradients, step_list)
     values = replay.forward(graph, registry, overrides, engine, ops=ops)

@@ -216,21 +216,26 @@ def forward(
     ops: Sequence[Op | None],
     overrides: Mapping[int, Any] | None = None,
     residuals: dict[int, Any] | None = None,
+    *,
+    keep: Sequence[bool] | np.ndarray | None = None,
 ) -> Replayed:
     """Every node's value, recomputed in id order from the leaves (``overrides`` replace leaf
     values first). The caller resolved ``ops`` (:func:`graphsvc.replay.resolve_ops`). Given a
     dict ``residuals`` (a backward pass follows), the nodes of an op with a
     ``forward_with_residuals`` are computed by it, and what it keeps goes into ``residuals`` by
-    node, for :func:`backward`."""
+    node, for :func:`backward`. ``keep`` (a mask by node id: the ancestors of the output the
+    backward pass starts from, :func:`graphsvc.topo.ancestors`) limits that to the nodes it marks:
+    the others are computed by ``forward``, and no memory is held for a VJP that will not run."""
     calls = _calls(graph, ops)
     values = _initial_values(graph, calls, overrides or {})
+    kept = None if keep is None else np.asarray(keep, dtype=bool).tolist()
     with np.errstate(all="ignore"), interrupts_told_apart(), memory.reuse():
         for node, call in enumerate(calls):
             if call is None:
                 continue
             op, parents, attrs = call
             inputs = [values[p] for p in parents]
-            if residuals is not None and op.forward_with_residuals is not None:
+            if residuals is not None and op.forward_with_residuals is not None and (kept is None or kept[node]):
                 what = "forward_with_residuals"
                 result, residuals[node] = _call(graph, node, op, what, _with_residuals(op), inputs, attrs)
             else:

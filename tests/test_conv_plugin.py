@@ -354,3 +354,52 @@ def test_conv2d_keeps_its_columns_for_the_vjp_and_gives_the_same_bits_without_th
         assert (grad is None) == (other is None)
         if grad is not None and other is not None:
             assert grad.tobytes() == other.tobytes(), graph.label(node)
+
+
+def test_a_replay_keeps_no_residuals_for_a_node_the_backward_pass_does_not_reach(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two conv2d branches, the loss depending on one: the other's im2col columns are never kept
+    (it is computed by plain forward), and every value and gradient has the bits of a replay that
+    kept the residuals of both."""
+    from graphsvc import api, replay, tensors
+    from graphsvc.topo import ancestors
+
+    rng = np.random.default_rng(9)
+    x, w, v = rng.standard_normal((2, 2, 6, 5)), rng.standard_normal((3, 2, 3, 2)), rng.standard_normal((4, 2, 2, 2))
+    b = GraphBuilder()
+    leaf = b.leaf(x, name="x")
+    used = b.add("conv2d", [leaf, b.leaf(w, name="w")], attrs={"stride": 1, "padding": 1}, name="used")
+    b.add("conv2d", [leaf, b.leaf(v, name="v")], attrs={"stride": 2, "padding": 0}, name="unused")
+    b.add("sum", [b.add("relu", [used])], name="loss")
+    graph = b.build()
+    registry, _ = load_registry(["graphsvc_conv"])
+    ops = replay.resolve_ops(graph, registry)
+    loss = graph.node_id("loss")
+
+    everything: dict[int, Any] = {}
+    values_all = tensors.forward(graph, ops, residuals=everything)
+    assert sorted(map(graph.label, everything)) == ["unused", "used"]  # with no output known: both
+    grads_all = tensors.backward(graph, ops, loss, values_all, residuals=everything)
+
+    kept: dict[int, Any] = {}
+    tensors.forward(graph, ops, residuals=kept, keep=ancestors(graph, loss))
+    assert list(kept) == [graph.node_id("used")] and kept[graph.node_id("used")].shape == (2, 2 * 3 * 2, 6 * 6)
+
+    seen: list[list[str]] = []  # what the backward pass of graphsvc.backward is handed
+    backward = tensors.backward
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(sorted(map(graph.label, args[5])))
+        return backward(*args, **kwargs)
+
+    monkeypatch.setattr(tensors, "backward", spy)
+    run = api.replay_values(graph, registry, {}, loss)
+    assert seen == [["used"]]
+    for node in range(graph.num_nodes):
+        assert run.values[node].tobytes() == values_all[node].tobytes(), graph.label(node)
+        mine, theirs = run.grads[node], grads_all[node]
+        assert (mine is None) == (theirs is None)
+        if mine is not None and theirs is not None:
+            assert mine.tobytes() == theirs.tobytes(), graph.label(node)
+    assert not run.grads[graph.node_id("v")].any()  # the unused branch's weight: zeros, as before
