@@ -26,7 +26,8 @@ for the CNN). Prints a table and writes benchmarks/results/bench_tensors.md and 
   and the ratios compare the work alone (written to ``bench_tensors_kept_memory.md``). With
   ``--isolate`` each alternative runs in a process of its own, forked before any of them ran (the
   passes still interleaved, one process at a time): each meets the allocator as it would alone,
-  as a user runs it (``bench_tensors_isolated.md``).
+  as a user runs it (``bench_tensors_isolated.md``). One thread only: PyTorch's OpenMP threads
+  do not survive a fork (a child waited forever at its first matrix product).
 * Threads: every alternative uses the same number, ``--threads`` (default 1): numpy's OpenBLAS is
   pinned with ``OPENBLAS_NUM_THREADS`` (set before numpy is imported; the run reads the count back
   from OpenBLAS and prints it) and PyTorch with ``torch.set_num_threads``. One thread by default
@@ -366,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         "--isolate",
         action="store_true",
         help="each alternative in a forked process of its own (passes still interleaved): no alternative "
-        "changes the allocator's state for another",
+        "changes the allocator's state for another; with --threads 1 only",
     )
     parser.add_argument(
         "--keep-freed-memory",
@@ -374,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         help="have glibc keep freed memory for reuse (every alternative): separates page faults from the work",
     )
     args = parser.parse_args(argv)
+    if args.isolate and args.threads != 1:  # GNU OpenMP's pool, once used here, hangs a forked child
+        parser.error("--isolate runs with --threads 1 only (PyTorch's OpenMP threads do not survive a fork)")
     import torch  # after the options: --help works without it
 
     if args.keep_freed_memory:

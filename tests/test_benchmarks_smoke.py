@@ -172,6 +172,17 @@ def test_benchmark_script_answers_help(name: str) -> None:
     assert (BENCHMARKS / name).read_bytes() == before  # numba_kernels.py's --help rewrites nothing
 
 
+def test_bench_tensors_refuses_to_isolate_alternatives_that_run_several_threads() -> None:
+    """A forked child cannot use GNU OpenMP once its parent ran a parallel region: PyTorch's child
+    waited forever at its first matrix product. Refused at once, before torch is imported."""
+    pytest.importorskip("torch", reason="benchmarks/bench_tensors.py needs torch")
+    result = script(str(BENCHMARKS / "bench_tensors.py"), "--isolate", "--threads", "2", "--no-write", "--rounds", "1")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.endswith(
+        "error: --isolate runs with --threads 1 only (PyTorch's OpenMP threads do not survive a fork)\n"
+    )
+
+
 def test_memstep_runs_a_step_on_a_tiny_graph(tmp_path: Path) -> None:
     graphsvc.save(G.chain(30), tmp_path / "chain.graphsvc")
     graphsvc.save(G.chain(3), tmp_path / "warm.graphsvc")
