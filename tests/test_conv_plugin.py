@@ -91,6 +91,14 @@ def test_max_pool2d_stride_defaults_to_the_kernel_size() -> None:
     assert gx.tolist() == [[[[0.0, 5.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]]
 
 
+def test_max_pool2d_of_an_empty_batch_has_an_empty_gradient() -> None:
+    x = np.zeros((0, 2, 4, 4))  # no images: PyTorch pools and differentiates it too
+    out = graphsvc_conv.max_pool2d(read_only(x), 2)
+    assert out.shape == (0, 2, 2, 2)
+    (gx,) = graphsvc_conv.max_pool2d_vjp(read_only(np.ones(out.shape)), out, x, 2)
+    assert gx.shape == x.shape
+
+
 @pytest.mark.parametrize("stride", [2, 1], ids=["windows apart", "windows overlapping"])
 def test_max_pool2d_sends_a_windows_gradient_to_its_last_nan_as_pytorch_does(stride: int) -> None:
     x = np.array([[1.0, np.nan, 5.0], [np.nan, 2.0, 0.0], [4.0, 3.0, 9.0]]).reshape(1, 1, 3, 3)

@@ -250,7 +250,7 @@ def max_pool2d_vjp(
     # the maxima, first match first (a nan window matches nothing here: nan == nan is false); then,
     # if a maximum is nan, its window's last nan: the offsets from the last
     passes = [(offsets, lambda window: window == out)]
-    if np.isnan(out.max()):  # max propagates nan: one pass, no array of flags
+    if out.size and np.isnan(out.max()):  # max propagates nan: one pass, no array of flags (none when empty)
         passes.append((offsets[::-1], np.isnan))
     for order, matches in passes:
         taken = None  # windows already given their gradient
