@@ -231,6 +231,10 @@ def _in_cli_words(exc: GraphsvcError) -> str:
     from graphsvc.errors import MissingOpsError, TooLargeToDraw
 
     if isinstance(exc, MissingOpsError):
+        if not exc.install_hint:  # every op named has a likely spelling: no plugin to install
+            if STATE.disable_plugins:
+                return f"{exc}; if not, run without --disable-plugins (it keeps out every plugin, --plugin ones too)"
+            return str(exc)
         if STATE.disable_plugins:
             return f"{exc}, without --disable-plugins (it keeps out every plugin, --plugin ones too)"
         return f"{exc} or pass --plugin"

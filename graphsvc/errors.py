@@ -45,7 +45,14 @@ class OpError(GraphsvcError):
 
 
 class MissingOpsError(OpError):
-    """A graph uses ops no loaded plugin registers (the message names them and their plugins). Exit 4."""
+    """A graph uses ops no loaded plugin registers (the message names them and their plugins). Exit 4.
+
+    ``install_hint``: whether the message ends by saying to install a plugin (``False`` when every
+    op it names is given a registered name it likely misspells instead)."""
+
+    def __init__(self, message: str, *, install_hint: bool = True) -> None:
+        super().__init__(message)
+        self.install_hint = install_hint
 
 
 class PluginError(OpError):

@@ -400,11 +400,19 @@ class OpRegistry:
         try:
             return self._ops[name]
         except (KeyError, TypeError):
-            import difflib
-
-            close = difflib.get_close_matches(name, list(self._ops), n=1) if isinstance(name, str) else []
-            guess = f"; did you mean {close[0]!r}?" if close else ""
+            close = self.closest(name)
+            guess = f"; did you mean {close!r}?" if close is not None else ""
             raise OpError(f"unknown op {name!r}: no loaded plugin registers it{guess} (see `graphsvc ops`)") from None
+
+    def closest(self, name: object) -> str | None:
+        """The registered name most like ``name`` (:func:`difflib.get_close_matches`), if one is
+        close enough to be a likely misspelling of it; ``None`` otherwise."""
+        if not isinstance(name, str):
+            return None
+        import difflib
+
+        close = difflib.get_close_matches(name, list(self._ops), n=1)
+        return close[0] if close else None
 
     def record_sources(self, graph: Any) -> None:
         """Give each op tag of ``graph`` that names no plugin the plugin and version this registry

@@ -87,23 +87,7 @@ def resolve_ops(graph: Graph, registry: OpRegistry, engine: Engine | None = None
     """
     missing = [tag for tag in graph.op_table if tag not in LEAF_TAGS and tag not in registry]
     if missing:
-        # listed() would cut "tag (from plugin version)" as one item: each part is cut on its own
-        described = []
-        for tag in missing[:_LISTED]:
-            source = graph.op_sources.get(tag)
-            if source is not None and source.plugin:
-                version = f" {_item(source.version)}" if source.version else ""
-                described.append(f"{_item(tag)} (from {_item(source.plugin)}{version})")
-            else:
-                described.append(f"{_item(tag)} (plugin unknown)")
-        plural = "s" if len(missing) > 1 else ""
-        count, more = "", ""
-        if len(missing) > _LISTED:
-            count, more = f"{len(missing):,} ", f" and {len(missing) - _LISTED:,} more"
-        raise MissingOpsError(
-            f"the graph uses {count}{'op' + plural if plural else 'an op'} not registered here: "
-            f"{', '.join(described)}{more}; install the plugin that provides {'them' if plural else 'it'}"
-        )
+        raise _missing_ops(graph, registry, missing)
     ops: list[Op | None] = [None if tag in LEAF_TAGS else registry.get(tag) for tag in graph.op_table]
     # One pass over the nodes: each node's expected parent count by its op code (leaves: their
     # count, which Graph.check already holds at 0).
@@ -132,6 +116,44 @@ def resolve_ops(graph: Graph, registry: OpRegistry, engine: Engine | None = None
         )
     _check_attributes(graph, ops)
     return ops
+
+
+def _missing_ops(graph: Graph, registry: OpRegistry, missing: list[str]) -> MissingOpsError:
+    """The error naming the ops of ``graph`` that ``registry`` lacks, each with the plugin and
+    version the file records for it. An op the file records no plugin for, whose name is close to a
+    registered one, is most likely misspelt: it gets that name instead of the install hint, e.g.
+    ``log_sofmax (plugin unknown; did you mean 'log_softmax'?)``."""
+    # listed() would cut "tag (from plugin version)" as one item: each part is cut on its own
+    described = []
+    suggested = 0
+    for tag in missing[:_LISTED]:
+        source = graph.op_sources.get(tag)
+        if source is not None and source.plugin:  # a plugin registered it when the file was saved
+            version = f" {_item(source.version)}" if source.version else ""
+            described.append(f"{_item(tag)} (from {_item(source.plugin)}{version})")
+            continue
+        close = registry.closest(tag)
+        if close is None:
+            described.append(f"{_item(tag)} (plugin unknown)")
+        else:
+            suggested += 1
+            described.append(f"{_item(tag)} (plugin unknown; did you mean {close!r}?)")
+    several = len(missing) > 1
+    count, more = "", ""
+    if len(missing) > _LISTED:
+        count, more = f"{len(missing):,} ", f" and {len(missing) - _LISTED:,} more"
+    others = len(missing) - suggested
+    if not suggested:
+        hint = f"; install the plugin that provides {'them' if several else 'it'}"
+    elif others:
+        hint = f"; install the plugin that provides {'the others' if others > 1 else 'the other'}"
+    else:
+        hint = ""
+    return MissingOpsError(
+        f"the graph uses {count}{'ops' if several else 'an op'} not registered here: "
+        f"{', '.join(described)}{more}{hint}",
+        install_hint=bool(others),
+    )
 
 
 def _check_attributes(graph: Graph, ops: list[Op | None]) -> None:

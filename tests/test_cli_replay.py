@@ -124,6 +124,36 @@ def test_forward_recomputes_values_from_the_leaves() -> None:
     assert out.splitlines()[0] == "6\tL\tmul\t4,5\t16.0"
 
 
+def test_a_misspelt_op_is_named_with_its_likely_spelling(tmp_path: Path) -> None:
+    g = GraphBuilder()
+    x = g.leaf(np.zeros((2, 3)), name="x")
+    g.add("log_sofmax", [x], name="y")
+    path = tmp_path / "typo.msgpack"
+    fmt.save(g.build(), path)
+    result = runner.invoke(app, ["forward", str(path)])
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        4,
+        "",
+        "Error: the graph uses an op not registered here: log_sofmax (plugin unknown; did you mean 'log_softmax'?)\n",
+    )
+    g.add("cube", [x])
+    fmt.save(g.build(), path)
+    result = runner.invoke(app, ["forward", str(path)])
+    assert (result.exit_code, result.stderr) == (
+        4,
+        "Error: the graph uses ops not registered here: log_sofmax (plugin unknown; did you mean 'log_softmax'?), "
+        "cube (plugin unknown); install the plugin that provides the other or pass --plugin\n",
+    )
+    g = GraphBuilder()
+    g.add("exq", [g.leaf(1.0)])
+    fmt.save(g.build(), path)
+    assert run("forward", str(path))[::2] == (
+        4,
+        "Error: the graph uses an op not registered here: exq (plugin unknown; did you mean 'exp'?); if not, run "
+        "without --disable-plugins (it keeps out every plugin, --plugin ones too)\n",
+    )
+
+
 def test_missing_op_fails_before_any_work_with_exit_4(tmp_path: Path) -> None:
     g = GraphBuilder()
     x = g.leaf(1.0, name="x")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from graphsvc import checks, kernels, replay
-from graphsvc.errors import OpError, ReplayError, UsageError
+from graphsvc.errors import MissingOpsError, OpError, ReplayError, UsageError
 from graphsvc.graph import Graph, GraphBuilder, OpSource
 from graphsvc.kernels import REFERENCE, Engine
 from graphsvc.ops import Op, OpRegistry
@@ -155,6 +155,36 @@ def test_missing_ops_are_named_with_their_recorded_plugin(registry: OpRegistry) 
     assert str(info.value) == (
         "the graph uses ops not registered here: softplus (from graphsvc-activations 0.1.0), "
         "hypot (plugin unknown); install the plugin that provides them"
+    )
+
+
+def test_a_misspelt_op_is_given_the_registered_name_it_is_closest_to(registry: OpRegistry) -> None:
+    """Like OpRegistry.get: a name with no recorded plugin that is close to a registered one gets it
+    instead of the install hint; a recorded plugin says the op is real, so it keeps the hint."""
+    g = GraphBuilder()
+    x = g.leaf(1.0)
+    g.add("sqrtt", [x])
+    with pytest.raises(MissingOpsError) as info:
+        replay.forward(g.build(), registry)
+    assert str(info.value) == "the graph uses an op not registered here: sqrtt (plugin unknown; did you mean 'sqrt'?)"
+    assert not info.value.install_hint
+    g.add("cube", [x])
+    g.add("tanhh", [x])
+    with pytest.raises(MissingOpsError) as info:
+        replay.forward(g.build(), registry)
+    assert str(info.value) == (
+        "the graph uses ops not registered here: sqrtt (plugin unknown; did you mean 'sqrt'?), cube (plugin unknown), "
+        "tanhh (plugin unknown; did you mean 'tanh'?); install the plugin that provides the other"
+    )
+    assert info.value.install_hint
+    g.add("hypot", [x, x])
+    g.op_sources["sqrtt"] = OpSource("graphsvc-roots", "1.0")
+    with pytest.raises(MissingOpsError) as info:
+        replay.forward(g.build(), registry)
+    assert str(info.value) == (
+        "the graph uses ops not registered here: sqrtt (from graphsvc-roots 1.0), cube (plugin unknown), "
+        "tanhh (plugin unknown; did you mean 'tanh'?), hypot (plugin unknown); install the plugin that provides "
+        "the others"
     )
 
 
