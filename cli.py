@@ -857,21 +857,29 @@ def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, Any]:
 def _note_changed_leaves(graph: Graph, overrides: dict[int, Any]) -> None:
     """A note on standard error for each ``--set`` that gives a tensor leaf another dtype or shape
     than the file's: allowed (a batch of another size), but a float64 array where float32 was turns
-    the replay float64, and a shape that does not fit fails later, at the first op that uses it.
-    (An array for a leaf the file holds as a number is how a leaf becomes a tensor: no note.)"""
+    the replay float64, a shape that does not fit fails later, at the first op that uses it, and an
+    int64 array where floats were takes the gradients away (int64 nodes get none). An array for a
+    leaf the file holds as a number is how a leaf becomes a tensor: no note, unless it is int64."""
     import numpy as np
 
     for node, value in overrides.items():
         old = graph.arrays.get(node)
-        if old is None:
-            continue
         new = np.asarray(value)
+        if old is None:
+            if new.dtype != np.int64:
+                continue
+            old = np.asarray(graph.values[node])  # a number: float64
         if (old.dtype, old.shape) != (new.dtype, new.shape):
             from graphsvc.tensors import describe
             from graphsvc.text import escape, one_line
 
             label = escape(graph.label(node))
-            typer.echo(one_line(f"Note: --set {label}: {describe(new)} replaces the file's {describe(old)}"), err=True)
+            lost = ""
+            if new.dtype == np.int64 and old.dtype != np.int64:
+                lost = "; an int64 leaf gets no gradient, nor does what is computed from it alone"
+            typer.echo(
+                one_line(f"Note: --set {label}: {describe(new)} replaces the file's {describe(old)}{lost}"), err=True
+            )
 
 
 def _read_npy(ref: str, path: str) -> Any:

@@ -279,6 +279,26 @@ def test_set_notes_a_tensor_leaf_given_another_dtype_or_shape(tmp_path: Path) ->
     assert err.splitlines()[0] == "Note: --set w: f32[3] replaces the file's f32[2,1]"
 
 
+def test_set_notes_that_an_int64_array_takes_the_gradients_away(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    w = b.leaf(np.ones((3, 2), dtype=np.float32), name="w")
+    x = b.leaf(2.0, name="x")
+    b.add("sum", [b.add("mul", [w, b.const(np.full((3, 2), 0.5, dtype=np.float32))])], name="L")
+    b.add("mul", [x, b.const(3.0)], name="M")
+    path = tmp_path / "w.msgpack"
+    fmt.save(b.build(), path)
+    np.save(tmp_path / "wi.npy", np.arange(6).reshape(3, 2))
+    np.save(tmp_path / "xi.npy", np.arange(3))
+    lost = "; an int64 leaf gets no gradient, nor does what is computed from it alone"
+    code, _, err = run("forward", str(path), "--set", f"w={tmp_path / 'wi.npy'}")
+    assert (code, err) == (0, f"Note: --set w: i64[3,2] replaces the file's f32[3,2]{lost}\n")
+    # a leaf the file holds as a number becomes a tensor without a note, unless it becomes int64
+    code, _, err = run("forward", str(path), "--set", f"x={tmp_path / 'xi.npy'}")
+    assert (code, err) == (0, f"Note: --set x: i64[3] replaces the file's f64[]{lost}\n")
+    np.save(tmp_path / "xf.npy", np.arange(3.0))
+    assert run("forward", str(path), "--set", f"x={tmp_path / 'xf.npy'}")[::2] == (0, "")
+
+
 def test_an_attribute_the_op_does_not_take_is_one_line_under_forward_and_backward(tmp_path: Path) -> None:
     b = GraphBuilder()
     logp, target = b.leaf(np.zeros((2, 3)), name="logp"), b.const(np.array([0, 1]), name="target")
