@@ -844,10 +844,16 @@ def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, Any]:
         if number.endswith(".npy"):
             pairs.append((ref, _read_npy(ref, number)))
             continue
-        try:
-            value = float(number)
+        value: float | int
+        try:  # a whole number is kept exact, for an int64 leaf (resolve_set makes it a float elsewhere)
+            value = int(number)
+            if not -(2**63) <= value < 2**63:
+                value = float(number)  # as before for a float leaf (inf past float's range)
         except ValueError:
-            raise UsageError(f"--set {ref}: {number!r} is not a number or a .npy file") from None
+            try:
+                value = float(number)
+            except ValueError:
+                raise UsageError(f"--set {ref}: {number!r} is not a number or a .npy file") from None
         pairs.append((ref, value))
     overrides = resolve_set(graph, pairs, "--set")
     _note_changed_leaves(graph, overrides)

@@ -255,7 +255,11 @@ def resolve_set(
     leaves; anything else is a TypeError, an unknown node or a node given twice (by one reference
     twice, or by its id and its name) a :class:`~graphsvc.errors.UsageError` whose words name
     ``option`` (the CLI passes ``--set``, whose NAME=VALUE pairs may repeat a node). Whether each
-    node is a leaf is checked by the replay."""
+    node is a leaf is checked by the replay.
+
+    A number becomes a float, except for a leaf the file holds as an int64 array (indices, class
+    labels): there it stays an integer, a 0-d int64 array, and one that is not a whole number in
+    int64's range is a :class:`~graphsvc.errors.UsageError`."""
     from graphsvc.graph import TENSOR_DTYPES, native_copy
     from graphsvc.text import escape
 
@@ -267,10 +271,29 @@ def resolve_set(
                 raise TypeError(f"set[{ref!r}] must be an array of float64, float32 or int64, not {number.dtype}")
         elif isinstance(number, bool) or not isinstance(number, Real):
             raise TypeError(f"set[{ref!r}] must be a number or an array, not {type(number).__name__}")
-        else:
-            value = float(number)
         node = graph.node_id(ref)
+        if not isinstance(number, np.ndarray):
+            held = graph.arrays.get(node)
+            if held is not None and held.dtype == np.int64:
+                value = _integer(number, f"{option} {escape(graph.label(node))}")
+            else:
+                value = float(number)
         if node in result:
             raise UsageError(f"{option} gives node {escape(graph.label(node))} two values")
         result[node] = value
     return result
+
+
+def _integer(number: Real, where: str) -> np.ndarray:
+    """``number`` as a 0-d int64 array, for a leaf that holds int64; :class:`UsageError` (its
+    words begin with ``where``) when it is not a whole number that int64 holds."""
+    if isinstance(number, (int, np.integer)):
+        integer = int(number)
+    elif float(number).is_integer():
+        integer = int(float(number))
+    else:
+        raise UsageError(f"{where}: {float(number)!r} is not a whole number, and the leaf holds int64")
+    if not -(2**63) <= integer < 2**63:
+        shown = f"{integer:,}" if isinstance(number, (int, np.integer)) else repr(float(number))
+        raise UsageError(f"{where}: {shown} is out of int64's range, and the leaf holds int64")
+    return np.asarray(integer, dtype=np.int64)

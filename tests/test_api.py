@@ -327,3 +327,21 @@ def test_set_takes_a_big_endian_or_fortran_ordered_array_as_a_graph_does() -> No
         assert replayed.grad("w").tolist() == [[2.0, 4.0], [6.0, 8.0]]  # type: ignore[union-attr]
     with pytest.raises(TypeError, match=r"^set\['w'\] must be an array of float64, float32 or int64, not float16$"):
         graphsvc.backward(graph, output="loss", set={"w": np.zeros((2, 2), dtype=np.float16)})
+
+
+def test_a_number_set_on_an_int64_leaf_stays_an_integer() -> None:
+    b = graphsvc.GraphBuilder()
+    x = b.leaf(np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), name="x")
+    picks = b.leaf(np.array([0, 2]), name="picks")
+    b.add("sum", [b.add("take", [x, picks], attrs={"axis": 0})], name="loss")
+    graph = b.build()
+    for given in (2, 2.0, np.int64(2)):
+        replayed = graphsvc.forward(graph, set={"picks": given})
+        assert replayed.value("loss") == 11.0  # take row 2: 5 + 6
+        assert replayed.value("picks").dtype == np.int64  # type: ignore[union-attr]
+    with pytest.raises(UsageError) as info:
+        graphsvc.forward(graph, set={"picks": 2.5})
+    assert str(info.value) == "set picks: 2.5 is not a whole number, and the leaf holds int64"
+    with pytest.raises(UsageError) as info:
+        graphsvc.forward(graph, set={"picks": 2**63})
+    assert str(info.value) == "set picks: 9,223,372,036,854,775,808 is out of int64's range, and the leaf holds int64"

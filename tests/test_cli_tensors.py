@@ -299,6 +299,29 @@ def test_set_notes_that_an_int64_array_takes_the_gradients_away(tmp_path: Path) 
     assert run("forward", str(path), "--set", f"x={tmp_path / 'xf.npy'}")[::2] == (0, "")
 
 
+def test_set_gives_an_int64_leaf_a_whole_number_as_int64(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    x = b.leaf(np.arange(12.0).reshape(4, 3), name="x")
+    picks = b.leaf(np.array([0, 2, 1, 3]), name="picks")
+    b.add("sum", [b.add("take", [x, picks], attrs={"axis": 0})], name="L")
+    path = tmp_path / "take.msgpack"
+    fmt.save(b.build(), path)
+    code, out, err = run("backward", str(path), "--set", "picks=3")
+    assert (code, err) == (0, "Note: --set picks: i64[] replaces the file's i64[4]\n")
+    assert out.splitlines()[0] == "3\tL\tsum\t2\t30.0\t1.0"  # row 3: 9 + 10 + 11
+    assert run("forward", str(path), "--set", "picks=-1")[0] == 0
+    for given, refused in [
+        ("2.5", "2.5 is not a whole number"),
+        ("nan", "nan is not a whole number"),
+        ("99999999999999999999", "1e+20 is out of int64's range"),
+    ]:
+        assert run("forward", str(path), "--set", f"picks={given}") == (
+            2,
+            "",
+            f"Error: --set picks: {refused}, and the leaf holds int64\n",
+        )
+
+
 def test_an_attribute_the_op_does_not_take_is_one_line_under_forward_and_backward(tmp_path: Path) -> None:
     b = GraphBuilder()
     logp, target = b.leaf(np.zeros((2, 3)), name="logp"), b.const(np.array([0, 1]), name="target")
