@@ -334,3 +334,26 @@ def test_an_attribute_the_op_does_not_take_is_one_line_under_forward_and_backwar
             "Error: node loss: op 'nll_loss' (graphsvc 0.1.0) has no attribute 'weight' "
             "(it takes: ignore_index, reduction)\n",
         )
+
+
+def test_exit_codes_for_attributes_are_the_readme_s(tmp_path: Path) -> None:
+    """README: a node's attribute its op does not take, or one it needs and lacks, exits 4 (checked
+    before the replay); a value the op refuses is the op's own error as it runs, exit 1."""
+    b = GraphBuilder()
+    logp, target = b.leaf(np.zeros((2, 3)), name="logp"), b.const(np.array([0, 1]), name="target")
+    b.add("nll_loss", [logp, target], attrs={"reduction": "avg"}, name="loss")
+    fmt.save(b.build(), tmp_path / "avg.msgpack")
+    assert run("forward", str(tmp_path / "avg.msgpack")) == (
+        1,
+        "",
+        "Error: node loss: op 'nll_loss' (graphsvc 0.1.0): forward raised ValueError: reduction must be one of mean, "
+        "sum, none, not 'avg'\n",
+    )
+    b = GraphBuilder()
+    b.add("pow", [b.leaf(2.0, name="x")], name="z")
+    fmt.save(b.build(), tmp_path / "pow.msgpack")
+    assert run("forward", str(tmp_path / "pow.msgpack")) == (
+        4,
+        "",
+        "Error: node z: op 'pow' (graphsvc 0.1.0) needs attribute 'exponent' (the node gives none)\n",
+    )
