@@ -395,6 +395,19 @@ def _import_file(path: Path) -> ModuleType:
     return module
 
 
+def _import_problem(candidate: _Candidate, exc: BaseException) -> str:
+    """Why ``candidate`` did not import. A module name that Python's path lacks while the current
+    folder holds a file of that name (the console script's path has no current folder, a script's
+    has its own: graphsvc does not add it, so a file there cannot shadow a module) says to pass the
+    file's path instead."""
+    name = candidate.label
+    if isinstance(exc, ModuleNotFoundError) and candidate.plugin is None and exc.name == name:
+        file = f"{name}.py"
+        if os.path.isfile(file):
+            return f"cannot import {name!r}: no module of that name on Python's path (pass the file: ./{file})"
+    return f"cannot import: {describe_exception(exc)}"
+
+
 class _Loader:
     """Loads plugins one at a time into one plugin manager and one registry, collecting problems."""
 
@@ -425,7 +438,7 @@ class _Loader:
         except BaseException as exc:  # sys.exit and a KeyboardInterrupt of the plugin's own are failures too
             if is_user_interrupt(exc):
                 raise
-            self._problem(label, f"cannot import: {describe_exception(exc)}")
+            self._problem(label, _import_problem(candidate, exc))
             return
         if self.manager.is_registered(module):  # the same module listed twice: load it once
             return

@@ -140,6 +140,32 @@ def test_a_module_name_plugin_is_imported_and_a_missing_version_is_none(
     assert (registry.get("cube").plugin, registry.get("cube").plugin_version) == ("graphsvc_test_module_plugin", None)
 
 
+def test_a_module_name_the_path_lacks_names_the_file_in_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console script's sys.path has no current folder, and graphsvc does not add it: a module
+    name there fails, saying to pass the file; the same name with no such file keeps Python's words."""
+    write_plugin(tmp_path, "graphsvc_test_here_plugin", CUBE_PLUGIN)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "graphsvc_test_here_plugin", raising=False)
+    registry, problems = load_registry(["graphsvc_test_here_plugin", "graphsvc_test_nowhere_plugin"])
+    assert "cube" not in registry and "graphsvc_test_here_plugin" not in sys.modules
+    assert problems == [
+        PluginProblem(
+            "graphsvc_test_here_plugin",
+            "cannot import 'graphsvc_test_here_plugin': no module of that name on Python's path "
+            "(pass the file: ./graphsvc_test_here_plugin.py)",
+        ),
+        PluginProblem(
+            "graphsvc_test_nowhere_plugin",
+            "cannot import: ModuleNotFoundError: No module named 'graphsvc_test_nowhere_plugin'",
+        ),
+    ]
+    registry, problems = load_registry(["./graphsvc_test_here_plugin.py"])
+    assert (problems, registry.get("cube").plugin) == ([], "graphsvc_test_here_plugin")
+
+
 def test_graphsvc_plugins_is_a_comma_separated_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = write_plugin(tmp_path, "first", CUBE_PLUGIN)
     second = write_plugin(tmp_path, "second", CUBE_PLUGIN.replace('"cube"', '"square"'))
