@@ -5,7 +5,8 @@ The picture is micrograd's ``draw_dot``, left to right: every value node is a re
 holding the op's tag (and attributes), with an edge from each input to the op node and one from the
 op node to the value it produces. Inputs of an op with two or more of them are numbered on their
 edges, since graphsvc keeps parent order (``a - b`` is not ``b - a``). Numbers are shown with six
-significant digits (``%.6g``); a graph without gradients shows ``grad -``.
+significant digits (``%.6g``); a graph without gradients shows ``grad -``, and one whose file holds
+no computed value (it was never replayed) shows ``data -`` for each node computed by an op.
 
 Output is deterministic: nodes in id order, edges in parent-slot order, no addresses.
 
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from graphsvc.errors import RenderError, TooLargeToDraw, UsageError
-from graphsvc.graph import Graph
+from graphsvc.graph import LEAF_TAGS, Graph
 from graphsvc.text import counted
 
 #: The most value nodes one picture may hold; above it, pick a part with :func:`neighbourhood`.
@@ -108,6 +109,9 @@ def to_dot(graph: Graph, nodes: Sequence[int] | None = None, highlight: int | No
     chosen = list(range(graph.num_nodes)) if nodes is None else sorted(set(nodes))
     drawn = set(chosen)
     values = graph.values.tolist()
+    # A file that holds no computed value (never replayed: nan in the column means none) draws them
+    # as `-`, as the listings say a value the file does not hold; a leaf's value is its own, nan too.
+    computed_held = graph.has_computed_values
     grads = None if graph.grads is None else graph.grads.tolist()
     lines = [
         "digraph graphsvc {",
@@ -118,7 +122,8 @@ def to_dot(graph: Graph, nodes: Sequence[int] | None = None, highlight: int | No
     edges: list[str] = []
     for node in chosen:
         grad = _cell(graph.grad_arrays.get(node), None if grads is None else grads[node])
-        data = _cell(graph.arrays.get(node), values[node])
+        held = computed_held or graph.op(node) in LEAF_TAGS
+        data = _cell(graph.arrays.get(node), values[node] if held else None)
         record = f"{{ {_record_text(graph.label(node))} | data {data} | grad {grad} }}"
         style = " style=bold penwidth=2" if node == highlight else ""
         lines.append(f'\tv{node} [label="{record}" shape=record{style}]')

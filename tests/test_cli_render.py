@@ -52,10 +52,10 @@ def test_replay_fills_in_values_and_gradients(tmp_path: Path, seed004_no_grads: 
         "a | data 2 | grad -",
         "b | data 3 | grad -",
         "c | data 1 | grad -",
-        "ab | data nan | grad -",
-        "abc | data nan | grad -",
-        "apb | data nan | grad -",
-        "L | data nan | grad -",
+        "ab | data - | grad -",
+        "abc | data - | grad -",
+        "apb | data - | grad -",
+        "L | data - | grad -",
     ]
     code, stdout, stderr = run("render", str(seed004_no_grads), "--replay", "-o", str(out))
     assert (code, stdout) == (0, "")

@@ -96,6 +96,28 @@ def test_a_graph_without_gradients_shows_a_dash() -> None:
     assert "\tv0 -> o1\n" in text  # one input: no number on the edge
 
 
+def test_values_a_file_does_not_hold_show_a_dash_as_the_listings_do() -> None:
+    """An unreplayed file holds no computed value (nan in the column, no array): `data -`, not
+    `data nan`. Once some computed value is held, a nan is a value (the replay's), and a leaf's is
+    always its own."""
+    b = GraphBuilder()
+    x = b.leaf(np.arange(6.0).reshape(2, 3), name="x")
+    n = b.leaf(float("nan"), name="n")
+    b.add("sum", [b.add("exp", [x], name="e")], name="L")
+    b.add("neg", [n], name="m")
+    text = render.to_dot(b.build())
+    assert '\tv0 [label="{ x | data f64[2,3] | grad - }" shape=record]' in text
+    assert '\tv1 [label="{ n | data nan | grad - }" shape=record]' in text
+    assert '\tv2 [label="{ e | data - | grad - }" shape=record]' in text
+    assert '\tv3 [label="{ L | data - | grad - }" shape=record]' in text
+    assert '\tv4 [label="{ m | data - | grad - }" shape=record]' in text
+    b = GraphBuilder()
+    n = b.leaf(float("nan"), name="n")
+    b.add("neg", [n], name="m", value=float("nan"))
+    b.add("exp", [b.leaf(0.0)], value=1.0)
+    assert '\tv1 [label="{ m | data nan | grad - }" shape=record]' in render.to_dot(b.build())
+
+
 def test_numbers_use_six_significant_digits() -> None:
     b = GraphBuilder()
     b.leaf(1.0 / 3.0, name="third", grad=-1.5e-12)
