@@ -847,8 +847,8 @@ def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, Any]:
         value: float | int
         try:  # a whole number is kept exact, for an int64 leaf (resolve_set makes it a float elsewhere)
             value = int(number)
-            if not -(2**63) <= value < 2**63:
-                value = float(number)  # as before for a float leaf (inf past float's range)
+            if not -(2**63) <= value < 2**63 or value == 0:
+                value = float(number)  # as before for a float leaf (inf past float's range; -0 keeps its sign)
         except ValueError:
             try:
                 value = float(number)

@@ -328,3 +328,19 @@ def test_has_computed_values_looks_past_leaves_to_columns_and_arrays() -> None:
     assert not graph.has_computed_values
     graph.arrays[1] = np.array(2.0)
     assert graph.has_computed_values
+
+
+@pytest.mark.parametrize("number", ["-0", "-0.0", "-00", " -0"])
+def test_set_keeps_the_sign_of_a_negative_zero(tmp_path: Path, number: str) -> None:
+    """``--set s=-0`` gives a float leaf -0.0, as float('-0') does and graphsvc.forward(set={'s': -0.0}):
+    1/s is then -inf, not inf (an integer literal is parsed exactly for an int64 leaf, and int('-0') is 0)."""
+    b = GraphBuilder()
+    s = b.leaf(1.0, name="s")
+    b.add("div", [b.const(1.0, name="one"), s], name="r")
+    path = tmp_path / "div.msgpack"
+    fmt.save(b.build(), path)
+    code, out, _ = run("forward", str(path), "--set", f"s={number}", "--json")
+    values = {n["name"]: n["value"] for n in json.loads(out)["nodes"]}
+    assert code == 0
+    assert values["r"] == "-inf"
+    assert str(values["s"]) == "-0.0"
