@@ -13,6 +13,7 @@ installed plugins, loaded once; a plugin that fails to load is a one-line ``Runt
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from numbers import Real
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -24,6 +25,7 @@ from graphsvc.graph import Graph, NodeRef
 from graphsvc.kernels import Engine, engine_for
 from graphsvc.ops import OpRegistry
 from graphsvc.plugins import running_plugin_code
+from graphsvc.text import counted
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
@@ -289,11 +291,24 @@ def _integer(number: Real, where: str) -> np.ndarray:
     words begin with ``where``) when it is not a whole number that int64 holds."""
     if isinstance(number, (int, np.integer)):
         integer = int(number)
+    elif math.isinf(float(number)):  # past float's range too (the CLI's integer literal beyond it)
+        raise UsageError(f"{where}: {float(number)!r} is out of int64's range, and the leaf holds int64")
     elif float(number).is_integer():
         integer = int(float(number))
     else:
         raise UsageError(f"{where}: {float(number)!r} is not a whole number, and the leaf holds int64")
     if not -(2**63) <= integer < 2**63:
-        shown = f"{integer:,}" if isinstance(number, (int, np.integer)) else repr(float(number))
+        if not isinstance(number, (int, np.integer)):
+            shown = repr(float(number))
+        elif abs(integer) < 10**30:
+            shown = f"{integer:,}"
+        else:  # counted, not written out: Python refuses to write one of over 4,300 digits as text
+            shown = f"an integer of {counted(_digits(abs(integer)), 'digit', thousands=True)}"
         raise UsageError(f"{where}: {shown} is out of int64's range, and the leaf holds int64")
     return np.asarray(integer, dtype=np.int64)
+
+
+def _digits(positive: int) -> int:
+    """How many decimal digits ``positive`` has, without writing it as text."""
+    digits = int(positive.bit_length() * math.log10(2)) + 1  # right, or one too many
+    return digits - 1 if 10 ** (digits - 1) > positive else digits

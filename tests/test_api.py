@@ -345,3 +345,31 @@ def test_a_number_set_on_an_int64_leaf_stays_an_integer() -> None:
     with pytest.raises(UsageError) as info:
         graphsvc.forward(graph, set={"picks": 2**63})
     assert str(info.value) == "set picks: 9,223,372,036,854,775,808 is out of int64's range, and the leaf holds int64"
+
+
+def test_a_number_beyond_int64_on_an_int64_leaf_is_one_bounded_usage_error() -> None:
+    """However large the number, the words say it is out of int64's range: an infinity (what the CLI
+    passes for an integer literal past float's range) is not called "not a whole number", and an
+    integer of thousands of digits is counted, not written out (nor refused by Python's limit on
+    converting integers to text)."""
+    b = graphsvc.GraphBuilder()
+    x = b.leaf(np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), name="x")
+    picks = b.leaf(np.array([0, 2]), name="picks")
+    b.add("sum", [b.add("take", [x, picks], attrs={"axis": 0})], name="loss")
+    graph = b.build()
+    cases = [
+        (float("inf"), "inf"),
+        (-float("inf"), "-inf"),
+        (1e300, "1e+300"),
+        (10**30 - 1, "999,999,999,999,999,999,999,999,999,999"),
+        (10**30, "an integer of 31 digits"),
+        (-(10**400), "an integer of 401 digits"),
+        (10**5000 - 1, "an integer of 5,000 digits"),
+    ]
+    for given, shown in cases:
+        with pytest.raises(UsageError) as info:
+            graphsvc.forward(graph, set={"picks": given})
+        assert str(info.value) == f"set picks: {shown} is out of int64's range, and the leaf holds int64"
+    with pytest.raises(UsageError) as info:
+        graphsvc.forward(graph, set={"picks": float("nan")})
+    assert str(info.value) == "set picks: nan is not a whole number, and the leaf holds int64"

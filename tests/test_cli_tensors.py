@@ -314,6 +314,7 @@ def test_set_gives_an_int64_leaf_a_whole_number_as_int64(tmp_path: Path) -> None
         ("2.5", "2.5 is not a whole number"),
         ("nan", "nan is not a whole number"),
         ("99999999999999999999", "1e+20 is out of int64's range"),
+        ("1" + "0" * 400, "inf is out of int64's range"),  # past float's range, as for a float leaf
     ]:
         assert run("forward", str(path), "--set", f"picks={given}") == (
             2,
