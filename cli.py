@@ -182,6 +182,8 @@ class _State:
     strict_plugins = False
     disable_plugins = False
     quiet = False
+    #: Plugins that failed to load in this command (each warned about): an op missing later may be theirs.
+    failed_plugins: tuple[str, ...] = ()
 
 
 STATE = _State()
@@ -228,6 +230,17 @@ def handles_errors(command: F) -> F:
 
 def _in_cli_words(exc: GraphsvcError) -> str:
     """A library error as the CLI says it: remedies name the CLI's options, not Python's parameters."""
+    from graphsvc.errors import MissingOpsError, UnknownOpError
+
+    words = _with_cli_remedies(exc)
+    if isinstance(exc, (MissingOpsError, UnknownOpError)) and STATE.failed_plugins:
+        failed = STATE.failed_plugins
+        which = f"plugin {failed[0]}" if len(failed) == 1 else f"plugins {', '.join(failed)}"
+        return f"{words}; {which} failed to load (see the warning above)"
+    return words
+
+
+def _with_cli_remedies(exc: GraphsvcError) -> str:
     from graphsvc.errors import MissingOpsError, TooLargeToDraw
 
     if isinstance(exc, MissingOpsError):
@@ -299,6 +312,7 @@ def main(
     STATE.plugins = tuple(plugin or ())
     STATE.strict_plugins = strict_plugins
     STATE.disable_plugins = disable_plugins
+    STATE.failed_plugins = ()
 
 
 class Choice(StrEnum):
@@ -1332,6 +1346,7 @@ def _registry() -> OpRegistry:
         )
     for problem in problems:
         typer.echo(one_line(f"Warning: plugin {problem.plugin}: {problem.message}"), err=True)
+    STATE.failed_plugins = tuple(dict.fromkeys(problem.plugin for problem in problems))
     return registry
 
 

@@ -234,7 +234,10 @@ class Worker:
         return 0
 
     def _ask(self, command: bytes) -> float:
-        os.write(self._commands, command)
+        try:
+            os.write(self._commands, command)
+        except BrokenPipeError:  # the child is gone (it said why on stderr)
+            raise SystemExit("a benchmark child process failed (see above)") from None
         reply = b""
         while not reply.endswith(b"\n"):
             part = os.read(self._replies, 64)

@@ -44,6 +44,10 @@ class OpError(GraphsvcError):
     exit_code = 4
 
 
+class UnknownOpError(OpError):
+    """An op asked for by name (``gradcheck --op``, ``Value.apply``) that no loaded plugin registers. Exit 4."""
+
+
 class MissingOpsError(OpError):
     """A graph uses ops no loaded plugin registers (the message names them and their plugins). Exit 4.
 

@@ -79,7 +79,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from graphsvc.errors import OpError, ReplayError
+from graphsvc.errors import OpError, ReplayError, UnknownOpError
 from graphsvc.text import ITEM_CHARS, counted, shorten
 
 __all__ = [
@@ -402,7 +402,9 @@ class OpRegistry:
         except (KeyError, TypeError):
             close = self.closest(name)
             guess = f"; did you mean {close!r}?" if close is not None else ""
-            raise OpError(f"unknown op {name!r}: no loaded plugin registers it{guess} (see `graphsvc ops`)") from None
+            raise UnknownOpError(
+                f"unknown op {name!r}: no loaded plugin registers it{guess} (see `graphsvc ops`)"
+            ) from None
 
     def closest(self, name: object) -> str | None:
         """The registered name most like ``name`` (:func:`difflib.get_close_matches`), if one is

@@ -339,3 +339,33 @@ def test_op_kind_is_what_ops_lists() -> None:
         "vectorized",
         "vjp",
     )
+
+
+def test_an_unknown_op_after_a_plugin_failed_to_load_points_at_its_warning(broken_file: str) -> None:
+    result = runner.invoke(app, ["--plugin", broken_file, "gradcheck", "--op", "scale_rows"])
+    assert result.exit_code == 4
+    assert result.stderr == (
+        f"Warning: plugin {broken_file}: cannot import: RuntimeError: boom\n"
+        "Error: unknown op 'scale_rows': no loaded plugin registers it (see `graphsvc ops`); "
+        f"plugin {broken_file} failed to load (see the warning above)\n"
+    )
+    again = runner.invoke(app, ["gradcheck", "--op", "scale_rows"])  # the next command starts afresh
+    assert again.stderr == "Error: unknown op 'scale_rows': no loaded plugin registers it (see `graphsvc ops`)\n"
+
+
+def test_ops_a_graph_lacks_after_plugins_failed_to_load_name_them(broken_file: str, tmp_path: Path) -> None:
+    from graphsvc import GraphBuilder, save
+
+    builder = GraphBuilder()
+    x = builder.leaf(2.0, name="x")
+    builder.add("my_cube", [x], name="y")
+    path = tmp_path / "g.msgpack"
+    save(builder.build(), path)
+    quitter = tmp_path / "other_broken.py"
+    quitter.write_text("raise RuntimeError('boom')\n")
+    result = runner.invoke(app, ["--plugin", broken_file, "--plugin", str(quitter), "backward", str(path)])
+    assert result.exit_code == 4
+    assert result.stderr.splitlines()[-1] == (
+        "Error: the graph uses an op not registered here: my_cube (plugin unknown); install the plugin that "
+        f"provides it or pass --plugin; plugins {broken_file}, {quitter} failed to load (see the warning above)"
+    )
