@@ -276,14 +276,29 @@ def resolve_set(
         node = graph.node_id(ref)
         if not isinstance(number, np.ndarray):
             held = graph.arrays.get(node)
+            where = f"{option} {escape(graph.label(node))}"
             if held is not None and held.dtype == np.int64:
-                value = _integer(number, f"{option} {escape(graph.label(node))}")
+                value = _integer(number, where)
             else:
-                value = float(number)
+                value = _float(number, where)
         if node in result:
             raise UsageError(f"{option} gives node {escape(graph.label(node))} two values")
         result[node] = value
     return result
+
+
+def _float(number: Real, where: str) -> float:
+    """``number`` as a float; :class:`UsageError` (its words begin with ``where``) when it is past
+    float64's range (an integer of hundreds of digits, a Fraction), which Python refuses to round to inf."""
+    try:
+        return float(number)
+    except OverflowError:
+        shown = (
+            f"an integer of {counted(_digits(abs(number)), 'digit', thousands=True)}"
+            if isinstance(number, int)
+            else f"a {type(number).__name__}"
+        )
+        raise UsageError(f"{where}: {shown} is out of float64's range") from None
 
 
 def _integer(number: Real, where: str) -> np.ndarray:

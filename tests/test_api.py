@@ -347,6 +347,26 @@ def test_a_number_set_on_an_int64_leaf_stays_an_integer() -> None:
     assert str(info.value) == "set picks: 9,223,372,036,854,775,808 is out of int64's range, and the leaf holds int64"
 
 
+def test_a_number_beyond_float64_on_a_float_leaf_is_one_usage_error() -> None:
+    """Python refuses to round an integer of hundreds of digits (or such a Fraction) to a float: the
+    words say so, instead of Python's OverflowError escaping."""
+    from fractions import Fraction
+
+    b = graphsvc.GraphBuilder()
+    b.add("neg", [b.leaf(2.0, name="x")], name="y")
+    graph = b.build()
+    cases = [
+        (10**400, "an integer of 401 digits"),
+        (-(10**5000), "an integer of 5,001 digits"),
+        (Fraction(10**400, 3), "a Fraction"),
+    ]
+    for given, shown in cases:
+        with pytest.raises(UsageError) as info:
+            graphsvc.forward(graph, set={"x": given})
+        assert str(info.value) == f"set x: {shown} is out of float64's range"
+    assert graphsvc.forward(graph, set={"x": 10**300}).value("y") == -1e300
+
+
 def test_a_number_beyond_int64_on_an_int64_leaf_is_one_bounded_usage_error() -> None:
     """However large the number, the words say it is out of int64's range: an infinity (what the CLI
     passes for an integer literal past float's range) is not called "not a whole number", and an
