@@ -194,12 +194,13 @@ def replay_values(
             arrays = tensors.forward(graph, ops, overrides, residuals, keep=keep)
             gradients = None if output is None else tensors.backward(graph, ops, output, arrays, step_list, residuals)
         return ReplayRun(True, arrays, gradients, step_list)
-    values = replay.forward(graph, registry, overrides, engine, ops=ops)
+    plan = None if engine.kernels is None else replay.primitive_plan(graph, ops)  # once, likewise
+    values = replay.forward(graph, registry, overrides, engine, ops=ops, plan=plan)
     grads = None
     if output is not None and steps:
-        grads, step_list = replay.backward_steps(graph, registry, output, values, engine, ops=ops)
+        grads, step_list = replay.backward_steps(graph, registry, output, values, engine, ops=ops, plan=plan)
     elif output is not None:
-        grads = replay.backward(graph, registry, output, values, engine, ops=ops)
+        grads = replay.backward(graph, registry, output, values, engine, ops=ops, plan=plan)
     return ReplayRun(False, values, grads, step_list)
 
 

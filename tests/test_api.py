@@ -112,6 +112,29 @@ def test_a_replay_resolves_its_ops_once(monkeypatch: pytest.MonkeyPatch) -> None
     assert calls == [2, 2, 2, 2]
 
 
+def test_a_compiled_replay_reads_the_primitives_parameters_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pow's exponent, read node by node for the compiled kernels, is read once for both passes."""
+    import math
+
+    from graphsvc import replay
+    from graphsvc.kernels import Engine
+    from graphsvc.value import default_registry
+    from tests.conftest import require_compiled
+
+    compiled = Engine(require_compiled())
+    calls: list[int] = []
+    params = replay._primitive_params
+    monkeypatch.setattr(replay, "_primitive_params", lambda graph, table: calls.append(1) or params(graph, table))
+    b = GraphBuilder()
+    x = b.leaf(3.0, name="x")
+    b.add("tanh", [b.add("pow", [x], attrs={"exponent": 2.0})], name="y")
+    graph = b.build()
+    for steps in (False, True):
+        run = replay_values(graph, default_registry(), {}, graph.node_id("y"), steps=steps, engine=compiled)
+        assert run.grads[0] == 6.0 * (1.0 - math.tanh(9.0) ** 2)  # type: ignore[index]
+    assert calls == [1, 1]
+
+
 def test_forward_drops_the_old_gradients() -> None:
     graph = graphsvc.forward(seed004(), set={"b": 0.0})
     assert graph.grads is None
