@@ -80,7 +80,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from graphsvc.errors import OpError, ReplayError, UnknownOpError
-from graphsvc.text import ITEM_CHARS, counted, shorten
+from graphsvc.text import counted, listed, shorten
 
 __all__ = [
     "Attributes",
@@ -239,26 +239,15 @@ class Attributes(NamedTuple):
             return f"op {op.name!r} ({op.source}) has no {_attribute_names(unknown)} ({takes})"
         missing = [name for name in self.required if name not in attrs]
         if missing:
-            gives = f"the node gives: {', '.join(_quoted(sorted(attrs)))}" if attrs else "the node gives none"
+            gives = f"the node gives: {listed(sorted(attrs), quoted=True)}" if attrs else "the node gives none"
             return f"op {op.name!r} ({op.source}) needs {_attribute_names(missing)} ({gives})"
         return None
 
 
-#: How many attribute names a message lists before it says "and N more".
-_LISTED = 10
-
-
-def _quoted(names: Sequence[str]) -> list[str]:
-    """Names from a file as messages show them: ``repr`` (quoted, escaped), each cut, the list cut."""
-    quoted = [shorten(repr(name), ITEM_CHARS) for name in names[:_LISTED]]
-    if len(names) > _LISTED:
-        quoted[-1] += f" and {len(names) - _LISTED:,} more"
-    return quoted
-
-
 def _attribute_names(names: list[str]) -> str:
-    """``attribute 'weight'`` or ``attributes 'a', 'b'``."""
-    return f"attribute{'s' if len(names) > 1 else ''} {', '.join(_quoted(sorted(names)))}"
+    """``attribute 'weight'`` or ``attributes 'a', 'b'`` (names from a file: quoted as ``repr``
+    writes them, which escapes what cannot be printed)."""
+    return f"attribute{'s' if len(names) > 1 else ''} {listed(sorted(names), quoted=True)}"
 
 
 #: The keyword by which a VJP is told which inputs need a cotangent (PyTorch's

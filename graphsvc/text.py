@@ -72,9 +72,10 @@ def shorten(text: str, limit: int) -> str:
     return text[: max(limit - len(marker), 1)] + marker
 
 
-def listed(items: Iterable[str], total: int | None = None, shown: int = 10) -> str:
+def listed(items: Iterable[str], total: int | None = None, shown: int = 10, *, quoted: bool = False) -> str:
     """``a, b, c``, or for a long list its first ``shown`` items and a count:
-    ``y0, y1, ..., y9 and 19,990 more``. Each item is escaped and cut to :data:`ITEM_CHARS`.
+    ``y0, y1, ..., y9 and 19,990 more``. Each item is escaped (``quoted``: in quotes, as ``repr``
+    writes it, ``'a', 'b'``) and cut to :data:`ITEM_CHARS`.
 
     ``total`` is the list's length when ``items`` holds only its start (an iterator over a large
     column need not be walked to the end).
@@ -83,7 +84,7 @@ def listed(items: Iterable[str], total: int | None = None, shown: int = 10) -> s
     count = 0
     for item in items:
         if count < shown:
-            first.append(shorten(escape(item), ITEM_CHARS))
+            first.append(shorten(repr(item) if quoted else escape(item), ITEM_CHARS))
         count += 1
         if total is not None and count >= shown:
             break

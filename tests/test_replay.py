@@ -229,6 +229,20 @@ def test_a_large_graph_names_the_same_node_with_the_wrong_parent_count(registry:
             "node bad: op 'exp' (graphsvc 0.1.0) has no attribute '\\x1b[31mred' (it takes none)",
         ),
         ("pow", None, "node bad: op 'pow' (graphsvc 0.1.0) needs attribute 'exponent' (the node gives none)"),
+        (
+            "exp",
+            {f"a{i:02}": 1 for i in range(12)} | {"b" * 100: 1},  # the list cut at ten, a long name cut
+            "node bad: op 'exp' (graphsvc 0.1.0) has no attributes "
+            + ", ".join(f"'a{i:02}'" for i in range(10))
+            + " and 3 more (it takes none)",
+        ),
+        (
+            "pow",
+            {"c" * 100: 1},
+            "node bad: op 'pow' (graphsvc 0.1.0) has no attribute '"
+            + "c" * 39
+            + "... (102 characters) (it takes: exponent)",
+        ),
     ],
 )
 def test_a_nodes_attributes_are_those_its_op_takes(
