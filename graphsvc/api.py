@@ -192,7 +192,11 @@ def replay_values(
         keep = None if output is None else ancestors(graph, output, engine)
         with running_plugin_code():
             arrays = tensors.forward(graph, ops, overrides, residuals, keep=keep)
-            gradients = None if output is None else tensors.backward(graph, ops, output, arrays, step_list, residuals)
+            gradients = (
+                None
+                if output is None
+                else tensors.backward(graph, ops, output, arrays, step_list, residuals, reached=keep)
+            )
         return ReplayRun(True, arrays, gradients, step_list)
     plan = None if engine.kernels is None else replay.primitive_plan(graph, ops)  # once, likewise
     values = replay.forward(graph, registry, overrides, engine, ops=ops, plan=plan)

@@ -290,13 +290,17 @@ def backward(
     values: Replayed,
     steps: list[Step] | None = None,
     residuals: dict[int, Any] | None = None,
+    *,
+    reached: np.ndarray | None = None,
 ) -> Replayed:
     """d(output)/d(node) for every node that :func:`requires_grad` (zeros where the output does not
     depend on it), ``None`` for the others (int64 nodes, const arrays and what is computed from them
     alone), from the output seeded with 1. The output must hold a single number. When ``steps`` is
     a list, each node's :class:`Step` is appended to it, in the order of the sweep. A VJP that
     takes :data:`RESIDUALS` gets what :func:`forward` kept in ``residuals`` for its node, or None;
-    each is let go once its VJP ran, and the dict is empty when the sweep is over."""
+    each is let go once its VJP ran, and the dict is empty when the sweep is over. ``reached``: the
+    output's ancestors (:func:`graphsvc.topo.ancestors`), when the caller has them already (the
+    forward pass's ``keep``)."""
     out = values[output]
     assert out is not None
     if out.size != 1:
@@ -313,7 +317,8 @@ def backward(
     if requires[output]:
         grads[output] = _frozen(np.ones_like(out))
     with np.errstate(all="ignore"), interrupts_told_apart(), memory.reuse():
-        for node in np.flatnonzero(ancestors(graph, output))[::-1].tolist():
+        reached = ancestors(graph, output) if reached is None else reached
+        for node in np.flatnonzero(reached)[::-1].tolist():
             call, g = calls[node], grads[node]
             if g is None:
                 continue

@@ -112,6 +112,28 @@ def test_a_replay_resolves_its_ops_once(monkeypatch: pytest.MonkeyPatch) -> None
     assert calls == [2, 2, 2, 2]
 
 
+def test_a_tensor_replay_finds_the_outputs_ancestors_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The forward pass keeps residuals for the output's ancestors; the backward pass sweeps the same
+    nodes: found once."""
+    from graphsvc import topo
+
+    calls: list[int] = []
+    found = topo.ancestors
+
+    def counted_ancestors(graph: Graph, output: int, *args: object) -> np.ndarray:
+        calls.append(output)
+        return found(graph, output, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(topo, "ancestors", counted_ancestors)
+    monkeypatch.setattr(tensors, "ancestors", counted_ancestors)
+    b = GraphBuilder()
+    x = b.leaf(np.array([1.0, 2.0]), name="x")
+    b.add("sum", [b.add("mul", [x, x])], name="loss")
+    graph = b.build()
+    assert graphsvc.backward(graph, output="loss").grad("x").tolist() == [2.0, 4.0]  # type: ignore[union-attr]
+    assert calls == [graph.node_id("loss")]
+
+
 def test_a_compiled_replay_reads_the_primitives_parameters_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """pow's exponent, read node by node for the compiled kernels, is read once for both passes."""
     import math
