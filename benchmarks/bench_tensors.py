@@ -175,18 +175,28 @@ def check(model: TensorModel, results: dict[str, tuple[Any, dict[str, Any]]]) ->
     return worst
 
 
-def one_round(alternatives: dict[str, Callable[[], Any]], passes: int) -> dict[str, float]:
-    """Each alternative's fastest of ``passes`` passes, the passes interleaved, the collector paused."""
-    order = list(alternatives)
+def timed(step: Callable[[], Any]) -> Callable[[], float]:
+    """``step`` as a pass that answers its own time (as a :class:`Worker` does)."""
+
+    def run() -> float:
+        start = time.perf_counter()
+        step()
+        return time.perf_counter() - start
+
+    return run
+
+
+def one_round(passes_of: dict[str, Callable[[], float]], passes: int) -> dict[str, float]:
+    """Each alternative's fastest of ``passes`` passes (each call runs one and answers its time:
+    :func:`timed`, or a :class:`Worker`), the passes interleaved, the collector paused."""
+    order = list(passes_of)
     times: dict[str, list[float]] = {alt: [] for alt in order}
     gc.collect()
     gc.disable()
     try:
         for sweep in range(passes):
             for alt in order[sweep % len(order) :] + order[: sweep % len(order)]:
-                start = time.perf_counter()
-                alternatives[alt]()
-                times[alt].append(time.perf_counter() - start)
+                times[alt].append(passes_of[alt]())
     finally:
         gc.enable()
     return {alt: min(ts) for alt, ts in times.items()}
@@ -194,7 +204,7 @@ def one_round(alternatives: dict[str, Callable[[], Any]], passes: int) -> dict[s
 
 class Worker:
     """An alternative in a process of its own, forked from this one before any alternative ran:
-    the passes stay interleaved as :func:`one_round` interleaves them, but no alternative's
+    the passes stay interleaved by :func:`one_round`, but no alternative's
     allocations change the allocator's state (glibc's adaptive thresholds, its free lists) for
     another. Called, it runs one pass there and returns that pass's time."""
 
@@ -260,30 +270,20 @@ class Worker:
         os.waitpid(self.pid, 0)
 
 
-def isolated_round(workers: dict[str, Worker], passes: int) -> dict[str, float]:
-    """:func:`one_round` over the workers: their passes interleaved, each timed in its own process."""
-    order = list(workers)
-    for worker in workers.values():
-        worker.collect()
-    times: dict[str, list[float]] = {alt: [] for alt in order}
-    for sweep in range(passes):
-        for alt in order[sweep % len(order) :] + order[: sweep % len(order)]:
-            times[alt].append(workers[alt]())
-    return {alt: min(ts) for alt, ts in times.items()}
-
-
 def bench_model(name: str, registry: OpRegistry, rounds: int, passes: int, isolate: bool = False) -> dict[str, Any]:
     model = MODELS[name](np.float32, 0)
     alternatives = steps(model, registry)
     workers = {alt: Worker(step) for alt, step in alternatives.items()} if isolate else {}
+    passes_of = workers or {alt: timed(step) for alt, step in alternatives.items()}
     error = check(model, {alt: step() for alt, step in alternatives.items()})  # here, after the forks
-    for alt, step in alternatives.items():
+    for run in passes_of.values():
         for _ in range(3):
-            workers[alt]() if isolate else step()
+            run()
     times: dict[str, list[float]] = {alt: [] for alt in alternatives}
     for _ in range(rounds):
-        measured = isolated_round(workers, passes) if isolate else one_round(alternatives, passes)
-        for alt, seconds in measured.items():
+        for worker in workers.values():  # each child collects its own garbage, as one_round does here
+            worker.collect()
+        for alt, seconds in one_round(passes_of, passes).items():
             times[alt].append(seconds)
     for worker in workers.values():
         worker.close()
