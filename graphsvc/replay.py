@@ -208,6 +208,14 @@ def _item(text: str) -> str:
     return shorten(escape(text), ITEM_CHARS)
 
 
+def _engine_and_ops(
+    graph: Graph, registry: OpRegistry, engine: Engine | None, ops: list[Op | None] | None
+) -> tuple[Engine, list[Op | None]]:
+    """A pass's engine and ops: the caller's, or chosen for the graph's size and resolved here."""
+    engine = engine or engine_for(graph.num_nodes)
+    return engine, resolve_ops(graph, registry, engine) if ops is None else ops
+
+
 def _primitive_table(ops: list[Op | None]) -> npt.NDArray[np.int8]:
     """Per op code, the code of its op's compiled primitive; 0 for the leaf tags and ops without a kernel."""
     return np.array(
@@ -361,8 +369,7 @@ def forward(
     ``ops``: :func:`resolve_ops` of this graph and ``registry``, when the caller has it already (a
     forward pass that a backward pass follows resolves them once); by default they are resolved here.
     ``plan``: :func:`primitive_plan` of the same, likewise."""
-    engine = engine or engine_for(graph.num_nodes)
-    ops = resolve_ops(graph, registry, engine) if ops is None else ops
+    engine, ops = _engine_and_ops(graph, registry, engine, ops)
     values = np.array(graph.values, dtype=np.float64)
     for node, value in (overrides or {}).items():
         graph.check_settable(node)
@@ -495,8 +502,7 @@ def edge_derivatives(
 
     Slots of other nodes are left at 0. ``engine`` and ``ops`` are as for :func:`forward`.
     """
-    engine = engine or engine_for(graph.num_nodes)
-    ops = resolve_ops(graph, registry, engine) if ops is None else ops
+    engine, ops = _engine_and_ops(graph, registry, engine, ops)
     return _edge_derivatives(graph, ops, values, nodes, engine)
 
 
@@ -553,8 +559,7 @@ def backward(
     ``engine``, ``ops`` and ``plan`` are as for :func:`forward`; the compiled engine gives the
     reference's bits."""
     values = graph.values if values is None else values
-    engine = engine or engine_for(graph.num_nodes)
-    ops = resolve_ops(graph, registry, engine) if ops is None else ops
+    engine, ops = _engine_and_ops(graph, registry, engine, ops)
     jit = engine.kernels
     if jit is not None:
         table = _primitive_table(ops)
@@ -635,8 +640,7 @@ def backward_steps(
     """Like :func:`backward`, and also the steps, in the order the sweep takes them (the reference
     sweep, whatever ``engine`` computes the local derivatives)."""
     values = graph.values if values is None else values
-    engine = engine or engine_for(graph.num_nodes)
-    ops = resolve_ops(graph, registry, engine) if ops is None else ops
+    engine, ops = _engine_and_ops(graph, registry, engine, ops)
     nodes = np.flatnonzero(ancestors(graph, output, engine))
     local = _edge_derivatives(graph, ops, values, nodes, engine, plan)
     steps: list[Step] = []
