@@ -298,34 +298,46 @@ def _float(number: Real, where: str) -> float:
     try:
         return float(number)
     except OverflowError:
-        shown = (
-            f"an integer of {counted(_digits(abs(number)), 'digit', thousands=True)}"
-            if isinstance(number, int)
-            else f"a {type(number).__name__}"
-        )
-        raise UsageError(f"{where}: {shown} is out of float64's range") from None
+        raise UsageError(f"{where}: {_shown(number)} is out of float64's range") from None
 
 
 def _integer(number: Real, where: str) -> np.ndarray:
     """``number`` as a 0-d int64 array, for a leaf that holds int64; :class:`UsageError` (its
     words begin with ``where``) when it is not a whole number that int64 holds."""
+
+    def beyond() -> UsageError:
+        return UsageError(f"{where}: {_shown(number)} is out of int64's range, and the leaf holds int64")
+
     if isinstance(number, (int, np.integer)):
         integer = int(number)
-    elif math.isinf(float(number)):  # past float's range too (the CLI's integer literal beyond it)
-        raise UsageError(f"{where}: {float(number)!r} is out of int64's range, and the leaf holds int64")
-    elif float(number).is_integer():
-        integer = int(float(number))
     else:
-        raise UsageError(f"{where}: {float(number)!r} is not a whole number, and the leaf holds int64")
+        try:
+            value = float(number)
+        except OverflowError:  # a Fraction past float's range
+            raise beyond() from None
+        if math.isinf(value):  # past float's range too (the CLI's integer literal beyond it)
+            raise beyond()
+        if not value.is_integer():
+            raise UsageError(f"{where}: {value!r} is not a whole number, and the leaf holds int64")
+        integer = int(value)
     if not -(2**63) <= integer < 2**63:
-        if not isinstance(number, (int, np.integer)):
-            shown = repr(float(number))
-        elif abs(integer) < 10**30:
-            shown = f"{integer:,}"
-        else:  # counted, not written out: Python refuses to write one of over 4,300 digits as text
-            shown = f"an integer of {counted(_digits(abs(integer)), 'digit', thousands=True)}"
-        raise UsageError(f"{where}: {shown} is out of int64's range, and the leaf holds int64")
+        raise beyond()
     return np.asarray(integer, dtype=np.int64)
+
+
+def _shown(number: Real) -> str:
+    """A number a caller gave, as a message shows it: an integer with its thousands separated, or
+    counted if it has 30 digits or more (Python refuses to write one of over 4,300 as text); any
+    other number as a float, or by its type past float's range."""
+    if isinstance(number, (int, np.integer)):
+        integer = int(number)
+        if abs(integer) < 10**30:
+            return f"{integer:,}"
+        return f"an integer of {counted(_digits(abs(integer)), 'digit', thousands=True)}"
+    try:
+        return repr(float(number))
+    except OverflowError:
+        return f"a {type(number).__name__}"
 
 
 def _digits(positive: int) -> int:

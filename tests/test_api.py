@@ -417,6 +417,8 @@ def test_a_number_beyond_int64_on_an_int64_leaf_is_one_bounded_usage_error() -> 
     passes for an integer literal past float's range) is not called "not a whole number", and an
     integer of thousands of digits is counted, not written out (nor refused by Python's limit on
     converting integers to text)."""
+    from fractions import Fraction
+
     b = graphsvc.GraphBuilder()
     x = b.leaf(np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), name="x")
     picks = b.leaf(np.array([0, 2]), name="picks")
@@ -430,6 +432,7 @@ def test_a_number_beyond_int64_on_an_int64_leaf_is_one_bounded_usage_error() -> 
         (10**30, "an integer of 31 digits"),
         (-(10**400), "an integer of 401 digits"),
         (10**5000 - 1, "an integer of 5,000 digits"),
+        (Fraction(10**400, 3), "a Fraction"),  # past float's range: Python's OverflowError escaped before
     ]
     for given, shown in cases:
         with pytest.raises(UsageError) as info:
