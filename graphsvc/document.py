@@ -46,6 +46,7 @@ from graphsvc.layout import (
     NAMES_KEY,
     NODES_KEY,
     OP_CODES_COLUMN,
+    OP_FIELDS,
     OP_PLUGIN_KEY,
     OP_TAG_KEY,
     OP_VERSION_KEY,
@@ -446,7 +447,7 @@ def _read_version(doc: dict[str, Any]) -> tuple[int, int]:
 
 #: The ``plugin`` and ``version`` of an op table entry: a str or nil.
 _STR_OR_NIL = frozenset({str, type(None)})
-_TAG, _PLUGIN, _VERSION = (operator.methodcaller("get", field) for field in (OP_TAG_KEY, OP_PLUGIN_KEY, OP_VERSION_KEY))
+_TAG, _PLUGIN, _VERSION = (operator.methodcaller("get", field) for field in OP_FIELDS)
 
 
 def _read_ops(doc: dict[str, Any]) -> tuple[list[str], dict[str, OpSource]]:
