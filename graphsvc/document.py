@@ -388,40 +388,32 @@ def _from_document(doc: Any, limits: Limits) -> tuple[Graph, tuple[int, int]]:
 
 
 def _read_column(nodes: dict[str, Any], key: str, expected_length: int | None) -> npt.NDArray[Any]:
+    # Each rule is a plain test; its message is made only when it fails (a load reads five columns).
     column = nodes.get(key)
     expected_dtype = COLUMN_DTYPES[key]
-    if type(column) is dict:  # every rule below at once (a load reads five columns); else one by one
-        length, data = column.get(COLUMN_LENGTH_KEY), column.get(COLUMN_DATA_KEY)
-        if (
-            column.get(COLUMN_DTYPE_KEY) == expected_dtype.str
-            and type(length) is int
-            and length >= 0
-            and (expected_length is None or length == expected_length)
-            and type(data) is np.ndarray
-            and len(data) == length * expected_dtype.itemsize
-        ):
-            array = data.view(expected_dtype)  # read by fastload: a uint8 buffer of its own
-            array.flags.writeable = False
-            return array
     where = f"{NODES_KEY}.{key}"
-    column = expect(column, dict, where)
-    dtype_name = expect(column.get(COLUMN_DTYPE_KEY), str, f"{where}.{COLUMN_DTYPE_KEY}")
+    if type(column) is not dict:
+        column = expect(column, dict, where)
+    dtype_name = column.get(COLUMN_DTYPE_KEY)
     if dtype_name != expected_dtype.str:
+        expect(dtype_name, str, f"{where}.{COLUMN_DTYPE_KEY}")
         raise FormatError(f"{where}.dtype is {dtype_name!r}, but version 1 requires {expected_dtype.str!r}")
-    length = expect(column.get(COLUMN_LENGTH_KEY), int, f"{where}.{COLUMN_LENGTH_KEY}")
+    length = column.get(COLUMN_LENGTH_KEY)
+    if type(length) is not int:
+        length = expect(length, int, f"{where}.{COLUMN_LENGTH_KEY}")
     if length < 0:
         raise FormatError(f"{where}.length is negative ({length})")
     if expected_length is not None and length != expected_length:
         raise FormatError(f"{where}.length is {length}, expected {expected_length}")
     data = column.get(COLUMN_DATA_KEY)
-    if not isinstance(data, np.ndarray):  # read by fastload: a buffer of its own, else bytes
+    if not isinstance(data, np.ndarray):  # read by fastload: a uint8 buffer of its own, else bytes
         data = expect(data, bytes, f"{where}.{COLUMN_DATA_KEY}")
     if len(data) != length * expected_dtype.itemsize:
         raise FormatError(
             f"{where}.{COLUMN_DATA_KEY} holds {counted(len(data), 'byte')}, but {length} x {expected_dtype.str} needs "
             f"{length * expected_dtype.itemsize}"
         )
-    array = np.frombuffer(data, dtype=expected_dtype)
+    array = data.view(expected_dtype) if type(data) is np.ndarray else np.frombuffer(data, dtype=expected_dtype)
     array.flags.writeable = False  # as a view of bytes is: a loaded graph's columns are read-only
     return array
 
