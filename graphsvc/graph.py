@@ -74,7 +74,7 @@ class OpSource(NamedTuple):
 class Graph:
     """A computation graph as columns. See the module docstring for the layout.
 
-    Arrays of a loaded graph are read-only; use :meth:`copy` before changing one in place.
+    Arrays of a loaded or built graph are read-only; use :meth:`copy` before changing one in place.
     """
 
     op_table: list[str]
@@ -633,10 +633,12 @@ def native_copy(array: np.ndarray | np.generic) -> np.ndarray:
 
 
 def _tensor(node: int, what: str, array: np.ndarray | np.generic) -> np.ndarray:
-    """A C-ordered, native-endian copy of a tensor node's value or gradient; other dtypes refused."""
+    """A C-ordered, native-endian, read-only copy of a tensor node's value or gradient (the graph's
+    own: a replay's result may share it); other dtypes refused."""
     result = native_copy(array)
     if result.dtype not in TENSOR_DTYPES:
         raise GraphStructureError(
             f"node {node}: a {what} must be an array of float64, float32 or int64, not {result.dtype}"
         )
+    result.flags.writeable = False
     return result

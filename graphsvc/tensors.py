@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -235,21 +235,27 @@ def forward(
                 continue
             op, parents, attrs = call
             inputs = [values[p] for p in parents]
-            if residuals is not None and op.forward_with_residuals is not None and (kept is None or kept[node]):
-                what = "forward_with_residuals"
-                result, residuals[node] = _call(graph, node, op, what, _with_residuals(op), inputs, attrs)
-            else:
-                what = "forward"
-                result = _call(graph, node, op, what, op.forward, inputs, attrs)
-            values[node] = _frozen(_as_tensor(graph, node, op, what, result))
+            producer = op.forward_with_residuals if kept is None or kept[node] else None
+            with_residuals = residuals is not None and producer is not None
+            # the op's call inline (no helper's frame: this loop is the engine's cost per node)
+            try:
+                if residuals is not None and producer is not None:
+                    result, residuals[node] = output_and_residuals(op, producer(*inputs, **attrs))
+                else:
+                    function = op.forward if op.vectorized else per_element(op, "forward")
+                    result = function(*inputs, **attrs)  # type: ignore[misc]  # an op node's forward is set
+            except BaseException as exc:
+                _failed(graph, node, op, _FORWARDS[with_residuals], exc)
+            if type(result) is not np.ndarray or result.dtype not in _DTYPES:
+                result = _as_tensor(graph, node, op, _FORWARDS[with_residuals], result)
+            result.flags.writeable = False  # as _frozen
+            values[node] = result
     return values
 
 
-def _with_residuals(op: Op) -> Callable[..., tuple[Any, Any]]:
-    """``op.forward_with_residuals``, its result checked (:func:`output_and_residuals`)."""
-    function = op.forward_with_residuals
-    assert function is not None
-    return lambda *inputs, **attrs: output_and_residuals(op, function(*inputs, **attrs))
+#: What a forward pass called, by whether it was ``forward_with_residuals``.
+_FORWARDS = ("forward", "forward_with_residuals")
+_DTYPES = frozenset(TENSOR_DTYPES)
 
 
 def output_and_residuals(op: Op, pair: Any) -> tuple[Any, Any]:
@@ -331,10 +337,14 @@ def backward(
             op, parents, attrs = call
             vjp = op.tensor_vjp
             needs = tuple([requires[p] for p in parents])
-            kept = None if residuals is None else residuals.pop(node, None)
-            attrs = vjp_keywords(vjp, attrs, needs, kept)
+            if vjp.takes_needs or vjp.takes_residuals:
+                kept = None if residuals is None else residuals.pop(node, None)
+                attrs = vjp_keywords(vjp, attrs, needs, kept)
             inputs = [values[p] for p in parents]
-            cotangents = _call(graph, node, op, "vjp", vjp.function, [g, values[node], *inputs], attrs)
+            try:  # inline, as in forward
+                cotangents = vjp.function(g, values[node], *inputs, **attrs)
+            except BaseException as exc:
+                _failed(graph, node, op, "vjp", exc)
             sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads, summed)
             if steps is not None:
                 steps.append(Step(node, g, list(zip(parents, sent, strict=True))))
@@ -353,6 +363,9 @@ def requires_grad(graph: Graph, calls: Sequence[_Call | None], values: Replayed)
     gets one) and every node computed from one of these; not ``const`` arrays (data: inputs, masks,
     the ``eps`` of a layer norm), not what is computed from them alone, never int64 nodes."""
     requires = [False] * graph.num_nodes
+    leaf = graph.op_table.index(LEAF) if LEAF in graph.op_table else -1
+    codes = graph.op_codes.tolist()
+    arrays = graph.arrays
     for node, call in enumerate(calls):
         value = values[node]
         assert value is not None
@@ -360,10 +373,10 @@ def requires_grad(graph: Graph, calls: Sequence[_Call | None], values: Replayed)
             continue
         if call is not None:
             requires[node] = True in [requires[p] for p in call[1]]
-        elif graph.op(node) == LEAF:
+        elif codes[node] == leaf:
             requires[node] = True
         else:  # const (or a tag replay does not know): a number in the columns gets one
-            requires[node] = node not in graph.arrays and value.shape == ()
+            requires[node] = node not in arrays and value.shape == ()
     return requires
 
 
@@ -435,29 +448,18 @@ def _accumulate(
     return sent
 
 
-def _call(
-    graph: Graph,
-    node: int,
-    op: Op,
-    what: str,
-    function: Callable[..., Any] | None,
-    args: Sequence[np.ndarray | None],
-    attrs: Mapping[str, Any],
-) -> Any:
-    assert function is not None
-    if what == "forward" and not op.vectorized:
-        function = per_element(op, "forward")
-    try:
-        return function(*args, **attrs)
-    except ReplayError as exc:  # the op's own checks: their messages name it
+def _failed(graph: Graph, node: int, op: Op, what: str, exc: BaseException) -> NoReturn:
+    """Raise what ``exc``, raised by ``op``'s ``what`` at ``node``, becomes: the user's Ctrl-C
+    itself; else a ReplayError naming the node (the op's own checks, whose messages name the op
+    already) or naming the op, its plugin and the exception."""
+    if isinstance(exc, ReplayError):
         raise ReplayError(f"node {graph.label(node)}: {exc}") from exc.__cause__
-    except BaseException as exc:
-        if is_user_interrupt(exc):
-            raise
-        raise ReplayError(
-            f"node {graph.label(node)}: op {op.name!r} ({op.source}): {op.message_name(what)} raised "
-            f"{describe_exception(exc)}"
-        ) from exc
+    if is_user_interrupt(exc):
+        raise exc
+    raise ReplayError(
+        f"node {graph.label(node)}: op {op.name!r} ({op.source}): {op.message_name(what)} raised "
+        f"{describe_exception(exc)}"
+    ) from exc
 
 
 def _as_tensor(graph: Graph, node: int, op: Op, what: str, result: Any) -> np.ndarray:
@@ -505,9 +507,11 @@ def store(graph: Graph, values: Replayed, grads: Replayed | None) -> Graph:
 def _split(
     arrays: Replayed, column: np.ndarray, tensors: dict[int, np.ndarray], keep: Mapping[int, np.ndarray]
 ) -> None:
-    """Scalars into ``column``, the rest into ``tensors``. An array is copied only when it could
-    share memory with the graph given (``keep``: its arrays), is not C-contiguous, or is a view
-    holding on to a much larger array; the result is then independent of the graph given."""
+    """Scalars into ``column``, the rest into ``tensors``. An array is copied only when the graph
+    given (``keep``: its arrays) could still change it (it views a writable array of that graph: one
+    a caller made with :meth:`Graph.copy`), is not C-contiguous, or is a view holding on to a much
+    larger array; the result is then independent of the graph given. A built or loaded graph's
+    arrays are read-only: a leaf's value is shared, not copied."""
     given = {id(a) for a in keep.values()} | {id(a.base) for a in keep.values() if a.base is not None}
     for node, array in enumerate(arrays):
         if array is None:
@@ -518,8 +522,7 @@ def _split(
         root = array.base if isinstance(array.base, np.ndarray) else array
         if (
             array.flags.c_contiguous
-            and id(root) not in given
-            and id(array) not in given
+            and (read_only_memory(array) or (id(root) not in given and id(array) not in given))
             and (root is array or (root.base is None and root.nbytes <= 2 * array.nbytes))
         ):
             tensor = array if array.flags.owndata else array.view()
@@ -527,6 +530,24 @@ def _split(
             tensor = np.array(array, order="C")
         tensor.flags.writeable = False
         tensors[node] = tensor
+
+
+def read_only_memory(array: np.ndarray) -> bool:
+    """Whether nothing can write into ``array``'s memory: it is read-only, and so is every array it
+    views, down to the memory's owner (an array, or a read-only buffer: bytes, a file mapped
+    read-only). numpy lets an owner be made writable again; only its holder's deliberate act does."""
+    base: object = array
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    if base is None:
+        return True
+    try:
+        with memoryview(base) as view:  # type: ignore[arg-type]
+            return view.readonly
+    except TypeError:  # not a buffer: an object numpy cannot say more about
+        return False
 
 
 # -- looking at replayed tensors: summaries, comparisons, the first nan or inf -------------------

@@ -19,7 +19,7 @@ from graphsvc.errors import GraphStructureError, OpError, ReplayError, UsageErro
 from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.ops import Op, OpRegistry
 from graphsvc.plugins import load_registry
-from graphsvc.tensors import describe, elementwise_vjp, unbroadcast
+from graphsvc.tensors import describe, elementwise_vjp, read_only_memory, unbroadcast
 
 pytestmark = pytest.mark.usefixtures("no_installed_plugins")
 
@@ -108,6 +108,41 @@ def test_the_input_graph_is_untouched_and_results_are_read_only() -> None:
     for array in (*result.arrays.values(), *result.grad_arrays.values()):
         assert not array.flags.writeable and array.flags.c_contiguous
     assert not np.shares_memory(result.arrays[0], graph.arrays[0])
+
+
+def test_a_built_graphs_arrays_are_read_only_and_a_replay_shares_them_instead_of_copying() -> None:
+    graph = seed004_on_arrays()
+    a = graph.node_id("a")
+    assert not graph.arrays[a].flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        graph.arrays[a][0] = 5.0
+    result = graphsvc.backward(graph, registry=builtins())
+    assert np.shares_memory(result.arrays[a], graph.arrays[a])  # nothing can change it: no copy
+    assert result.value("a").tolist() == [2.0, 1.0]  # type: ignore[union-attr]
+
+
+def test_a_replay_of_a_graph_with_writable_arrays_copies_them() -> None:
+    """Graph.copy gives writable arrays: a result sharing them would change with the copy."""
+    graph = seed004_on_arrays().copy()
+    a = graph.node_id("a")
+    result = graphsvc.backward(graph, registry=builtins())
+    assert not np.shares_memory(result.arrays[a], graph.arrays[a])
+    graph.arrays[a][0] = 5.0
+    assert result.value("a").tolist() == [2.0, 1.0]  # type: ignore[union-attr]
+
+
+def test_read_only_memory_follows_views_down_to_the_buffer() -> None:
+    owner = np.arange(4.0)
+    view = owner[1:]
+    view.flags.writeable = False
+    assert not read_only_memory(view)  # the owner can still write
+    owner.flags.writeable = False
+    assert read_only_memory(view) and read_only_memory(owner)
+    assert read_only_memory(np.frombuffer(bytes(8)))
+    assert not read_only_memory(np.frombuffer(bytearray(8)))  # read-only flag, writable buffer
+    frozen = np.frombuffer(bytearray(8))
+    frozen.flags.writeable = False
+    assert not read_only_memory(frozen)
 
 
 def test_a_gradient_summed_from_many_consumers_is_exact_and_read_only() -> None:
