@@ -14,6 +14,11 @@ for the CNN). Prints a table and writes benchmarks/results/bench_tensors.md and 
     forward pass kept for the backward one as ``graphsvc.backward`` keeps them;
   - **graphsvc.backward**: the whole public call: resolving the ops, the replay, and storing every
     value and gradient in a new Graph;
+  - **op calls alone**: the same op calls as graphsvc's replay (functions, inputs, attributes,
+    residuals, memory reuse) in a plain loop planned before timing (:func:`op_calls_alone`): what
+    the replay would cost if its engine cost nothing. ``graphsvc replay / op calls alone`` is the
+    engine's share; ``op calls alone / numpy by hand`` the graph's own (more, smaller steps than the
+    hand-written code: a bias added by its own node, log_softmax and nll_loss apart);
   - **numpy by hand**: :mod:`benchmarks.numpy_models`, the floor for a numpy engine;
   - **PyTorch**: the same computation with torch (leaves with ``requires_grad``, their ``.grad``
     cleared before each pass), ``loss.backward()``.
@@ -79,6 +84,7 @@ if str(HERE.parent) not in sys.path:
 
 import graphsvc  # noqa: E402
 from benchmarks.numpy_models import NUMPY, torch_loss  # noqa: E402
+from benchmarks.op_calls import op_calls_alone  # noqa: E402
 from benchmarks.run import machine, stats  # noqa: E402
 from benchmarks.tensor_models import MODELS, TensorModel  # noqa: E402
 from graphsvc import replay, tensors  # noqa: E402
@@ -88,7 +94,7 @@ from graphsvc.plugins import load_registry  # noqa: E402
 RESULTS = HERE / "results"
 #: Issue 14's goal: graphsvc's replay within this factor of the hand-written numpy floor.
 GOAL = 1.05
-ALTERNATIVES = ("graphsvc replay", "graphsvc.backward", "numpy by hand", "PyTorch")
+ALTERNATIVES = ("graphsvc replay", "graphsvc.backward", "op calls alone", "numpy by hand", "PyTorch")
 #: The ratios reported, as (numerator, denominator) times.
 RATIOS = (
     ("graphsvc replay", "numpy by hand"),
@@ -96,6 +102,8 @@ RATIOS = (
     ("numpy by hand", "PyTorch"),
     ("graphsvc.backward", "numpy by hand"),
     ("graphsvc.backward", "PyTorch"),
+    ("graphsvc replay", "op calls alone"),
+    ("op calls alone", "numpy by hand"),
 )
 
 
@@ -152,7 +160,9 @@ def steps(model: TensorModel, registry: OpRegistry) -> dict[str, Callable[[], An
         loss.backward()
         return loss, leaves
 
-    return dict(zip(ALTERNATIVES, (graphsvc_replay, graphsvc_backward, numpy_by_hand, pytorch), strict=True))
+    ops_alone = op_calls_alone(graph, ops, loss_id, params)
+    steps = (graphsvc_replay, graphsvc_backward, ops_alone, numpy_by_hand, pytorch)
+    return dict(zip(ALTERNATIVES, steps, strict=True))
 
 
 def check(model: TensorModel, results: dict[str, tuple[Any, dict[str, Any]]]) -> float:
