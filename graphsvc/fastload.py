@@ -82,6 +82,11 @@ class Source(Protocol):
 
     size: int
 
+    @property
+    def head(self) -> Buffer:
+        """The first bytes, already in memory (a file's first read; all of a bytes object's)."""
+        ...
+
     def read(self, offset: int, count: int) -> bytes:
         """Up to ``count`` bytes from ``offset`` (fewer at the end)."""
         ...
@@ -300,10 +305,10 @@ class _Cursor:
         self._source = source
         self.pos = 0
         self._base = 0
-        self._window = getattr(source, "head", b"")
+        self._window = source.head
         self.budget = _SKIP_BUDGET
 
-    def take(self, count: int) -> bytes:
+    def take(self, count: int) -> bytes | bytearray:  # a slice of the window: a bytearray of a bytearray head
         if self.pos + count > self._source.size:  # before reading: a declared size may be huge
             raise NotCanonical
         start = self.pos - self._base
@@ -416,7 +421,7 @@ def scan(
     (version 2.0's tensor table has a msgpack item every byte or two: walked here in Python, it
     would cost more than the rest of the load).
     """
-    window = getattr(source, "head", None)
+    window = source.head
     if _ctable is not None and window:
         found = _native_scan(window, source.size, column_keys, optional, max_string_length)
         if found is not None:
@@ -618,7 +623,7 @@ def read_data(source: Source, offset: int, size: int) -> npt.NDArray[np.uint8]:
 
 def read_column(source: Source, span: ColumnSpan) -> npt.NDArray[np.uint8]:
     """The column's payload bytes, in a buffer of their own."""
-    head = getattr(source, "head", b"")
+    head = source.head
     if span.offset + span.size <= len(head):  # in memory already (most columns): one call, one copy
         return np.array(memoryview(head)[span.offset : span.offset + span.size])
     out = np.empty(span.size, dtype=np.uint8)  # numpy asks the kernel for huge pages when it is large
