@@ -91,10 +91,6 @@ class Source(Protocol):
         """Up to ``count`` bytes from ``offset`` (fewer at the end)."""
         ...
 
-    def read_into(self, offset: int, out: npt.NDArray[np.uint8]) -> None:
-        """Fill ``out`` with the bytes from ``offset``, or raise :class:`NotCanonical`."""
-        ...
-
 
 class FileSource:
     """An open file, read with ``pread`` so nothing depends on a file position. ``head``, the file's
@@ -112,9 +108,7 @@ class FileSource:
         return os.pread(self._fd, count, offset)
 
     def read_into(self, offset: int, out: npt.NDArray[np.uint8]) -> None:
-        if offset + len(out) <= len(self.head):
-            out[:] = np.frombuffer(self.head, dtype=np.uint8, count=len(out), offset=offset)
-            return
+        """Fill ``out`` with the file's bytes from ``offset``, or raise :class:`NotCanonical`."""
         view = out.data.cast("B")
         half = len(view) // 2
         if (
@@ -248,9 +242,6 @@ class BytesSource:
 
     def read(self, offset: int, count: int) -> bytes:
         return bytes(self._data[offset : offset + count])
-
-    def read_into(self, offset: int, out: npt.NDArray[np.uint8]) -> None:
-        out[:] = np.frombuffer(self._data, dtype=np.uint8, count=len(out), offset=offset)
 
     def view(self, offset: int, count: int) -> npt.NDArray[np.uint8]:
         """``count`` bytes from ``offset``, read-only, without a copy."""
@@ -626,6 +617,7 @@ def read_column(source: Source, span: ColumnSpan) -> npt.NDArray[np.uint8]:
     head = source.head
     if span.offset + span.size <= len(head):  # in memory already (most columns): one call, one copy
         return np.array(memoryview(head)[span.offset : span.offset + span.size])
+    assert isinstance(source, FileSource)  # a BytesSource's head is all of it; scan's spans lie within the source
     out = np.empty(span.size, dtype=np.uint8)  # numpy asks the kernel for huge pages when it is large
     source.read_into(span.offset, out)
     return out
