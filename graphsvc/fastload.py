@@ -437,13 +437,13 @@ def _native_scan(
 
 
 def _native_table() -> ModuleType | None:
-    """``graphsvc._ctable`` (``csrc/table.c``), or None where it was not built, or built before it
-    had the walk (a checkout not rebuilt since): every header is then walked in Python."""
+    """``graphsvc._ctable`` (``csrc/table.c``), or None where it was not built: every header is then
+    walked in Python."""
     try:
         from graphsvc import _ctable
     except ImportError:
         return None
-    return _ctable if hasattr(_ctable, "scan") else None
+    return _ctable
 
 
 _ctable = _native_table()

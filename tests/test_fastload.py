@@ -506,17 +506,3 @@ def test_the_c_walk_leaves_deep_and_ext_values_to_the_python_walk() -> None:
         data = msgpack.packb({"extra": extra, **document}, use_bin_type=True)
         assert native_scan(data) is None
     assert native_scan(msgpack.packb({"extra": [[[1]]], **document}, use_bin_type=True)) is not None
-
-
-def test_a_table_extension_built_before_the_walk_leaves_every_header_to_python(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import types
-
-    import graphsvc
-
-    monkeypatch.setattr(graphsvc, "_ctable", types.SimpleNamespace(tensor_views=None), raising=False)
-    assert fastload._native_table() is None
-    monkeypatch.setattr(fastload, "_ctable", None)
-    data = V2_FILES[0].read_bytes()
-    assert fmt.dumps(fmt.loads(data)) == data
