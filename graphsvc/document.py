@@ -543,19 +543,22 @@ def _read_tensors(
     return arrays
 
 
-def _native_table() -> ModuleType | None:
-    """The C twin of :func:`_checked_table` (``csrc/table.c``), or None where it was not built. It
-    checks the whole table in one pass and only says "every rule holds" (the arrays) or "look
-    closer" (None: :func:`_checked_table` words the error); it accepts payloads only in table
-    order, as a writer lays them out."""
+def native_table() -> ModuleType | None:
+    """``graphsvc._ctable`` (``csrc/table.c``), or None where it was not built (no C compiler at
+    install): then every table is checked entry by entry, and :mod:`graphsvc.fastload`, which takes
+    the module from here, walks every header in Python.
+
+    Its ``tensor_views`` is the C twin of :func:`_checked_table`. It checks the whole table in one
+    pass and only says "every rule holds" (the arrays) or "look closer" (None: :func:`_checked_table`
+    words the error); it accepts payloads only in table order, as a writer lays them out."""
     try:
         from graphsvc import _ctable
-    except ImportError:  # not built (no C compiler at install): every table is checked entry by entry
+    except ImportError:
         return None
     return _ctable
 
 
-_ctable = _native_table()
+_ctable = native_table()
 #: ``(dtype, itemsize)`` by a dtype's name in the tensor table, for the C twin.
 _DTYPE_ITEMS = {name: (dtype, dtype.itemsize) for name, dtype in TENSOR_DTYPES.items()}
 #: Are the stored dtypes (little-endian) this machine's own? Else arrays are copied (below), in Python.

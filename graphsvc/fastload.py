@@ -29,11 +29,11 @@ import os
 import struct
 import threading
 from collections.abc import Callable
-from types import ModuleType
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
+from graphsvc.document import native_table
 from graphsvc.layout import (
     ARRAY,
     BIN,
@@ -436,17 +436,8 @@ def _native_scan(
     return Layout(rest, rest_entries, count, tuple(ColumnSpan(*column) for column in columns), data)
 
 
-def _native_table() -> ModuleType | None:
-    """``graphsvc._ctable`` (``csrc/table.c``), or None where it was not built: every header is then
-    walked in Python."""
-    try:
-        from graphsvc import _ctable
-    except ImportError:
-        return None
-    return _ctable
-
-
-_ctable = _native_table()
+#: ``graphsvc._ctable``, whose ``scan`` is :func:`_walk`'s C twin, or None where it was not built.
+_ctable = native_table()
 #: The keys the C walk looks for, as msgpack holds them: nodes, count, tensors, pad, data; a
 #: column's fields.
 _NATIVE_KEYS = tuple(name.encode() for name in (NODES_KEY, COUNT, *TENSOR_KEYS))
