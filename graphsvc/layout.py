@@ -38,8 +38,9 @@ KEYS = (FORMAT_KEY, VERSION_KEY, OPS_KEY, NODES_KEY, NAMES_KEY, ATTRS_KEY, OUTPU
 #: The keys version 2.0 writes right after ``nodes``, in this order; ``pad`` is optional (readers
 #: ignore it).
 TENSOR_KEYS = (TENSORS_KEY, PAD_KEY, DATA_KEY)
-#: Version 2.0's keys, in the order it writes them.
-KEYS_2 = (FORMAT_KEY, VERSION_KEY, OPS_KEY, NODES_KEY, *TENSOR_KEYS, NAMES_KEY, ATTRS_KEY, OUTPUTS_KEY, METADATA_KEY)
+_AFTER_NODES = KEYS.index(NODES_KEY) + 1
+#: Version 2.0's keys, in the order it writes them: 1.0's, with the tensor keys right after ``nodes``.
+KEYS_2 = (*KEYS[:_AFTER_NODES], *TENSOR_KEYS, *KEYS[_AFTER_NODES:])
 #: The keys version 2.0 requires.
 REQUIRED_KEYS_2 = (*KEYS, TENSORS_KEY, DATA_KEY)
 #: An op table entry's keys (§3): its tag, the plugin that provides it and that plugin's version.
