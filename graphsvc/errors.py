@@ -81,3 +81,8 @@ class TooLargeToDraw(UsageError):
         self.around = around
         remedy = "give a smaller depth" if around is not None else "draw one node's neighbourhood (around=, depth=)"
         super().__init__(f"{problem}; {remedy}")
+
+    def __reduce__(self) -> tuple[type[TooLargeToDraw], tuple[str, str | None], dict[str, object]]:
+        """For pickle and copy: ``args`` holds the message, not the ``problem`` and ``around`` that
+        ``__init__`` takes, so the default (``cls(*args)``, then the attributes) fails."""
+        return type(self), (self.problem, self.around), self.__dict__
