@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import graphsvc
-from graphsvc.errors import ReplayError
+from graphsvc.errors import OpError, ReplayError
 from graphsvc.graph import GraphBuilder
 from graphsvc.ops import Op
 from graphsvc.plugins import load_registry
@@ -44,6 +44,15 @@ def conv(x: np.ndarray, w: np.ndarray, **attrs: Any) -> tuple[np.ndarray, np.nda
     return out, gx, gw
 
 
+def biased_conv(
+    x: np.ndarray, w: np.ndarray, bias: np.ndarray, g: np.ndarray | None = None, **attrs: Any
+) -> tuple[np.ndarray, ...]:
+    """:func:`conv` with a bias, the third input: the output and three cotangents."""
+    out = graphsvc_conv.conv2d(read_only(x), read_only(w), read_only(bias), **attrs)
+    g = read_only(np.ones_like(out) if g is None else g)
+    return (out, *graphsvc_conv.conv2d_vjp(g, out, read_only(x), read_only(w), read_only(bias), **attrs))
+
+
 # -- worked by hand ------------------------------------------------------------------------------------
 def test_conv2d_by_hand() -> None:
     # out[i, j] = 1*x[i, j] + 2*x[i, j+1] + 3*x[i+1, j] + 4*x[i+1, j+1]; g = [[1, 0], [0, 1]]
@@ -70,6 +79,48 @@ def test_conv2d_stride_and_padding_may_differ_per_axis() -> None:
     out, _, _ = conv(X, W, stride=[1, 2], padding=[0, 1])
     # rows 0-1 and 1-2; padded columns 0-1 and 2-3 of [0, x, 0]
     assert out.tolist() == [[[[2 * 1 + 4 * 4, 1 * 2 + 2 * 3 + 3 * 5 + 4 * 6], [2 * 4 + 4 * 7, 5 + 12 + 24 + 36]]]]
+
+
+def test_conv2d_with_a_bias_by_hand() -> None:
+    # two 1x1 kernels, 2 and -1, over a 2x2 image; the bias adds 0.5 to channel 0, 10 to channel 1
+    x = np.array([[1.0, 2.0], [3.0, 4.0]]).reshape(1, 1, 2, 2)
+    w, bias = np.array([2.0, -1.0]).reshape(2, 1, 1, 1), np.array([0.5, 10.0])
+    g = np.array([[[1.0, 2.0], [3.0, 4.0]], [[1.0, 1.0], [1.0, 1.0]]]).reshape(1, 2, 2, 2)
+    out, gx, gw, gb = biased_conv(x, w, bias, g)
+    assert out.tolist() == [[[[2.5, 4.5], [6.5, 8.5]], [[9.0, 8.0], [7.0, 6.0]]]]
+    assert gx.tolist() == [[[[2 * 1 - 1, 2 * 2 - 1], [2 * 3 - 1, 2 * 4 - 1]]]]  # 2 * g0 - g1
+    assert gw.tolist() == [[[[1 + 4 + 9 + 16]]], [[[1 + 2 + 3 + 4]]]]  # sum(g_o * x)
+    assert gb.tolist() == [1 + 2 + 3 + 4, 4.0]  # sum(g_o)
+
+
+def test_the_bias_is_added_to_the_output_of_conv2d_without_one() -> None:
+    rng = np.random.default_rng(12)
+    x, w, bias = rng.standard_normal((2, 3, 6, 5)), rng.standard_normal((4, 3, 3, 2)), rng.standard_normal(4)
+    for attrs in ({}, {"stride": 2, "padding": [1, 0]}):
+        plain = graphsvc_conv.conv2d(x, w, **attrs)
+        assert graphsvc_conv.conv2d(x, w, bias, **attrs).tobytes() == (plain + bias[:, None, None]).tobytes()
+        assert graphsvc_conv.conv2d(x, w, None, **attrs).tobytes() == plain.tobytes()  # PyTorch's bias=None
+
+
+def test_the_bias_costs_no_second_array_of_the_outputs_size() -> None:
+    import tracemalloc
+
+    rng = np.random.default_rng(13)
+    x, w, bias = rng.standard_normal((16, 3, 32, 32)), rng.standard_normal((8, 3, 3, 3)), rng.standard_normal(8)
+
+    def peak(*inputs: np.ndarray) -> int:
+        graphsvc_conv.conv2d(*inputs, padding=1)  # the scratch columns are made once
+        tracemalloc.start()
+        try:
+            graphsvc_conv.conv2d(*inputs, padding=1)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    out_bytes = 16 * 8 * 32 * 32 * 8  # 1 MiB
+    without, with_bias = peak(x, w), peak(x, w, bias)
+    assert out_bytes <= without < 2 * out_bytes  # what is traced: the output
+    assert with_bias - without < out_bytes // 4  # numpy's broadcasting buffer (64 KiB), not a second output
 
 
 def test_max_pool2d_by_hand_routes_each_window_to_its_first_maximum() -> None:
@@ -155,6 +206,17 @@ def test_conv2d_vjp_matches_finite_differences(
     assert (result.points, result.skipped) == (x.size + w.size, 0)
 
 
+@pytest.mark.parametrize(("x_shape", "w_shape", "stride", "padding"), CONV_CASES)
+def test_conv2d_vjp_with_a_bias_matches_finite_differences(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: Any, padding: Any
+) -> None:
+    rng = np.random.default_rng(sum(w_shape))
+    x, w, bias = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(w_shape[:1])
+    result = check_vjp(CONV2D, x, w, bias, attrs={"stride": stride, "padding": padding})
+    assert result.ok, result.message
+    assert (result.points, result.skipped) == (x.size + w.size + bias.size, 0)
+
+
 @pytest.mark.parametrize(("x_shape", "kernel_size", "stride", "padding"), POOL_CASES)
 def test_max_pool2d_vjp_matches_finite_differences(
     x_shape: tuple[int, ...], kernel_size: Any, stride: Any, padding: Any
@@ -203,6 +265,23 @@ def test_inputs_are_left_as_they_were() -> None:
     assert (x.tolist(), w.tolist()) == (X.tolist(), W.tolist())
 
 
+@pytest.mark.parametrize("with_bias", [False, True], ids=["x, weight", "x, weight, bias"])
+def test_conv2d_computes_only_the_cotangents_asked_for(with_bias: bool) -> None:
+    rng = np.random.default_rng(14)
+    inputs = [rng.standard_normal((2, 3, 6, 5)), rng.standard_normal((4, 3, 3, 2))]
+    inputs += [rng.standard_normal(4)] if with_bias else []
+    attrs = {"stride": [2, 1], "padding": 1}
+    out = graphsvc_conv.conv2d(*inputs, **attrs)
+    g = read_only(rng.standard_normal(out.shape))
+    every = graphsvc_conv.conv2d_vjp(g, out, *inputs, **attrs)
+    assert [c.shape for c in every] == [x.shape for x in inputs]
+    for needs in itertools.product([False, True], repeat=len(inputs)):
+        some = graphsvc_conv.conv2d_vjp(g, out, *inputs, **attrs, needs_input_grad=needs)
+        assert [c is not None for c in some] == list(needs)
+        for mine, full in zip(some, every, strict=True):
+            assert mine is None or mine.tobytes() == full.tobytes(), needs
+
+
 # -- refusals ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("call", "message"),
@@ -217,6 +296,26 @@ def test_inputs_are_left_as_they_were() -> None:
             "conv2d: x is float64 and weight float32; give both the same dtype",
         ),
         (lambda: graphsvc_conv.conv2d(X.astype(np.int64), W), "x must hold floats, not int64"),
+        (
+            lambda: graphsvc_conv.conv2d(X, W, np.ones((1, 1))),
+            "conv2d: bias of shape (1, 1) should be (1,), one value per output channel of weight of shape (1, 1, 2, 2)",
+        ),
+        (
+            lambda: graphsvc_conv.conv2d(X, W, np.ones(1, np.float32)),
+            "conv2d: x is float64 and bias float32; give both the same dtype",
+        ),
+        (
+            lambda: graphsvc_conv.conv2d(X, W, np.ones(1), np.ones(1)),
+            "conv2d takes 2 or 3 inputs (x, weight and an optional bias), not 4",
+        ),
+        (
+            lambda: graphsvc_conv.conv2d(X, W, 2),
+            "conv2d: bias must be an array or None, not int (stride and padding are keywords)",
+        ),
+        (
+            lambda: graphsvc_conv.conv2d_vjp(np.ones((1, 1, 2, 2)), None, X, W, np.ones(2)),
+            "conv2d: bias of shape (2,) should be (1,), one value per output channel of weight of shape (1, 1, 2, 2)",
+        ),
         (lambda: graphsvc_conv.conv2d(X, W, stride=0), "stride must be an integer >= 1 or a pair of them, not 0"),
         (
             lambda: graphsvc_conv.conv2d(X, W, padding=[1, 2, 3]),
@@ -264,6 +363,45 @@ def test_a_replayed_graph_reports_a_bad_shape_naming_the_op_and_plugin() -> None
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            [np.zeros((1, 3, 1, 1))],
+            "conv2d: bias of shape (1, 3, 1, 1) should be (3,), one value per output channel of weight of shape "
+            "(3, 2, 3, 3)",
+        ),
+        ([np.zeros(3, np.float32)], "conv2d: x is float64 and bias float32; give both the same dtype"),
+        ([np.zeros(3), np.zeros(3)], "conv2d takes 2 or 3 inputs (x, weight and an optional bias), not 4"),
+    ],
+    ids=["bias shape", "bias dtype", "four inputs"],
+)
+def test_a_replayed_graph_refuses_a_bad_bias_in_one_line(extra: list[np.ndarray], message: str) -> None:
+    registry, _ = load_registry(["graphsvc_conv"])
+    b = GraphBuilder()
+    inputs = [b.leaf(np.ones((1, 2, 4, 4)), name="x"), b.leaf(np.ones((3, 2, 3, 3)), name="w")]
+    inputs += [b.leaf(array) for array in extra]
+    b.add("sum", [b.add("conv2d", inputs, attrs={"padding": 1}, name="conv")], name="loss")
+    graph = b.build()
+    source = registry.get("conv2d").source
+    for replay, function in ((graphsvc.forward, "forward"), (graphsvc.backward, "forward_with_residuals")):
+        with pytest.raises(ReplayError) as caught:
+            replay(graph, registry=registry)
+        assert str(caught.value) == f"node conv: op 'conv2d' ({source}): {function} raised ValueError: {message}"
+
+
+def test_a_bias_given_as_an_attribute_is_refused_before_anything_runs() -> None:
+    """The bias is an input: a node that gives it as an attribute is refused before anything runs."""
+    registry, _ = load_registry(["graphsvc_conv"])
+    b = GraphBuilder()
+    inputs = [b.leaf(np.ones((1, 2, 4, 4)), name="x"), b.leaf(np.ones((3, 2, 3, 3)), name="w")]
+    b.add("sum", [b.add("conv2d", inputs, attrs={"bias": [1.0, 2.0, 3.0]}, name="conv")], name="loss")
+    with pytest.raises(OpError) as caught:
+        graphsvc.forward(b.build(), registry=registry)
+    source = registry.get("conv2d").source
+    assert str(caught.value) == f"node conv: op 'conv2d' ({source}) has no attribute 'bias' (it takes: padding, stride)"
+
+
 @pytest.mark.usefixtures("installed_plugins")
 def test_the_installed_plugin_registers_both_ops_under_its_distribution() -> None:
     registry, _ = load_registry()
@@ -284,7 +422,7 @@ def test_conv2d_matches_pytorch(stride: Any, padding: Any, dtype: Any, rtol: flo
     torch = torch_or_skip()
     rng = np.random.default_rng(7)
     x, w = rng.standard_normal((3, 2, 7, 8)).astype(dtype), rng.standard_normal((4, 2, 3, 2)).astype(dtype)
-    g = rng.standard_normal(graphsvc_conv.conv2d(x, w, stride, padding).shape).astype(dtype)
+    g = rng.standard_normal(graphsvc_conv.conv2d(x, w, stride=stride, padding=padding).shape).astype(dtype)
     out, gx, gw = conv(x, w, stride=stride, padding=padding, g=g)
     tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
     expected = torch.nn.functional.conv2d(
@@ -295,6 +433,25 @@ def test_conv2d_matches_pytorch(stride: Any, padding: Any, dtype: Any, rtol: flo
     np.testing.assert_allclose(out, expected.detach().numpy(), rtol=rtol, atol=atol)
     np.testing.assert_allclose(gx, tx.grad.numpy(), rtol=rtol, atol=atol)
     np.testing.assert_allclose(gw, tw.grad.numpy(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize(("stride", "padding"), [(1, 0), (1, 1), (2, 1), ([2, 1], [1, 2]), ([1, 3], 0)])
+@pytest.mark.parametrize(("dtype", "rtol"), [(np.float64, 1e-10), (np.float32, 1e-4)])
+def test_conv2d_with_a_bias_matches_pytorch(stride: Any, padding: Any, dtype: Any, rtol: float) -> None:
+    torch = torch_or_skip()
+    rng = np.random.default_rng(15)
+    x, w = rng.standard_normal((3, 2, 7, 8)).astype(dtype), rng.standard_normal((4, 2, 3, 2)).astype(dtype)
+    bias = rng.standard_normal(4).astype(dtype)
+    g = rng.standard_normal(graphsvc_conv.conv2d(x, w, stride=stride, padding=padding).shape).astype(dtype)
+    got = biased_conv(x, w, bias, g, stride=stride, padding=padding)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, bias))
+    pairs = (tuple(np.broadcast_to(value, 2).tolist()) for value in (stride, padding))  # as torch takes them
+    expected = torch.nn.functional.conv2d(tx, tw, tb, *pairs)
+    expected.backward(torch.tensor(g))
+    atol = rtol * 10
+    for mine, theirs in zip(got, (expected, tx.grad, tw.grad, tb.grad), strict=True):
+        assert mine.dtype == dtype
+        np.testing.assert_allclose(mine, theirs.detach().numpy(), rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize(
@@ -329,6 +486,34 @@ def test_a_small_cnn_graph_replays_to_pytorchs_gradients(dtype: Any, rtol: float
         grad = replayed.grad(name)
         assert isinstance(grad, np.ndarray) and grad.dtype == dtype
         np.testing.assert_allclose(grad, tensor.grad.numpy(), rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize(("dtype", "rtol"), [(np.float64, 1e-10), (np.float32, 1e-4)])
+def test_a_graph_with_a_biased_conv2d_replays_to_pytorchs_gradients(dtype: Any, rtol: float) -> None:
+    """loss = sum(max_pool2d(relu(conv2d(x, w, bias, stride 1, padding 1)), 2)): one node for conv
+    and bias, as in PyTorch's graph; a const bias (data) gets no gradient, and the others theirs."""
+    torch = torch_or_skip()
+    rng = np.random.default_rng(16)
+    x, w = rng.standard_normal((2, 1, 6, 6)).astype(dtype), rng.standard_normal((3, 1, 3, 3)).astype(dtype)
+    bias = rng.standard_normal(3).astype(dtype)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, bias))
+    loss = torch.nn.functional.max_pool2d(torch.relu(torch.nn.functional.conv2d(tx, tw, tb, padding=1)), 2).sum()
+    loss.backward()
+    registry, _ = load_registry(["graphsvc_conv"])
+    for bias_is_data in (False, True):
+        b = GraphBuilder()
+        bias_node = b.const(bias, name="bias") if bias_is_data else b.leaf(bias, name="bias")
+        conv_node = b.add("conv2d", [b.leaf(x, name="x"), b.leaf(w, name="w"), bias_node], attrs={"padding": 1})
+        b.add("sum", [b.add("max_pool2d", [b.add("relu", [conv_node])], attrs={"kernel_size": 2})], name="loss")
+        replayed = graphsvc.backward(b.build(), registry=registry)
+        np.testing.assert_allclose(replayed.value("loss"), loss.item(), rtol=rtol)
+        for name, tensor in (("x", tx), ("w", tw), ("bias", tb)):
+            grad = replayed.grad(name)
+            if name == "bias" and bias_is_data:
+                assert not isinstance(grad, np.ndarray) and np.isnan(grad)  # how a graph shows "none"
+                continue
+            assert isinstance(grad, np.ndarray) and grad.dtype == dtype
+            np.testing.assert_allclose(grad, tensor.grad.numpy(), rtol=rtol, atol=rtol)
 
 
 def test_both_vjps_hold_for_fortran_ordered_inputs() -> None:

@@ -12,7 +12,8 @@ Layouts are PyTorch's: ``x`` is (N, C, H, W), a conv2d weight (O, C, kH, kW), an
 float32) and never write into their inputs, which graphsvc passes read-only.
 
 conv2d is im2col: the padded input's windows (a strided view, no copy) are laid out as columns once
-and multiplied with the weight in one batched matmul; its VJP puts the columns' cotangents back with
+and multiplied with the weight in one batched matmul, into whose product the bias (an optional third
+input, as PyTorch's ``conv2d(input, weight, bias)``) is added in place; its VJP puts the columns' cotangents back with
 one strided addition per kernel offset (col2im). The weight's cotangent needs the columns again:
 ``forward_with_residuals`` hands them to graphsvc, which passes them to the VJP as ``residuals``
 when the backward pass follows the forward (a backward from stored values makes them again).
@@ -99,7 +100,13 @@ def _offsets(kernel: Pair, stride: Pair, out_size: Pair) -> list[tuple[int, int,
 
 
 # -- conv2d ----------------------------------------------------------------------------------------
-def _conv_setup(x: np.ndarray, weight: np.ndarray, stride: Any, padding: Any) -> tuple[Pair, Pair, Pair, Pair]:
+def _conv_setup(
+    x: np.ndarray, weight: np.ndarray, bias: tuple[np.ndarray, ...], stride: Any, padding: Any
+) -> tuple[np.ndarray | None, Pair, Pair, Pair, Pair]:
+    """The bias (None without one), kernel, stride, padding and output size; ``bias`` holds the
+    inputs after x and weight: none, or the bias (or None, as PyTorch's ``bias=None``)."""
+    if len(bias) > 1:
+        raise ValueError(f"conv2d takes 2 or 3 inputs (x, weight and an optional bias), not {2 + len(bias)}")
     _image("x", x)
     _image("weight", weight)
     if x.shape[1] != weight.shape[1]:
@@ -109,11 +116,24 @@ def _conv_setup(x: np.ndarray, weight: np.ndarray, stride: Any, padding: Any) ->
         )
     if x.dtype != weight.dtype:
         raise ValueError(f"conv2d: x is {x.dtype} and weight {weight.dtype}; give both the same dtype")
+    b = bias[0] if bias else None
+    if b is not None:
+        if not isinstance(b, np.ndarray):
+            raise ValueError(
+                f"conv2d: bias must be an array or None, not {type(b).__name__} (stride and padding are keywords)"
+            )
+        if b.shape != weight.shape[:1]:
+            raise ValueError(
+                f"conv2d: bias of shape {b.shape} should be {weight.shape[:1]}, one value per output channel of "
+                f"weight of shape {weight.shape}"
+            )
+        if b.dtype != x.dtype:
+            raise ValueError(f"conv2d: x is {x.dtype} and bias {b.dtype}; give both the same dtype")
     kernel = (weight.shape[2], weight.shape[3])
     if 0 in kernel or 0 in x.shape[2:]:
         raise ValueError(f"conv2d: empty input or kernel (x {x.shape}, weight {weight.shape})")
     stride_, padding_ = _pair("stride", stride, 1), _pair("padding", padding, 0)
-    return kernel, stride_, padding_, _output_size("conv2d", x.shape[2:], kernel, stride_, padding_)
+    return b, kernel, stride_, padding_, _output_size("conv2d", x.shape[2:], kernel, stride_, padding_)
 
 
 _SCRATCH = threading.local()
@@ -146,24 +166,29 @@ def _columns(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pair, keep: boo
     return columns.reshape(n, c * kh * kw, oh * ow)
 
 
-def _conv2d(x: np.ndarray, weight: np.ndarray, stride: Any, padding: Any, keep: bool) -> tuple[np.ndarray, np.ndarray]:
-    kernel, stride_, padding_, (oh, ow) = _conv_setup(x, weight, stride, padding)
+def _conv2d(
+    x: np.ndarray, weight: np.ndarray, bias: tuple[np.ndarray, ...], stride: Any, padding: Any, keep: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    bias_, kernel, stride_, padding_, (oh, ow) = _conv_setup(x, weight, bias, stride, padding)
     columns = _columns(x, kernel, stride_, padding_, keep)
     out = weight.reshape(weight.shape[0], -1) @ columns  # (O, K) @ (N, K, P): one batched matmul
+    if bias_ is not None:
+        out += bias_[:, None]  # into the product: no second array of the output's size
     return out.reshape(x.shape[0], weight.shape[0], oh, ow), columns
 
 
-def conv2d(x: np.ndarray, weight: np.ndarray, stride: Any = 1, padding: Any = 0) -> np.ndarray:
-    """PyTorch's ``conv2d`` without bias: (N, C, H, W) and (O, C, kH, kW) give (N, O, H', W')."""
-    return _conv2d(x, weight, stride, padding, keep=False)[0]
+def conv2d(x: np.ndarray, weight: np.ndarray, *bias: np.ndarray, stride: Any = 1, padding: Any = 0) -> np.ndarray:
+    """PyTorch's ``conv2d``: (N, C, H, W) and (O, C, kH, kW) give (N, O, H', W'), plus the bias
+    (O,) when there is a third input."""
+    return _conv2d(x, weight, bias, stride, padding, keep=False)[0]
 
 
 def conv2d_with_residuals(
-    x: np.ndarray, weight: np.ndarray, stride: Any = 1, padding: Any = 0
+    x: np.ndarray, weight: np.ndarray, *bias: np.ndarray, stride: Any = 1, padding: Any = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """conv2d, and its im2col columns, which the weight's cotangent needs again (graphsvc keeps them
     for :func:`conv2d_vjp` when a backward pass follows, as PyTorch's ``save_for_backward``)."""
-    return _conv2d(x, weight, stride, padding, keep=True)
+    return _conv2d(x, weight, bias, stride, padding, keep=True)
 
 
 def conv2d_vjp(
@@ -171,33 +196,36 @@ def conv2d_vjp(
     out: np.ndarray,
     x: np.ndarray,
     weight: np.ndarray,
+    *bias: np.ndarray,
     stride: Any = 1,
     padding: Any = 0,
-    needs_input_grad: tuple[bool, bool] = (True, True),
+    needs_input_grad: tuple[bool, ...] | None = None,
     residuals: np.ndarray | None = None,
-) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The cotangents of x and weight, given ``g`` of the output's shape; only those graphsvc says
-    are needed (an image that is data gets none: its col2im is the larger half of the work). The
-    weight's needs the im2col columns: ``residuals``, those :func:`conv2d_with_residuals` made,
-    when graphsvc kept them, else made again."""
-    kernel, stride_, padding_, (oh, ow) = _conv_setup(x, weight, stride, padding)
-    need_x, need_weight = needs_input_grad
+) -> tuple[np.ndarray | None, ...]:
+    """The cotangents of x, weight and the bias if there is one, given ``g`` of the output's shape;
+    only those graphsvc says are needed (an image that is data gets none: its col2im is the larger
+    half of the work; ``None`` means all). The weight's needs the im2col columns: ``residuals``,
+    those :func:`conv2d_with_residuals` made, when graphsvc kept them, else made again."""
+    bias_, kernel, stride_, padding_, (oh, ow) = _conv_setup(x, weight, bias, stride, padding)
+    needs = (True,) * (2 + len(bias)) if needs_input_grad is None else needs_input_grad
     n, c, h, w = x.shape
     o = weight.shape[0]
     g3 = np.asarray(g, dtype=x.dtype).reshape(n, o, oh * ow)
+    # a node with a bias: its cotangent, g summed over all but the channels
+    grad_bias = (g3.sum(axis=(0, 2)) if bias_ is not None and needs[2] else None,) if bias else ()
     grad_weight = None
-    if need_weight:
+    if needs[1]:
         columns = _columns(x, kernel, stride_, padding_) if residuals is None else residuals
         grad_weight = np.matmul(g3, columns.transpose(0, 2, 1)).sum(axis=0).reshape(weight.shape)
-    if not need_x:
-        return None, grad_weight
+    if not needs[0]:
+        return None, grad_weight, *grad_bias
     column_grads = _scratch("column_grads", (n, c * kernel[0] * kernel[1], oh * ow), x.dtype)
     np.matmul(weight.reshape(o, -1).T, g3, out=column_grads)
     column_grads = column_grads.reshape(n, c, kernel[0], kernel[1], oh, ow)
     grad_padded = np.zeros((n, c, h + 2 * padding_[0], w + 2 * padding_[1]), dtype=x.dtype)
     for a, b, rows, cols in _offsets(kernel, stride_, (oh, ow)):  # col2im
         grad_padded[:, :, rows, cols] += column_grads[:, :, a, b]
-    return _unpad(grad_padded, padding_), grad_weight
+    return _unpad(grad_padded, padding_), grad_weight, *grad_bias
 
 
 # -- max_pool2d ------------------------------------------------------------------------------------
@@ -279,13 +307,20 @@ OPS: tuple[Op, ...] = (
         forward=conv2d,
         vjp=conv2d_vjp,
         forward_with_residuals=conv2d_with_residuals,
+        variadic=True,  # the bias: an optional third input
         samples=lambda rng: [
             ((rng.standard_normal((2, 3, 5, 5)), rng.standard_normal((4, 3, 3, 3))), {}),
             ((rng.standard_normal((1, 2, 6, 5)), rng.standard_normal((3, 2, 2, 3))), {"stride": 2, "padding": [1, 0]}),
+            ((rng.standard_normal((2, 3, 5, 5)), rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)), {}),
+            (
+                (rng.standard_normal((1, 2, 6, 5)), rng.standard_normal((3, 2, 2, 3)), rng.standard_normal(3)),
+                {"stride": [1, 2], "padding": 1},
+            ),
         ],
         doc="2-d convolution (cross-correlation, as PyTorch's conv2d) of x (N, C, H, W) with a weight "
-        "(O, C, kH, kW), no bias (add one with `add`); attributes `stride` and `padding` (an int or "
-        "[h, w]; defaults 1 and 0, zero padding). Output (N, O, H', W'); x and weight share a float dtype.",
+        "(O, C, kH, kW), plus a bias (O,) if the node has a third input; attributes `stride` and `padding` "
+        "(an int or [h, w]; defaults 1 and 0, zero padding). Output (N, O, H', W'); x, weight and bias share "
+        "a float dtype.",
     ),
     Op(
         "max_pool2d", 1,
