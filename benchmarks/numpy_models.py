@@ -98,11 +98,12 @@ def _im2col(x: np.ndarray) -> np.ndarray:
 
 
 def _conv3x3(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """conv2d(x, weight, padding=1) + bias, and the im2col columns the VJP needs."""
+    """conv2d(x, weight, bias, padding=1), and the im2col columns the VJP needs."""
     n, _, h, w = x.shape
     columns = _im2col(x)
     out = weight.reshape(weight.shape[0], -1) @ columns  # (O, K) @ (N, K, P): (N, O, P)
-    return out.reshape(n, -1, h, w) + bias, columns
+    out += bias[:, None]  # in place, as the plugin adds it
+    return out.reshape(n, -1, h, w), columns
 
 
 def _conv3x3_vjp(
@@ -113,7 +114,7 @@ def _conv3x3_vjp(
     o = weight.shape[0]
     g3 = g.reshape(n, o, h * w)
     grad_w = (g3 @ columns.transpose(0, 2, 1)).sum(axis=0).reshape(weight.shape)
-    grad_b = g.sum(axis=(0, 2, 3)).reshape(o, 1, 1)
+    grad_b = g3.sum(axis=(0, 2))
     if not need_x:
         return None, grad_w, grad_b
     column_grads = (weight.reshape(o, -1).T @ g3).reshape(n, c, 3, 3, h, w)
@@ -248,7 +249,7 @@ def _torch_cnn(p: dict[str, Any], data: dict[str, Any], config: dict[str, Any]) 
 
     h = data["x"]
     for conv, bias in (("conv1", "b1"), ("conv2", "b2")):
-        h = F.max_pool2d(F.relu(F.conv2d(h, p[conv], p[bias].reshape(-1), padding=1)), 2)
+        h = F.max_pool2d(F.relu(F.conv2d(h, p[conv], p[bias], padding=1)), 2)
     return F.cross_entropy(h.reshape(h.shape[0], -1) @ p["w3"] + p["b3"], data["labels"])
 
 

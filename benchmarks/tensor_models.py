@@ -6,9 +6,10 @@ node; ``labels``). The same names and arrays feed the hand-written numpy and the
 :mod:`benchmarks.numpy_models`.
 
 - :func:`mlp`: 784-512-512-10, relu, batch 128.
-- :func:`cnn`: conv2d(1->8, 3x3, padding 1) + bias, relu, max_pool2d(2); conv2d(8->16, 3x3,
-  padding 1) + bias, relu, max_pool2d(2); reshape; linear to 10; batch 32 of 28x28 images. conv2d
-  and max_pool2d come from the plugin distribution plugins/graphsvc-conv.
+- :func:`cnn`: conv2d(1->8, 3x3, padding 1, with bias), relu, max_pool2d(2); conv2d(8->16, 3x3,
+  padding 1, with bias), relu, max_pool2d(2); reshape; linear to 10; batch 32 of 28x28 images.
+  conv2d (its bias an input, one node, as PyTorch's ``F.conv2d(x, w, b)``) and max_pool2d come
+  from the plugin distribution plugins/graphsvc-conv.
 - :func:`transformer`: one pre-norm block, d_model 128, 4 heads, sequence 64, batch 8: layer norm
   (written with mean, sub, pow 2, add eps, pow -0.5, mul, add), softmax attention with q, k, v and
   output projections (no biases), residual, layer norm, MLP 128-512-128 with relu, residual; then
@@ -127,17 +128,17 @@ def cnn(
     channels: tuple[int, int] = (8, 16),
     classes: int = 10,
 ) -> TensorModel:
-    """Two conv2d(3x3, padding 1) + bias, relu, max_pool2d(2) stages, then a linear layer; ``image``
-    must be divisible by 4."""
+    """Two conv2d(3x3, padding 1, with bias), relu, max_pool2d(2) stages, then a linear layer;
+    ``image`` must be divisible by 4."""
     dtype = np.dtype(dtype)
     rng = np.random.default_rng(seed)
     c1, c2 = channels
     flat = c2 * (image // 4) ** 2
     shapes: dict[str, tuple[int, ...]] = {
         "conv1": (c1, 1, 3, 3),
-        "b1": (c1, 1, 1),
+        "b1": (c1,),
         "conv2": (c2, c1, 3, 3),
-        "b2": (c2, 1, 1),
+        "b2": (c2,),
         "w3": (flat, classes),
         "b3": (classes,),
     }
@@ -148,7 +149,7 @@ def cnn(
     h = g.b.const(x, name="x")
     ids = {name: g.b.leaf(array, name=name) for name, array in params.items()}
     for conv, bias in (("conv1", "b1"), ("conv2", "b2")):
-        h = g.op("add", g.op("conv2d", h, ids[conv], stride=1, padding=1), ids[bias])
+        h = g.op("conv2d", h, ids[conv], ids[bias], stride=1, padding=1)
         h = g.op("max_pool2d", g.op("relu", h), kernel_size=2, stride=2)
     h = g.op("reshape", h, shape=[batch, flat])
     g.cross_entropy(g.linear(h, ids["w3"], ids["b3"]), labels)
