@@ -177,6 +177,60 @@ def test_max_pool2d_padding_is_never_the_maximum() -> None:
     assert gx.tolist() == [[[[10.0, 0.0], [0.0, 0.0]]]]
 
 
+def pooled_by_loops(
+    x: np.ndarray, g: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """max_pool2d and its VJP, window by window, element by element, as PyTorch's CPU kernel: the
+    window's first real element, then each that is larger, or nan. Windows apart set their pick's
+    gradient (a -0.0 stays -0.0), overlapping ones add it to +0.0, as do windows apart when any
+    window holds nan (the plugin's second pass adds +0.0 to every pick); all else is +0.0."""
+    n, c, h, w = x.shape
+    out = np.empty(g.shape, x.dtype)
+    grad = np.zeros(x.shape, x.dtype)
+    sets = stride[0] >= kernel[0] and stride[1] >= kernel[1]
+    for b, ch, i, j in itertools.product(range(n), range(c), range(g.shape[2]), range(g.shape[3])):
+        cells = [
+            (p, q)
+            for p in range(i * stride[0] - padding[0], i * stride[0] - padding[0] + kernel[0])
+            for q in range(j * stride[1] - padding[1], j * stride[1] - padding[1] + kernel[1])
+            if 0 <= p < h and 0 <= q < w
+        ]
+        pick = cells[0]
+        for cell in cells:
+            if x[b, ch][cell] > x[b, ch][pick] or np.isnan(x[b, ch][cell]):
+                pick = cell
+        out[b, ch, i, j] = x[b, ch][pick]
+        grad[b, ch][pick] = g[b, ch, i, j] if sets else grad[b, ch][pick] + g[b, ch, i, j]
+    if sets and np.isnan(out).any():
+        grad += 0.0
+    return out, grad
+
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "padding"),
+    [((2, 2), (2, 2), (0, 0)), ((2, 2), (3, 2), (0, 1)), ((3, 3), (2, 2), (1, 1)), ((2, 3), (1, 2), (1, 1))],
+)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("nan", [False, True], ids=["no nan", "nan"])
+def test_max_pool2d_and_its_vjp_match_a_loop_over_windows_to_the_bit(
+    kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int], dtype: Any, nan: bool
+) -> None:
+    rng = np.random.default_rng(17)
+    # ties, signed zeros, infinities (nans) in x; in g, signed zeros and infinities that must reach
+    # the picks alone, and small integers, whose sums do not depend on their order
+    values = [0.0, -0.0, 1.0, 1.0, -1.0, -np.inf, np.inf] + [np.nan] * nan
+    x = rng.choice(np.array(values), size=(2, 3, 7, 8)).astype(dtype)
+    x[0, 0] = -np.inf  # windows of -inf alone (padded, their first real element)
+    attrs = {"kernel_size": list(kernel), "stride": list(stride), "padding": list(padding)}
+    out = graphsvc_conv.max_pool2d(read_only(x), **attrs)
+    g = rng.choice(np.array([0.0, -0.0, 1.0, -2.0, 3.0, np.inf, -np.inf]), size=out.shape).astype(dtype)
+    with np.errstate(invalid="ignore"):  # inf + -inf, where overlapping windows pick one element
+        (gx,) = graphsvc_conv.max_pool2d_vjp(read_only(g), out, read_only(x), **attrs)
+        expected_out, expected_gx = pooled_by_loops(x, g, kernel, stride, padding)
+    assert np.array_equal(out, expected_out, equal_nan=True)  # as values: which of -0.0 and 0.0 is not pinned
+    assert gx.dtype == dtype and gx.tobytes() == expected_gx.tobytes()
+
+
 # -- finite differences ----------------------------------------------------------------------------
 CONV_CASES = [
     # x shape, weight shape, stride, padding
