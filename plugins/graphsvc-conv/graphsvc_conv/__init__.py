@@ -24,6 +24,7 @@ the matmul reading it ten times slower.
 
 from __future__ import annotations
 
+import functools
 import numbers
 import threading
 from collections.abc import Callable
@@ -43,6 +44,8 @@ Pair = tuple[int, int]
 # -- attributes and shapes ------------------------------------------------------------------------
 def _pair(name: str, value: Any, minimum: int) -> Pair:
     """An int or a pair of ints (a list, as attributes come from a file), each at least ``minimum``."""
+    if type(value) is int and value >= minimum:  # the usual case, in a tenth of the time of the checks below
+        return value, value
     items = tuple(value) if isinstance(value, list | tuple) else (value, value)
     if len(items) == 2 and all(
         isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= minimum for v in items
@@ -89,14 +92,16 @@ def _unpad(xp: np.ndarray, padding: Pair) -> np.ndarray:
     return xp[:, :, ph : xp.shape[2] - ph, pw : xp.shape[3] - pw]
 
 
-def _offsets(kernel: Pair, stride: Pair, out_size: Pair) -> list[tuple[int, int, slice, slice]]:
-    """Per kernel offset (a, b), in row-major order: the slices of the padded input it touches."""
+@functools.lru_cache(maxsize=64)
+def _offsets(kernel: Pair, stride: Pair, out_size: Pair) -> tuple[tuple[int, int, slice, slice], ...]:
+    """Per kernel offset (a, b), in row-major order: the slices of the padded input it touches
+    (kept: the same few shapes come call after call)."""
     (kh, kw), (sh, sw), (oh, ow) = kernel, stride, out_size
-    return [
+    return tuple(
         (a, b, slice(a, a + sh * (oh - 1) + 1, sh), slice(b, b + sw * (ow - 1) + 1, sw))
         for a in range(kh)
         for b in range(kw)
-    ]
+    )
 
 
 # -- conv2d ----------------------------------------------------------------------------------------
