@@ -13,13 +13,19 @@ float32) and never write into their inputs, which graphsvc passes read-only.
 
 conv2d is im2col: the padded input's windows (a strided view, no copy) are laid out as columns once
 and multiplied with the weight in one batched matmul, into whose product the bias (an optional third
-input, as PyTorch's ``conv2d(input, weight, bias)``) is added in place; its VJP puts the columns' cotangents back with
-one strided addition per kernel offset (col2im). The weight's cotangent needs the columns again:
-``forward_with_residuals`` hands them to graphsvc, which passes them to the VJP as ``residuals``
-when the backward pass follows the forward (a backward from stored values makes them again).
-Otherwise the columns live in a scratch buffer kept per thread and shape and reused from call to
-call: a fresh buffer of that size comes from glibc's ``mmap`` each time, and its page faults made
-the matmul reading it ten times slower.
+input, as in PyTorch's ``conv2d(input, weight, bias)``) is added in place; its VJP puts the columns'
+cotangents back with one strided addition per kernel offset (col2im). The weight's cotangent needs
+the columns again: ``forward_with_residuals`` hands them to graphsvc, which passes them to the VJP
+as ``residuals`` when the backward pass follows the forward (a backward from stored values makes
+them again). Otherwise the columns live in a scratch buffer kept per thread and shape and reused
+from call to call: a fresh buffer of that size comes from glibc's ``mmap`` each time, and its page
+faults made the matmul reading it ten times slower.
+
+max_pool2d's VJP finds each window's pick by comparing it with its maximum, one kernel offset at a
+time, and writes ``g`` there by masking g's bits (:func:`_where_into`). It keeps no residuals:
+keeping each window's winning offset from the forward (as PyTorch keeps indices), sketched for the
+benchmark CNN's 2x2 windows without nan, made the forward twice as slow and the two together 1-8%
+faster: not worth a second way of picking.
 """
 
 from __future__ import annotations
