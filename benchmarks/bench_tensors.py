@@ -9,9 +9,9 @@ for the CNN). Prints a table and writes benchmarks/results/bench_tensors.md and 
 * The three models of :mod:`benchmarks.tensor_models` at the issue's sizes, float32, one forward and
   backward pass each (the loss and every parameter's gradient):
 
-  - **graphsvc replay**: ``graphsvc.tensors.forward`` then ``graphsvc.tensors.backward`` on the graph,
-    with the ops resolved once before timing (what an engine step costs), the residuals of the
-    forward pass kept for the backward one as ``graphsvc.backward`` keeps them;
+  - **graphsvc replay**: ``graphsvc.tensors.replay`` of the graph from its loss (its forward and
+    backward passes, as ``graphsvc.backward`` runs them), with the ops resolved once before timing
+    (what an engine step costs);
   - **graphsvc.backward**: the whole public call: resolving the ops, the replay, and storing every
     value and gradient in a new Graph;
   - **op calls alone**: the same op calls as graphsvc's replay (functions, inputs, attributes,
@@ -138,9 +138,8 @@ def steps(model: TensorModel, registry: OpRegistry) -> dict[str, Callable[[], An
     loss_id = graph.node_id("loss")
 
     def graphsvc_replay() -> tuple[Any, dict[str, Any]]:
-        residuals: dict[int, Any] = {}  # as graphsvc.backward keeps them (conv2d's im2col columns)
-        values = tensors.forward(graph, ops, residuals=residuals)
-        grads = tensors.backward(graph, ops, loss_id, values, residuals=residuals)
+        values, grads = tensors.replay(graph, ops, loss_id)  # as graphsvc.backward runs it
+        assert grads is not None
         return values[loss_id], {name: grads[graph.node_id(name)] for name in params}
 
     def graphsvc_backward() -> tuple[Any, dict[str, Any]]:

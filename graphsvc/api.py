@@ -24,7 +24,6 @@ from graphsvc.errors import UsageError
 from graphsvc.graph import Graph, NodeRef
 from graphsvc.kernels import Engine, engine_for
 from graphsvc.ops import OpRegistry
-from graphsvc.plugins import running_plugin_code
 from graphsvc.text import counted
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
@@ -185,18 +184,8 @@ def replay_values(
     ops = replay.resolve_ops(graph, registry, engine)  # once, for the forward and the backward pass
     if tensor:
         from graphsvc import tensors
-        from graphsvc.topo import ancestors
 
-        # a backward follows: keep the residuals of the nodes it will reach (the output's ancestors)
-        residuals: dict[int, Any] | None = None if output is None else {}
-        keep = None if output is None else ancestors(graph, output, engine)
-        with running_plugin_code():
-            arrays = tensors.forward(graph, ops, overrides, residuals, keep=keep)
-            gradients = (
-                None
-                if output is None
-                else tensors.backward(graph, ops, output, arrays, step_list, residuals, reached=keep)
-            )
+        arrays, gradients = tensors.replay(graph, ops, output, overrides, step_list)
         return ReplayRun(True, arrays, gradients, step_list)
     plan = None if engine.kernels is None else replay.primitive_plan(graph, ops)  # once, likewise
     values = replay.forward(graph, registry, overrides, engine, ops=ops, plan=plan)

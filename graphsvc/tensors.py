@@ -22,7 +22,8 @@ Every value and gradient a replay keeps is read-only.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -60,6 +61,7 @@ __all__ = [
     "forward",
     "node_cells",
     "per_element",
+    "replay",
     "requires_grad",
     "store",
     "summary",
@@ -227,29 +229,70 @@ def forward(
     backward pass starts from, :func:`graphsvc.topo.ancestors`) limits that to the nodes it marks:
     the others are computed by ``forward``, and no memory is held for a VJP that will not run."""
     calls = _calls(graph, ops)
-    values = _initial_values(graph, calls, overrides or {})
-    kept = None if keep is None else np.asarray(keep, dtype=bool).tolist()
+    with _replaying():
+        return _forward(graph, calls, overrides or {}, residuals, keep)
+
+
+def replay(
+    graph: Graph,
+    ops: Sequence[Op | None],
+    output: int | None = None,
+    overrides: Mapping[int, Any] | None = None,
+    steps: list[Step] | None = None,
+) -> tuple[Replayed, Replayed | None]:
+    """:func:`forward`, then, given ``output``, :func:`backward` from it (else no gradients): the
+    one replay graphsvc.backward runs. The nodes' calls are worked out once for both passes, the
+    residuals of the output's ancestors kept from one to the other, and the passes run inside one
+    :func:`_replaying` (each costs tens of microseconds after a large matrix product)."""
+    calls = _calls(graph, ops)
+    keep = None if output is None else ancestors(graph, output)
+    residuals: dict[int, Any] | None = None if output is None else {}
+    with _replaying():
+        values = _forward(graph, calls, overrides or {}, residuals, keep)
+        if output is None:
+            return values, None
+        return values, _backward(graph, calls, output, values, steps, residuals, keep)
+
+
+@contextmanager
+def _replaying() -> Iterator[None]:
+    """Where a pass runs: numpy's floating-point warnings off (a nan is a result; the caller
+    reports it), the user's Ctrl-C told apart from a plugin's KeyboardInterrupt, memory reused from
+    pass to pass (:mod:`graphsvc.memory`)."""
     with np.errstate(all="ignore"), interrupts_told_apart(), memory.reuse():
-        for node, call in enumerate(calls):
-            if call is None:
-                continue
-            op, parents, attrs = call
-            inputs = [values[p] for p in parents]
-            producer = op.forward_with_residuals if kept is None or kept[node] else None
-            with_residuals = residuals is not None and producer is not None
-            # the op's call inline (no helper's frame: this loop is the engine's cost per node)
-            try:
-                if residuals is not None and producer is not None:
-                    result, residuals[node] = output_and_residuals(op, producer(*inputs, **attrs))
-                else:
-                    function = op.forward if op.vectorized else per_element(op, "forward")
-                    result = function(*inputs, **attrs)  # type: ignore[misc]  # an op node's forward is set
-            except BaseException as exc:
-                _failed(graph, node, op, _FORWARDS[with_residuals], exc)
-            if type(result) is not np.ndarray or result.dtype not in _DTYPES:
-                result = _as_tensor(graph, node, op, _FORWARDS[with_residuals], result)
-            result.flags.writeable = False  # as _frozen
-            values[node] = result
+        yield
+
+
+def _forward(
+    graph: Graph,
+    calls: list[_Call | None],
+    overrides: Mapping[int, Any],
+    residuals: dict[int, Any] | None,
+    keep: Sequence[bool] | np.ndarray | None,
+) -> Replayed:
+    """:func:`forward`'s pass, inside :func:`_replaying`, on the nodes' ``calls`` (:func:`_calls`)."""
+    values = _initial_values(graph, calls, overrides)
+    kept = None if keep is None else np.asarray(keep, dtype=bool).tolist()
+    for node, call in enumerate(calls):
+        if call is None:
+            continue
+        op, parents, attrs = call
+        inputs = [values[p] for p in parents]
+        producer = op.forward_with_residuals if kept is None or kept[node] else None
+        with_residuals = residuals is not None and producer is not None
+        # the op's call inline (no helper's frame: this loop is the engine's cost per node)
+        try:
+            if residuals is not None and producer is not None:
+                result, residuals[node] = output_and_residuals(op, producer(*inputs, **attrs))
+            else:
+                function = op.forward if op.vectorized else per_element(op, "forward")
+                result = function(*inputs, **attrs)  # type: ignore[misc]  # an op node's forward is set
+        except BaseException as exc:
+            _failed(graph, node, op, _FORWARDS[with_residuals], exc)
+        if type(result) is not np.ndarray or result.dtype not in _DTYPES:
+            result = _as_tensor(graph, node, op, _FORWARDS[with_residuals], result)
+        result.flags.writeable = False  # as _frozen
+        values[node] = result
     return values
 
 
@@ -307,6 +350,21 @@ def backward(
     each is let go once its VJP ran, and the dict is empty when the sweep is over. ``reached``: the
     output's ancestors (:func:`graphsvc.topo.ancestors`), when the caller has them already (the
     forward pass's ``keep``)."""
+    calls = _calls(graph, ops)
+    with _replaying():
+        return _backward(graph, calls, output, values, steps, residuals, reached)
+
+
+def _backward(
+    graph: Graph,
+    calls: list[_Call | None],
+    output: int,
+    values: Replayed,
+    steps: list[Step] | None,
+    residuals: dict[int, Any] | None,
+    reached: np.ndarray | None,
+) -> Replayed:
+    """:func:`backward`'s sweep, inside :func:`_replaying`, on the nodes' ``calls`` (:func:`_calls`)."""
     out = values[output]
     assert out is not None
     if out.size != 1:
@@ -316,38 +374,36 @@ def backward(
         )
     if out.dtype == _INDEX_DTYPE:
         raise UsageError(f"node {graph.label(output)} holds integers (int64): it has no gradient")
-    calls = _calls(graph, ops)
     requires = requires_grad(graph, calls, values)
     grads: Replayed = [None] * graph.num_nodes
     summed: set[int] = set()  # nodes whose gradient is a sum this sweep made (and may add to in place)
     if requires[output]:
         grads[output] = _frozen(np.ones_like(out))
-    with np.errstate(all="ignore"), interrupts_told_apart(), memory.reuse():
-        reached = ancestors(graph, output) if reached is None else reached
-        for node in np.flatnonzero(reached)[::-1].tolist():
-            call, g = calls[node], grads[node]
-            if g is None:
-                continue
-            if node in summed:  # every consumer has added its part: the sum is final
-                _frozen(g)
-            if call is None:  # a leaf: where the gradient ends
-                if steps is not None:
-                    steps.append(Step(node, g, []))
-                continue
-            op, parents, attrs = call
-            vjp = op.tensor_vjp
-            needs = tuple([requires[p] for p in parents])
-            if vjp.takes_needs or vjp.takes_residuals:
-                kept = None if residuals is None else residuals.pop(node, None)
-                attrs = vjp_keywords(vjp, attrs, needs, kept)
-            inputs = [values[p] for p in parents]
-            try:  # inline, as in forward
-                cotangents = vjp.function(g, values[node], *inputs, **attrs)
-            except BaseException as exc:
-                _failed(graph, node, op, "vjp", exc)
-            sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads, summed)
+    reached = ancestors(graph, output) if reached is None else reached
+    for node in np.flatnonzero(reached)[::-1].tolist():
+        call, g = calls[node], grads[node]
+        if g is None:
+            continue
+        if node in summed:  # every consumer has added its part: the sum is final
+            _frozen(g)
+        if call is None:  # a leaf: where the gradient ends
             if steps is not None:
-                steps.append(Step(node, g, list(zip(parents, sent, strict=True))))
+                steps.append(Step(node, g, []))
+            continue
+        op, parents, attrs = call
+        vjp = op.tensor_vjp
+        needs = tuple([requires[p] for p in parents])
+        if vjp.takes_needs or vjp.takes_residuals:
+            kept = None if residuals is None else residuals.pop(node, None)
+            attrs = vjp_keywords(vjp, attrs, needs, kept)
+        inputs = [values[p] for p in parents]
+        try:  # inline, as in forward
+            cotangents = vjp.function(g, values[node], *inputs, **attrs)
+        except BaseException as exc:
+            _failed(graph, node, op, "vjp", exc)
+        sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads, summed)
+        if steps is not None:
+            steps.append(Step(node, g, list(zip(parents, sent, strict=True))))
     if residuals is not None:  # those of nodes the sweep did not reach
         residuals.clear()
     for node, value in enumerate(values):

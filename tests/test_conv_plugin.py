@@ -633,14 +633,14 @@ def test_a_replay_keeps_no_residuals_for_a_node_the_backward_pass_does_not_reach
     tensors.forward(graph, ops, residuals=kept, keep=ancestors(graph, loss))
     assert list(kept) == [graph.node_id("used")] and kept[graph.node_id("used")].shape == (2, 2 * 3 * 2, 6 * 6)
 
-    seen: list[list[str]] = []  # what the backward pass of graphsvc.backward is handed
-    backward = tensors.backward
+    seen: list[list[str]] = []  # what the backward sweep of graphsvc.backward is handed
+    backward = tensors._backward
 
     def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.append(sorted(map(graph.label, args[5])))
+        seen.append(sorted(map(graph.label, args[5])))  # its residuals
         return backward(*args, **kwargs)
 
-    monkeypatch.setattr(tensors, "backward", spy)
+    monkeypatch.setattr(tensors, "_backward", spy)
     run = api.replay_values(graph, registry, {}, loss)
     assert seen == [["used"]]
     for node in range(graph.num_nodes):
