@@ -634,11 +634,13 @@ def native_copy(array: np.ndarray | np.generic) -> np.ndarray:
 
 def _tensor(node: int, what: str, array: np.ndarray | np.generic) -> np.ndarray:
     """A C-ordered, native-endian, read-only copy of a tensor node's value or gradient (the graph's
-    own: a replay's result may share it); other dtypes refused."""
+    own: a replay's result may share it); other dtypes refused. The graph holds a view of the copy,
+    as a loaded graph holds views of its file's bytes: numpy lets an array that owns its memory be
+    made writable again, a view of a read-only array not."""
     result = native_copy(array)
     if result.dtype not in TENSOR_DTYPES:
         raise GraphStructureError(
             f"node {node}: a {what} must be an array of float64, float32 or int64, not {result.dtype}"
         )
     result.flags.writeable = False
-    return result
+    return result.view()

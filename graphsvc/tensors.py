@@ -566,8 +566,9 @@ def _split(
     """Scalars into ``column``, the rest into ``tensors``. An array is copied only when the graph
     given (``keep``: its arrays) could still change it (it views a writable array of that graph: one
     a caller made with :meth:`Graph.copy`), is not C-contiguous, or is a view holding on to a much
-    larger array; the result is then independent of the graph given. A built or loaded graph's
-    arrays are read-only: a leaf's value is shared, not copied."""
+    larger array; the result is then independent of the graph given. A built graph's arrays are
+    read-only views of read-only memory: a leaf's value is shared, through a view of its own, not
+    copied. (A loaded graph's views of its file's buffer are copied: they fail the size rule.)"""
     given = {id(a) for a in keep.values()} | {id(a.base) for a in keep.values() if a.base is not None}
     for node, array in enumerate(arrays):
         if array is None:
@@ -581,7 +582,8 @@ def _split(
             and (read_only_memory(array) or (id(root) not in given and id(array) not in given))
             and (root is array or (root.base is None and root.nbytes <= 2 * array.nbytes))
         ):
-            tensor = array if array.flags.owndata else array.view()
+            # the graph's own array (or a view): a view of it, which no one can make writable
+            tensor = array if array.flags.owndata and id(array) not in given else array.view()
         else:
             tensor = np.array(array, order="C")
         tensor.flags.writeable = False

@@ -121,6 +121,23 @@ def test_a_built_graphs_arrays_are_read_only_and_a_replay_shares_them_instead_of
     assert result.value("a").tolist() == [2.0, 1.0]  # type: ignore[union-attr]
 
 
+def test_neither_a_built_graphs_array_nor_a_result_sharing_it_can_be_made_writable() -> None:
+    """A result shares the built graph's array: were either the array object itself (which owns its
+    memory), a caller who made it writable again to update it in place (a training step's
+    ``w -= lr * grad``; a result's array was its own copy before) would change the other, and
+    every later graph the builder builds."""
+    b = GraphBuilder()
+    w = b.leaf(np.array([1.0, 2.0]), name="w")
+    b.add("sum", [b.add("mul", [w, w])], name="loss")
+    graph = b.build()
+    result = graphsvc.backward(graph, registry=builtins())
+    assert np.shares_memory(result.arrays[w], graph.arrays[w])
+    for array in (result.arrays[w], graph.arrays[w], b.build().arrays[w]):
+        with pytest.raises(ValueError, match="cannot set WRITEABLE flag to True"):
+            array.flags.writeable = True
+    assert graph.value("w").tolist() == [1.0, 2.0]  # type: ignore[union-attr]
+
+
 def test_a_replay_of_a_graph_with_writable_arrays_copies_them() -> None:
     """Graph.copy gives writable arrays: a result sharing them would change with the copy."""
     graph = seed004_on_arrays().copy()
