@@ -98,16 +98,31 @@ def _unpad(xp: np.ndarray, padding: Pair) -> np.ndarray:
     return xp[:, :, ph : xp.shape[2] - ph, pw : xp.shape[3] - pw]
 
 
-@functools.lru_cache(maxsize=64)
-def _offsets(kernel: Pair, stride: Pair, out_size: Pair) -> tuple[tuple[int, int, slice, slice], ...]:
-    """Per kernel offset (a, b), in row-major order: the slices of the padded input it touches
-    (kept: the same few shapes come call after call)."""
+#: Kernels of at most this many offsets have their slices kept (:func:`_offsets`).
+KEPT_OFFSETS = 64
+
+Offsets = tuple[tuple[int, int, slice, slice], ...]
+
+
+def _offsets(kernel: Pair, stride: Pair, out_size: Pair) -> Offsets:
+    """Per kernel offset (a, b), in row-major order: the slices of the padded input it touches.
+    Kept for a small kernel (the same few shapes come call after call); a large one's, a file's
+    300x300 window holding 90,000 of them, are made each time and let go."""
+    if kernel[0] * kernel[1] <= KEPT_OFFSETS:
+        return _kept_offsets(kernel, stride, out_size)
+    return _make_offsets(kernel, stride, out_size)
+
+
+def _make_offsets(kernel: Pair, stride: Pair, out_size: Pair) -> Offsets:
     (kh, kw), (sh, sw), (oh, ow) = kernel, stride, out_size
     return tuple(
         (a, b, slice(a, a + sh * (oh - 1) + 1, sh), slice(b, b + sw * (ow - 1) + 1, sw))
         for a in range(kh)
         for b in range(kw)
     )
+
+
+_kept_offsets = functools.lru_cache(maxsize=64)(_make_offsets)
 
 
 # -- conv2d ----------------------------------------------------------------------------------------
