@@ -123,6 +123,26 @@ def test_the_mapping_lives_as_long_as_an_array_and_no_longer(tmp_path: Path) -> 
     assert str(path) not in mapped_files()
 
 
+def test_a_replays_result_holds_no_view_of_the_mapping(tmp_path: Path) -> None:
+    """A replay shares a graph's arrays when nothing can write into their memory, and a mapping's
+    pages are read-only to this process; but the file can be rewritten or truncated by others (the
+    danger load() documents), so a result, which a caller keeps after dropping the graph it came
+    from, copies them: it neither keeps the file mapped nor changes with it."""
+    import graphsvc
+    from graphsvc.plugins import load_registry
+
+    registry, _ = load_registry(disable_third_party=True)
+    path = tmp_path / "g.msgpack"
+    fmt.save(tensor_graph(), path)
+    graph = fmt.load(path, mmap=True)
+    result = graphsvc.forward(graph, registry=registry)
+    assert all(mapping_of(a) is None for a in result.arrays.values() if a.size)
+    del graph
+    gc.collect()
+    assert str(path) not in mapped_files()
+    assert result.value("w").tolist() == [1.5, -0.0, np.inf]  # type: ignore[union-attr]
+
+
 def test_the_graph_survives_the_file_being_replaced(tmp_path: Path) -> None:
     path = tmp_path / "g.msgpack"
     fmt.save(tensor_graph(), path)
