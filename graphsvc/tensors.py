@@ -592,20 +592,20 @@ def _split(
 
 def read_only_memory(array: np.ndarray) -> bool:
     """Whether nothing can write into ``array``'s memory: it is read-only, and so is every array it
-    views, down to the memory's owner (an array, or a read-only buffer: bytes, a file mapped
-    read-only). numpy lets an owner be made writable again; only its holder's deliberate act does."""
+    views, down to the memory's owner, an array or a ``bytes`` object. A buffer that only reads (a
+    read-only memoryview, a file mapped for reading) says nothing of the memory behind it: a
+    bytearray, a file another process rewrites. numpy lets an owner be made writable again; only
+    its holder's deliberate act does."""
     base: object = array
-    while isinstance(base, np.ndarray):
-        if base.flags.writeable:
-            return False
-        base = base.base
-    if base is None:
-        return True
-    try:
-        with memoryview(base) as view:  # type: ignore[arg-type]
-            return view.readonly
-    except TypeError:  # not a buffer: an object numpy cannot say more about
-        return False
+    while True:
+        if isinstance(base, np.ndarray):
+            if base.flags.writeable:
+                return False
+            base = base.base
+        elif isinstance(base, memoryview):
+            base = base.obj
+        else:
+            return base is None or type(base) is bytes
 
 
 # -- looking at replayed tensors: summaries, comparisons, the first nan or inf -------------------

@@ -8,7 +8,9 @@ and against PyTorch on the same computation when it is installed.
 from __future__ import annotations
 
 import json
+import mmap
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -160,6 +162,28 @@ def test_read_only_memory_follows_views_down_to_the_buffer() -> None:
     frozen = np.frombuffer(bytearray(8))
     frozen.flags.writeable = False
     assert not read_only_memory(frozen)
+
+
+def test_a_read_only_buffer_over_memory_someone_can_change_is_not_read_only_memory(tmp_path: Path) -> None:
+    """A buffer that only reads (a read-only memoryview, a file mapped for reading) says nothing of
+    the memory behind it: a bytearray its holder changes, a file another process rewrites."""
+    data = bytearray(np.array([1.0, 2.0]).tobytes())
+    assert not read_only_memory(np.frombuffer(memoryview(data).toreadonly()))
+    path = tmp_path / "numbers"
+    path.write_bytes(bytes(data))
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        array = np.frombuffer(mapped)
+        assert not read_only_memory(array)
+        del array
+    # a graph given such an array (graph.arrays is a dict anyone may fill): its result copies it
+    b = GraphBuilder()
+    w = b.leaf(np.zeros(2), name="w")
+    b.add("sum", [b.add("mul", [w, w])], name="loss")
+    graph = b.build()
+    graph.arrays[w] = np.frombuffer(memoryview(data).toreadonly())
+    result = graphsvc.forward(graph, registry=builtins())
+    data[:8] = np.array([99.0]).tobytes()
+    assert result.value("w").tolist() == [1.0, 2.0]  # type: ignore[union-attr]
 
 
 def test_a_gradient_summed_from_many_consumers_is_exact_and_read_only() -> None:
