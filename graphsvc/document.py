@@ -15,7 +15,6 @@ import itertools
 import operator
 import sys
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -23,7 +22,7 @@ import numpy as np
 from graphsvc.diagnose import describe, expect, shape_text, shown
 from graphsvc.errors import FormatError, GraphStructureError
 from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, Graph, OpSource
-from graphsvc.kernels import compiled_checks
+from graphsvc.kernels import compiled_checks, compiled_table
 from graphsvc.layout import (
     ALIGNMENT,
     ATTRS_KEY,
@@ -543,22 +542,11 @@ def _read_tensors(
     return arrays
 
 
-def native_table() -> ModuleType | None:
-    """``graphsvc._ctable`` (``csrc/table.c``), or None where it was not built (no C compiler at
-    install): then every table is checked entry by entry, and :mod:`graphsvc.fastload`, which takes
-    the module from here, walks every header in Python.
-
-    Its ``tensor_views`` is the C twin of :func:`_checked_table`. It checks the whole table in one
-    pass and only says "every rule holds" (the arrays) or "look closer" (None: :func:`_checked_table`
-    words the error); it accepts payloads only in table order, as a writer lays them out."""
-    try:
-        from graphsvc import _ctable
-    except ImportError:
-        return None
-    return _ctable
-
-
-_ctable = native_table()
+#: ``graphsvc._ctable`` (:func:`graphsvc.kernels.compiled_table`), or None. Its ``tensor_views`` is
+#: the C twin of :func:`_checked_table`: it checks the whole table in one pass and only says "every
+#: rule holds" (the arrays) or "look closer" (None: :func:`_checked_table` words the error); it
+#: accepts payloads only in table order, as a writer lays them out.
+_ctable = compiled_table()
 #: ``(dtype, itemsize)`` by a dtype's name in the tensor table, for the C twin.
 _DTYPE_ITEMS = {name: (dtype, dtype.itemsize) for name, dtype in TENSOR_DTYPES.items()}
 #: Are the stored dtypes (little-endian) this machine's own? Else arrays are copied (below), in Python.

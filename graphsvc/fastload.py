@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
-from graphsvc.document import native_table
+from graphsvc.kernels import compiled_table
 from graphsvc.layout import (
     ARRAY,
     BIN,
@@ -437,7 +437,7 @@ def _native_scan(
 
 
 #: ``graphsvc._ctable``, whose ``scan`` is :func:`_walk`'s C twin, or None where it was not built.
-_ctable = native_table()
+_ctable = compiled_table()
 #: The keys the C walk looks for, as msgpack holds them: nodes, count, tensors, pad, data; a
 #: column's fields.
 _NATIVE_KEYS = tuple(name.encode() for name in (NODES_KEY, COUNT, *TENSOR_KEYS))

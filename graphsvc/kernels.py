@@ -129,6 +129,20 @@ def compiled_checks() -> Engine:
     return Engine(_compiled_topo())
 
 
+@cache
+def compiled_table() -> Any:
+    """``graphsvc._ctable`` (``csrc/table.c``: a file header's walk and its tensor table's check, in
+    C), or None where it was not built (no C compiler at install), or was built from an older
+    ``csrc/table.c`` than this Python (a checkout not rebuilt: it lacks ``scan``). Without it,
+    :mod:`graphsvc.fastload` walks every header in Python and :mod:`graphsvc.document` checks every
+    table entry by entry, with the same results."""
+    try:
+        from graphsvc import _ctable
+    except ImportError:
+        return None
+    return _ctable if hasattr(_ctable, "scan") else None
+
+
 def compiled_elementwise() -> Any:
     """The compiled kernels for :mod:`graphsvc.builtin_ops`' elementwise loops, whatever the graph's
     size (an op must compute the same bits on every path), or ``None`` where they are off or not built."""

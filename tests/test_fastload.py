@@ -506,3 +506,22 @@ def test_the_c_walk_leaves_deep_and_ext_values_to_the_python_walk() -> None:
         data = msgpack.packb({"extra": extra, **document}, use_bin_type=True)
         assert native_scan(data) is None
     assert native_scan(msgpack.packb({"extra": [[[1]]], **document}, use_bin_type=True)) is not None
+
+
+def test_a_table_extension_built_from_older_sources_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout whose graphsvc._ctable predates csrc/table.c's scan (not rebuilt) loads through
+    the Python walk and checks, instead of failing every load with an AttributeError."""
+    import sys
+    import types
+
+    import graphsvc
+    from graphsvc import kernels
+
+    stale = types.ModuleType("graphsvc._ctable")
+    stale.tensor_views = lambda *args: None  # type: ignore[attr-defined]  # what an older build had
+    monkeypatch.setitem(sys.modules, "graphsvc._ctable", stale)
+    monkeypatch.setattr(graphsvc, "_ctable", stale, raising=False)
+    assert kernels.compiled_table.__wrapped__() is None
+    del stale.tensor_views
+    stale.scan = lambda *args: None  # type: ignore[attr-defined]
+    assert kernels.compiled_table.__wrapped__() is stale
