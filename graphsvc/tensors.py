@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import numpy as np
 
@@ -273,32 +273,26 @@ def _forward(
     """:func:`forward`'s pass, inside :func:`_replaying`, on the nodes' ``calls`` (:func:`_calls`)."""
     values = _initial_values(graph, calls, overrides)
     kept = None if keep is None else np.asarray(keep, dtype=bool).tolist()
+    wanted = residuals is not None
+    keeping: dict[int, Any] = {} if residuals is None else residuals
     for node, call in enumerate(calls):
         if call is None:
             continue
         op, parents, attrs = call
         inputs = [values[p] for p in parents]
-        producer = op.forward_with_residuals if kept is None or kept[node] else None
-        with_residuals = residuals is not None and producer is not None
-        # the op's call inline (no helper's frame: this loop is the engine's cost per node)
-        try:
-            if residuals is not None and producer is not None:
-                result, residuals[node] = output_and_residuals(op, producer(*inputs, **attrs))
-            else:
+        producer = op.forward_with_residuals if wanted and (kept is None or kept[node]) else None
+        try:  # the op's call inline: this loop is the engine's cost per node
+            if producer is None:
+                what = "forward"
                 function = op.forward if op.vectorized else per_element(op, "forward")
-                result = function(*inputs, **attrs)  # type: ignore[misc]  # an op node's forward is set
+                result = cast(Callable[..., Any], function)(*inputs, **attrs)
+            else:
+                what = "forward_with_residuals"
+                result, keeping[node] = output_and_residuals(op, producer(*inputs, **attrs))
         except BaseException as exc:
-            _failed(graph, node, op, _FORWARDS[with_residuals], exc)
-        if type(result) is not np.ndarray or result.dtype not in _DTYPES:
-            result = _as_tensor(graph, node, op, _FORWARDS[with_residuals], result)
-        result.flags.writeable = False  # as _frozen
-        values[node] = result
+            _failed(graph, node, op, what, exc)
+        values[node] = _frozen(_as_tensor(graph, node, op, what, result))
     return values
-
-
-#: What a forward pass called, by whether it was ``forward_with_residuals``.
-_FORWARDS = ("forward", "forward_with_residuals")
-_DTYPES = frozenset(TENSOR_DTYPES)
 
 
 def output_and_residuals(op: Op, pair: Any) -> tuple[Any, Any]:
