@@ -32,14 +32,16 @@ def op_calls_alone(graph: Graph, ops: Sequence[Op | None], output: int, params: 
     values = tensors.forward(graph, ops)
     requires = tensors.requires_grad(graph, calls, values)
     leaves = [value if call is None else None for value, call in zip(values, calls, strict=True)]
+    reached = topo.ancestors(graph, output)
     forward_plan = []
     for node, call in enumerate(calls):
         if call is not None:
             op, parents, attrs = call
-            with_residuals = op.forward_with_residuals is not None
-            forward_plan.append((node, op.forward_with_residuals or op.forward, parents, attrs, with_residuals))
+            with_residuals = op.forward_with_residuals is not None and bool(reached[node])  # as tensors.replay
+            function = op.forward_with_residuals if with_residuals else op.forward
+            forward_plan.append((node, function, parents, attrs, with_residuals))
     backward_plan = []
-    for node in np.flatnonzero(topo.ancestors(graph, output))[::-1].tolist():
+    for node in np.flatnonzero(reached)[::-1].tolist():
         call = calls[node]
         if call is None or not requires[node]:
             continue
@@ -60,6 +62,7 @@ def op_calls_alone(graph: Graph, ops: Sequence[Op | None], output: int, params: 
                     values[node] = function(*[values[p] for p in parents], **attrs)
             grads: list[Any] = [None] * len(values)
             grads[output] = np.ones_like(values[output])
+            summed: set[int] = set()
             for node, function, parents, attrs, takes_residuals, needs in backward_plan:
                 g = grads[node]
                 if g is None:
@@ -68,9 +71,15 @@ def op_calls_alone(graph: Graph, ops: Sequence[Op | None], output: int, params: 
                     attrs = {**attrs, RESIDUALS: residuals.pop(node, None)}
                 cotangents = function(g, values[node], *[values[p] for p in parents], **attrs)
                 for parent, cotangent, need in zip(parents, cotangents, needs, strict=True):
-                    if cotangent is not None and need:
+                    if cotangent is not None and need:  # summed as graphsvc sums: the third on, in place
                         previous = grads[parent]
-                        grads[parent] = cotangent if previous is None else previous + cotangent
+                        if previous is None:
+                            grads[parent] = cotangent
+                        elif parent in summed:
+                            np.add(previous, cotangent, out=previous)
+                        else:
+                            grads[parent] = np.asarray(previous + cotangent)
+                            summed.add(parent)
         return values[output], {name: grads[node] for name, node in zip(params, wanted, strict=True)}
 
     return step
