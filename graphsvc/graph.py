@@ -634,13 +634,22 @@ def native_copy(array: np.ndarray | np.generic) -> np.ndarray:
 
 def _tensor(node: int, what: str, array: np.ndarray | np.generic) -> np.ndarray:
     """A C-ordered, native-endian, read-only copy of a tensor node's value or gradient (the graph's
-    own: a replay's result may share it); other dtypes refused. The graph holds a view of the copy,
-    as a loaded graph holds views of its file's bytes: numpy lets an array that owns its memory be
-    made writable again, a view of a read-only array not."""
+    own, :func:`sealed`: a replay's result may share it); other dtypes refused."""
     result = native_copy(array)
     if result.dtype not in TENSOR_DTYPES:
         raise GraphStructureError(
             f"node {node}: a {what} must be an array of float64, float32 or int64, not {result.dtype}"
         )
-    result.flags.writeable = False
-    return result.view()
+    return sealed(result)
+
+
+def sealed(array: np.ndarray) -> np.ndarray:
+    """``array``, which the caller just made (it and the arrays it views: no one else holds them),
+    as a graph keeps it: read-only down to the memory's owner, and seen through a view (numpy lets
+    an array that owns its memory, or views a writable one, be made writable again; not a view of a
+    read-only one), as a loaded graph holds views of its file's bytes."""
+    base: object = array
+    while isinstance(base, np.ndarray):
+        base.flags.writeable = False
+        base = base.base
+    return array.view()

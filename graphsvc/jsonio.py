@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
-from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists
+from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists, sealed
 from graphsvc.layout import MAX_ARRAY_BYTES
 from graphsvc.text import counted, shorten
 from graphsvc.topo import topological_sort
@@ -287,7 +287,7 @@ def _assemble(
         for key, column, tensors in (("value", values, arrays), ("grad", grads, grad_arrays)):
             raw = item.get(key, "nan")
             if isinstance(raw, dict):
-                tensors[node] = _array_in(raw, f"node {old}: {key}")
+                tensors[node] = sealed(_array_in(raw, f"node {old}: {key}"))
                 raw = "nan"
             column.append(_float_in(raw, f"node {old}: {key}"))
         if item.get("name") is not None:

@@ -996,3 +996,15 @@ def test_nll_loss_of_no_classes_with_every_target_ignored_is_pytorchs() -> None:
     assert np.isnan(mean.value("loss")) and mean.grad("logp").shape == (2, 0)  # type: ignore[union-attr]
     total = graphsvc.forward(_nll_graph(logp, target, reduction="sum"), registry=builtins())
     assert total.value("loss") == 0.0
+
+
+def test_a_json_loaded_graphs_arrays_are_read_only_as_a_built_or_loaded_graphs() -> None:
+    from graphsvc import jsonio
+
+    graph = jsonio.loads(jsonio.dumps(seed004_on_arrays()))
+    a = graph.node_id("a")
+    with pytest.raises(ValueError, match="read-only"):
+        graph.arrays[a][0] = 5.0
+    with pytest.raises(ValueError, match="cannot set WRITEABLE flag"):
+        graph.arrays[a].flags.writeable = True
+    assert graph.value("a").tolist() == [2.0, 1.0]  # type: ignore[union-attr]
