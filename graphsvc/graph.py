@@ -92,6 +92,8 @@ class Graph:
     arrays: dict[int, np.ndarray] = field(default_factory=dict)
     #: Gradients of the tensor nodes: node -> array of its value's shape.
     grad_arrays: dict[int, np.ndarray] = field(default_factory=dict)
+    #: :meth:`_named`'s index of :attr:`names` (name -> node).
+    _by_name: dict[str, int] | None = field(default=None, init=False, repr=False)
 
     # -- sizes and per-node access -------------------------------------------------------
     @property
@@ -120,9 +122,9 @@ class Graph:
     def node_id(self, ref: NodeRef) -> int:
         """Resolve a node id or a name (a string of digits is an id when no node has that name)."""
         if isinstance(ref, str):
-            for node, name in self.names.items():
-                if name == ref:
-                    return node
+            named = self._named(ref)
+            if named is not None:
+                return named
             if not _ID_TEXT.fullmatch(ref):
                 raise UsageError(f"no node named {ref!r}")
             ref = int(ref)
@@ -131,6 +133,20 @@ class Graph:
         if not 0 <= ref < self.num_nodes:
             raise UsageError(f"no node with id {ref} (the graph has {counted(self.num_nodes, 'node')})")
         return int(ref)
+
+    def _named(self, name: str) -> int | None:
+        """The node called ``name``, or None. A name found costs one dict access: an index of the
+        names is made on first use and each answer is checked against :attr:`names` (which a
+        caller may change); an answer that no longer holds, or a name not in the index, makes the
+        index again (a scan, as every lookup was before)."""
+        node = None if self._by_name is None else self._by_name.get(name)
+        if node is not None and self.names.get(node) == name:
+            return node
+        index: dict[str, int] = {}
+        for node, named in self.names.items():
+            index.setdefault(named, node)  # the first, as a scan finds it
+        self._by_name = index
+        return index.get(name)
 
     def check_settable(self, node: int) -> None:
         """Raise :class:`UsageError` unless ``node`` is a leaf (or a const): the only nodes a

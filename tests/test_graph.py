@@ -359,3 +359,27 @@ def test_arrays_checked_leaves_out_only_the_array_rules() -> None:
     graph.outputs = [7]
     with pytest.raises(GraphStructureError, match=r"^output 7 does not exist"):
         graph.check(arrays_checked=True)
+
+
+def test_a_name_lookup_follows_changes_to_the_names() -> None:
+    """node_id finds a name through an index made on first use; a rename, a removal, a new name or
+    a new names dict after that still gives the answer a scan of the names gives."""
+    b = GraphBuilder()
+    x = b.leaf(1.0, name="x")
+    y = b.add("neg", [x], name="y")
+    z = b.add("neg", [y], name="z")
+    graph = b.build()
+    assert [graph.node_id(n) for n in ("x", "y", "z", "2")] == [x, y, z, 2]
+    graph.names[y] = "why"  # renamed: the old name is gone, the new one found
+    assert graph.node_id("why") == y
+    with pytest.raises(UsageError, match="no node named 'y'"):
+        graph.node_id("y")
+    del graph.names[z]
+    with pytest.raises(UsageError, match="no node named 'z'"):
+        graph.node_id("z")
+    graph.names[z] = "x2"
+    assert graph.node_id("x2") == z
+    graph.names = {x: "z", z: "x"}  # a new dict, the names swapped
+    assert (graph.node_id("z"), graph.node_id("x")) == (x, z)
+    graph.names[y] = "1"  # a name of digits is a name first, an id only when no node has it
+    assert graph.node_id("1") == y and graph.node_id("0") == 0
