@@ -232,9 +232,19 @@ def pooled_by_loops(
 )
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("nan", [False, True], ids=["no nan", "nan"])
+@pytest.mark.parametrize("by_window", [False, True], ids=["offset by offset", "window by window"])
 def test_max_pool2d_and_its_vjp_match_a_loop_over_windows_to_the_bit(
-    kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int], dtype: Any, nan: bool
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dtype: Any,
+    nan: bool,
+    by_window: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Both ways of stepping (kernel offset by offset, or window by window where the kernel has
+    more offsets than the output has windows) give the loop's bits."""
+    monkeypatch.setattr(graphsvc_conv, "_by_window", lambda kernel, out_size: by_window)
     rng = np.random.default_rng(17)
     # ties, signed zeros, infinities (nans) in x; in g, signed zeros and infinities that must reach
     # the picks alone, and small integers, whose sums do not depend on their order
@@ -249,6 +259,43 @@ def test_max_pool2d_and_its_vjp_match_a_loop_over_windows_to_the_bit(
         expected_out, expected_gx = pooled_by_loops(x, g, kernel, stride, padding)
     assert np.array_equal(out, expected_out, equal_nan=True)  # as values: which of -0.0 and 0.0 is not pinned
     assert gx.dtype == dtype and gx.tobytes() == expected_gx.tobytes()
+
+
+def test_a_large_window_over_a_small_image_steps_window_by_window() -> None:
+    """A 300x300 window over a 1x1 image (padding 150): four windows, each holding the one real
+    element, which gets all four gradients; stepping by kernel offset made 90,000 steps a call."""
+    x = read_only(np.full((1, 1, 1, 1), -3.0))
+    assert graphsvc_conv._by_window((300, 300), (2, 2)) and not graphsvc_conv._by_window((2, 2), (14, 14))
+    out = graphsvc_conv.max_pool2d(x, [300, 300], [1, 1], [150, 150])
+    assert out.tolist() == [[[[-3.0, -3.0], [-3.0, -3.0]]]]
+    (gx,) = graphsvc_conv.max_pool2d_vjp(read_only(np.array([[[[1.0, 2.0], [4.0, 8.0]]]])), out, x, 300, 1, 150)
+    assert gx.tolist() == [[[[15.0]]]]
+    w = read_only(np.ones((2, 1, 300, 300)))
+    conv_out = graphsvc_conv.conv2d(x, w, stride=1, padding=150)  # the window covers x at (150-i, 150-j)
+    assert conv_out.shape == (1, 2, 2, 2) and (conv_out == -3.0).all()
+    grad_x, grad_w = graphsvc_conv.conv2d_vjp(read_only(np.ones(conv_out.shape)), conv_out, x, w, stride=1, padding=150)
+    assert grad_x.tolist() == [[[[8.0]]]] and grad_w.sum() == -24.0
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "stride", "padding"), [
+    ((2, 3, 6, 5), (4, 3, 3, 2), 1, 0),
+    ((2, 3, 6, 5), (4, 3, 3, 2), 2, 1),
+    ((1, 2, 4, 6), (2, 2, 4, 2), [1, 3], [0, 1]),
+    ((1, 1, 3, 3), (1, 1, 5, 5), 1, 2),
+])  # fmt: skip
+def test_conv2d_col2im_gives_the_same_bits_window_by_window(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: Any, padding: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small integers: sums that do not depend on their order, so the two ways agree to the bit."""
+    rng = np.random.default_rng(23)
+    x, w = rng.integers(-3, 4, x_shape).astype(float), rng.integers(-3, 4, w_shape).astype(float)
+    out = graphsvc_conv.conv2d(read_only(x), read_only(w), stride=stride, padding=padding)
+    g = read_only(rng.integers(-3, 4, out.shape).astype(float))
+    grads = []
+    for by_window in (False, True):
+        monkeypatch.setattr(graphsvc_conv, "_by_window", lambda kernel, out_size, by=by_window: by)
+        grads.append(graphsvc_conv.conv2d_vjp(g, out, read_only(x), read_only(w), stride=stride, padding=padding)[0])
+    assert grads[0].tobytes() == grads[1].tobytes() and np.abs(grads[0]).sum() > 0
 
 
 # -- finite differences ----------------------------------------------------------------------------

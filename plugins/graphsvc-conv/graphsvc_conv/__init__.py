@@ -14,7 +14,8 @@ float32) and never write into their inputs, which graphsvc passes read-only.
 conv2d is im2col: the padded input's windows (a strided view, no copy) are laid out as columns once
 and multiplied with the weight in one batched matmul, into whose product the bias (an optional third
 input, as in PyTorch's ``conv2d(input, weight, bias)``) is added in place; its VJP puts the columns'
-cotangents back with one strided addition per kernel offset (col2im). The weight's cotangent needs
+cotangents back with one strided addition per kernel offset (col2im), or per window when the output
+has fewer windows than the kernel has offsets (a large window over a small image). The weight's cotangent needs
 the columns again: ``forward_with_residuals`` hands them to graphsvc, which passes them to the VJP
 as ``residuals`` when the backward pass follows the forward (a backward from stored values makes
 them again). Otherwise the columns live in a scratch buffer kept per thread and shape and reused
@@ -22,8 +23,10 @@ from call to call: a fresh buffer of that size comes from glibc's ``mmap`` each 
 faults made the matmul reading it ten times slower.
 
 max_pool2d's VJP finds each window's pick by comparing it with its maximum, one kernel offset at a
-time, and writes ``g`` there by masking g's bits (:func:`_where_into`). It keeps no residuals: the
-comparisons cost about what keeping each window's winning offset from the forward would.
+time, and writes ``g`` there by masking g's bits (:func:`_where_into`); both max_pool2d and its VJP
+step window by window instead when that takes fewer steps (:func:`_by_window`), with the same
+picks. It keeps no residuals: the comparisons cost about what keeping each window's winning offset
+from the forward would.
 """
 
 from __future__ import annotations
@@ -121,6 +124,19 @@ def _make_offsets(kernel: Pair, stride: Pair, out_size: Pair) -> Offsets:
 
 
 _kept_offsets = functools.lru_cache(maxsize=64)(_make_offsets)
+
+
+def _by_window(kernel: Pair, out_size: Pair) -> bool:
+    """Step window by window instead of kernel offset by kernel offset: fewer steps when the kernel
+    has more offsets than the output has windows (a large window over a small image: a file's
+    300x300 window over a 1x1 image made 90,000 steps a call)."""
+    return out_size[0] * out_size[1] < kernel[0] * kernel[1]
+
+
+def _window_slices(kernel: Pair, stride: Pair, out_size: Pair) -> list[tuple[int, int, slice, slice]]:
+    """Per output position (i, j), in row-major order: the slices of the padded input its window covers."""
+    (kh, kw), (sh, sw), (oh, ow) = kernel, stride, out_size
+    return [(i, j, slice(i * sh, i * sh + kh), slice(j * sw, j * sw + kw)) for i in range(oh) for j in range(ow)]
 
 
 # -- conv2d ----------------------------------------------------------------------------------------
@@ -247,8 +263,12 @@ def conv2d_vjp(
     np.matmul(weight.reshape(o, -1).T, g3, out=column_grads)
     column_grads = column_grads.reshape(n, c, kernel[0], kernel[1], oh, ow)
     grad_padded = np.zeros((n, c, h + 2 * padding_[0], w + 2 * padding_[1]), dtype=x.dtype)
-    for a, b, rows, cols in _offsets(kernel, stride_, (oh, ow)):  # col2im
-        grad_padded[:, :, rows, cols] += column_grads[:, :, a, b]
+    if _by_window(kernel, (oh, ow)):  # col2im, a window's columns at a time
+        for i, j, rows, cols in _window_slices(kernel, stride_, (oh, ow)):
+            grad_padded[:, :, rows, cols] += column_grads[:, :, :, :, i, j]
+    else:  # col2im, a kernel offset's columns at a time
+        for a, b, rows, cols in _offsets(kernel, stride_, (oh, ow)):
+            grad_padded[:, :, rows, cols] += column_grads[:, :, a, b]
     return _unpad(grad_padded, padding_), grad_weight, *grad_bias
 
 
@@ -269,6 +289,11 @@ def max_pool2d(x: np.ndarray, kernel_size: Any, stride: Any = None, padding: Any
     """PyTorch's ``max_pool2d``: the largest value of each window; padding counts as -inf."""
     kernel, stride_, padding_, out_size = _pool_setup(x, kernel_size, stride, padding)
     xp = _pad(x, padding_, -np.inf)
+    if _by_window(kernel, out_size):
+        out = np.empty(x.shape[:2] + out_size, dtype=x.dtype)
+        for i, j, rows, cols in _window_slices(kernel, stride_, out_size):
+            out[:, :, i, j] = xp[:, :, rows, cols].max(axis=(2, 3))  # nan where any is nan, as _largest
+        return out
     return _largest([xp[:, :, rows, cols] for _, _, rows, cols in _offsets(kernel, stride_, out_size)])
 
 
@@ -297,6 +322,8 @@ def max_pool2d_vjp(
     real = None if padding_ == (0, 0) else _pad(np.ones(x.shape, dtype=bool), padding_, False)
     g = np.asarray(g, dtype=x.dtype)
     apart = stride_[0] >= kernel[0] and stride_[1] >= kernel[1]
+    if _by_window(kernel, out_size):
+        return (_unpad(_pool_vjp_by_window(g, out, xp, real, kernel, stride_, out_size, apart), padding_),)
     # windows that tile the padded input: the first pass writes every element of the gradient
     tiled = stride_ == kernel and xp.shape[2:] == (out_size[0] * kernel[0], out_size[1] * kernel[1])
     grad_padded = np.empty(xp.shape, dtype=x.dtype) if tiled else np.zeros(xp.shape, dtype=x.dtype)
@@ -322,6 +349,45 @@ def max_pool2d_vjp(
             # windows apart, on the first pass, write each element once (set); otherwise add
             _where_into(grad_padded[:, :, rows, cols], hit, g, add=not (apart and order is offsets))
     return (_unpad(grad_padded, padding_),)
+
+
+def _pool_vjp_by_window(
+    g: np.ndarray,
+    out: np.ndarray,
+    xp: np.ndarray,
+    real: np.ndarray | None,
+    kernel: Pair,
+    stride: Pair,
+    out_size: Pair,
+    apart: bool,
+) -> np.ndarray:
+    """:func:`max_pool2d_vjp`'s gradient of the padded input, window by window (:func:`_by_window`):
+    each window's pick is its first maximum in row-major order (never padding), or its last nan,
+    as the offset-by-offset passes pick it, and its ``g`` is set there when windows are apart, else
+    added (where a window holds nan, the passes' second adds into every element: a -0.0 becomes
+    0.0, here too)."""
+    n, c = xp.shape[:2]
+    batch, channel = np.indices((n, c), sparse=True)
+    grad_padded = np.zeros(xp.shape, dtype=xp.dtype)
+    for i, j, rows, cols in _window_slices(kernel, stride, out_size):
+        window = xp[:, :, rows, cols].reshape(n, c, -1)
+        top = out[:, :, i, j]
+        hit = window == top[:, :, np.newaxis]
+        if real is not None:  # an all -inf window's maximum is its first real element, not padding
+            hit &= real[:, :, rows, cols].reshape(n, c, -1)
+        pick = hit.argmax(axis=2)
+        nan = np.isnan(top)
+        if nan.any():
+            last = window.shape[2] - 1 - np.isnan(window[:, :, ::-1]).argmax(axis=2)
+            pick = np.where(nan, last, pick)
+        at = (batch, channel, rows.start + pick // kernel[1], cols.start + pick % kernel[1])
+        if apart:
+            grad_padded[at] = g[:, :, i, j]
+        else:  # one window's picks are distinct elements: no two of them add into one
+            grad_padded[at] += g[:, :, i, j]
+    if apart and out.size and np.isnan(out.max()):
+        grad_padded += 0.0  # as the passes' second, which adds into every element
+    return grad_padded
 
 
 #: The unsigned integer of each float's size, whose bits :func:`_where_into` masks.
