@@ -185,7 +185,7 @@ def replay_values(
     if tensor:
         from graphsvc import tensors
 
-        arrays, gradients = tensors.replay(graph, ops, output, overrides, step_list)
+        arrays, gradients = tensors.replay(graph, ops, output, overrides, step_list, engine)
         return ReplayRun(True, arrays, gradients, step_list)
     plan = None if engine.kernels is None else replay.primitive_plan(graph, ops)  # once, likewise
     values = replay.forward(graph, registry, overrides, engine, ops=ops, plan=plan)

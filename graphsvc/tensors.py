@@ -33,6 +33,7 @@ from graphsvc import memory, opmath
 from graphsvc.checks import differences
 from graphsvc.errors import ReplayError, UsageError
 from graphsvc.graph import FLOAT_DTYPE, LEAF, TENSOR_DTYPES, Graph
+from graphsvc.kernels import Engine
 from graphsvc.ops import (
     NEEDS_INPUT_GRAD,
     RESIDUALS,
@@ -239,13 +240,15 @@ def replay(
     output: int | None = None,
     overrides: Mapping[int, Any] | None = None,
     steps: list[Step] | None = None,
+    engine: Engine | None = None,
 ) -> tuple[Replayed, Replayed | None]:
     """:func:`forward`, then, given ``output``, :func:`backward` from it (else no gradients): the
     one replay graphsvc.backward runs. The nodes' calls are worked out once for both passes, the
     residuals of the output's ancestors kept from one to the other, and the passes run inside one
-    :func:`_replaying` (each costs tens of microseconds after a large matrix product)."""
+    :func:`_replaying` (each costs tens of microseconds after a large matrix product). ``engine``:
+    the caller's for the graph's sweeps (:func:`graphsvc.topo.ancestors`), else the one its size gets."""
     calls = _calls(graph, ops)
-    keep = None if output is None else ancestors(graph, output)
+    keep = None if output is None else ancestors(graph, output, engine)
     residuals: dict[int, Any] | None = None if output is None else {}
     with _replaying():
         values = _forward(graph, calls, overrides or {}, residuals, keep)
