@@ -277,6 +277,32 @@ def test_a_large_window_over_a_small_image_steps_window_by_window() -> None:
     assert grad_x.tolist() == [[[[8.0]]]] and grad_w.sum() == -24.0
 
 
+def test_a_large_window_over_many_small_images_neither_pads_nor_copies_them() -> None:
+    """Window by window, max_pool2d and its VJP look at each window's real part only: 8x8 images
+    of one pixel under a 300x300 window (padding 150) made a padded input of 46 MB, copied again
+    per window by the VJP (64x64 images: 12 s and 42 s, gigabytes); now a few kilobytes."""
+    x = read_only(np.arange(64.0).reshape(8, 8, 1, 1))
+    tracemalloc.start()
+    try:
+        out = read_only(graphsvc_conv.max_pool2d(x, 300, 1, 150))
+        (gx,) = graphsvc_conv.max_pool2d_vjp(read_only(np.ones(out.shape)), out, x, 300, 1, 150)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (out == x).all() and (gx == 4.0).all() and peak < 1 << 20
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 1, 1), (2, 0, 1, 1)], ids=["no images", "no channels"])
+def test_a_large_window_over_an_empty_batch(shape: tuple[int, ...]) -> None:
+    """Window by window, an empty batch (or no channels) gives an empty gradient, as offset by
+    offset (its reshape to (n, c, -1) of an empty window raised a ValueError)."""
+    x = read_only(np.zeros(shape))
+    out = read_only(graphsvc_conv.max_pool2d(x, 3, 1, 1))
+    assert graphsvc_conv._by_window((3, 3), out.shape[2:]) and out.shape == shape
+    (gx,) = graphsvc_conv.max_pool2d_vjp(read_only(np.ones(out.shape)), out, x, 3, 1, 1)
+    assert gx.shape == shape and gx.dtype == x.dtype
+
+
 @pytest.mark.parametrize(("x_shape", "w_shape", "stride", "padding"), [
     ((2, 3, 6, 5), (4, 3, 3, 2), 1, 0),
     ((2, 3, 6, 5), (4, 3, 3, 2), 2, 1),

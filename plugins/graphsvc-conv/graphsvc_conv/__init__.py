@@ -139,6 +139,23 @@ def _window_slices(kernel: Pair, stride: Pair, out_size: Pair) -> list[tuple[int
     return [(i, j, slice(i * sh, i * sh + kh), slice(j * sw, j * sw + kw)) for i in range(oh) for j in range(ow)]
 
 
+def _real_window_slices(
+    kernel: Pair, stride: Pair, padding: Pair, out_size: Pair, size: Pair
+) -> list[tuple[int, int, slice, slice]]:
+    """Per output position (i, j), in row-major order: the slices of the unpadded input its window
+    covers (never empty: padding is at most half the kernel)."""
+    (ph, pw), (h, w) = padding, size
+    return [
+        (
+            i,
+            j,
+            slice(max(rows.start - ph, 0), min(rows.stop - ph, h)),
+            slice(max(cols.start - pw, 0), min(cols.stop - pw, w)),
+        )
+        for i, j, rows, cols in _window_slices(kernel, stride, out_size)
+    ]
+
+
 # -- conv2d ----------------------------------------------------------------------------------------
 def _conv_setup(
     x: np.ndarray, weight: np.ndarray, bias: tuple[np.ndarray, ...], stride: Any, padding: Any
@@ -288,12 +305,12 @@ def _pool_setup(x: np.ndarray, kernel_size: Any, stride: Any, padding: Any) -> t
 def max_pool2d(x: np.ndarray, kernel_size: Any, stride: Any = None, padding: Any = 0) -> np.ndarray:
     """PyTorch's ``max_pool2d``: the largest value of each window; padding counts as -inf."""
     kernel, stride_, padding_, out_size = _pool_setup(x, kernel_size, stride, padding)
-    xp = _pad(x, padding_, -np.inf)
-    if _by_window(kernel, out_size):
+    if _by_window(kernel, out_size):  # over x itself: padding (-inf) never changes a maximum
         out = np.empty(x.shape[:2] + out_size, dtype=x.dtype)
-        for i, j, rows, cols in _window_slices(kernel, stride_, out_size):
-            out[:, :, i, j] = xp[:, :, rows, cols].max(axis=(2, 3))  # nan where any is nan, as _largest
+        for i, j, rows, cols in _real_window_slices(kernel, stride_, padding_, out_size, x.shape[2:]):
+            np.max(x[:, :, rows, cols], axis=(2, 3), out=out[:, :, i, j])  # nan where any is nan, as _largest
         return out
+    xp = _pad(x, padding_, -np.inf)
     return _largest([xp[:, :, rows, cols] for _, _, rows, cols in _offsets(kernel, stride_, out_size)])
 
 
@@ -318,12 +335,12 @@ def max_pool2d_vjp(
     that is larger, or nan. Windows that do not overlap (stride at least the kernel) each write
     their own elements: set, not added to."""
     kernel, stride_, padding_, out_size = _pool_setup(x, kernel_size, stride, padding)
-    xp = _pad(x, padding_, -np.inf)
-    real = None if padding_ == (0, 0) else _pad(np.ones(x.shape, dtype=bool), padding_, False)
     g = np.asarray(g, dtype=x.dtype)
     apart = stride_[0] >= kernel[0] and stride_[1] >= kernel[1]
     if _by_window(kernel, out_size):
-        return (_unpad(_pool_vjp_by_window(g, out, xp, real, kernel, stride_, out_size, apart), padding_),)
+        return (_pool_vjp_by_window(g, out, x, kernel, stride_, padding_, out_size, apart),)
+    xp = _pad(x, padding_, -np.inf)
+    real = None if padding_ == (0, 0) else _pad(np.ones(x.shape, dtype=bool), padding_, False)
     # windows that tile the padded input: the first pass writes every element of the gradient
     tiled = stride_ == kernel and xp.shape[2:] == (out_size[0] * kernel[0], out_size[1] * kernel[1])
     grad_padded = np.empty(xp.shape, dtype=x.dtype) if tiled else np.zeros(xp.shape, dtype=x.dtype)
@@ -354,40 +371,40 @@ def max_pool2d_vjp(
 def _pool_vjp_by_window(
     g: np.ndarray,
     out: np.ndarray,
-    xp: np.ndarray,
-    real: np.ndarray | None,
+    x: np.ndarray,
     kernel: Pair,
     stride: Pair,
+    padding: Pair,
     out_size: Pair,
     apart: bool,
 ) -> np.ndarray:
-    """:func:`max_pool2d_vjp`'s gradient of the padded input, window by window (:func:`_by_window`):
-    each window's pick is its first maximum in row-major order (never padding), or its last nan,
-    as the offset-by-offset passes pick it, and its ``g`` is set there when windows are apart, else
-    added (where a window holds nan, the passes' second adds into every element: a -0.0 becomes
-    0.0, here too)."""
-    n, c = xp.shape[:2]
+    """:func:`max_pool2d_vjp`'s gradient of x, window by window (:func:`_by_window`): each window's
+    pick is its first maximum in row-major order among its real elements (padding is never picked),
+    or its last nan, as the offset-by-offset passes pick it, and its ``g`` is set there when windows
+    are apart, else added (where a window holds nan, the passes' second adds into every element: a
+    -0.0 becomes 0.0, here too). Only the window's real part is looked at, and no float of it is
+    copied: a large window over a small image neither pads the input nor copies it per window."""
+    n, c = x.shape[:2]
     batch, channel = np.indices((n, c), sparse=True)
-    grad_padded = np.zeros(xp.shape, dtype=xp.dtype)
-    for i, j, rows, cols in _window_slices(kernel, stride, out_size):
-        window = xp[:, :, rows, cols].reshape(n, c, -1)
+    grad = np.zeros(x.shape, dtype=x.dtype)
+    for i, j, rows, cols in _real_window_slices(kernel, stride, padding, out_size, x.shape[2:]):
+        window = x[:, :, rows, cols]
+        size, width = window.shape[2] * window.shape[3], window.shape[3]
         top = out[:, :, i, j]
-        hit = window == top[:, :, np.newaxis]
-        if real is not None:  # an all -inf window's maximum is its first real element, not padding
-            hit &= real[:, :, rows, cols].reshape(n, c, -1)
+        hit = (window == top[:, :, np.newaxis, np.newaxis]).reshape(n, c, size)  # a new array: no copy
         pick = hit.argmax(axis=2)
         nan = np.isnan(top)
         if nan.any():
-            last = window.shape[2] - 1 - np.isnan(window[:, :, ::-1]).argmax(axis=2)
-            pick = np.where(nan, last, pick)
-        at = (batch, channel, rows.start + pick // kernel[1], cols.start + pick % kernel[1])
+            nans = np.isnan(window).reshape(n, c, size)
+            pick = np.where(nan, size - 1 - nans[:, :, ::-1].argmax(axis=2), pick)
+        at = (batch, channel, rows.start + pick // width, cols.start + pick % width)
         if apart:
-            grad_padded[at] = g[:, :, i, j]
+            grad[at] = g[:, :, i, j]
         else:  # one window's picks are distinct elements: no two of them add into one
-            grad_padded[at] += g[:, :, i, j]
+            grad[at] += g[:, :, i, j]
     if apart and out.size and np.isnan(out.max()):
-        grad_padded += 0.0  # as the passes' second, which adds into every element
-    return grad_padded
+        grad += 0.0  # as the passes' second, which adds into every element
+    return grad
 
 
 #: The unsigned integer of each float's size, whose bits :func:`_where_into` masks.
