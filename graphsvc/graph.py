@@ -137,14 +137,23 @@ class Graph:
     def _named(self, name: str) -> int | None:
         """The node called ``name``, or None. A name found costs one dict access: an index of the
         names is made on first use and each answer is checked against :attr:`names` (which a
-        caller may change); an answer that no longer holds, or a name not in the index, makes the
-        index again (a scan, as every lookup was before)."""
+        caller may change); an answer that no longer holds, or a name not in the index that a scan
+        (as every lookup was before) finds after all, makes the index again. A name no node has (an
+        id written as text, a typo) costs that one scan and keeps the index."""
         node = None if self._by_name is None else self._by_name.get(name)
         if node is not None and self.names.get(node) == name:
             return node
+        if node is None and self._by_name is not None:
+            found = next((node for node, named in self.names.items() if named == name), None)
+            if found is None:
+                return None
         index: dict[str, int] = {}
-        for node, named in self.names.items():
-            index.setdefault(named, node)  # the first, as a scan finds it
+        try:
+            for node, named in self.names.items():
+                index.setdefault(named, node)  # the first, as a scan finds it
+        except TypeError:  # an unhashable name (a graph not checked yet, whose names break the rules)
+            self._by_name = None
+            return next((node for node, named in self.names.items() if named == name), None)
         self._by_name = index
         return index.get(name)
 
