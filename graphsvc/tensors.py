@@ -32,7 +32,7 @@ import numpy as np
 from graphsvc import memory, opmath
 from graphsvc.checks import differences
 from graphsvc.errors import ReplayError, UsageError
-from graphsvc.graph import FLOAT_DTYPE, LEAF, TENSOR_DTYPES, Graph
+from graphsvc.graph import FLOAT_DTYPE, LEAF, TENSOR_DTYPES, Graph, sealed
 from graphsvc.kernels import Engine
 from graphsvc.ops import (
     NEEDS_INPUT_GRAD,
@@ -565,7 +565,9 @@ def _split(
     a caller made with :meth:`Graph.copy`), is not C-contiguous, or is a view holding on to a much
     larger array; the result is then independent of the graph given. A built graph's arrays are
     read-only views of read-only memory: a leaf's value is shared, through a view of its own, not
-    copied. (A loaded graph's views of its file's buffer are copied: they fail the size rule.)"""
+    copied. Every array kept is a read-only view (:func:`graphsvc.graph.sealed`), which no caller
+    can make writable to update in place. (A loaded graph's views of its file's buffer are copied:
+    they fail the size rule.)"""
     given = {id(a) for a in keep.values()} | {id(a.base) for a in keep.values() if a.base is not None}
     for node, array in enumerate(arrays):
         if array is None:
@@ -579,11 +581,12 @@ def _split(
             and (read_only_memory(array) or (id(root) not in given and id(array) not in given))
             and (root is array or (root.base is None and root.nbytes <= 2 * array.nbytes))
         ):
-            # the graph's own array (or a view): a view of it, which no one can make writable
-            tensor = array if array.flags.owndata and id(array) not in given else array.view()
+            # a view, which no one can make writable: of the graph's own array, or of a replay's
+            # array, which other nodes' results may share (an add's VJP hands ``g`` to both inputs)
+            tensor = array.view()
+            tensor.flags.writeable = False
         else:
-            tensor = np.array(array, order="C")
-        tensor.flags.writeable = False
+            tensor = sealed(np.array(array, order="C"))
         tensors[node] = tensor
 
 

@@ -140,6 +140,21 @@ def test_neither_a_built_graphs_array_nor_a_result_sharing_it_can_be_made_writab
     assert graph.value("w").tolist() == [1.0, 2.0]  # type: ignore[union-attr]
 
 
+def test_no_array_of_a_result_can_be_made_writable_to_change_another_nodes() -> None:
+    """add's VJP hands the one ``g`` to both inputs, so a result's gradients of a, c and s were one
+    array object that owns its memory: a caller who made one writable again (``w -= lr * grad``)
+    changed the others. Every array a result keeps is a view that cannot be made writable."""
+    b = GraphBuilder()
+    a, c = b.leaf(np.ones(3), name="a"), b.leaf(np.full(3, 2.0), name="c")
+    b.add("sum", [b.add("neg", [b.add("add", [a, c], name="s")])], name="loss")
+    result = graphsvc.backward(b.build(), registry=builtins())
+    assert np.shares_memory(result.grad_arrays[a], result.grad_arrays[c])  # shared, not copied
+    for array in (*result.arrays.values(), *result.grad_arrays.values()):
+        with pytest.raises(ValueError, match="cannot set WRITEABLE flag to True"):
+            array.flags.writeable = True
+    assert result.grad("c").tolist() == [-1.0, -1.0, -1.0]  # type: ignore[union-attr]
+
+
 def test_a_replay_of_a_graph_with_writable_arrays_copies_them() -> None:
     """Graph.copy gives writable arrays: a result sharing them would change with the copy."""
     graph = seed004_on_arrays().copy()
