@@ -308,20 +308,52 @@ def test_a_large_window_over_an_empty_batch(shape: tuple[int, ...]) -> None:
     ((2, 3, 6, 5), (4, 3, 3, 2), 2, 1),
     ((1, 2, 4, 6), (2, 2, 4, 2), [1, 3], [0, 1]),
     ((1, 1, 3, 3), (1, 1, 5, 5), 1, 2),
+    ((2, 2, 2, 3), (3, 2, 3, 3), [2, 1], [4, 3]),  # windows in the padding alone
 ])  # fmt: skip
-def test_conv2d_col2im_gives_the_same_bits_window_by_window(
+def test_conv2d_gives_the_same_bits_window_by_window(
     x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: Any, padding: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Small integers: sums that do not depend on their order, so the two ways agree to the bit."""
+    """conv2d and its VJP through im2col columns, or window by window from each window's part of x
+    (where the output has fewer windows than the kernel has offsets): on small integers, whose sums
+    do not depend on their order, the same bits."""
     rng = np.random.default_rng(23)
     x, w = rng.integers(-3, 4, x_shape).astype(float), rng.integers(-3, 4, w_shape).astype(float)
-    out = graphsvc_conv.conv2d(read_only(x), read_only(w), stride=stride, padding=padding)
-    g = read_only(rng.integers(-3, 4, out.shape).astype(float))
-    grads = []
+    b = rng.integers(-3, 4, w_shape[:1]).astype(float)
+    results = []
     for by_window in (False, True):
         monkeypatch.setattr(graphsvc_conv, "_by_window", lambda kernel, out_size, by=by_window: by)
-        grads.append(graphsvc_conv.conv2d_vjp(g, out, read_only(x), read_only(w), stride=stride, padding=padding)[0])
-    assert grads[0].tobytes() == grads[1].tobytes() and np.abs(grads[0]).sum() > 0
+        out = graphsvc_conv.conv2d(read_only(x), read_only(w), read_only(b), stride=stride, padding=padding)
+        g = read_only(rng.integers(-3, 4, out.shape).astype(float)) if not results else results[0][1]
+        grads = graphsvc_conv.conv2d_vjp(
+            g, out, read_only(x), read_only(w), read_only(b), stride=stride, padding=padding
+        )
+        results.append((out, g, *grads))
+    for offset_way, window_way in zip(results[0], results[1], strict=True):
+        assert offset_way.tobytes() == window_way.tobytes()
+    assert all(np.abs(grad).sum() > 0 for grad in results[0][2:])
+
+
+def test_a_large_conv2d_kernel_over_small_images_matches_pytorch_without_its_columns() -> None:
+    """32 one-pixel images of 8 channels under a 300x300 kernel (padding 150): the im2col columns
+    would be ~2 GB; window by window, each output is its window's part of x times the kernel's."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    rng = np.random.default_rng(29)
+    x, w, b = rng.standard_normal((32, 8, 1, 1)), rng.standard_normal((4, 8, 300, 300)), rng.standard_normal(4)
+    tracemalloc.start()
+    try:
+        out = graphsvc_conv.conv2d(read_only(x), read_only(w), read_only(b), stride=1, padding=150)
+        g = rng.standard_normal(out.shape)
+        grads = graphsvc_conv.conv2d_vjp(read_only(g), out, read_only(x), read_only(w), read_only(b), padding=150)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * w.nbytes  # the weight's gradient and a few of its windows' parts, no columns
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    expected = torch.nn.functional.conv2d(tx, tw, tb, padding=150)
+    expected.backward(torch.tensor(g))
+    np.testing.assert_allclose(out, expected.detach().numpy(), rtol=1e-10, atol=1e-10)
+    for got, want in zip(grads, (tx.grad, tw.grad, tb.grad), strict=True):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-10, atol=1e-10)
 
 
 # -- finite differences ----------------------------------------------------------------------------

@@ -14,13 +14,15 @@ float32) and never write into their inputs, which graphsvc passes read-only.
 conv2d is im2col: the padded input's windows (a strided view, no copy) are laid out as columns once
 and multiplied with the weight in one batched matmul, into whose product the bias (an optional third
 input, as in PyTorch's ``conv2d(input, weight, bias)``) is added in place; its VJP puts the columns'
-cotangents back with one strided addition per kernel offset (col2im), or per window when the output
-has fewer windows than the kernel has offsets (a large window over a small image). The weight's cotangent needs
+cotangents back with one strided addition per kernel offset (col2im). The weight's cotangent needs
 the columns again: ``forward_with_residuals`` hands them to graphsvc, which passes them to the VJP
 as ``residuals`` when the backward pass follows the forward (a backward from stored values makes
 them again). Otherwise the columns live in a scratch buffer kept per thread and shape and reused
 from call to call: a fresh buffer of that size comes from glibc's ``mmap`` each time, and its page
-faults made the matmul reading it ten times slower.
+faults made the matmul reading it ten times slower. Where the output has fewer windows than the
+kernel has offsets (a large kernel over a small image, whose columns would be the kernel's size
+times each window), conv2d and its VJP go window by window instead, each window's part of x with
+the matching part of the kernel, and keep no columns.
 
 max_pool2d's VJP finds each window's pick by comparing it with its maximum, one kernel offset at a
 time, and writes ``g`` there by masking g's bits (:func:`_where_into`); both max_pool2d and its VJP
@@ -139,21 +141,20 @@ def _window_slices(kernel: Pair, stride: Pair, out_size: Pair) -> list[tuple[int
     return [(i, j, slice(i * sh, i * sh + kh), slice(j * sw, j * sw + kw)) for i in range(oh) for j in range(ow)]
 
 
-def _real_window_slices(
+def _window_parts(
     kernel: Pair, stride: Pair, padding: Pair, out_size: Pair, size: Pair
-) -> list[tuple[int, int, slice, slice]]:
+) -> list[tuple[int, int, slice, slice, slice, slice]]:
     """Per output position (i, j), in row-major order: the slices of the unpadded input its window
-    covers (never empty: padding is at most half the kernel)."""
-    (ph, pw), (h, w) = padding, size
-    return [
-        (
-            i,
-            j,
-            slice(max(rows.start - ph, 0), min(rows.stop - ph, h)),
-            slice(max(cols.start - pw, 0), min(cols.stop - pw, w)),
-        )
-        for i, j, rows, cols in _window_slices(kernel, stride, out_size)
-    ]
+    covers and the matching slices of the kernel (both empty for a window that lies in the padding
+    alone, which a conv2d padded by more than half its kernel has; a max_pool2d never does)."""
+    (kh, kw), (sh, sw), (ph, pw), (h, w) = kernel, stride, padding, size
+    parts = []
+    for i, j, _, _ in _window_slices(kernel, stride, out_size):
+        top, left = i * sh - ph, j * sw - pw
+        r0, c0 = max(top, 0), max(left, 0)
+        r1, c1 = max(min(top + kh, h), r0), max(min(left + kw, w), c0)
+        parts.append((i, j, slice(r0, r1), slice(c0, c1), slice(r0 - top, r1 - top), slice(c0 - left, c1 - left)))
+    return parts
 
 
 # -- conv2d ----------------------------------------------------------------------------------------
@@ -225,8 +226,15 @@ def _columns(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pair, keep: boo
 
 def _conv2d(
     x: np.ndarray, weight: np.ndarray, bias: tuple[np.ndarray, ...], stride: Any, padding: Any, keep: bool
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray | None]:
     bias_, kernel, stride_, padding_, (oh, ow) = _conv_setup(x, weight, bias, stride, padding)
+    if _by_window(kernel, (oh, ow)):  # few windows: each from its part of x, no columns
+        out = np.zeros((x.shape[0], weight.shape[0], oh, ow), dtype=x.dtype)
+        for i, j, rows, cols, krows, kcols in _window_parts(kernel, stride_, padding_, (oh, ow), x.shape[2:]):
+            out[:, :, i, j] = np.tensordot(x[:, :, rows, cols], weight[:, :, krows, kcols], axes=([1, 2, 3], [1, 2, 3]))
+        if bias_ is not None:
+            out += bias_[:, None, None]
+        return out, None
     columns = _columns(x, kernel, stride_, padding_, keep)
     out = weight.reshape(weight.shape[0], -1) @ columns  # (O, K) @ (N, K, P): one batched matmul
     if bias_ is not None:
@@ -242,7 +250,7 @@ def conv2d(x: np.ndarray, weight: np.ndarray, *bias: np.ndarray, stride: Any = 1
 
 def conv2d_with_residuals(
     x: np.ndarray, weight: np.ndarray, *bias: np.ndarray, stride: Any = 1, padding: Any = 0
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray | None]:
     """conv2d, and its im2col columns, which the weight's cotangent needs again (graphsvc keeps them
     for :func:`conv2d_vjp` when a backward pass follows, as PyTorch's ``save_for_backward``)."""
     return _conv2d(x, weight, bias, stride, padding, keep=True)
@@ -270,6 +278,16 @@ def conv2d_vjp(
     g3 = np.asarray(g, dtype=x.dtype).reshape(n, o, oh * ow)
     # a node with a bias: its cotangent, g summed over all but the channels
     grad_bias = (g3.sum(axis=(0, 2)) if bias_ is not None and needs[2] else None,) if bias else ()
+    if _by_window(kernel, (oh, ow)):  # as the forward: each window from its part of x, no columns
+        g4 = g3.reshape(n, o, oh, ow)
+        grad_x = np.zeros(x.shape, dtype=x.dtype) if needs[0] else None
+        grad_w = np.zeros(weight.shape, dtype=x.dtype) if needs[1] else None
+        for i, j, rows, cols, krows, kcols in _window_parts(kernel, stride_, padding_, (oh, ow), (h, w)):
+            if grad_w is not None:
+                grad_w[:, :, krows, kcols] += np.tensordot(g4[:, :, i, j], x[:, :, rows, cols], axes=([0], [0]))
+            if grad_x is not None:
+                grad_x[:, :, rows, cols] += np.tensordot(g4[:, :, i, j], weight[:, :, krows, kcols], axes=([1], [0]))
+        return grad_x, grad_w, *grad_bias
     grad_weight = None
     if needs[1]:
         columns = _columns(x, kernel, stride_, padding_) if residuals is None else residuals
@@ -280,12 +298,8 @@ def conv2d_vjp(
     np.matmul(weight.reshape(o, -1).T, g3, out=column_grads)
     column_grads = column_grads.reshape(n, c, kernel[0], kernel[1], oh, ow)
     grad_padded = np.zeros((n, c, h + 2 * padding_[0], w + 2 * padding_[1]), dtype=x.dtype)
-    if _by_window(kernel, (oh, ow)):  # col2im, a window's columns at a time
-        for i, j, rows, cols in _window_slices(kernel, stride_, (oh, ow)):
-            grad_padded[:, :, rows, cols] += column_grads[:, :, :, :, i, j]
-    else:  # col2im, a kernel offset's columns at a time
-        for a, b, rows, cols in _offsets(kernel, stride_, (oh, ow)):
-            grad_padded[:, :, rows, cols] += column_grads[:, :, a, b]
+    for a, b, rows, cols in _offsets(kernel, stride_, (oh, ow)):  # col2im
+        grad_padded[:, :, rows, cols] += column_grads[:, :, a, b]
     return _unpad(grad_padded, padding_), grad_weight, *grad_bias
 
 
@@ -307,7 +321,7 @@ def max_pool2d(x: np.ndarray, kernel_size: Any, stride: Any = None, padding: Any
     kernel, stride_, padding_, out_size = _pool_setup(x, kernel_size, stride, padding)
     if _by_window(kernel, out_size):  # over x itself: padding (-inf) never changes a maximum
         out = np.empty(x.shape[:2] + out_size, dtype=x.dtype)
-        for i, j, rows, cols in _real_window_slices(kernel, stride_, padding_, out_size, x.shape[2:]):
+        for i, j, rows, cols, _, _ in _window_parts(kernel, stride_, padding_, out_size, x.shape[2:]):
             np.max(x[:, :, rows, cols], axis=(2, 3), out=out[:, :, i, j])  # nan where any is nan, as _largest
         return out
     xp = _pad(x, padding_, -np.inf)
@@ -387,7 +401,7 @@ def _pool_vjp_by_window(
     n, c = x.shape[:2]
     batch, channel = np.indices((n, c), sparse=True)
     grad = np.zeros(x.shape, dtype=x.dtype)
-    for i, j, rows, cols in _real_window_slices(kernel, stride, padding, out_size, x.shape[2:]):
+    for i, j, rows, cols, _, _ in _window_parts(kernel, stride, padding, out_size, x.shape[2:]):
         window = x[:, :, rows, cols]
         size, width = window.shape[2] * window.shape[3], window.shape[3]
         top = out[:, :, i, j]
