@@ -160,8 +160,8 @@ def steps(model: TensorModel, registry: OpRegistry) -> dict[str, Callable[[], An
         return loss, leaves
 
     ops_alone = op_calls_alone(graph, ops, loss_id, params)
-    steps = (graphsvc_replay, graphsvc_backward, ops_alone, numpy_by_hand, pytorch)
-    return dict(zip(ALTERNATIVES, steps, strict=True))
+    passes = (graphsvc_replay, graphsvc_backward, ops_alone, numpy_by_hand, pytorch)
+    return dict(zip(ALTERNATIVES, passes, strict=True))
 
 
 def check(model: TensorModel, results: dict[str, tuple[Any, dict[str, Any]]]) -> float:
