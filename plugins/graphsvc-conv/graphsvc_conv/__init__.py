@@ -34,6 +34,7 @@ from the forward would.
 from __future__ import annotations
 
 import functools
+import itertools
 import numbers
 import threading
 from collections.abc import Callable
@@ -135,12 +136,6 @@ def _by_window(kernel: Pair, out_size: Pair) -> bool:
     return out_size[0] * out_size[1] < kernel[0] * kernel[1]
 
 
-def _window_slices(kernel: Pair, stride: Pair, out_size: Pair) -> list[tuple[int, int, slice, slice]]:
-    """Per output position (i, j), in row-major order: the slices of the padded input its window covers."""
-    (kh, kw), (sh, sw), (oh, ow) = kernel, stride, out_size
-    return [(i, j, slice(i * sh, i * sh + kh), slice(j * sw, j * sw + kw)) for i in range(oh) for j in range(ow)]
-
-
 def _window_parts(
     kernel: Pair, stride: Pair, padding: Pair, out_size: Pair, size: Pair
 ) -> list[tuple[int, int, slice, slice, slice, slice]]:
@@ -149,7 +144,7 @@ def _window_parts(
     alone, which a conv2d padded by more than half its kernel has; a max_pool2d never does)."""
     (kh, kw), (sh, sw), (ph, pw), (h, w) = kernel, stride, padding, size
     parts = []
-    for i, j, _, _ in _window_slices(kernel, stride, out_size):
+    for i, j in itertools.product(range(out_size[0]), range(out_size[1])):
         top, left = i * sh - ph, j * sw - pw
         r0, c0 = max(top, 0), max(left, 0)
         r1, c1 = max(min(top + kh, h), r0), max(min(left + kw, w), c0)
