@@ -1353,7 +1353,7 @@ def _registry() -> OpRegistry:
 @command()
 @handles_errors
 def ops(as_json: JsonOpt = False) -> None:
-    """List every op by name: arity (``1+``: one or more inputs), version, the plugin (and its
+    """List every op by name: arity (1+: one or more inputs), version, the plugin (and its
     version) that registered it, and its kind: an elementwise op "vectorized" or called "per
     element", a tensor op given by its "vjp", or a "leaf tag".
 

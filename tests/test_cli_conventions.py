@@ -87,8 +87,13 @@ def test_version_prints_the_packages_version() -> None:
 def test_help_names_arguments_and_choices_plainly(command: str) -> None:
     code, stdout, _ = invoke(command, "-h")
     assert code == 0
-    assert not re.search(r"<[a-z_\[\]|]+>|\{[a-z_]+\}|list\[", stdout), stdout
+    assert not re.search(r"<[a-z_\[\]|]+>|\{[a-z_]+\}|list\[|``", stdout), stdout  # `` : a docstring's markup
     assert "they may come before or after the command" in stdout.replace("\n  ", " ")
+
+
+def test_the_command_list_shows_no_docstring_markup() -> None:
+    code, stdout, _ = invoke("--help")
+    assert code == 0 and "ops " in stdout and "``" not in stdout
 
 
 def test_help_shows_file_and_the_choices() -> None:
