@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -288,7 +288,8 @@ def _forward(
             if producer is None:
                 what = "forward"
                 function = op.forward if op.vectorized else per_element(op, "forward")
-                result = cast(Callable[..., Any], function)(*inputs, **attrs)
+                assert function is not None  # a computed node's op has one (not cast(): it costs 1 µs a call)
+                result = function(*inputs, **attrs)
             else:
                 what = "forward_with_residuals"
                 result, keeping[node] = output_and_residuals(op, producer(*inputs, **attrs))
