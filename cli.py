@@ -1353,15 +1353,15 @@ def _registry() -> OpRegistry:
 @command()
 @handles_errors
 def ops(as_json: JsonOpt = False) -> None:
-    """List every op by name: arity (1+: one or more inputs), version, the plugin (and its
-    version) that registered it, and its kind: an elementwise op "vectorized" or called "per
+    """List every op by name: arity (1+: one or more inputs; 2-3: two or three), version, the plugin
+    (and its version) that registered it, and its kind: an elementwise op "vectorized" or called "per
     element", a tensor op given by its "vjp", or a "leaf tag".
 
     Example: graphsvc --plugin my_ops.py ops --json
     """
     registry = _registry()
     if as_json:
-        fields = ("name", "arity", "variadic", "version", "plugin", "plugin_version", "vectorized", "doc")
+        fields = ("name", "arity", "variadic", "max_arity", "version", "plugin", "plugin_version", "vectorized", "doc")
         _print_json(
             {"ops": [{field: getattr(op, field) for field in fields} | {"vjp": op.vjp is not None} for op in registry]}
         )
@@ -1370,7 +1370,10 @@ def ops(as_json: JsonOpt = False) -> None:
 
     rows = []
     for op in registry:
-        arity = f"{op.arity}+" if op.variadic else str(op.arity)
+        if not op.variadic:
+            arity = str(op.arity)
+        else:
+            arity = f"{op.arity}+" if op.max_arity is None else f"{op.arity}-{op.max_arity}"
         rows.append([escape(op.name), arity, escape(str(op.version)), escape(op.source), op.kind])
     if _wants_table(len(rows)):
         columns = (("op", "left"), ("inputs", "right"), ("version", "left"), ("plugin", "left"), ("kind", "left"))

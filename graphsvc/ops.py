@@ -27,7 +27,9 @@ Any op may instead give a *vector-Jacobian product*, the contract of autograd's 
   with it and passes what it kept to the ``vjp`` (JAX's residuals, PyTorch's
   ``ctx.save_for_backward``); a backward from stored values passes ``residuals=None``. Arrays
   among the residuals are made read-only: they must be the op's own, not a buffer it reuses.
-- ``variadic=True``: a node may have ``arity`` or more inputs (``concatenate``).
+- ``variadic=True``: a node may have ``arity`` or more inputs (``concatenate``), and at most
+  ``max_arity`` when that is given (an optional input: conv2d's bias, ``max_arity=3``); a replay
+  refuses a node with another number before anything runs.
 - ``samples(rng)``, optional, returns ``[(inputs, attrs), ...]``: points where ``graphsvc
   gradcheck`` checks an op given by its ``vjp`` (an elementwise op is checked at scalar points
   without them). Without samples such an op is listed as not checked.
@@ -51,9 +53,9 @@ Any op may instead give a *vector-Jacobian product*, the contract of autograd's 
   array, an integer beyond float64's range) is a :class:`~graphsvc.errors.ReplayError` naming the op
   and its plugin. Only the user's own Ctrl-C stops a replay as an interrupt (see
   :func:`interrupts_told_apart`).
-- ``forward`` must accept ``arity`` positional arguments and ``derivatives`` ``arity + 1``; an op
-  whose functions cannot is refused when it is registered (functions without an inspectable
-  signature, and ``*args``, are taken on trust).
+- ``forward`` must accept ``arity`` positional arguments (a variadic op's ``max_arity``, when
+  given) and ``derivatives`` ``arity + 1``; an op whose functions cannot is refused when it is
+  registered (functions without an inspectable signature, and ``*args``, are taken on trust).
 - Arity 0 is for the leaf tags (``leaf``, ``const``): their values come from the file, so they
   have no functions.
 
@@ -130,6 +132,9 @@ class Op:
     #: True: a node may have ``arity`` or more inputs (``concatenate``); its functions then take
     #: as many positional inputs as the node has.
     variadic: bool = False
+    #: The most inputs a node of a variadic op may have (an optional input: conv2d's bias makes
+    #: 3); ``None``: no limit. Keyword-only, so the fields after it keep their positions.
+    max_arity: int | None = dataclasses.field(default=None, kw_only=True)
     #: ``samples(rng) -> [(inputs, attrs), ...]``: where gradcheck checks a vjp op (optional).
     samples: Callable[[np.random.Generator], Sequence[tuple[Sequence[Any], Mapping[str, Any]]]] | None = None
     #: ``forward_with_residuals(*inputs, **attrs) -> (output, residuals)`` (optional, for a vjp op):
@@ -156,6 +161,17 @@ class Op:
         """How messages name the op's ``function`` that ran: a builtin op's ``forward_with_residuals``
         is its ``forward`` (its users do not choose between the two; a plugin's author wrote both)."""
         return "forward" if function == "forward_with_residuals" and self.builtin else function
+
+    def arity_problem(self, count: int) -> str | None:
+        """Why a node of this op cannot have ``count`` inputs, as messages say it (``"takes at most 3
+        inputs"``, ``"takes at least 1 input"``, ``"takes 2 inputs"``), or ``None`` if it can."""
+        if not self.variadic:
+            return None if count == self.arity else f"takes {counted(self.arity, 'input')}"
+        if count < self.arity:
+            return f"takes at least {counted(self.arity, 'input')}"
+        if self.max_arity is not None and count > self.max_arity:
+            return f"takes at most {counted(self.max_arity, 'input')}"
+        return None
 
     @property
     def kind(self) -> str:
@@ -204,15 +220,16 @@ class Attributes(NamedTuple):
     @classmethod
     def of(cls, op: Op) -> Attributes:
         """Read from ``op.forward``'s signature: the parameters that can be given by keyword, less the
-        first ``arity`` positional ones (its inputs; a variadic op's further positional ones are
-        never required, more inputs may fill them)."""
+        first ``arity`` positional ones, or ``max_arity`` (its inputs; a variadic op's further
+        positional ones are never required, more inputs may fill them)."""
         try:
             parameters = list(inspect.signature(op.forward).parameters.values())  # type: ignore[arg-type]
         except Exception:  # no forward (a leaf tag), builtins without a signature, odd callables
             return cls(None, ())
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         inputs = 0
-        while inputs < min(op.arity, len(parameters)) and parameters[inputs].kind in positional:
+        most = op.arity if op.max_arity is None else op.max_arity
+        while inputs < min(most, len(parameters)) and parameters[inputs].kind in positional:
             inputs += 1
         keywords = [
             p
@@ -322,6 +339,13 @@ def check_op_declaration(op: object) -> Op:
         raise OpError(f"op {op.name!r}: variadic must be True or False, not {op.variadic!r}")
     if op.variadic and op.derivatives is not None:
         raise OpError(f"op {op.name!r}: a variadic op gives vjp, not derivatives")
+    if op.max_arity is not None:
+        if not isinstance(op.max_arity, int) or isinstance(op.max_arity, bool):
+            raise OpError(f"op {op.name!r}: max_arity must be an integer or None, not {op.max_arity!r}")
+        if not op.variadic:
+            raise OpError(f"op {op.name!r}: max_arity is given, but the op is not variadic (give variadic=True)")
+        if op.max_arity <= op.arity:
+            raise OpError(f"op {op.name!r}: max_arity must be more than arity {op.arity}, not {op.max_arity}")
     if not op.vectorized and op.vjp is not None:
         raise OpError(f"op {op.name!r}: an op with a vjp works on arrays, so it must be vectorized")
     if not isinstance(op.version, str) or not op.version:
@@ -339,11 +363,12 @@ def check_op_declaration(op: object) -> Op:
             known = ", ".join(PRIMITIVE_ARITY)
             raise OpError(f"op {op.name!r}: kernel {op.kernel!r} is not a primitive of arity {op.arity} ({known})")
     if op.arity > 0:
-        _check_positionals(op, "forward", op.forward, op.arity, "its inputs")
+        most = op.arity if op.max_arity is None else op.max_arity  # a variadic op's most, when known
+        _check_positionals(op, "forward", op.forward, most, "its inputs")
         if op.derivatives is not None:
             _check_positionals(op, "derivatives", op.derivatives, op.arity + 1, "its inputs and out")
         if op.vjp is not None:
-            _check_positionals(op, "vjp", op.vjp, op.arity + 2, "g, out and its inputs")
+            _check_positionals(op, "vjp", op.vjp, most + 2, "g, out and its inputs")
     return op
 
 
@@ -358,9 +383,10 @@ def _check_positionals(op: Op, field: str, function: Any, count: int, what: str)
         signature.bind_partial(*range(count))
     except TypeError:
         source = f" ({op.source})" if op.plugin is not None else ""
+        maximum = f", max_arity {op.max_arity}" if op.max_arity is not None else ""
         raise OpError(
             f"op {op.name!r}{source}: {field}{shorten(str(signature), 80)} cannot take {what} as "
-            f"{counted(count, 'positional argument')} (arity {op.arity})"
+            f"{counted(count, 'positional argument')} (arity {op.arity}{maximum})"
         ) from None
 
 

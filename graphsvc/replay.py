@@ -99,20 +99,24 @@ def resolve_ops(graph: Graph, registry: OpRegistry, engine: Engine | None = None
         arity = arity_of_code[graph.op_codes]
         wrong = np.flatnonzero((arity >= 0) & (arity != graph.parent_counts()))
         node = int(wrong[0]) if len(wrong) else -1
-    variadic = [code for code, op in enumerate(ops) if op is not None and op.variadic]
-    if variadic:  # at least `arity` inputs
-        least = np.array([op.arity if op is not None and op.variadic else 0 for op in ops], dtype=np.int64)
-        short = np.flatnonzero(graph.parent_counts() < least[graph.op_codes])
-        if len(short) and (node < 0 or short[0] < node):
-            node = int(short[0])
+    variadic = [op if op is not None and op.variadic else None for op in ops]
+    if any(op is not None for op in variadic):  # at least `arity` inputs, at most `max_arity` if given
+        unlimited = np.iinfo(np.int64).max
+        least = np.array([0 if op is None else op.arity for op in variadic], dtype=np.int64)
+        most = np.array(
+            [unlimited if op is None or op.max_arity is None else op.max_arity for op in variadic], dtype=np.int64
+        )
+        counts, codes = graph.parent_counts(), graph.op_codes
+        outside = np.flatnonzero((counts < least[codes]) | (counts > most[codes]))
+        if len(outside) and (node < 0 or outside[0] < node):
+            node = int(outside[0])
     if node >= 0:
-        counts = graph.parent_counts()
+        count = int(graph.parent_counts()[node])
         op = ops[int(graph.op_codes[node])]
         assert op is not None
-        at_least = "at least " if op.variadic else ""
         raise OpError(
-            f"node {graph.label(node)}: op {op.name} takes {at_least}{counted(op.arity, 'input')} "
-            f"but the node has {counted(int(counts[node]), 'parent')}"
+            f"node {graph.label(node)}: op {op.name} {op.arity_problem(count)} but the node has "
+            f"{counted(count, 'parent')}"
         )
     _check_attributes(graph, ops)
     return ops

@@ -180,6 +180,12 @@ def _check_samples(op: Op, **options: Any) -> GradcheckResult:
     except Exception as exc:
         message = f"op {op.name!r} ({op.source}): samples raised {type(exc).__name__}: {exc}"
         return GradcheckResult(op.name, op.plugin, op.plugin_version, False, 0, 0, 0.0, 0.0, message)
+    for number, (inputs, _) in enumerate(samples):  # one check_vjp would refuse with a ValueError
+        problem = op.arity_problem(len(inputs))
+        if problem is not None:
+            given = counted(len(inputs), "input")
+            message = f"op {op.name!r} ({op.source}): sample {number} has {given}, but the op {problem}"
+            return GradcheckResult(op.name, op.plugin, op.plugin_version, False, 0, 0, 0.0, 0.0, message)
     results = [check_vjp(op, *inputs, attrs=attrs, **options) for inputs, attrs in samples]
     failures = [r.message for r in results if not r.ok]
     return GradcheckResult(
@@ -306,8 +312,9 @@ def _check_vjp(
     except OpError as exc:
         return result(False, 0, 0, 0.0, 0.0, str(exc))
     inputs = [_check_input(op, i, x) for i, x in enumerate(raw)]
-    if op.arity == 0 or len(inputs) < op.arity or (len(inputs) > op.arity and not op.variadic):
-        raise ValueError(f"op {op.name!r} takes {counted(op.arity, 'input')}, got {len(inputs)}")
+    problem = "takes 0 inputs" if op.arity == 0 else op.arity_problem(len(inputs))
+    if problem is not None:
+        raise ValueError(f"op {op.name!r} {problem}, got {len(inputs)}")
     prefix = f"op {op.name!r} ({op.source})"
     try:
         out = _forward(op, inputs, attrs)

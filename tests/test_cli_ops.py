@@ -117,6 +117,7 @@ def test_ops_json() -> None:
         "name": "add",
         "arity": 2,
         "variadic": False,
+        "max_arity": None,
         "version": "1",
         "plugin": "graphsvc",
         "plugin_version": "0.1.0",
@@ -125,12 +126,13 @@ def test_ops_json() -> None:
         "vjp": False,
     }
     concatenate = document["ops"][4]
-    assert (concatenate["name"], concatenate["arity"], concatenate["variadic"], concatenate["vjp"]) == (
+    assert [concatenate[key] for key in ("name", "arity", "variadic", "max_arity", "vjp")] == [
         "concatenate",
         1,
         True,
+        None,
         True,
-    )
+    ]
 
 
 def test_a_broken_plugin_is_a_warning_and_everything_else_loads(plugin_file: str, broken_file: str) -> None:

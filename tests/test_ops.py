@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
 
 from graphsvc.errors import OpError, ReplayError
 from graphsvc.ops import (
+    Attributes,
     Op,
     OpRegistry,
     UserInterrupt,
@@ -450,3 +452,69 @@ def test_an_op_pickles_after_a_tensor_replay_worked_out_its_vjp() -> None:
     copy = pickle.loads(pickle.dumps(op))
     assert copy == op and "tensor_vjp" not in copy.__dict__
     assert copy.tensor_vjp.function(np.array(3.0), None, np.array(1.0), needs_input_grad=(True,))[0] == 6.0
+
+
+# -- a variadic op's most inputs (max_arity) -----------------------------------------------------------
+def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, scale: float = 1.0) -> np.ndarray:
+    return scale * (x @ w + (0.0 if b is None else b))
+
+
+def _linear_vjp(
+    g: np.ndarray, out: np.ndarray, x: np.ndarray, w: np.ndarray, b: Any = None, *, scale: float = 1.0
+) -> Any:
+    return (scale * g @ w.T, scale * x.T @ g) + (() if b is None else (scale * g.sum(axis=0),))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"max_arity": 3}, "op 'linear': max_arity is given, but the op is not variadic (give variadic=True)"),
+        ({"variadic": True, "max_arity": 2}, "op 'linear': max_arity must be more than arity 2, not 2"),
+        ({"variadic": True, "max_arity": 1}, "op 'linear': max_arity must be more than arity 2, not 1"),
+        ({"variadic": True, "max_arity": "3"}, "op 'linear': max_arity must be an integer or None, not '3'"),
+        ({"variadic": True, "max_arity": True}, "op 'linear': max_arity must be an integer or None, not True"),
+        (
+            {"variadic": True, "max_arity": 4, "forward": lambda x, w, b=None: x @ w},
+            "op 'linear': forward(x, w, b=None) cannot take its inputs as 4 positional arguments "
+            "(arity 2, max_arity 4)",
+        ),
+        (
+            {"variadic": True, "max_arity": 3, "vjp": lambda g, out, x, w: (g, g)},
+            "op 'linear': vjp(g, out, x, w) cannot take g, out and its inputs as 5 positional arguments "
+            "(arity 2, max_arity 3)",
+        ),
+    ],
+)
+def test_max_arity_is_refused_at_registration_unless_a_variadic_ops_functions_take_that_many(
+    fields: dict[str, Any], message: str
+) -> None:
+    registry = OpRegistry()
+    op = Op("linear", 2, **{"forward": _linear, "vjp": _linear_vjp} | fields)
+    with pytest.raises(OpError) as info:
+        registry.register(op)
+    assert str(info.value) == message
+    assert len(registry) == 0
+
+
+def test_a_variadic_op_with_max_arity_takes_that_many_inputs_at_most() -> None:
+    linear = Op("linear", 2, forward=_linear, vjp=_linear_vjp, variadic=True, max_arity=3)
+    OpRegistry().register(linear)
+    assert [linear.arity_problem(n) for n in range(5)] == [
+        "takes at least 2 inputs",
+        "takes at least 2 inputs",
+        None,
+        None,
+        "takes at most 3 inputs",
+    ]
+    unlimited = Op("cat", 1, forward=lambda *xs: xs[0], vjp=lambda g, out, *xs: (g,) * len(xs), variadic=True)
+    assert [unlimited.arity_problem(n) for n in (0, 1, 100)] == ["takes at least 1 input", None, None]
+    assert [CUBE.arity_problem(n) for n in (0, 1, 2)] == ["takes 1 input", None, "takes 1 input"]
+
+
+def test_a_variadic_ops_optional_inputs_up_to_max_arity_are_inputs_not_attributes() -> None:
+    """``b=None`` is the third input of a node with three, so a node cannot give it as an attribute;
+    without max_arity nothing says it is an input."""
+    bounded = Op("linear", 2, forward=_linear, vjp=_linear_vjp, variadic=True, max_arity=3)
+    assert bounded.attributes == Attributes(frozenset({"scale"}), ())
+    unbounded = Op("linear", 2, forward=_linear, vjp=_linear_vjp, variadic=True)
+    assert unbounded.attributes == Attributes(frozenset({"b", "scale"}), ())

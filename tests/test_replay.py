@@ -214,6 +214,45 @@ def test_a_large_graph_names_the_same_node_with_the_wrong_parent_count(registry:
 
 
 @pytest.mark.parametrize(
+    ("nodes", "message"),
+    [
+        (
+            [("mix", 3, "three"), ("mix", 4, "four"), ("mix", 1, "one"), ("neg", 2, "long")],
+            "node four: op mix takes at most 3 inputs but the node has 4 parents",
+        ),
+        ([("mix", 1, "one"), ("mix", 4, "four")], "node one: op mix takes at least 2 inputs but the node has 1 parent"),
+        ([("neg", 2, "long"), ("mix", 4, "four")], "node long: op neg takes 1 input but the node has 2 parents"),
+    ],
+    ids=["too many", "too few", "an exact arity first"],
+)
+def test_a_variadic_ops_node_must_have_from_arity_to_max_arity_inputs(
+    registry: OpRegistry, nodes: list[tuple[str, int, str]], message: str
+) -> None:
+    """Refused before anything runs, the first such node named, by either engine (a graph large
+    enough for the compiled one)."""
+    bounded = OpRegistry()
+    bounded.register(registry.get("neg"))
+    mix = Op(
+        "mix", 2, forward=lambda x, y, *z: x + y, vjp=lambda g, out, *xs: (g,) * len(xs), variadic=True, max_arity=3
+    )
+    bounded.register(mix, plugin="demo")
+    g = GraphBuilder()
+    x = g.leaf(1.0)
+    for i in range(kernels.JIT_THRESHOLD + 10):
+        g.add("neg", [x], name=f"n{i}")
+    for tag, count, name in nodes:
+        g.add(tag, [x] * count, name=name)
+    graph = g.build()
+    for engine in (kernels.engine_for(graph.num_nodes), REFERENCE):
+        with pytest.raises(OpError) as info:
+            replay.forward(graph, bounded, engine=engine)
+        assert str(info.value) == message
+        with pytest.raises(OpError) as info:
+            replay.backward(graph, bounded, graph.num_nodes - 1, engine=engine)
+        assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
     ("tag", "attrs", "message"),
     [
         ("exp", {"base": 2.0}, "node bad: op 'exp' (graphsvc 0.1.0) has no attribute 'base' (it takes none)"),

@@ -3,6 +3,7 @@ derivatives, skip points outside an op's domain, and try attributes that have no
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -304,3 +305,40 @@ def test_reduction_attrs_cover_every_axis_negative_all_and_a_pair_with_and_witho
         (-1, False), (-1, True), ([0, -1], False), ([0, -1], True),
     ]  # fmt: skip
     assert reduction_attrs(0) == [{"axis": None, "keepdims": False}, {"axis": None, "keepdims": True}]
+
+
+# -- a variadic op's input counts -------------------------------------------------------------------
+def _affine(x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:
+    return x @ w + (bias[0] if bias else 0.0)
+
+
+AFFINE = Op(
+    "affine",
+    2,
+    forward=_affine,
+    vjp=lambda g, out, x, w, *bias: (g @ w.T, x.T @ g, *(g.sum(axis=0) for _ in bias)),
+    variadic=True,
+    max_arity=3,
+    plugin="p",
+    plugin_version="1",
+)
+
+
+def test_check_vjp_takes_a_variadic_ops_inputs_up_to_its_max_arity() -> None:
+    x, w, b = np.arange(6.0).reshape(2, 3), np.arange(12.0).reshape(3, 4) / 10, np.ones(4)
+    assert (check_vjp(AFFINE, x, w).points, check_vjp(AFFINE, x, w, b).points) == (18, 22)
+    with pytest.raises(ValueError, match=r"^op 'affine' takes at most 3 inputs, got 4$"):
+        check_vjp(AFFINE, x, w, b, b)
+    with pytest.raises(ValueError, match=r"^op 'affine' takes at least 2 inputs, got 1$"):
+        check_vjp(AFFINE, x)
+    with pytest.raises(ValueError, match=r"^op 'square' takes 1 input, got 2$"):
+        check_vjp(SQUARE, x, x)
+
+
+def test_gradcheck_fails_a_sample_with_more_inputs_than_the_op_takes() -> None:
+    """A sample beyond max_arity is the op's failure, named, not a ValueError out of gradcheck."""
+    x, w, b = np.ones((2, 3)), np.ones((3, 4)), np.ones(4)
+    samples = [((x, w, b), {}), ((x, w, b, b), {})]
+    (result,) = check_registry(_registry_of(dataclasses.replace(AFFINE, samples=lambda rng: samples)))
+    assert (result.ok, result.points) == (False, 0)
+    assert result.message == "op 'affine' (p 1): sample 1 has 4 inputs, but the op takes at most 3 inputs"
