@@ -135,6 +135,19 @@ def test_ops_json() -> None:
     ]
 
 
+def test_ops_shows_a_variadic_ops_range_of_inputs() -> None:
+    """conv2d takes 2 or 3 inputs (x, weight and an optional bias): "2-3", max_arity 3 in --json."""
+    pytest.importorskip("graphsvc_conv", reason="pip install ./plugins/graphsvc-conv")
+    result = runner.invoke(app, ["--plugin", "graphsvc_conv", "ops"])
+    assert result.exit_code == 0, result.output
+    assert [line for line in result.stdout.splitlines() if line.startswith("conv2d")] == [
+        "conv2d\t2-3\t1\tgraphsvc_conv 0.1.0\tvjp"
+    ]
+    document = json.loads(runner.invoke(app, ["--plugin", "graphsvc_conv", "ops", "--json"]).stdout)
+    (conv2d,) = [op for op in document["ops"] if op["name"] == "conv2d"]
+    assert [conv2d[key] for key in ("arity", "variadic", "max_arity")] == [2, True, 3]
+
+
 def test_a_broken_plugin_is_a_warning_and_everything_else_loads(plugin_file: str, broken_file: str) -> None:
     result = runner.invoke(app, ["--plugin", broken_file, "--plugin", plugin_file, "ops"])
     assert result.exit_code == 0, result.output

@@ -448,6 +448,7 @@ OPS: tuple[Op, ...] = (
         vjp=conv2d_vjp,
         forward_with_residuals=conv2d_with_residuals,
         variadic=True,  # the bias: an optional third input
+        max_arity=3,
         samples=lambda rng: [
             ((rng.standard_normal((2, 3, 5, 5)), rng.standard_normal((4, 3, 3, 3))), {}),
             ((rng.standard_normal((1, 2, 6, 5)), rng.standard_normal((3, 2, 2, 3))), {"stride": 2, "padding": [1, 0]}),
