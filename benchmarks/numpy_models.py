@@ -135,7 +135,9 @@ def _pool2x2(x: np.ndarray) -> np.ndarray:
 def _pool2x2_vjp(g: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Each window's gradient to its first maximum in row-major order (as PyTorch picks it): g's
     bits and'ed with an all-ones mask where taken, written into each quarter of the gradient (the
-    conv plugin's way; np.where's branch per element costs three times as much)."""
+    conv plugin's way; np.where's branch per element costs three times as much), from ``g + 0.0``
+    as the plugin (PyTorch adds g to zeros: a -0.0 in g gives +0.0)."""
+    g = g + 0.0
     grad = np.empty_like(x)  # the four quarters tile it
     bits = np.dtype(f"u{g.dtype.itemsize}")
     taken = x[:, :, ::2, ::2] == out

@@ -205,13 +205,11 @@ def pooled_by_loops(
     x: np.ndarray, g: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]
 ) -> tuple[np.ndarray, np.ndarray]:
     """max_pool2d and its VJP, window by window, element by element, as PyTorch's CPU kernel: the
-    window's first real element, then each that is larger, or nan. Windows apart set their pick's
-    gradient (a -0.0 stays -0.0), overlapping ones add it to +0.0, as do windows apart when any
-    window holds nan (the plugin's second pass adds +0.0 to every pick); all else is +0.0."""
+    window's first real element, then each that is larger, or nan; its g added to the pick's
+    gradient, which starts at +0.0 (so a -0.0 in g gives +0.0)."""
     n, c, h, w = x.shape
     out = np.empty(g.shape, x.dtype)
     grad = np.zeros(x.shape, x.dtype)
-    sets = stride[0] >= kernel[0] and stride[1] >= kernel[1]
     for b, ch, i, j in itertools.product(range(n), range(c), range(g.shape[2]), range(g.shape[3])):
         cells = [
             (p, q)
@@ -224,9 +222,7 @@ def pooled_by_loops(
             if x[b, ch][cell] > x[b, ch][pick] or np.isnan(x[b, ch][cell]):
                 pick = cell
         out[b, ch, i, j] = x[b, ch][pick]
-        grad[b, ch][pick] = g[b, ch, i, j] if sets else grad[b, ch][pick] + g[b, ch, i, j]
-    if sets and np.isnan(out).any():
-        grad += 0.0
+        grad[b, ch][pick] += g[b, ch, i, j]
     return out, grad
 
 
@@ -263,6 +259,49 @@ def test_max_pool2d_and_its_vjp_match_a_loop_over_windows_to_the_bit(
         expected_out, expected_gx = pooled_by_loops(x, g, kernel, stride, padding)
     assert np.array_equal(out, expected_out, equal_nan=True)  # as values: which of -0.0 and 0.0 is not pinned
     assert gx.dtype == dtype and gx.tobytes() == expected_gx.tobytes()
+
+
+@pytest.mark.parametrize(("stride", "padding"), [(2, 0), (2, 1), (1, 0), (1, 1)])
+@pytest.mark.parametrize("by_window", [False, True], ids=["offset by offset", "window by window"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_negative_zero_in_g_gives_a_positive_zero_gradient(
+    stride: int, padding: int, by_window: bool, dtype: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyTorch adds each window's g to a gradient of zeros, and 0.0 + -0.0 is +0.0: windows apart
+    (whose picks are set, not added to) give +0.0 too, as overlapping ones (added) do."""
+    monkeypatch.setattr(graphsvc_conv, "_by_window", lambda kernel, out_size: by_window)
+    x = read_only(np.array([[1.0, 3.0, 0.0, 4.0], [2.0, 0.0, 3.0, 5.0], [6.0, 1.0, 2.0, 0.0]]).reshape(1, 1, 3, 4))
+    out = graphsvc_conv.max_pool2d(x.astype(dtype), 2, stride, padding)
+    (gx,) = graphsvc_conv.max_pool2d_vjp(
+        read_only(np.full(out.shape, -0.0, dtype)), out, x.astype(dtype), 2, stride, padding
+    )
+    assert gx.dtype == dtype and gx.shape == x.shape
+    assert np.signbit(gx).tolist() == np.zeros(x.shape, bool).tolist()
+
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "padding"), [(2, 2, 0), (2, 2, 1), (3, 3, 1), ([2, 3], [3, 3], [1, 0]), (2, 1, 0), (3, 2, 1)]
+)
+@pytest.mark.parametrize("by_window", [False, True], ids=["offset by offset", "window by window"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_pool2d_vjp_gives_pytorchs_bits_where_g_holds_negative_zeros(
+    kernel: Any, stride: Any, padding: Any, by_window: bool, dtype: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows apart and overlapping, padded or not, either way of stepping: PyTorch's bits, its
+    +0.0 where g holds -0.0 (g's other values are small integers, whose sums do not depend on the
+    order the windows' picks are added in)."""
+    torch = torch_or_skip()
+    monkeypatch.setattr(graphsvc_conv, "_by_window", lambda kernel, out_size: by_window)
+    rng = np.random.default_rng(29)
+    x = rng.choice(np.array([0.0, -0.0, 1.0, 2.0, -1.0]), size=(2, 3, 7, 8)).astype(dtype)  # ties
+    out = graphsvc_conv.max_pool2d(read_only(x), kernel, stride, padding)
+    g = rng.choice(np.array([0.0, -0.0, -0.0, 1.0, -2.0]), size=out.shape).astype(dtype)
+    (gx,) = graphsvc_conv.max_pool2d_vjp(read_only(g), out, read_only(x), kernel, stride, padding)
+    tx = torch.tensor(x, requires_grad=True)
+    torch.nn.functional.max_pool2d(tx, kernel, stride, padding).backward(torch.tensor(g))
+    expected = tx.grad.numpy()  # type: ignore[union-attr]
+    assert np.signbit(g[g == 0]).any() and not np.signbit(expected[expected == 0]).any()
+    assert gx.dtype == dtype and gx.tobytes() == expected.tobytes()
 
 
 def test_a_large_window_over_a_small_image_steps_window_by_window() -> None:

@@ -130,3 +130,20 @@ def test_a_0d_float32_node_used_twice_gets_its_gradient() -> None:
     grad_s, grad_x = replayed.grad("s"), replayed.grad("x")
     assert isinstance(grad_s, np.ndarray) and grad_s.dtype == np.float32 and float(grad_s) == 12.0
     assert isinstance(grad_x, np.ndarray) and grad_x.tolist() == [12.0, 12.0, 12.0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_hand_written_pool_vjp_gives_the_plugins_bits_negative_zeros_included(dtype: type) -> None:
+    """The numpy floor's max_pool2d(2) VJP does what the conv plugin does, to the bit: a -0.0 in g
+    gives +0.0, as PyTorch's (which adds g to zeros), so the two stay a like-for-like comparison."""
+    graphsvc_conv = pytest.importorskip("graphsvc_conv", reason=CONV_REASON)
+    from benchmarks.numpy_models import _pool2x2, _pool2x2_vjp
+
+    rng = np.random.default_rng(31)
+    x = rng.choice(np.array([0.0, -0.0, 1.0, 2.0, -1.0]), size=(2, 3, 6, 8)).astype(dtype)  # ties
+    out = _pool2x2(x)
+    g = rng.choice(np.array([0.0, -0.0, -0.0, 1.0, -2.5]), size=out.shape).astype(dtype)
+    (expected,) = graphsvc_conv.max_pool2d_vjp(g, out, x, 2)
+    grad = _pool2x2_vjp(g, x, out)
+    assert np.signbit(g[g == 0]).any() and not np.signbit(grad[grad == 0]).any()
+    assert grad.dtype == dtype and grad.tobytes() == expected.tobytes()

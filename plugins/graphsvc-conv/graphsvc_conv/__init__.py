@@ -342,10 +342,13 @@ def max_pool2d_vjp(
     """Each window's ``g`` goes to its largest element, the first in row-major order on a tie, and
     a window holding nan gives it to its last nan: PyTorch's CPU kernel, which takes an element
     that is larger, or nan. Windows that do not overlap (stride at least the kernel) each write
-    their own elements: set, not added to."""
+    their own elements: set, not added to, with ``g + 0.0`` (PyTorch adds g to zeros, so a -0.0 in
+    g gives +0.0; one addition over the output, smaller than x, instead of one per element)."""
     kernel, stride_, padding_, out_size = _pool_setup(x, kernel_size, stride, padding)
     g = np.asarray(g, dtype=x.dtype)
     apart = stride_[0] >= kernel[0] and stride_[1] >= kernel[1]
+    if apart:
+        g = g + 0.0  # -0.0 -> +0.0: PyTorch adds g to zeros
     if _by_window(kernel, out_size):
         return (_pool_vjp_by_window(g, out, x, kernel, stride_, padding_, out_size, apart),)
     xp = _pad(x, padding_, -np.inf)
@@ -390,9 +393,9 @@ def _pool_vjp_by_window(
     """:func:`max_pool2d_vjp`'s gradient of x, window by window (:func:`_by_window`): each window's
     pick is its first maximum in row-major order among its real elements (padding is never picked),
     or its last nan, as the offset-by-offset passes pick it, and its ``g`` is set there when windows
-    are apart, else added (where a window holds nan, the passes' second adds into every element: a
-    -0.0 becomes 0.0, here too). Only the window's real part is looked at, and no float of it is
-    copied: a large window over a small image neither pads the input nor copies it per window."""
+    are apart (``g`` holds no -0.0 then), else added. Only the window's real part is looked at, and
+    no float of it is copied: a large window over a small image neither pads the input nor copies it
+    per window."""
     n, c = x.shape[:2]
     batch, channel = np.indices((n, c), sparse=True)
     grad = np.zeros(x.shape, dtype=x.dtype)
@@ -411,8 +414,6 @@ def _pool_vjp_by_window(
             grad[at] = g[:, :, i, j]
         else:  # one window's picks are distinct elements: no two of them add into one
             grad[at] += g[:, :, i, j]
-    if apart and out.size and np.isnan(out.max()):
-        grad += 0.0  # as the passes' second, which adds into every element
     return grad
 
 
