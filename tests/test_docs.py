@@ -1,4 +1,5 @@
-"""Every fenced code block in README.md, docs/tutorial.md and docs/plugins.md runs as written.
+"""Every fenced code block in README.md, docs/tutorial.md, docs/plugins.md and the example plugins'
+READMEs runs as written.
 
 Each document gets a fresh temporary directory (README.md's with a copy of examples/), and its blocks run
 there in order, in subprocesses, with this environment's ``python`` and ``graphsvc`` first on PATH. By
@@ -42,7 +43,14 @@ import pytest
 from tests.conftest import graphviz_missing
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = ("README.md", "docs/tutorial.md", "docs/plugins.md")
+DOCUMENTS = (
+    "README.md",
+    "docs/tutorial.md",
+    "docs/plugins.md",
+    "plugins/graphsvc-activations/README.md",
+    "plugins/graphsvc-binary/README.md",
+    "plugins/graphsvc-conv/README.md",
+)
 #: What each document's directory starts with, copied from the checkout.
 COPIED = {"README.md": ("examples",)}
 
@@ -56,6 +64,12 @@ SKIPPED_COMMANDS = {
     "pip install ./plugins/graphsvc-activations ./plugins/graphsvc-binary": (
         "installs the example plugins; the test environment has them (CI's command installs them)"
     ),
+    **{
+        f"pip install ./plugins/graphsvc-{name}": (
+            "installs an example plugin; the test environment has it (CI's command installs it)"
+        )
+        for name in ("activations", "binary", "conv")
+    },
     "python -m pytest -q": (
         "runs the whole test suite, this file included; tests/test_readme.py checks it is CI's command"
     ),
