@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers as numbers_module
 import os
 import subprocess
 import sys
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import pytest
 
 from graphsvc import checks, kernels, replay
 from graphsvc.errors import MissingOpsError, OpError, ReplayError, UsageError
-from graphsvc.graph import Graph, GraphBuilder, OpSource
+from graphsvc.graph import LEAF_TAGS, Graph, GraphBuilder, OpSource
 from graphsvc.kernels import REFERENCE, Engine
 from graphsvc.ops import Op, OpRegistry
 from graphsvc.plugins import load_registry
@@ -345,6 +349,74 @@ def test_a_plugin_ops_attributes_come_from_its_forwards_signature() -> None:
         with pytest.raises(OpError) as info:
             replay.forward(g.build(), registry)
         assert str(info.value) == f"node n: {message}"
+
+
+def reference_primitive_params(graph: Graph, table: np.ndarray) -> replay.PrimitivePlan:
+    """replay._primitive_params as it was, node by node: the reference its bulk reads must match."""
+    params, excluded, given, numbers = None, [], [], []
+    for node, node_attrs in graph.attrs.items():
+        code = int(table[graph.op_codes[node]])
+        if code == 0 or graph.parent_offsets[node + 1] == graph.parent_offsets[node]:
+            continue
+        names = kernels.PRIMITIVE_ATTRS[kernels.PRIMITIVES[code - 1]]
+        value = node_attrs.get(names[0]) if len(names) == 1 and len(node_attrs) == 1 else None
+        if not isinstance(value, numbers_module.Real) or isinstance(value, bool):
+            excluded.append(node)
+            continue
+        given.append(node)
+        numbers.append(value)
+    if given:
+        params = np.zeros(graph.num_nodes, dtype=np.float64)
+        params[given] = numbers
+    return replay.PrimitivePlan(params, np.array(excluded, dtype=np.int64))
+
+
+#: Attributes of a pow node: its one real number (of any real type), and what is not one.
+POW_ATTRS = [
+    {"exponent": 2.0},
+    {"exponent": 3},
+    {"exponent": -0.5},
+    {"exponent": 2**70},
+    {"exponent": np.float64(1.5)},
+    {"exponent": np.int64(4)},
+    {"exponent": Fraction(1, 3)},
+    {"exponent": True},
+    {"exponent": np.bool_(True)},
+    {"exponent": "2"},
+    {"exponent": None},
+    {"exponent": Decimal("1.5")},
+    {"exponent": 2.0, "scale": 1.0},
+    {"other": 2.0},
+    {},
+]
+
+
+@pytest.mark.parametrize("odd", [False, True])
+def test_primitive_parameters_are_those_read_node_by_node(registry: OpRegistry, odd: bool) -> None:
+    """The bulk read of pow's exponents gives the reference's numbers, bit for bit, and sends the
+    same nodes, in the same order, to their op's functions: floats and ints, some beside another
+    name (``odd=False``), and every other kind of attribute among them."""
+    rng = np.random.default_rng(7)
+    g = GraphBuilder()
+    x = g.leaf(0.5, name="x")
+    kinds = POW_ATTRS if odd else [*POW_ATTRS[:3], {"exponent": 2.0, "scale": 1.0}]
+    for i in range(300):
+        x = g.add("pow", [x], attrs=kinds[int(rng.integers(len(kinds)))] if i % 7 else {"exponent": rng.normal()})
+        if odd and i % 50 == 0:
+            x = g.add("add", [x, g.leaf(1.0)], attrs={"exponent": 2.0})  # a primitive without one
+            g.add("exp", [x], attrs={"base": 2.0})
+    graph = g.build()
+    if odd:
+        graph.attrs[0] = {"exponent": 2.0}  # a leaf's: kept, never a parameter
+        graph.attrs[5] = MappingProxyType({"exponent": 2.0})  # not a dict: a graph not checked yet
+        graph.attrs = dict(reversed(graph.attrs.items()))  # not in id order
+    ops = [None if tag in LEAF_TAGS else registry.get(tag) for tag in graph.op_table]
+    table = replay._primitive_table(ops)
+    got, expected = replay._primitive_params(graph, table), reference_primitive_params(graph, table)
+    assert expected.params is not None
+    assert got.params is not None and got.params.tobytes() == expected.params.tobytes()
+    assert got.excluded.tolist() == expected.excluded.tolist()
+    assert len(expected.excluded)
 
 
 def test_an_op_that_raises_is_named_with_its_plugin_and_node() -> None:
