@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import IO, BinaryIO
 
 from graphsvc import codec, document, fastload
+from graphsvc.collector import gc_paused
 from graphsvc.document import check_graph_nesting, check_writable
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.graph import Graph
@@ -162,15 +163,16 @@ def _read(
 ) -> tuple[Graph, tuple[int, int]]:
     """Read the columns straight into arrays when :func:`fastload.scan` finds them; anything else
     (or any problem) the general way, which gets ``everything`` and words the error."""
-    try:
-        doc = codec.decode_fast(source, limits)
-    except (fastload.NotCanonical, FormatError):
-        doc = None  # decoded below, once the traceback (and any column read so far) is let go
-    if doc is None:
-        data = everything()
-        doc = codec.decode(data, limits)
-        del data  # the decoded columns hold their own copy; free the file's bytes before validating
-    return document.validate(doc, limits)
+    with gc_paused():  # a map per node's attributes: see graphsvc.collector
+        try:
+            doc = codec.decode_fast(source, limits)
+        except (fastload.NotCanonical, FormatError):
+            doc = None  # decoded below, once the traceback (and any column read so far) is let go
+        if doc is None:
+            data = everything()
+            doc = codec.decode(data, limits)
+            del data  # the decoded columns hold their own copy; free the file's bytes before validating
+        return document.validate(doc, limits)
 
 
 #: A graph source: a path, or an open binary stream (``sys.stdin.buffer``) read to its end.
@@ -386,7 +388,8 @@ def _read_json(data: bytes | bytearray, limits: Limits) -> tuple[Graph, tuple[in
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise FormatError(f"the JSON text is not valid UTF-8 (at byte {exc.start})") from None
-    graph, version = jsonio.loads_versioned(text)
+    with gc_paused():  # a map per node's attributes: see graphsvc.collector
+        graph, version = jsonio.loads_versioned(text)
     del text
     if graph.num_nodes > limits.max_nodes:
         raise FormatError(f"the graph has {counted(graph.num_nodes, 'node')}, over the limit {limits.max_nodes}")

@@ -36,8 +36,6 @@ plugins and ``GRAPHSVC_PLUGINS``), loaded on first use; :func:`use_registry` rep
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -47,6 +45,7 @@ from operator import attrgetter
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from graphsvc.collector import gc_paused
 from graphsvc.errors import OpError, UsageError
 from graphsvc.opmath import python_forward
 from graphsvc.text import counted
@@ -287,7 +286,7 @@ class Value:
 
         registry = default_registry()
         native = native_walk()
-        with _gc_paused():
+        with gc_paused():
             nodes, graph = _traced([self], registry, extras=False, native=native)
             grads = backward(graph, registry, len(nodes) - 1)
             if native is not None:
@@ -346,23 +345,6 @@ def use_registry(registry: OpRegistry | None) -> None:
     """
     global _registry
     _registry = registry
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a graph is walked.
-
-    A walk allocates a few containers per node; with millions of live values each of the full
-    collections those allocations trigger would scan every value (seconds, for nothing: the walk
-    creates no cycles). Reference counting still frees memory meanwhile.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 # -- walking the graph ----------------------------------------------------------------------------
@@ -504,7 +486,7 @@ def trace(*outputs: Value, registry: OpRegistry | None = None) -> Graph:
             raise TypeError(f"trace() takes Values, not {type(output).__name__}")
     if registry is None:  # not `registry or ...`: an empty registry is falsy
         registry = default_registry()
-    with _gc_paused():
+    with gc_paused():
         return _traced(outputs, registry, extras=True, native=native_walk())[1]
 
 

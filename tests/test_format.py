@@ -4,6 +4,7 @@ and every kind of bad input with its exact message."""
 from __future__ import annotations
 
 import copy
+import gc
 import hashlib
 import importlib.util
 import io
@@ -23,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphsvc import codec, document
+from graphsvc import codec, document, jsonio
 from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.graph import Graph, GraphBuilder, OpSource
@@ -873,3 +874,26 @@ def test_a_loaded_graph_gets_the_compiled_structure_check_whatever_its_size(monk
     graph = fmt.loads(data)
     assert calls == [graph.num_nodes] == [6]  # far below the threshold of a replay's compiled sweeps
     assert kernels.JIT_THRESHOLD > 6
+
+
+def test_loading_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    """A load pauses the collector (a map per node's attributes); on or off, it is as it was
+    afterwards, for a file that loads, one that does not, msgpack and JSON alike."""
+    b = GraphBuilder()
+    b.add("pow", [b.leaf(2.0)], attrs={"exponent": 3.0})
+    graph = b.build()
+    good, bad, text = tmp_path / "good.msgpack", tmp_path / "bad.msgpack", tmp_path / "good.json"
+    fmt.save(graph, good)
+    bad.write_bytes(good.read_bytes()[:-3])
+    text.write_text(jsonio.dumps(graph))
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            for path in (good, text):
+                assert fmt.load(path).attrs == {1: {"exponent": 3.0}}
+                assert gc.isenabled() is enabled
+            with pytest.raises(FormatError):
+                fmt.load(bad)
+            assert gc.isenabled() is enabled
+    finally:
+        gc.enable()

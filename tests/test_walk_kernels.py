@@ -22,6 +22,7 @@ import pytest
 
 from graphsvc import format as fmt
 from graphsvc import micrograd_import, value
+from graphsvc.collector import gc_paused
 from graphsvc.errors import GraphStructureError
 from graphsvc.graph import Graph
 from graphsvc.value import Value, default_registry, zero_grad
@@ -156,7 +157,7 @@ def test_micrograd_mlp_after_backward(native: ModuleType) -> None:
 
 def micrograd_chain(length: int) -> Any:
     """length + with a constant each, one after the other: 2 * length - 1 nodes, as deep as that."""
-    with value._gc_paused():  # a million objects: the collector's full passes would cost seconds
+    with gc_paused():  # a million objects: the collector's full passes would cost seconds
         node = MicroValue(1.0)
         for _ in range(length - 1):
             node = MicroValue(node.data, (node, MicroValue(0.0)), "+")
@@ -383,7 +384,7 @@ def test_value_deep_chain_of_a_million_nodes(native: ModuleType) -> None:
     """No recursion: 1,000,000 values deep, the chain in order; the reference compared at 100,000."""
     x = Value(0.5, name="x")
     y = x
-    with value._gc_paused():
+    with gc_paused():
         for i in range(999_999):
             y = y.relu()
             if i == 99_998:
