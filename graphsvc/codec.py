@@ -123,9 +123,19 @@ def _bin_header(length: int) -> bytes:
 
 # -- reading ------------------------------------------------------------------------------------------
 def _pairs_to_dict(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """A map's entries as a dict, refusing a key that is not a string and a key given twice. Called
+    once per map (a node's attributes: a million times for a million nodes), so a map of one entry,
+    the usual one, is made without the general checks (a million one-entry maps: 3.1 s -> 0.84 s,
+    msgpack's decode without a hook 0.64 s)."""
+    if len(pairs) == 1:
+        key, value = pairs[0]
+        if type(key) is not str:
+            raise diagnose.NonStringKey
+        return {key: value}
     result = dict(pairs)  # strict_map_key: every key is a str or bytes, so hashable
-    if result and set(map(type, result)) != {str}:  # strict_map_key lets bin keys through
-        raise diagnose.NonStringKey
+    for key in result:
+        if type(key) is not str:  # strict_map_key lets bin keys through
+            raise diagnose.NonStringKey
     if len(result) != len(pairs):
         seen = set()
         for key, _ in pairs:
