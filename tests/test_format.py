@@ -10,6 +10,7 @@ import importlib.util
 import io
 import json
 import os
+import random
 import stat
 import struct
 import sys
@@ -897,3 +898,63 @@ def test_loading_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> 
             assert gc.isenabled() is enabled
     finally:
         gc.enable()
+
+
+def _nesting_ok_an_item_at_a_time(items: list[Any], limit: int, string_limit: int | None) -> bool:
+    """document._nesting_ok as it was written before its checks went a level at a time in C."""
+    level, longest = 0, None if string_limit is None else string_limit // 4
+    while items:
+        if level > limit:
+            return False
+        nested: list[Any] = []
+        for item in items:
+            kind = type(item)
+            if kind is str:
+                if longest is not None and len(item) > longest:
+                    return False
+            elif kind is dict:
+                if item and (set(map(type, item)) != {str} or (longest is not None and max(map(len, item)) > longest)):
+                    return False
+                nested.extend(item.values())
+            elif kind is list:
+                nested.extend(item)
+            elif kind is int:
+                if not -(1 << 63) <= item < 1 << 64:
+                    return False
+            elif kind not in {str, float, bool, type(None), bytes}:
+                return False
+        items = nested
+        level += 1
+    return True
+
+
+class _Text(str):
+    pass
+
+
+def _random_value(rng: random.Random, depth: int) -> Any:
+    leaves: list[Any] = [
+        1.5, -0.0, True, None, b"\x00", "", "x" * 60, "é" * 3, 0, -(2**63), 2**64 - 1, 2**64, -(2**63) - 1,
+        (1, 2), _Text("t"), 3 + 0j,
+    ]  # fmt: skip
+    if depth == 0 or rng.random() < 0.3:
+        return rng.choice(leaves)
+    if rng.random() < 0.5:
+        return [_random_value(rng, depth - 1) for _ in range(rng.randrange(4))]
+    keys: list[Any] = ["a", "b", "k" * 60, 1, b"k", _Text("s")]
+    return {
+        rng.choice(keys) if rng.random() < 0.1 else f"k{i}": _random_value(rng, depth - 1)
+        for i in range(rng.randrange(4))
+    }
+
+
+def test_nesting_checked_a_level_at_a_time_judges_as_an_item_at_a_time() -> None:
+    rng = random.Random(7)
+    judged = set()
+    for _ in range(3000):
+        items = [_random_value(rng, rng.randrange(7)) for _ in range(rng.randrange(1, 6))]
+        for limit, string_limit in ((4, 200), (6, None), (2, 100)):
+            expected = _nesting_ok_an_item_at_a_time(items, limit, string_limit)
+            assert document._nesting_ok(items, limit, string_limit) is expected, (items, limit, string_limit)
+            judged.add(expected)
+    assert judged == {True, False}
