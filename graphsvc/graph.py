@@ -264,9 +264,9 @@ class Graph:
             values=self.values.copy(),
             grads=None if self.grads is None else self.grads.copy(),
             names=dict(self.names),
-            attrs={k: dict(v) for k, v in self.attrs.items()},
+            attrs=copy_maps(self.attrs),
             outputs=list(self.outputs),
-            metadata=dict(self.metadata),
+            metadata=data_copy(dict(self.metadata)),
             op_sources=dict(self.op_sources),
             arrays={k: v.copy() for k, v in self.arrays.items()} if arrays else {},
             grad_arrays={k: v.copy() for k, v in self.grad_arrays.items()} if arrays else {},
@@ -605,7 +605,7 @@ class GraphBuilder:
             self._has_grads = True
         self._grads.append(math.nan if grad is None else float(grad))
         if attrs:
-            self._attrs[node] = dict(attrs)
+            self._attrs[node] = {key: data_copy(item) for key, item in attrs.items()}
         return node
 
     def _resolve(self, ref: NodeRef, node: int) -> int:
@@ -632,8 +632,8 @@ class GraphBuilder:
             self._values,
             grads=np.array(self._grads, dtype=FLOAT_DTYPE) if self._has_grads else None,
             names=dict(self._names),
-            attrs={k: dict(v) for k, v in self._attrs.items()},
-            metadata=dict(metadata or {}),
+            attrs=copy_maps(self._attrs),
+            metadata=data_copy(dict(metadata or {})),
             op_sources=dict(self.op_sources),
             arrays=dict(self._arrays),
             grad_arrays=dict(self._grad_arrays),
@@ -644,6 +644,45 @@ class GraphBuilder:
             graph.outputs = [graph.node_id(o) for o in outputs]
         graph.check()
         return graph
+
+
+#: The containers an attribute or the metadata may hold, copied with it (the rest is shared).
+_CONTAINERS = (dict, list)
+
+
+def data_copy(value: Any) -> Any:
+    """``value`` (an attribute's, or the metadata) with every dict and list in it copied, so that
+    what the caller changes in place later does not reach the copy, nor the copy's changes the
+    original; numbers, strings, bytes and tuples are shared. Iterative (any nesting); a container
+    met twice, or holding itself, is copied once (as ``copy.deepcopy`` does)."""
+    if not isinstance(value, _CONTAINERS):
+        return value
+    copies = {id(value): value.copy()}
+    pending = [value]
+    while pending:
+        original = pending.pop()
+        copied = copies[id(original)]
+        for key, item in original.items() if isinstance(original, dict) else enumerate(original):
+            if isinstance(item, _CONTAINERS):
+                if id(item) not in copies:
+                    copies[id(item)] = item.copy()
+                    pending.append(item)
+                copied[key] = copies[id(item)]
+    return copies[id(value)]
+
+
+def copy_maps(maps: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Each node's attributes copied by :func:`data_copy`. Maps of numbers and strings (a million
+    ``pow`` exponents) are copied a map at a time, as ``dict()``; only the maps that hold a list or
+    a dict are walked."""
+    copied = {node: dict(values) for node, values in maps.items()}
+    kinds = set(map(type, itertools.chain.from_iterable(map(dict.values, copied.values()))))
+    if any(issubclass(kind, _CONTAINERS) for kind in kinds):
+        for values in copied.values():
+            for key, item in values.items():
+                if isinstance(item, _CONTAINERS):
+                    values[key] = data_copy(item)  # a value replaced, no key added: the loop goes on
+    return copied
 
 
 def _is_tensor(value: object) -> bool:

@@ -274,7 +274,9 @@ class Value:
         if problem is not None:
             raise OpError(problem)
         result = evaluate(op, [np.array([p.data], dtype=np.float64) for p in parents], attrs)
-        return Value(float(result[0]), None, op_name, parents, dict(attrs) or None)
+        from graphsvc.graph import data_copy
+
+        return Value(float(result[0]), None, op_name, parents, {k: data_copy(v) for k, v in attrs.items()} or None)
 
     # -- gradients -----------------------------------------------------------------------------
     def backward(self) -> None:
@@ -448,7 +450,7 @@ def _graph(
     grads, names and op sources, and checks the result."""
     import numpy as np
 
-    from graphsvc.graph import FLOAT_DTYPE, graph_from_lists
+    from graphsvc.graph import FLOAT_DTYPE, copy_maps, graph_from_lists
 
     parents = list(map(attrgetter("_parents"), nodes))
     graph = graph_from_lists(
@@ -456,7 +458,7 @@ def _graph(
         map(len, parents),
         map(index.__getitem__, chain.from_iterable(parents)),
         map(attrgetter("data"), nodes),
-        attrs={i: dict(attrs) for i, attrs in enumerate(map(attrgetter("_attrs"), nodes)) if attrs},
+        attrs=copy_maps({i: attrs for i, attrs in enumerate(map(attrgetter("_attrs"), nodes)) if attrs}),
         outputs=list(dict.fromkeys(index[o] for o in outputs)),
     )
     if extras:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import numpy as np
 import pytest
 
+import graphsvc
 from examples.make_examples import seed000  # the shipped example, built with GraphBuilder
 from graphsvc.errors import GraphStructureError, UsageError
-from graphsvc.graph import CONST, LEAF, MAX_OPS, Graph, GraphBuilder, OpSource
+from graphsvc.graph import CONST, LEAF, MAX_OPS, Graph, GraphBuilder, OpSource, copy_maps, data_copy
 
 
 def test_builder_lays_out_columns_in_csr_form() -> None:
@@ -102,6 +104,82 @@ def test_copy_is_deep_and_writable() -> None:
     c.values[0] = 9.0
     c.names[0] = "zz"
     assert g.values[0] == 0.5 and g.names[0] == "z"
+
+
+def _attributed() -> tuple[GraphBuilder, dict[str, Any], dict[str, Any]]:
+    attrs: dict[str, Any] = {"shape": [3, 2], "spec": {"axes": [[0], [1]]}, "eps": 1e-5}
+    metadata: dict[str, Any] = {"run": {"steps": [1, 2]}}
+    b = GraphBuilder()
+    b.leaf(np.ones((2, 3), dtype=np.float32), name="x")
+    b.add("reshape", ["x"], attrs=attrs, name="r")
+    return b, attrs, metadata
+
+
+def _change_in_place(attrs: dict[str, Any], metadata: dict[str, Any]) -> None:
+    attrs["shape"][0] = 99
+    attrs["spec"]["axes"][1].append(7)
+    attrs["spec"]["new"] = 1
+    metadata["run"]["steps"].append(3)
+
+
+EXPECTED_ATTRS = {"shape": [3, 2], "spec": {"axes": [[0], [1]]}, "eps": 1e-5}
+EXPECTED_METADATA = {"run": {"steps": [1, 2]}}
+
+
+def test_what_the_builder_is_given_is_copied_to_the_bottom() -> None:
+    b, attrs, metadata = _attributed()
+    g = b.build(metadata=metadata)
+    _change_in_place(attrs, metadata)  # the caller's lists and maps, changed after the fact
+    assert g.attrs[1] == EXPECTED_ATTRS and g.metadata == EXPECTED_METADATA
+    _change_in_place(g.attrs[1], g.metadata)  # one build's, changed: not the builder's next build
+    assert b.build(metadata=EXPECTED_METADATA).attrs[1] == EXPECTED_ATTRS
+
+
+def test_a_copy_shares_no_list_or_map_of_the_attributes_or_metadata() -> None:
+    b, _, metadata = _attributed()
+    g = b.build(metadata=metadata)
+    c = g.copy()
+    _change_in_place(c.attrs[1], c.metadata)
+    assert g.attrs[1] == EXPECTED_ATTRS and g.metadata == EXPECTED_METADATA
+    _change_in_place(g.attrs[1], g.metadata)
+    assert c.attrs[1]["shape"] == [99, 2]  # changed once, by the first call, not twice
+
+
+def test_a_replays_result_shares_no_list_or_map_with_the_graph_replayed() -> None:
+    b = GraphBuilder()
+    b.leaf(np.ones((2, 3), dtype=np.float32), name="x")
+    b.add("reshape", ["x"], attrs={"shape": [3, 2]}, name="r")
+    b.add("sum", ["r"], name="loss")
+    g = b.build(metadata={"run": {"steps": [1, 2]}})
+    result = graphsvc.backward(g, output="loss")
+    result.attrs[1]["shape"][0] = 6
+    result.metadata["run"]["steps"].append(3)
+    assert g.attrs[1] == {"shape": [3, 2]} and g.metadata == {"run": {"steps": [1, 2]}}
+    assert graphsvc.backward(g, output="loss").grad("x").shape == (2, 3)  # the graph replays as before
+
+
+def test_data_copy_keeps_shared_and_self_holding_containers_and_any_nesting() -> None:
+    shared = [1.0]
+    looped: list[Any] = ["a"]
+    looped.append(looped)
+    copied = data_copy({"a": shared, "b": shared, "loop": looped, "t": (1, 2), "s": "x"})
+    assert copied["a"] is copied["b"] and copied["a"] is not shared and copied["a"] == [1.0]
+    assert copied["loop"][1] is copied["loop"] and copied["loop"] is not looped
+    deep: list[Any] = []
+    tail = deep
+    for _ in range(100_000):  # far past Python's recursion limit
+        tail.append([])
+        tail = tail[0]
+    result = data_copy(deep)
+    for _ in range(100_000):
+        result = result[0]
+    assert result == []
+
+
+def test_copy_maps_copies_maps_of_numbers_alone_a_map_at_a_time() -> None:
+    maps = {node: {"exponent": float(node)} for node in range(1000)}
+    copied = copy_maps(maps)
+    assert copied == maps and all(copied[node] is not maps[node] for node in maps)
 
 
 def test_binary_graph_of_a_million_nodes_stays_under_100_bytes_a_node() -> None:
