@@ -256,7 +256,7 @@ def resolve_set(
     A number becomes a float, except for a leaf the file holds as an int64 array (indices, class
     labels): there it stays an integer, a 0-d int64 array, and one that is not a whole number in
     int64's range is a :class:`~graphsvc.errors.UsageError`."""
-    from graphsvc.graph import TENSOR_DTYPES, native_copy
+    from graphsvc.graph import MAX_DIMENSIONS, TENSOR_DTYPES, native_copy
     from graphsvc.text import escape
 
     result: dict[int, Any] = {}
@@ -268,6 +268,11 @@ def resolve_set(
         elif isinstance(number, bool) or not isinstance(number, Real):
             raise TypeError(f"set[{ref!r}] must be a number or an array, not {type(number).__name__}")
         node = graph.node_id(ref)
+        if isinstance(number, np.ndarray) and number.ndim > MAX_DIMENSIONS:  # as a graph holds an array
+            raise UsageError(
+                f"{option} {escape(graph.label(node))}: an array of {counted(number.ndim, 'dimension')}, "
+                f"more than {MAX_DIMENSIONS}"
+            )
         if not isinstance(number, np.ndarray):
             held = graph.arrays.get(node)
             where = f"{option} {escape(graph.label(node))}"

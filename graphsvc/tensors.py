@@ -32,7 +32,7 @@ import numpy as np
 from graphsvc import memory, opmath
 from graphsvc.checks import differences
 from graphsvc.errors import ReplayError, UsageError
-from graphsvc.graph import FLOAT_DTYPE, LEAF, TENSOR_DTYPES, Graph, sealed
+from graphsvc.graph import FLOAT_DTYPE, LEAF, MAX_DIMENSIONS, TENSOR_DTYPES, Graph, sealed
 from graphsvc.kernels import Engine
 from graphsvc.ops import (
     NEEDS_INPUT_GRAD,
@@ -517,15 +517,22 @@ def _failed(graph: Graph, node: int, op: Op, what: str, exc: BaseException) -> N
 
 
 def _as_tensor(graph: Graph, node: int, op: Op, what: str, result: Any) -> np.ndarray:
-    """An op's result as an array of one of :data:`TENSOR_DTYPES`; anything else is a ReplayError."""
-    if type(result) is np.ndarray and result.dtype in TENSOR_DTYPES:
+    """An op's result as an array of one of :data:`TENSOR_DTYPES` of at most :data:`MAX_DIMENSIONS`
+    dimensions, as a graph holds one (a replay's result is saved with ``--write``); anything else is
+    a ReplayError."""
+    if type(result) is np.ndarray and result.dtype in TENSOR_DTYPES and result.ndim <= MAX_DIMENSIONS:
         return result
     try:
         array = np.asarray(result)
     except Exception:
         array = None
     if array is not None and array.dtype in TENSOR_DTYPES:
-        return array
+        if array.ndim <= MAX_DIMENSIONS:
+            return array
+        raise ReplayError(
+            f"node {graph.label(node)}: op {op.name!r} ({op.source}): {op.message_name(what)} returned an array "
+            f"of {counted(array.ndim, 'dimension')}, more than {MAX_DIMENSIONS}"
+        )
     kind = f"an array of {result.dtype}" if isinstance(result, np.ndarray) else type(result).__name__
     raise ReplayError(
         f"node {graph.label(node)}: op {op.name!r} ({op.source}): {op.message_name(what)} returned {kind}, "

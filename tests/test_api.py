@@ -372,6 +372,8 @@ def test_set_takes_a_big_endian_or_fortran_ordered_array_as_a_graph_does() -> No
         assert replayed.grad("w").tolist() == [[2.0, 4.0], [6.0, 8.0]]  # type: ignore[union-attr]
     with pytest.raises(TypeError, match=r"^set\['w'\] must be an array of float64, float32 or int64, not float16$"):
         graphsvc.backward(graph, output="loss", set={"w": np.zeros((2, 2), dtype=np.float16)})
+    with pytest.raises(UsageError, match=r"^set w: an array of 33 dimensions, more than 32$"):
+        graphsvc.backward(graph, output="loss", set={"w": np.zeros((1,) * 33)})  # a Graph holds 32 at most
 
 
 def test_a_number_set_on_an_int64_leaf_stays_an_integer() -> None:

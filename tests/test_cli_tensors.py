@@ -199,6 +199,25 @@ def test_npy_files_numpy_cannot_read_safely_get_our_words(dot: Path) -> None:
     assert (code, err) == (2, f"Error: --set x: {fifo} is not a regular file\n")
 
 
+def test_arrays_of_more_dimensions_than_a_graph_holds_stop_before_the_write(dot: Path, tmp_path: Path) -> None:
+    # a graph holds arrays of at most 32 dimensions: a --set array or an op's result of more is
+    # refused naming it, not replayed and then refused by --write as a bad graph file (exit 3)
+    np.save(tmp_path / "deep.npy", np.ones((1,) * 33))
+    out_path = tmp_path / "out.msgpack"
+    code, out, err = run("backward", str(dot), "--set", f"x={tmp_path / 'deep.npy'}", "--write", str(out_path))
+    assert (code, out, err) == (2, "", "Error: --set x: an array of 33 dimensions, more than 32\n")
+    b = GraphBuilder()
+    w = b.leaf(np.ones((2, 1)), name="w")
+    b.add("sum", [b.add("reshape", [w], name="r", attrs={"shape": [2] + [1] * 39})], name="L")
+    fmt.save(b.build(), tmp_path / "reshape.msgpack")
+    code, out, err = run("backward", str(tmp_path / "reshape.msgpack"), "--write", str(out_path))
+    assert (code, out) == (1, "")
+    assert err == (
+        "Error: node r: op 'reshape' (graphsvc 0.1.0): forward returned an array of 40 dimensions, more than 32\n"
+    )
+    assert not out_path.exists()
+
+
 def test_identical_nans_are_no_difference_in_a_check() -> None:
     from graphsvc import tensors
 
