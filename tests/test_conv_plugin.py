@@ -376,6 +376,20 @@ def test_conv2d_gives_the_same_bits_window_by_window(
     assert all(np.abs(grad).sum() > 0 for grad in results[0][2:])
 
 
+@pytest.mark.parametrize("by_window", [False, True], ids=["by offset", "by window"])
+def test_conv2d_of_no_output_channels_is_empty_either_way(by_window: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A weight of no output channels (0, C, kH, kW) gives PyTorch's empty output (N, 0, H', W')
+    and zero cotangents through im2col too (its reshape of the weight to (0, -1) raised numpy's
+    ValueError), as window by window."""
+    monkeypatch.setattr(graphsvc_conv, "_by_window", lambda kernel, out_size: by_window)
+    x, w, b = read_only(np.ones((2, 3, 5, 5))), read_only(np.ones((0, 3, 3, 3))), read_only(np.ones(0))
+    out = graphsvc_conv.conv2d(x, w, b, padding=1)
+    assert (out.shape, out.dtype) == ((2, 0, 5, 5), np.float64)
+    gx, gw, gb = graphsvc_conv.conv2d_vjp(read_only(np.ones(out.shape)), out, x, w, b, padding=1)
+    assert (gx.shape, gw.shape, gb.shape) == (x.shape, w.shape, (0,))
+    assert not gx.any()
+
+
 def large_kernel_over_small_images() -> tuple[np.ndarray, ...]:
     """32 one-pixel images of 8 channels, a 300x300 kernel (padded by 150), a bias, a cotangent:
     im2col's columns would be ~2 GB."""

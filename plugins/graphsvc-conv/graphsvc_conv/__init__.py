@@ -231,7 +231,8 @@ def _conv2d(
             out += bias_[:, None, None]
         return out, None
     columns = _columns(x, kernel, stride_, padding_, keep)
-    out = weight.reshape(weight.shape[0], -1) @ columns  # (O, K) @ (N, K, P): one batched matmul
+    # (O, K) @ (N, K, P): one batched matmul (K given, not -1: a weight of no output channels has size 0)
+    out = weight.reshape(weight.shape[0], columns.shape[1]) @ columns
     if bias_ is not None:
         out += bias_[:, None]  # into the product: no second array of the output's size
     return out.reshape(x.shape[0], weight.shape[0], oh, ow), columns
@@ -290,7 +291,7 @@ def conv2d_vjp(
     if not needs[0]:
         return None, grad_weight, *grad_bias
     column_grads = _scratch("column_grads", (n, c * kernel[0] * kernel[1], oh * ow), x.dtype)
-    np.matmul(weight.reshape(o, -1).T, g3, out=column_grads)
+    np.matmul(weight.reshape(o, column_grads.shape[1]).T, g3, out=column_grads)
     column_grads = column_grads.reshape(n, c, kernel[0], kernel[1], oh, ow)
     grad_padded = np.zeros((n, c, h + 2 * padding_[0], w + 2 * padding_[1]), dtype=x.dtype)
     for a, b, rows, cols in _offsets(kernel, stride_, (oh, ow)):  # col2im
