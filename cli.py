@@ -500,7 +500,9 @@ def _replaying(description: str) -> Iterator[None]:
 def _json_text(document: Any) -> str:
     import json  # here, not at the top: --help and the text listings never need it
 
-    return json.dumps(document, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    from graphsvc.text import json_escaped
+
+    return json_escaped(json.dumps(document, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
 
 
 def _print_json(document: Any) -> None:

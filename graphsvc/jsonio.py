@@ -23,7 +23,7 @@ import numpy as np
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists, sealed
 from graphsvc.layout import MAX_ARRAY_BYTES
-from graphsvc.text import counted, shorten
+from graphsvc.text import counted, json_escaped, shorten
 from graphsvc.topo import topological_sort
 
 JSON_FORMAT_NAME = "graphsvc-json"
@@ -148,7 +148,7 @@ def dumps(graph: Graph) -> str:
         raise GraphsvcError(
             f"cannot write the graph as JSON: {exc} (in JSON, attributes and metadata cannot hold nan, inf or bin data)"
         ) from None
-    return _FLAT_ARRAY.sub(_one_line, text) + "\n"
+    return json_escaped(_FLAT_ARRAY.sub(_one_line, text)) + "\n"  # a lone surrogate as its escape: UTF-8
 
 
 def loads(text: str) -> Graph:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from graphsvc.text import escape, needs_escape
+from graphsvc.text import escape, json_escaped, needs_escape
 
 if TYPE_CHECKING:  # only in annotations: the CLI's start-up does not import numpy.typing or json
     import numpy.typing as npt
@@ -213,7 +213,7 @@ def reference_json_objects(
                 f'{{"id":{i},"name":{name},"op":{op},"parents":[{p}],"value":{v},"grad":{g}}}'
                 for i, name, op, p, v, g in zip(id_list, names, ops, parents, numbers, gradients, strict=True)
             ]
-        yield separator + ",".join(objects)
+        yield json_escaped(separator + ",".join(objects))  # a lone surrogate as its escape, as C's
         separator = ","
 
 
@@ -234,4 +234,5 @@ def json_objects(
     tags = list(graph.op_table)  # C writes names and tags as JSON strings
     for number, ids in enumerate(_chunks(nodes)):
         names = _names(graph, ids.tolist()) if graph.names else None  # None: every name is null
-        yield _ctext.json_chunk(np.ascontiguousarray(ids), *columns[:3], names, tags, *columns[3:], number > 0)
+        chunk = _ctext.json_chunk(np.ascontiguousarray(ids), *columns[:3], names, tags, *columns[3:], number > 0)
+        yield json_escaped(chunk)  # a lone surrogate, which json.dumps leaves as it is, as its escape

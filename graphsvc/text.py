@@ -15,9 +15,12 @@ from functools import cache
 
 #: What :func:`escape` rewrites: the backslash itself (so escaping can be undone and a name that
 #: spells ``\\n`` is not confused with one that holds a newline), C0 and C1 control characters and
-#: DEL (tab, newline, carriage return, ESC...), Unicode's line and paragraph separators, and the
-#: bidirectional controls that can make text display in another order than it reads.
-_CONTROLS = "\x00-\x1f\x7f-\x9f\u0085\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+#: DEL (tab, newline, carriage return, ESC...), Unicode's line and paragraph separators, the
+#: bidirectional controls that can make text display in another order than it reads, and lone
+#: surrogates (a JSON file's ``"\\ud800"``, a plugin's text), which UTF-8 cannot encode: printed as
+#: they are, they stopped the listing with a UnicodeEncodeError or wrote bytes that are not UTF-8.
+_SURROGATES = "\ud800-\udfff"
+_CONTROLS = "\x00-\x1f\x7f-\x9f\u0085\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069" + _SURROGATES
 
 
 # Every character in _CONTROLS is unprintable (str.isprintable), so text that is printable and has
@@ -30,6 +33,11 @@ def _unsafe() -> re.Pattern[str]:
 @cache
 def _control() -> re.Pattern[str]:
     return re.compile(f"[{_CONTROLS}]")
+
+
+@cache
+def _surrogate() -> re.Pattern[str]:
+    return re.compile(f"[{_SURROGATES}]")
 
 
 _NAMED = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
@@ -50,6 +58,15 @@ def escape(text: str) -> str:
     if "\\" not in text and text.isprintable():
         return text
     return _unsafe().sub(_escaped, text)
+
+
+def json_escaped(text: str) -> str:
+    """JSON text as ``json.dumps(..., ensure_ascii=False)`` writes it, with each lone surrogate
+    (which that leaves as it is) written as its JSON escape (``\\ud800``): the same string to a JSON
+    reader, and text that UTF-8 can encode, on standard output or in a file."""
+    if text.isascii() or text.isprintable():  # a surrogate is neither
+        return text
+    return _surrogate().sub(_escaped, text)
 
 
 def needs_escape(texts: Iterable[str]) -> bool:

@@ -240,3 +240,73 @@ def test_a_cycle_of_exactly_ten_nodes_is_shown_whole() -> None:
     with pytest.raises(GraphStructureError) as info:
         topological_sort({i: [(i - 1) % 10] for i in range(10)})
     assert str(info.value) == "the graph has a cycle: 0 -> 1 -> 2 -> 3 -> 4 -> 5 -> 6 -> 7 -> 8 -> 9 -> 0"
+
+
+# -- lone surrogates: a JSON file's "\ud800", a plugin's text ------------------------------------------
+SURROGATES_JSON = (
+    '{"format": "graphsvc-json", "version": [1, 0], "nodes": ['
+    '{"id": 0, "name": "a\\udc80", "op": "leaf", "parents": [], "value": 1.0},'
+    '{"id": 1, "name": "b", "op": "neg\\ud800", "parents": [0], "value": -1.0}],'
+    ' "metadata": {"m\\udc80": "\\ud83d"}}'
+)
+
+
+def run_cli(*args: str, cwd: Path) -> tuple[int, bytes, bytes]:
+    """The real CLI in a process, its standard output strict UTF-8 (a UTF-8 locale's)."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRAPHSVC_")}
+    env.update(LC_ALL="C.UTF-8", PYTHONUTF8="0", PYTHONIOENCODING="utf-8:strict")
+    script = Path(__file__).resolve().parent.parent / "cli.py"
+    process = subprocess.run([sys.executable, str(script), *args], capture_output=True, cwd=cwd, env=env)
+    return process.returncode, process.stdout, process.stderr
+
+
+def test_lone_surrogates_from_a_json_file_are_escaped_in_text_and_in_json(tmp_path: Path) -> None:
+    """json.loads makes "\\ud800" a lone surrogate, which UTF-8 cannot encode: listings, inspect and
+    convert stopped with an internal error (order --json after printing half its document)."""
+    (tmp_path / "s.json").write_text(SURROGATES_JSON)
+    assert run_cli("order", "s.json", cwd=tmp_path) == (0, b"1\tb\tneg\\ud800\t0\n0\ta\\udc80\tleaf\t-\n", b"")
+    code, out, err = run_cli("order", "s.json", "--json", cwd=tmp_path)
+    assert (code, err) == (0, b"")
+    assert out == (
+        b'{"algorithm":"dfs","output":null,"nodes":[{"id":1,"name":"b","op":"neg\\ud800","parents":[0]},'
+        b'{"id":0,"name":"a\\udc80","op":"leaf","parents":[]}]}\n'
+    )
+    code, out, err = run_cli("inspect", "s.json", "--json", cwd=tmp_path)
+    assert (code, err) == (0, b"")
+    assert json.loads(out)["metadata"] == {"m\udc80": "\ud83d"}  # the same strings, as JSON escapes
+    code, out, err = run_cli("inspect", "s.json", cwd=tmp_path)
+    assert (code, err) == (0, b"")
+    assert b"ops: leaf 1, neg\\ud800 1\n" in out
+    code, out, err = run_cli("convert", "s.json", "--to", "json", "-o", "-", cwd=tmp_path)
+    assert (code, err) == (0, b"")
+    assert b'"name": "a\\udc80"' in out and b'"m\\udc80": "\\ud83d"' in out
+    assert json.loads(out)["nodes"][1]["op"] == "neg\ud800"
+
+
+def test_lone_surrogates_in_a_plugins_text_are_escaped(tmp_path: Path) -> None:
+    (tmp_path / "surrogates.py").write_text(
+        "from graphsvc.hookspecs import hookimpl\n"
+        "from graphsvc.ops import Op\n"
+        '__version__ = "1\\udc80"\n'
+        "def forward(x):\n"
+        '    raise ValueError("bad \\ud800")\n'
+        "@hookimpl\n"
+        "def graphsvc_register_ops(register):\n"
+        '    register(Op("sur", 1, forward=forward, vjp=lambda g, out, x: (g,), doc="d\\udc80",\n'
+        "                samples=lambda rng: [((rng.standard_normal(2),), {})]))\n"
+    )
+    code, out, err = run_cli("--plugin", "surrogates.py", "ops", cwd=tmp_path)
+    assert (code, err) == (0, b"")
+    assert b"sur\t1\t1\tsurrogates 1\\udc80\tvjp\n" in out
+    code, out, err = run_cli("--plugin", "surrogates.py", "ops", "--json", cwd=tmp_path)
+    assert (code, err) == (0, b"")
+    (sur,) = [op for op in json.loads(out.decode())["ops"] if op["name"] == "sur"]
+    assert (sur["plugin_version"], sur["doc"]) == ("1\udc80", "d\udc80")
+    code, out, err = run_cli("--plugin", "surrogates.py", "gradcheck", "--op", "sur", cwd=tmp_path)
+    assert (code, err) == (1, b"Error: gradcheck failed for 1 of 1 op: sur\n")
+    assert out == (
+        b"sur (surrogates 1\\udc80): FAIL: op 'sur' (surrogates 1\\udc80): forward raised ValueError: bad \\ud800\n"
+    )

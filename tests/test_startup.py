@@ -144,9 +144,10 @@ def test_escape_and_one_line_skip_the_pattern_only_where_it_would_change_nothing
     everything = [chr(code) for code in range(0x110000)]
     assert [escape(char) for char in everything] == [_escape_by_pattern(char) for char in everything]
     controls = [char for char in everything if _escape_by_pattern(char) != char and char != "\\"]
-    assert len(controls) == 0x20 + 0x21 + 1 + 2 + 7 + 4  # C0, DEL + C1, U+061C, LRM/RLM, U+2028-U+202E, U+2066-9
+    # C0, DEL + C1, U+061C, LRM/RLM, U+2028-U+202E, U+2066-9, the surrogates U+D800-U+DFFF
+    assert len(controls) == 0x20 + 0x21 + 1 + 2 + 7 + 4 + 0x800
     assert not any(char.isprintable() for char in controls)  # what the fast path relies on
-    assert "\x85" in controls and "\u202e" in controls and "\u2069" in controls
+    assert "\x85" in controls and "\u202e" in controls and "\u2069" in controls and "\udc80" in controls
     from graphsvc import text as text_module
 
     by_pattern = [text_module._control().sub(text_module._escaped, char) for char in everything]

@@ -195,14 +195,16 @@ def test_names_without_escapes_and_graphs_without_names() -> None:
     assert text.splitlines()[1] == f"1\t-\t{graph.op(1)}\t-"
 
 
-def test_a_lone_surrogate_lists_as_it_is() -> None:
-    """json.loads makes one from "\\ud800" in a JSON graph file; strict UTF-8 would refuse it."""
+def test_a_lone_surrogate_lists_escaped() -> None:
+    """json.loads makes one from "\\ud800" in a JSON graph file; strict UTF-8 refuses it, so it is
+    listed escaped (as its JSON escape in JSON), never as it is."""
     graph = Graph(["leaf"], np.zeros(1, np.uint16), np.zeros(2, np.int64), np.zeros(0, np.int32), np.array([1.5]))
     graph.names = {0: "a\ud800b"}
     c_text, reference = both_texts(graph, [0])
-    assert c_text == reference == "0\ta\ud800b\tleaf\t-\n"
+    assert c_text == reference == "0\ta\\ud800b\tleaf\t-\n"
     c_json, reference = both_json(graph, [0], graph.values)
-    assert c_json == reference == '[{"id":0,"name":"a\ud800b","op":"leaf","parents":[],"value":1.5,"grad":null}]'
+    assert c_json == reference == '[{"id":0,"name":"a\\ud800b","op":"leaf","parents":[],"value":1.5,"grad":null}]'
+    assert json.loads(c_json)[0]["name"] == "a\ud800b"
 
 
 def floats_texts(numbers: npt.NDArray[np.float64]) -> list[str]:
