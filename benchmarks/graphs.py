@@ -25,8 +25,19 @@ compiled), with micrograd's ``Value`` given the ``tanh`` of its lecture (:func:`
   only), leaves in [0.5, 1.5] (:func:`dag` with ``ops``); micrograd builds the same graph node by
   node from its columns (:func:`build_micrograd_graph`).
 
-Alternative forms: per-node records (``{"op", "parents", "value"}`` dicts in a list, for pickle and
-msgpack), a ``{node: parents}`` map for :mod:`graphlib`, and the same scalar expression in PyTorch.
+One graph whose every computed node carries an attribute (attributes are the slow part of loading
+and replaying a graph; none of the graphs above has any):
+
+* ``pow_chain``: ``x = x ** e`` repeated ``n`` times from the leaf ``x0 = 1.5``, each ``pow`` node with
+  its own ``exponent`` attribute: ``1.0001`` or ``1 / 1.0001`` in a random order (seeded), so the
+  product of the exponents walks around 1 (over a million steps ``x`` stays between 1.45 and 1.55,
+  the gradients between 0.8 and 1.01) rather than repeating one value every other step. ``n + 1``
+  nodes, as deep as it is long (:func:`pow_chain`, :func:`build_micrograd_pow_chain`: micrograd's
+  ``Value.__pow__`` takes the exponent as a float, the same ``x ** e`` of Python floats).
+
+Alternative forms: per-node records (``{"op", "parents", "value"}`` dicts in a list, with ``"attrs"``
+where a node has attributes, for pickle and msgpack), a ``{node: parents}`` map for :mod:`graphlib`,
+and the same scalar expression in PyTorch.
 """
 
 from __future__ import annotations
@@ -46,6 +57,8 @@ DAG_LAYERS = 10
 DAG_OPS = ("add", "sub", "mul", "max")
 MIXED_OPS = ("add", "mul", "tanh")
 TANH_W, TANH_B, TANH_X0 = 0.9, 0.1, 0.5
+POW_X0 = 1.5
+POW_EXPONENTS = (1.0001, 1 / 1.0001)
 _UNARY = {"tanh": np.tanh}
 
 
@@ -101,6 +114,37 @@ def tanh_chain(steps: int) -> Graph:
     values = np.full(3 + 3 * steps, np.nan, dtype=FLOAT_DTYPE)  # computed values unstored: replay computes them
     values[:3] = (TANH_X0, TANH_W, TANH_B)
     return _chain(steps, "tanh", values, "tanh_chain")
+
+
+def pow_exponents(steps: int, seed: int = 0) -> list[float]:
+    """The pow chain's exponents, one per step: :data:`POW_EXPONENTS` in a random order."""
+    picks = np.random.default_rng(seed).integers(0, len(POW_EXPONENTS), steps)
+    return [POW_EXPONENTS[k] for k in picks.tolist()]
+
+
+def pow_chain(steps: int, seed: int = 0) -> Graph:
+    """``x = x ** e``, ``steps`` times, as columns: the leaf x0, then one ``pow`` per step, each with
+    its ``exponent`` attribute (:func:`pow_exponents`)."""
+    exponents = pow_exponents(steps, seed)
+    n = 1 + steps
+    codes = np.ones(n, dtype=OP_CODE_DTYPE)
+    codes[0] = 0
+    offsets = np.zeros(n + 1, dtype=OFFSET_DTYPE)
+    offsets[2:] = np.arange(1, steps + 1)
+    x, values = POW_X0, [POW_X0]
+    for e in exponents:  # the same float operation as micrograd's Value.__pow__
+        x = x**e
+        values.append(x)
+    return Graph(
+        op_table=[LEAF, "pow"],
+        op_codes=codes,
+        parent_offsets=offsets,
+        parent_indices=np.arange(steps, dtype=INDEX_DTYPE),
+        values=np.array(values, dtype=FLOAT_DTYPE),
+        attrs={i: {"exponent": e} for i, e in enumerate(exponents, start=1)},
+        outputs=[n - 1],
+        metadata={"benchmark": "pow_chain", "steps": steps, "seed": seed},
+    )
 
 
 def _binary(op: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -219,6 +263,21 @@ def build_micrograd_tanh_chain(steps: int, x0: Any, w: Any, b: Any) -> Any:
     x = x0
     for _ in range(steps):
         x = micrograd_tanh(x * w + b)
+    return x
+
+
+def micrograd_pow_chain(steps: int, seed: int = 0) -> tuple[Any, Any, list[float]]:
+    """The pow chain built with micrograd; returns (output, x0, the exponents)."""
+    from micrograd.engine import Value
+
+    x0, exponents = Value(POW_X0), pow_exponents(steps, seed)
+    return build_micrograd_pow_chain(x0, exponents), x0, exponents
+
+
+def build_micrograd_pow_chain(x0: Any, exponents: list[float]) -> Any:
+    x = x0
+    for e in exponents:
+        x = x**e
     return x
 
 

@@ -36,6 +36,7 @@ forms are described in benchmarks/graphs.py. What is timed, and how:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import graphlib
 import itertools
@@ -389,6 +390,33 @@ def run_chain(bench: Bench, n: int, workdir: Path, registry: Any, result: dict[s
     loaded = file_steps(bench, "chain", chain, workdir, registry, True, result["file_sizes"])
     torch_graph = torch_backward(workdir / "chain.graphsvc", bench.repeat) if torch_ok else None
     replay_steps(bench, "chain", loaded, registry, mg, torch_graph, records, result["checks"])
+
+
+def run_pow_chain(bench: Bench, n: int, workdir: Path, registry: Any, result: dict[str, Any], torch_ok: bool) -> None:
+    """The chain of ``n`` pows, each with its ``exponent`` attribute: numpy columns for graphsvc, the
+    same chain built with micrograd and PyTorch. Values and gradients are also compared with
+    micrograd's bit for bit: the same libm ``pow`` and the same products on both sides."""
+    chain = G.pow_chain(n)
+    result["graphs"]["pow_chain"] = describe("pow_chain", chain, f"numpy columns: x ** exponent x {n:,} steps")
+    root, x0, exponents = G.micrograd_pow_chain(n)
+    nodes = G.micrograd_postorder(root)  # the chain's order: x0, then each pow
+    mg = {"root": root, "nodes": nodes, "build": lambda: G.build_micrograd_pow_chain(x0, exponents)}
+    converted, how = G.from_micrograd(root)
+    result["checks"]["pow_chain"] = {
+        "micrograd_chain_matches_columns": G.same_graph(dataclasses.replace(converted, grads=None), chain),
+        "micrograd_converter": how,
+    }
+    del converted
+    records = G.to_records(chain)
+    loaded = file_steps(bench, "pow_chain", chain, workdir, registry, True, result["file_sizes"])
+    torch_graph = torch_backward(workdir / "pow_chain.graphsvc", bench.repeat) if torch_ok else None
+    replay_steps(bench, "pow_chain", loaded, registry, mg, torch_graph, records, result["checks"])
+    values = replay.forward(loaded, registry)
+    grads = replay.backward(loaded, registry, loaded.outputs[0])  # micrograd's: left by its last round
+    result["checks"]["pow_chain"] |= {
+        "values_same_bits_as_micrograd": bool(np.array_equal(values, [v.data for v in nodes])),
+        "backward_same_bits_as_micrograd": bool(np.array_equal(grads, [v.grad for v in nodes])),
+    }
 
 
 def run_scalar_ops(bench: Bench, n: int, registry: Any, result: dict[str, Any]) -> None:
@@ -755,9 +783,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", action="store_true", help="only rebuild latest.md (and targets) from latest.json")
     parser.add_argument(
         "--only",
-        choices=("relu", "ops"),
+        choices=("relu", "ops", "pow"),
         help="relu: micrograd's graphs (mlp, chain, dags, scaling, memory, start-up); ops: the tanh chain and "
-        "the add/mul/tanh DAG (issue 14)",
+        "the add/mul/tanh DAG (issue 14); pow: the chain of pows, each with its exponent attribute",
     )
     args = parser.parse_args(argv)
     if args.render:
@@ -801,6 +829,9 @@ def main(argv: list[str] | None = None) -> int:
             run_mlp(bench, width, workdir, registry, result, torch_ok)
             gc.collect()
             run_chain(bench, n, workdir, registry, result, torch_ok)
+            gc.collect()
+        if args.only in (None, "pow"):
+            run_pow_chain(bench, n, workdir, registry, result, torch_ok)
             gc.collect()
 
         # DAGs ------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ Not a timed test: speed is measured by ``python benchmarks/run.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import graphlib
 import json
 import pickle
@@ -58,12 +59,32 @@ def test_chain_is_as_deep_as_it_is_long():
     assert g.parents(6) == [5, 1]
 
 
-@pytest.mark.parametrize("graph", [G.dag(300), G.chain(30)], ids=["dag", "chain"])
+def test_pow_chain_is_one_pow_per_step_each_with_its_exponent():
+    g = G.pow_chain(30)
+    g.check()
+    assert (g.num_nodes, int(levels(g).max())) == (1 + 30, 30)
+    assert g.op_histogram() == {"leaf": 1, "pow": 30}
+    assert [g.parents(i) for i in (1, 2, 30)] == [[0], [1], [29]]
+    assert sorted(g.attrs) == list(range(1, 31))
+    assert {a["exponent"] for a in g.attrs.values()} == {1.0001, 1 / 1.0001}
+    assert g.values[0] == 1.5 and g.values[2] == (1.5 ** g.attrs[1]["exponent"]) ** g.attrs[2]["exponent"]
+
+
+def test_pow_chain_stays_finite_and_moves_over_many_steps(registry):
+    """The exponents' product walks around 1: no value or gradient overflows or settles on a cycle."""
+    g = G.pow_chain(100_000)
+    grads = replay.backward(g, registry, g.outputs[0])
+    assert np.isfinite(g.values).all() and np.isfinite(grads).all()
+    assert 1.4 < g.values.min() < g.values.max() < 1.6 and len(np.unique(g.values)) > 1000
+    assert 0.5 < grads.min() < grads.max() < 2
+
+
+@pytest.mark.parametrize("graph", [G.dag(300), G.chain(30), G.pow_chain(30)], ids=["dag", "chain", "pow_chain"])
 def test_replay_reproduces_the_generated_values(graph, registry):
     assert np.array_equal(replay.forward(graph, registry), graph.values)
 
 
-@pytest.mark.parametrize("graph", [G.dag(300), G.chain(30)], ids=["dag", "chain"])
+@pytest.mark.parametrize("graph", [G.dag(300), G.chain(30), G.pow_chain(30)], ids=["dag", "chain", "pow_chain"])
 def test_graph_is_equal_across_formats(graph, tmp_path):
     path = tmp_path / "g.graphsvc"
     graphsvc.save(graph, path)
@@ -101,6 +122,20 @@ def test_micrograd_chain_matches_the_columns(registry):
     grads = replay.backward(columns, registry, columns.outputs[0])
     assert grads[:3] == pytest.approx([x0.grad, w.grad, b.grad], rel=1e-12)
     assert len(G.micrograd_build_topo(root)) == columns.num_nodes
+
+
+def test_micrograd_pow_chain_is_the_columns_bit_for_bit(registry):
+    """The same libm pow and the same products on both sides: values and gradients agree exactly."""
+    root, x0, exponents = G.micrograd_pow_chain(30)
+    columns = G.pow_chain(30)
+    assert exponents == [columns.attrs[i]["exponent"] for i in range(1, 31)]
+    converted, _ = G.from_micrograd(root)
+    assert G.same_graph(dataclasses.replace(converted, grads=None), columns)  # micrograd's grads: all 0
+    nodes = G.micrograd_postorder(root)
+    assert replay.forward(columns, registry).tolist() == [v.data for v in nodes]
+    root.backward()
+    assert replay.backward(columns, registry, columns.outputs[0]).tolist() == [v.grad for v in nodes]
+    assert nodes[0] is x0
 
 
 def test_micrograd_mlp_converts_and_replays(registry):
@@ -201,6 +236,37 @@ def test_torch_backward_runs_on_a_tiny_graph(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-500:]
     measured = json.loads(result.stdout.splitlines()[-1])
     assert (len(measured["times"]), measured["matches"]) == (1, True)
+
+
+def test_run_py_compares_the_pow_chain_on_a_tiny_graph(tmp_path: Path) -> None:
+    """run.py's whole pow chain path (the only graph whose nodes carry attributes): every step timed
+    against its alternatives, and every check of its results true."""
+    options = ["--only", "pow", "--sizes", "300", "--repeat", "1", "--no-torch", "--no-memory", "--out", str(tmp_path)]
+    result = script(str(BENCHMARKS / "run.py"), *options)
+    assert result.returncode == 0, result.stderr[-500:]
+    measured = json.loads((tmp_path / "latest.json").read_text())
+    assert measured["graphs"]["pow_chain"]["nodes"] == 301
+    steps = [(r["step"], r["alternative"]) for r in measured["comparisons"] if r["graph"] == "pow_chain"]
+    assert steps == [
+        ("save", "pickle (per-node dicts)"),
+        ("save", "msgpack (per-node maps)"),
+        ("load", "pickle (per-node dicts)"),
+        ("load", "msgpack (per-node maps)"),
+        ("order", "micrograd build_topo"),
+        ("order", "graphlib"),
+        ("forward", "micrograd (building it)"),
+        ("backward", "micrograd backward()"),
+    ]
+    checks = measured["checks"]["pow_chain"]
+    assert checks.pop("micrograd_converter").startswith("graphsvc.micrograd_import")
+    assert checks == {
+        "micrograd_chain_matches_columns": True,
+        "order_reaches": 301,
+        "forward_matches_stored": True,
+        "backward_matches_micrograd": True,
+        "values_same_bits_as_micrograd": True,
+        "backward_same_bits_as_micrograd": True,
+    }
 
 
 # -- the numba kernels: the C replay sweeps' twins ----------------------------------------------------
