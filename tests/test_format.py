@@ -900,6 +900,42 @@ def test_loading_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> 
         gc.enable()
 
 
+def test_saving_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    """A save pauses the collector too (a list per node's attributes); after a save, a failed one,
+    dumps and dump it is as it was."""
+    b = GraphBuilder()
+    b.add("pow", [b.leaf(2.0)], attrs={"exponent": 3.0})
+    graph = b.build()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            fmt.save(graph, tmp_path / "g.msgpack")
+            assert gc.isenabled() is enabled
+            fmt.dump(graph, io.BytesIO())
+            assert fmt.dumps(graph) == (tmp_path / "g.msgpack").read_bytes()
+            assert gc.isenabled() is enabled
+            with pytest.raises(GraphFileError):
+                fmt.save(graph, tmp_path / "no such folder" / "g.msgpack")
+            assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
+
+
+def test_attribute_entries_sort_each_maps_keys_and_leave_out_empty_maps() -> None:
+    b = GraphBuilder()
+    x = b.leaf(2.0)
+    for attrs in ({"b": 1, "a": [2]}, {}, {"only": 3.0}, {"z": None, "y": "s", "x": 1}):
+        b.add("f", [x], attrs=attrs)
+    entries = document.attrs_entries(b.build())
+    assert entries == [[1, {"a": [2], "b": 1}], [3, {"only": 3.0}], [4, {"x": 1, "y": "s", "z": None}]]
+    assert [list(entry[1]) for entry in entries] == [["a", "b"], ["only"], ["x", "y", "z"]]  # the keys' order
+    one_key = GraphBuilder()
+    y = one_key.leaf(1.0)
+    for node in range(3):
+        one_key.add("pow", [y], attrs={"exponent": float(node)})
+    assert document.attrs_entries(one_key.build()) == [[node + 1, {"exponent": float(node)}] for node in range(3)]
+
+
 def _nesting_ok_an_item_at_a_time(items: list[Any], limit: int, string_limit: int | None) -> bool:
     """document._nesting_ok as it was written before its checks went a level at a time in C."""
     level, longest = 0, None if string_limit is None else string_limit // 4
