@@ -56,6 +56,8 @@ __all__ = [
     "TensorNonFinite",
     "backward",
     "compare",
+    "cotangent_for",
+    "cotangents_error",
     "describe",
     "elementwise_vjp",
     "first_nonfinite",
@@ -66,6 +68,7 @@ __all__ = [
     "requires_grad",
     "store",
     "summary",
+    "tensor_result",
     "unbroadcast",
     "vjp_of",
 ]
@@ -468,11 +471,7 @@ def _accumulate(
     A parent's second cotangent makes a new array, the sum (its first may be a VJP's own result, or
     ``g`` itself); later ones are added into that sum in place. Parents in ``summed`` hold such sums."""
     if not isinstance(cotangents, (tuple, list)) or len(cotangents) != len(parents):
-        got = f"{len(cotangents)} cotangents" if isinstance(cotangents, (tuple, list)) else type(cotangents).__name__
-        raise ReplayError(
-            f"node {graph.label(node)}: op {op.name!r} ({op.source}): vjp returned {got}, "
-            f"expected one per input ({len(parents)})"
-        )
+        raise _at(graph, node, cotangents_error(op, "vjp", cotangents, len(parents)))
     sent: list[np.ndarray | None] = []
     for position, parent in enumerate(parents):
         cotangent = cotangents[position]
@@ -481,14 +480,12 @@ def _accumulate(
             continue
         x = inputs[position]
         assert x is not None
-        ct = cotangent if type(cotangent) is np.ndarray else _as_tensor(graph, node, op, "vjp", cotangent)
-        if ct.shape != x.shape:
-            raise ReplayError(
-                f"node {graph.label(node)}: op {op.name!r} ({op.source}): vjp returned a cotangent of shape "
-                f"{list(ct.shape)} for input {position}, whose shape is {list(x.shape)}"
-            )
-        if ct.dtype != x.dtype:
-            ct = _as_tensor(graph, node, op, "vjp", ct).astype(x.dtype)
+        ct = cotangent
+        if type(ct) is not np.ndarray or ct.shape != x.shape or ct.dtype != x.dtype:
+            try:
+                ct = cotangent_for(op, "vjp", position, ct, x)
+            except ReplayError as exc:
+                raise _at(graph, node, exc) from None
         ct = _frozen(ct)
         previous = grads[parent]
         if previous is None:
@@ -517,11 +514,26 @@ def _failed(graph: Graph, node: int, op: Op, what: str, exc: BaseException) -> N
 
 
 def _as_tensor(graph: Graph, node: int, op: Op, what: str, result: Any) -> np.ndarray:
-    """An op's result as an array of one of :data:`TENSOR_DTYPES` of at most :data:`MAX_DIMENSIONS`
-    dimensions, as a graph holds one (a replay's result is saved with ``--write``); anything else is
-    a ReplayError."""
+    """:func:`tensor_result` at ``node``: its error names the node too."""
     if type(result) is np.ndarray and result.dtype in TENSOR_DTYPES and result.ndim <= MAX_DIMENSIONS:
         return result
+    try:
+        return tensor_result(op, what, result)
+    except ReplayError as exc:
+        raise _at(graph, node, exc) from None
+
+
+def _at(graph: Graph, node: int, error: ReplayError) -> ReplayError:
+    """``error``, raised by an op's result at ``node``, naming the node first."""
+    return ReplayError(f"node {graph.label(node)}: {error}")
+
+
+# An op's results, checked where a replay uses them and where graphsvc.testing checks an op: one
+# wording for both (each a ReplayError naming the op; a replay adds the node).
+def tensor_result(op: Op, what: str, result: Any) -> np.ndarray:
+    """What ``op``'s ``what`` (``"forward"``, ``"vjp"``...) returned, as an array a graph holds: one
+    of :data:`TENSOR_DTYPES`, of at most :data:`MAX_DIMENSIONS` dimensions (a replay's result is
+    saved with ``--write``); anything else is a ReplayError naming the op."""
     try:
         array = np.asarray(result)
     except Exception:
@@ -530,14 +542,35 @@ def _as_tensor(graph: Graph, node: int, op: Op, what: str, result: Any) -> np.nd
         if array.ndim <= MAX_DIMENSIONS:
             return array
         raise ReplayError(
-            f"node {graph.label(node)}: op {op.name!r} ({op.source}): {op.message_name(what)} returned an array "
+            f"op {op.name!r} ({op.source}): {op.message_name(what)} returned an array "
             f"of {counted(array.ndim, 'dimension')}, more than {MAX_DIMENSIONS}"
         )
     kind = f"an array of {result.dtype}" if isinstance(result, np.ndarray) else type(result).__name__
     raise ReplayError(
-        f"node {graph.label(node)}: op {op.name!r} ({op.source}): {op.message_name(what)} returned {kind}, "
+        f"op {op.name!r} ({op.source}): {op.message_name(what)} returned {kind}, "
         "not an array of float64, float32 or int64"
     )
+
+
+def cotangents_error(op: Op, what: str, cotangents: Any, count: int) -> ReplayError:
+    """The error for a ``vjp`` (``what``) that returned ``cotangents`` where it owes ``count``, one per input."""
+    got = counted(len(cotangents), "cotangent") if isinstance(cotangents, (tuple, list)) else type(cotangents).__name__
+    return ReplayError(f"op {op.name!r} ({op.source}): {what} returned {got}, expected one per input ({count})")
+
+
+def cotangent_for(op: Op, what: str, position: int, cotangent: Any, x: np.ndarray) -> np.ndarray:
+    """The cotangent a ``vjp`` (``what``) gave input ``position`` (``x``), as that input's gradient:
+    an array of :func:`tensor_result`'s dtypes in ``x``'s shape, cast to ``x``'s dtype; anything
+    else is a ReplayError naming the op."""
+    ct = cotangent if type(cotangent) is np.ndarray else tensor_result(op, what, cotangent)
+    if ct.shape != x.shape:
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): {what} returned a cotangent of shape {list(ct.shape)} for input "
+            f"{position}, whose shape is {list(x.shape)}"
+        )
+    if ct.dtype != x.dtype:
+        ct = tensor_result(op, what, ct).astype(x.dtype)
+    return ct
 
 
 #: Short names of the dtypes, as listings show them (``f32[128,10]``).

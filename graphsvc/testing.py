@@ -38,10 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from graphsvc.errors import GraphsvcError, OpError, ReplayError
+from graphsvc.errors import GraphsvcError, OpError
 from graphsvc.ops import (
     Op,
     OpRegistry,
+    _as_column,
     _call_one,
     check_op_declaration,
     evaluate,
@@ -49,7 +50,15 @@ from graphsvc.ops import (
     local_derivatives,
 )
 from graphsvc.plugins import running_plugin_code
-from graphsvc.tensors import output_and_residuals, per_element, vjp_keywords, vjp_of
+from graphsvc.tensors import (
+    cotangent_for,
+    cotangents_error,
+    output_and_residuals,
+    per_element,
+    tensor_result,
+    vjp_keywords,
+    vjp_of,
+)
 from graphsvc.text import counted
 
 __all__ = [
@@ -212,7 +221,12 @@ class _Outcome:
 
 def _check_at(op: Op, table: np.ndarray, attrs: Mapping[str, Any], eps: float, rtol: float, atol: float) -> _Outcome:
     inputs = [table[:, i].copy() for i in range(op.arity)]
-    out = evaluate(op, inputs, attrs)
+    if op.vectorized and op.forward is not None:  # checked as a replay of arrays checks it (float16 refused)
+        with np.errstate(all="ignore"), interrupts_told_apart():
+            result = _call_one(op, "forward", op.forward, inputs, attrs)
+            out = _as_column(op, "forward", tensor_result(op, "forward", result), len(table))
+    else:
+        out = evaluate(op, inputs, attrs)
     analytic = local_derivatives(op, inputs, out, attrs)
     usable = np.isfinite(out)
     numeric = []
@@ -387,16 +401,15 @@ def _describe(x: np.ndarray) -> str:
 
 
 def _forward(op: Op, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    """The op's output at ``inputs`` as float64, checked as a replay checks it (an array of float64,
+    float32 or int64: :func:`graphsvc.tensors.tensor_result`)."""
     forward = op.forward
     assert forward is not None
     if op.vectorized:
         result = _call_one(op, "forward", forward, inputs, attrs)
     else:  # its checks are the replay's; its errors name the op already
         result = per_element(op, "forward")(*inputs, **attrs)
-    out = np.asarray(result)
-    if out.dtype.kind not in "biuf":
-        raise ReplayError(f"op {op.name!r} ({op.source}): forward returned {type(result).__name__}, not real numbers")
-    return out.astype(np.float64, copy=False)
+    return tensor_result(op, "forward", result).astype(np.float64, copy=False)
 
 
 def _vjp_call(
@@ -431,7 +444,7 @@ def _selective_failure(
         if x.dtype.kind != "f" or full[i] is None:
             continue
         needs = tuple(j == i for j in range(len(inputs)))
-        got = _cotangent(_vjp_call(op, g, out, inputs, attrs, needs), i, len(inputs))
+        got = _cotangent(op, _vjp_call(op, g, out, inputs, attrs, needs), i, inputs)
         if not _same(got, full[i]):
             shown = "None" if got is None else "a different cotangent"
             return (
@@ -463,11 +476,11 @@ def _residuals_failure(
     # keeps a buffer it writes into again fails here: graphsvc made the residuals read-only.
     other = [_reversed(x) if x.dtype.kind == "f" else x for x in inputs]
     output_and_residuals(op, _call_one(op, what, op.forward_with_residuals, other, attrs))
-    if not np.array_equal(np.asarray(output, dtype=np.float64), out, equal_nan=True):
+    if not np.array_equal(tensor_result(op, what, output), out, equal_nan=True):
         return f"{prefix}: forward_with_residuals gives an output that is not the one forward gives"
     given = _vjp_call(op, g, out, inputs, attrs, None, residuals)
     for i, want in enumerate(full):
-        if want is not None and not _same(_cotangent(given, i, len(inputs)), want):
+        if want is not None and not _same(_cotangent(op, given, i, inputs), want):
             return (
                 f"{prefix}: given the residuals of forward_with_residuals, vjp gives input {i} "
                 "a different cotangent than without them"
@@ -475,9 +488,12 @@ def _residuals_failure(
     return None
 
 
-def _cotangent(given: Any, i: int, count: int) -> Any:
-    """Input ``i``'s cotangent in what a VJP of ``count`` inputs returned (None if it is not there)."""
-    return given[i] if isinstance(given, tuple | list) and len(given) == count else None
+def _cotangent(op: Op, given: Any, i: int, inputs: Sequence[np.ndarray]) -> np.ndarray | None:
+    """Input ``i``'s cotangent in what the op's vjp returned, checked as a replay checks it
+    (:func:`graphsvc.tensors.cotangent_for`); None where the vjp gives none."""
+    if not isinstance(given, tuple | list) or len(given) != len(inputs):
+        raise cotangents_error(op, "vjp", given, len(inputs))
+    return None if given[i] is None else cotangent_for(op, "vjp", i, given[i], inputs[i])
 
 
 def _same(got: Any, want: np.ndarray | None) -> bool:
@@ -502,19 +518,15 @@ def _cotangents(
     what = "vjp" if op.vjp is not None else "derivatives"
     given = _vjp_call(op, g, out, inputs, attrs, None)
     if not isinstance(given, tuple | list) or len(given) != len(inputs):
-        raise ReplayError(f"op {op.name!r} ({op.source}): {what} must return one cotangent per input ({len(inputs)})")
+        raise cotangents_error(op, what, given, len(inputs))
     cotangents: list[np.ndarray | None] = []
     for i, (x, c) in enumerate(zip(inputs, given, strict=True)):
         if c is None or (op.vjp is None and x.dtype.kind != "f"):  # replay gives int64 inputs no gradient
             cotangents.append(None)
-            continue
-        array = np.asarray(c)
-        if array.dtype.kind not in "biuf" or array.shape != x.shape:
-            kind = f"shape {array.shape}" if array.dtype.kind in "biuf" else f"{array.dtype} values"
-            raise ReplayError(
-                f"op {op.name!r} ({op.source}): {what} gives input {i} ({_describe(x)}) a cotangent of {kind}"
-            )
-        cotangents.append(array.astype(np.float64, copy=False))
+        elif x.dtype.kind != "f":  # an index input: the caller says it gets None
+            cotangents.append(np.asarray(c))
+        else:
+            cotangents.append(cotangent_for(op, what, i, c, x))
     return cotangents
 
 

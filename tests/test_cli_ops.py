@@ -257,6 +257,39 @@ def test_gradcheck_exits_1_naming_the_ops_that_fail(plugin_file: str) -> None:
     assert result.stderr == "Error: gradcheck failed for 1 of 3 ops: bad_square\n"
 
 
+def test_gradcheck_reports_a_float16_forward_as_a_replay_does(tmp_path: Path) -> None:
+    """It reported "vjp gives 1.28085, finite differences give 0": the output was cast to float64."""
+    path = tmp_path / "halves.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+            from graphsvc.hookspecs import hookimpl
+            from graphsvc.ops import Op
+
+            def samples(rng):
+                return [((rng.standard_normal((2, 3)),), {})]
+
+            @hookimpl
+            def graphsvc_register_ops(register):
+                register(Op("half", 1, forward=lambda x: (2 * x).astype(np.float16), vjp=lambda g, out, x: (2 * g,),
+                            samples=samples))
+                register(Op("halfe", 1, forward=lambda x: (2 * x).astype(np.float16),
+                            derivatives=lambda x, out: (2.0,)))
+            """
+        ),
+        encoding="utf-8",
+    )
+    result = runner.invoke(app, ["--plugin", str(path), "gradcheck", "--op", "half", "--op", "halfe"])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        f"{name} (halves): FAIL: op '{name}' (halves): forward returned an array of float16, "
+        "not an array of float64, float32 or int64"
+        for name in ("half", "halfe")
+    ]
+    assert result.stderr == "Error: gradcheck failed for 2 of 2 ops: half, halfe\n"
+
+
 def test_gradcheck_json(plugin_file: str) -> None:
     result = runner.invoke(app, ["--plugin", plugin_file, "gradcheck", "--op", "bad_square", "--op", "cube", "--json"])
     assert result.exit_code == 1

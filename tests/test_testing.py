@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -267,7 +268,7 @@ def test_check_vjp_refuses_a_cotangent_for_an_index_input_and_one_of_the_wrong_s
     )
     flat = Op("sum_rows", 1, forward=SUM_ROWS.forward, vjp=lambda g, out, x: (g,))
     assert check_vjp(flat, np.ones((2, 3))).message == (
-        "op 'sum_rows' (an unnamed plugin): vjp gives input 0 (float64[2,3]) a cotangent of shape (2,)"
+        "op 'sum_rows' (an unnamed plugin): vjp returned a cotangent of shape [2] for input 0, whose shape is [2, 3]"
     )
 
 
@@ -342,3 +343,90 @@ def test_gradcheck_fails_a_sample_with_more_inputs_than_the_op_takes() -> None:
     (result,) = check_registry(_registry_of(dataclasses.replace(AFFINE, samples=lambda rng: samples)))
     assert (result.ok, result.points) == (False, 0)
     assert result.message == "op 'affine' (p 1): sample 1 has 4 inputs, but the op takes at most 3 inputs"
+
+
+# -- what a replay refuses, check_vjp and check_op refuse in its words ----------------------------------
+def _vjp_op(name: str, forward: Any, vjp: Any) -> Op:
+    return Op(name, 1, forward=forward, vjp=vjp, plugin="p", plugin_version="1")
+
+
+REFUSED = {
+    "half": (
+        _vjp_op("half", lambda x: (2 * x).astype(np.float16), lambda g, out, x: (2 * g,)),
+        "op 'half' (p 1): forward returned an array of float16, not an array of float64, float32 or int64",
+    ),
+    "i32": (
+        _vjp_op("i32", lambda x: np.round(x).astype(np.int32), lambda g, out, x: (g,)),
+        "op 'i32' (p 1): forward returned an array of int32, not an array of float64, float32 or int64",
+    ),
+    "half_ct": (
+        _vjp_op("half_ct", lambda x: 2 * x, lambda g, out, x: ((2 * g).astype(np.float16),)),
+        "op 'half_ct' (p 1): vjp returned an array of float16, not an array of float64, float32 or int64",
+    ),
+    "bool_ct": (
+        _vjp_op("bool_ct", lambda x: 2 * x, lambda g, out, x: (g > 0,)),
+        "op 'bool_ct' (p 1): vjp returned an array of bool, not an array of float64, float32 or int64",
+    ),
+    "narrow_ct": (
+        _vjp_op("narrow_ct", lambda x: 2 * x, lambda g, out, x: ((2 * g)[:1],)),
+        "op 'narrow_ct' (p 1): vjp returned a cotangent of shape [1, 3] for input 0, whose shape is [2, 3]",
+    ),
+    "two_ct": (
+        _vjp_op("two_ct", lambda x: 2 * x, lambda g, out, x: (2 * g, g)),
+        "op 'two_ct' (p 1): vjp returned 2 cotangents, expected one per input (1)",
+    ),
+    "bare_ct": (
+        _vjp_op("bare_ct", lambda x: 2 * x, lambda g, out, x: 2 * g),
+        "op 'bare_ct' (p 1): vjp returned ndarray, expected one per input (1)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_check_vjp_refuses_what_a_replay_refuses_in_the_same_words(name: str) -> None:
+    """A float16 or int32 output was cast to float64 and reported as a numeric mismatch ("vjp gives
+    1.28085, finite differences give 0"); a float16 or bool cotangent likewise."""
+    import graphsvc
+    from graphsvc.errors import ReplayError
+    from graphsvc.graph import GraphBuilder
+    from graphsvc.plugins import load_registry
+
+    op, message = REFUSED[name]
+    x = np.random.default_rng(0).standard_normal((2, 3))
+    result = check_vjp(op, x)
+    assert (result.ok, result.points, result.message) == (False, 0, message)
+    registry, _ = load_registry(disable_third_party=True)
+    registry.register(op, plugin="p", plugin_version="1")
+    b = GraphBuilder()
+    b.add("sum", [b.add(name, [b.leaf(x, name="x")], name="n")])
+    with pytest.raises(ReplayError) as info:
+        graphsvc.backward(b.build(), registry=registry)
+    assert str(info.value) == f"node n: {message}"
+    (checked,) = check_registry(
+        _registry_of(dataclasses.replace(op, samples=lambda rng: [((x,), {})]))  # as `graphsvc gradcheck` checks it
+    )
+    assert (checked.ok, checked.message) == (False, message)
+
+
+def test_check_vjp_refuses_a_needs_input_grad_cotangent_a_replay_refuses() -> None:
+    def vjp(g: np.ndarray, out: np.ndarray, x: np.ndarray, needs_input_grad: Any = None) -> Any:
+        return ((2 * g).astype(np.float16 if needs_input_grad else np.float64),)
+
+    result = check_vjp(_vjp_op("picky", lambda x: 2 * x, vjp), np.ones(3))
+    assert result.message == (
+        "op 'picky' (p 1): vjp returned an array of float16, not an array of float64, float32 or int64"
+    )
+
+
+def test_check_op_refuses_a_float16_forward_as_a_replay_of_arrays_does() -> None:
+    """check_op (what `graphsvc gradcheck` runs on an elementwise op) reported "derivatives give 2,
+    finite differences give 0": the float16 output, cast to float64, hid the step."""
+    half = Op("half", 1, forward=lambda x: (2 * x).astype(np.float16), derivatives=lambda x, out: (2.0,))
+    expected = (
+        "op 'half' (an unnamed plugin): forward returned an array of float16, not an array of float64, float32 or int64"
+    )
+    result = check_op(half)
+    assert (result.ok, result.points, result.message) == (False, 0, expected)
+    assert check_vjp(half, np.ones(3)).message == expected
+    f32 = Op("f32", 1, forward=lambda x: x.astype(np.float32), derivatives=lambda x, out: (1.0,))
+    assert check_op(f32, eps=1e-2, rtol=1e-3).ok  # float32 is a dtype a graph holds
