@@ -794,8 +794,24 @@ SetOpt = Annotated[
     ),
 ]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Compare with the values/gradients stored in the file.")]
-RtolOpt = Annotated[float, typer.Option("--rtol", metavar="R", help="Relative tolerance for --check.")]
-AtolOpt = Annotated[float, typer.Option("--atol", metavar="A", help="Absolute tolerance for --check.")]
+#: --check's tolerances when not given: a replay on another machine may differ in the last bits.
+DEFAULT_RTOL, DEFAULT_ATOL = 1e-9, 1e-12
+RtolOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--rtol",
+        metavar="R",
+        help=f"With --check: the relative tolerance, finite, 0 or more (default {DEFAULT_RTOL:g}).",
+    ),
+]
+AtolOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--atol",
+        metavar="A",
+        help=f"With --check: the absolute tolerance, finite, 0 or more (default {DEFAULT_ATOL:g}).",
+    ),
+]
 WriteOpt = Annotated[
     Path | None,
     typer.Option("--write", metavar="OUT", help="Save the graph with the replayed numbers to OUT (atomically)."),
@@ -833,8 +849,26 @@ def _replay(graph: Graph, registry: OpRegistry, overrides: dict[int, Any], outpu
     return _Replay(graph, run, output, run.nonfinite())
 
 
-def _checked(result: _Replay, rtol: float, atol: float) -> _Replay:
+def _check_options(check: bool, rtol: float | None, atol: float | None, as_json: bool, data: bool) -> None:
+    """Refuse --rtol/--atol without --check or out of range, and --data without --json: options
+    that would otherwise be taken and do nothing."""
+    from graphsvc.checks import tolerance_problem
+
+    for option, value, what in (("--rtol", rtol, "relative"), ("--atol", atol, "absolute")):
+        if value is None:
+            continue
+        if not check:
+            raise UsageError(f"{option} goes with --check: it is the {what} tolerance of that comparison")
+        problem = tolerance_problem(option, value)
+        if problem is not None:
+            raise UsageError(problem)
+    if data and not as_json:
+        raise UsageError("--data goes with --json: it adds every array's elements to the JSON")
+
+
+def _checked(result: _Replay, rtol: float | None, atol: float | None) -> _Replay:
     """``result`` with --check's comparisons: its values (and gradients) against those the file stores."""
+    rtol, atol = DEFAULT_RTOL if rtol is None else rtol, DEFAULT_ATOL if atol is None else atol
     return result._replace(comparisons=result.run.compare(result.graph, rtol, atol))
 
 
@@ -1190,8 +1224,8 @@ def forward(
     file: FileArg,
     set_: SetOpt = None,
     check: CheckOpt = False,
-    rtol: RtolOpt = 1e-9,
-    atol: AtolOpt = 1e-12,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
     as_json: JsonOpt = False,
     data: DataOpt = False,
     write: WriteOpt = None,
@@ -1203,6 +1237,7 @@ def forward(
 
     Example: graphsvc forward examples/seed004.msgpack --set a=3 --set b=1
     """
+    _check_options(check, rtol, atol, as_json, data)
     _check_write(write)
     graph = _load(file)
     if check and not graph.has_computed_values:
@@ -1229,8 +1264,8 @@ def backward(
     ] = None,
     set_: SetOpt = None,
     check: CheckOpt = False,
-    rtol: RtolOpt = 1e-9,
-    atol: AtolOpt = 1e-12,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
     steps: Annotated[bool, typer.Option("--steps", help="Print the backward pass step by step.")] = False,
     as_json: JsonOpt = False,
     data: DataOpt = False,
@@ -1245,6 +1280,7 @@ def backward(
     """
     from graphsvc import replay
 
+    _check_options(check, rtol, atol, as_json, data)
     _check_write(write)
     graph = _load(file)
     if check and not graph.has_grads:

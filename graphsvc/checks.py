@@ -7,6 +7,7 @@ and the array one (:func:`graphsvc.tensors.compare`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # annotations only: numpy.typing is not imported at run time
 
     FloatArray = npt.NDArray[np.float64]
 
-__all__ = ["Comparison", "NonFinite", "compare", "differences", "first_nonfinite"]
+__all__ = ["Comparison", "NonFinite", "compare", "differences", "first_nonfinite", "tolerance_problem"]
 
 
 class Comparison(NamedTuple):
@@ -71,6 +72,16 @@ def differences(replayed: FloatArray, stored: FloatArray) -> tuple[FloatArray, F
         rel = np.where(diff == 0.0, 0.0, diff / np.maximum(np.abs(stored), np.finfo(np.float64).tiny))
         rel = np.where(np.isnan(rel), np.inf, rel)
     return diff, rel
+
+
+def tolerance_problem(name: str, value: float) -> str | None:
+    """Why ``value`` cannot be the tolerance called ``name`` (``--rtol``, ``atol``), or None. A
+    tolerance is a finite number, 0 or more (0: equal numbers only); numpy's ``isclose`` warns that
+    the others are invalid. inf would not be "accept anything" either (an inf ``rtol`` times a
+    stored 0 is nan, which accepts nothing); a large number (``1e300``) is."""
+    if 0 <= value < math.inf:
+        return None
+    return f"{name} must be a finite number, 0 or more, not {value!r}"
 
 
 def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, atol: float) -> Comparison:

@@ -34,10 +34,12 @@ import math
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from numbers import Real
 from typing import Any
 
 import numpy as np
 
+from graphsvc.checks import tolerance_problem
 from graphsvc.errors import GraphsvcError, OpError
 from graphsvc.ops import (
     Op,
@@ -125,6 +127,7 @@ def check_op(
     included) or returns something other than numbers fails with the :class:`~graphsvc.errors.ReplayError` text;
     what it prints goes to stderr.
     """
+    _check_options(eps, rtol, atol)
     with running_plugin_code():
         return _check_op(op, points, eps, rtol, atol, attrs)
 
@@ -172,6 +175,10 @@ def check_registry(registry: OpRegistry, names: Iterable[str] | None = None, **o
 
     ``options`` go to :func:`check_op` (``eps``, ``rtol``, ``atol``).
     """
+    unknown = sorted(set(options) - {"eps", "rtol", "atol"})
+    if unknown:
+        raise TypeError(f"check_registry() takes the options eps, rtol and atol, not {unknown[0]!r}")
+    _check_options(**options)
     ops = [op for op in registry if op.arity > 0] if names is None else [registry.get(n) for n in dict.fromkeys(names)]
     with running_plugin_code():  # once, around every op's check
         return [_check_samples(op, **options) if op.vjp is not None else check_op(op, **options) for op in ops]
@@ -260,6 +267,20 @@ def _check_at(op: Op, table: np.ndarray, attrs: Mapping[str, Any], eps: float, r
     return _Outcome(checked, len(table) - checked, max_abs, max_rel, failure)
 
 
+def _check_options(eps: Any = 1e-6, rtol: Any = 0.0, atol: Any = 0.0) -> None:
+    """Refuse a step ``eps`` that is not a finite number above 0 and a tolerance that is not a finite
+    number, 0 or more (:func:`graphsvc.checks.tolerance_problem`)."""
+    for name, value in (("eps", eps), ("rtol", rtol), ("atol", atol)):
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    if not 0 < eps < math.inf:
+        raise ValueError(f"eps must be a finite number above 0, not {eps!r}")
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        problem = tolerance_problem(name, value)
+        if problem is not None:
+            raise ValueError(problem)
+
+
 def _with(attrs: Mapping[str, Any]) -> str:
     return " with " + ", ".join(f"{k}={v!r}" for k, v in attrs.items()) if attrs else ""
 
@@ -311,6 +332,7 @@ def check_vjp(
     gives ``forward_with_residuals`` must get ``forward``'s output from it, and its ``vjp``, given
     those residuals, the cotangents it gives with ``residuals=None``.
     """
+    _check_options(eps, rtol, atol)
     with running_plugin_code(), np.errstate(all="ignore"), interrupts_told_apart():
         return _check_vjp(op, inputs, dict(attrs or {}), eps, rtol, atol, seed)
 

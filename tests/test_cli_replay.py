@@ -86,6 +86,57 @@ def test_check_fails_with_exit_1_and_names_the_worst_node() -> None:
     ]
 
 
+@pytest.mark.parametrize("command", ["forward", "backward"])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--rtol", "-1"], "--rtol must be a finite number, 0 or more, not -1.0"),
+        (["--rtol", "nan"], "--rtol must be a finite number, 0 or more, not nan"),
+        (["--rtol", "inf"], "--rtol must be a finite number, 0 or more, not inf"),
+        (["--atol", "-5"], "--atol must be a finite number, 0 or more, not -5.0"),
+        (["--atol", "inf"], "--atol must be a finite number, 0 or more, not inf"),
+        (["--atol", "-inf"], "--atol must be a finite number, 0 or more, not -inf"),
+    ],
+)
+def test_a_tolerance_that_is_negative_nan_or_inf_is_a_usage_error(
+    tmp_path: Path, command: str, options: list[str], message: str
+) -> None:
+    """They were taken silently: a negative or nan tolerance failed every number, inf passed them (and numpy warned)."""
+    out = tmp_path / "out.msgpack"
+    result = run(command, str(EXAMPLES / "seed004.msgpack"), "--check", *options, "--write", str(out))
+    assert result == (2, "", f"Error: {message}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["forward", "backward"])
+def test_tolerances_of_0_and_large_ones_are_taken(command: str) -> None:
+    for options in (["--rtol", "0", "--atol", "0"], ["--rtol", "1e300", "--atol", "1e300"]):
+        code, out, err = run(command, str(EXAMPLES / "seed004.msgpack"), "--check", *options)
+        assert (code, err) == (0, ""), out
+    code, out, _ = run("backward", str(EXAMPLES / "seed004.msgpack"), "--check", "--set", "c=2", "--atol", "1e300")
+    assert (
+        code == 0
+        and out.splitlines()[-1]
+        == "check grads: worst abs diff 1.0 at a, worst rel diff 0.14285714285714285 at apb: ok"
+    )
+
+
+@pytest.mark.parametrize("command", ["forward", "backward"])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--rtol", "1e-3"], "--rtol goes with --check: it is the relative tolerance of that comparison"),
+        (["--atol", "0"], "--atol goes with --check: it is the absolute tolerance of that comparison"),
+        (["--data"], "--data goes with --json: it adds every array's elements to the JSON"),
+    ],
+)
+def test_an_option_without_the_one_it_goes_with_is_a_usage_error(
+    command: str, options: list[str], message: str
+) -> None:
+    """They were taken and did nothing."""
+    assert run(command, str(EXAMPLES / "seed004.msgpack"), *options) == (2, "", f"Error: {message}\n")
+
+
 def test_write_saves_replayed_values_and_gradients(tmp_path: Path) -> None:
     g = GraphBuilder()
     x = g.leaf(3.0, name="x")

@@ -430,3 +430,47 @@ def test_check_op_refuses_a_float16_forward_as_a_replay_of_arrays_does() -> None
     assert check_vjp(half, np.ones(3)).message == expected
     f32 = Op("f32", 1, forward=lambda x: x.astype(np.float32), derivatives=lambda x, out: (1.0,))
     assert check_op(f32, eps=1e-2, rtol=1e-3).ok  # float32 is a dtype a graph holds
+
+
+# -- eps, rtol and atol ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"rtol": -1e-5}, ValueError, "rtol must be a finite number, 0 or more, not -1e-05"),
+        ({"rtol": math.nan}, ValueError, "rtol must be a finite number, 0 or more, not nan"),
+        ({"atol": -5}, ValueError, "atol must be a finite number, 0 or more, not -5"),
+        ({"atol": math.inf}, ValueError, "atol must be a finite number, 0 or more, not inf"),
+        ({"eps": 0.0}, ValueError, "eps must be a finite number above 0, not 0.0"),
+        ({"eps": -1e-6}, ValueError, "eps must be a finite number above 0, not -1e-06"),
+        ({"eps": math.nan}, ValueError, "eps must be a finite number above 0, not nan"),
+        ({"eps": math.inf}, ValueError, "eps must be a finite number above 0, not inf"),
+        ({"rtol": "1e-5"}, TypeError, "rtol must be a number, not str"),
+        ({"atol": True}, TypeError, "atol must be a number, not bool"),
+        ({"eps": None}, TypeError, "eps must be a number, not NoneType"),
+    ],
+)
+def test_check_functions_refuse_a_step_or_tolerance_out_of_range(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """They were taken: a negative or nan tolerance failed every op, an eps of 0 divided by zero,
+    a string raised numpy's TypeError from deep inside."""
+    checks = [
+        lambda: check_op(SQUARE, **options),
+        lambda: check_vjp(SQUARE, np.ones(2), **options),
+        lambda: check_registry(_registry_of(SQUARE), **options),
+    ]
+    for check in checks:
+        with pytest.raises(error) as info:
+            check()
+        assert str(info.value) == message
+
+
+def test_check_registry_names_an_option_it_does_not_take() -> None:
+    with pytest.raises(TypeError) as info:
+        check_registry(_registry_of(SQUARE), seed=1)
+    assert str(info.value) == "check_registry() takes the options eps, rtol and atol, not 'seed'"
+
+
+def test_tolerances_of_0_are_taken() -> None:
+    exact = Op("neg", 1, forward=lambda x: -x, derivatives=lambda x, out: (-1.0,))
+    assert check_op(exact, points=[(1.0,), (2.0,)], eps=0.5, rtol=0, atol=0).ok  # steps of 0.5 and 1: exact
