@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from graphsvc.errors import UsageError
-from graphsvc.graph import Graph, NodeRef
+from graphsvc.graph import Graph, NodeRef, expect_graph
 from graphsvc.kernels import Engine, engine_for
-from graphsvc.ops import OpRegistry
-from graphsvc.text import counted
+from graphsvc.ops import OpRegistry, expect_registry
+from graphsvc.text import counted, shown_number
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
@@ -61,8 +61,10 @@ def forward(
     for graphs of 1,000 nodes or more, the pure-Python references below (``kernels.REFERENCE``
     forces them); the numbers are the same either way. Tensor graphs replay one op call per node.
     """
+    expect_graph("forward", graph)
+    assignments = _assignments(set)
     registry = _registry(registry)
-    run = replay_values(graph, registry, resolve_set(graph, (set or {}).items()), engine=engine)
+    run = replay_values(graph, registry, resolve_set(graph, assignments), engine=engine)
     return run.replayed(graph, registry)
 
 
@@ -85,9 +87,11 @@ def backward(
     """
     from graphsvc.replay import default_output
 
+    expect_graph("backward", graph)
+    assignments = _assignments(set)
     registry = _registry(registry)
     start = default_output(graph, "output=") if output is None else graph.node_id(output)
-    run = replay_values(graph, registry, resolve_set(graph, (set or {}).items()), start, engine=engine)
+    run = replay_values(graph, registry, resolve_set(graph, assignments), start, engine=engine)
     return run.replayed(graph, registry)
 
 
@@ -236,7 +240,21 @@ def replayed_tensor_graph(
     return result
 
 
+def _assignments(set: Mapping[NodeRef, float | np.ndarray] | None) -> Iterable[tuple[NodeRef, Any]]:
+    """``set`` of :func:`forward` and :func:`backward` as (node, value) pairs; anything but a
+    mapping (or None) is a TypeError."""
+    if set is None:
+        return ()
+    if not isinstance(set, Mapping):
+        raise TypeError(
+            f"set must be a mapping of node (id or name) to a number or an array, such as {{'a': 3.0}}, "
+            f"not {type(set).__name__}"
+        )
+    return set.items()
+
+
 def _registry(registry: OpRegistry | None) -> OpRegistry:
+    expect_registry(registry)
     if registry is not None:  # not `registry or ...`: an empty registry is falsy
         return registry
     from graphsvc.value import default_registry
@@ -292,7 +310,7 @@ def _float(number: Real, where: str) -> float:
     try:
         return float(number)
     except OverflowError:
-        raise UsageError(f"{where}: {_shown(number)} is out of float64's range") from None
+        raise UsageError(f"{where}: {shown_number(number)} is out of float64's range") from None
 
 
 def _integer(number: Real, where: str) -> np.ndarray:
@@ -300,7 +318,7 @@ def _integer(number: Real, where: str) -> np.ndarray:
     words begin with ``where``) when it is not a whole number that int64 holds."""
 
     def beyond() -> UsageError:
-        return UsageError(f"{where}: {_shown(number)} is out of int64's range, and the leaf holds int64")
+        return UsageError(f"{where}: {shown_number(number)} is out of int64's range, and the leaf holds int64")
 
     if isinstance(number, (int, np.integer)):
         integer = int(number)
@@ -317,24 +335,3 @@ def _integer(number: Real, where: str) -> np.ndarray:
     if not -(2**63) <= integer < 2**63:
         raise beyond()
     return np.asarray(integer, dtype=np.int64)
-
-
-def _shown(number: Real) -> str:
-    """A number a caller gave, as a message shows it: an integer with its thousands separated, or
-    counted if it has 30 digits or more (Python refuses to write one of over 4,300 as text); any
-    other number as a float, or by its type past float's range."""
-    if isinstance(number, (int, np.integer)):
-        integer = int(number)
-        if abs(integer) < 10**30:
-            return f"{integer:,}"
-        return f"an integer of {counted(_digits(abs(integer)), 'digit', thousands=True)}"
-    try:
-        return repr(float(number))
-    except OverflowError:
-        return f"a {type(number).__name__}"
-
-
-def _digits(positive: int) -> int:
-    """How many decimal digits ``positive`` has, without writing it as text."""
-    digits = int(positive.bit_length() * math.log10(2)) + 1  # right, or one too many
-    return digits - 1 if 10 ** (digits - 1) > positive else digits

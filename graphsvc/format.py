@@ -32,7 +32,7 @@ from graphsvc import codec, document, fastload
 from graphsvc.collector import gc_paused
 from graphsvc.document import check_graph_nesting, check_writable
 from graphsvc.errors import FormatError, GraphFileError
-from graphsvc.graph import Graph
+from graphsvc.graph import Graph, expect_graph
 from graphsvc.layout import (
     ALIGNMENT,
     CANONICAL_NAN_BITS,
@@ -80,6 +80,7 @@ __all__ = [
 # -- writing ------------------------------------------------------------------------------------
 def dumps(graph: Graph) -> bytes:
     """Encode a graph. The same graph always gives the same bytes."""
+    expect_graph("dumps", graph)
     with gc_paused():  # a list per node with attributes: see graphsvc.collector
         stored = check_writable(graph)
         with _encoding():
@@ -88,6 +89,7 @@ def dumps(graph: Graph) -> bytes:
 
 def dump(graph: Graph, stream: IO[bytes]) -> None:
     """Write a graph to an open binary stream."""
+    expect_graph("dump", graph)
     with gc_paused():
         _write(graph, stream, check_writable(graph))
 
@@ -112,6 +114,7 @@ def save(graph: Graph, path: str | os.PathLike[str]) -> None:
     file or the new one, never a part."""
     from graphsvc.atomic import atomic_writer, reserve  # here, not at the top: reading needs none of hashlib/secrets
 
+    expect_graph("save", graph)
     with gc_paused():  # a list per node with attributes (a million: 3.3 s of collections): see graphsvc.collector
         stored = check_writable(graph)
         with atomic_writer(path) as stream:
@@ -227,6 +230,8 @@ def load_versioned(
     if isinstance(source, (str, os.PathLike)):
         label = os.fspath(source)
         read: Callable[[], tuple[Graph, tuple[int, int]]] = lambda: _load_path(label, limits, mmap)  # noqa: E731
+    elif not callable(getattr(source, "read", None)):
+        raise TypeError(f"load() takes a path or a binary stream, not {type(source).__name__}")
     else:
         label = _stream_label(source)
         read = lambda: _load_stream(source.read, limits)  # noqa: E731

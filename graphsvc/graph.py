@@ -22,16 +22,18 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from graphsvc.errors import GraphStructureError, UsageError
 from graphsvc.kernels import Engine, engine_for
-from graphsvc.text import counted
+from graphsvc.text import counted, shown_number
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
@@ -402,6 +404,19 @@ _TENSOR_DTYPE_SET = frozenset(TENSOR_DTYPES)
 _DTYPE_OF, _NDIM_OF = operator.attrgetter("dtype"), operator.attrgetter("ndim")
 
 
+def expect_graph(function: str, graph: object) -> None:
+    """The TypeError of a public ``function`` given something other than a :class:`Graph` (a path
+    or bytes: with how to load it first)."""
+    if isinstance(graph, Graph):
+        return
+    given = type(graph).__name__
+    if isinstance(graph, (str, os.PathLike)):
+        raise TypeError(f"{function}() takes a Graph, not {given}: load the file first, graphsvc.load(path)")
+    if isinstance(graph, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{function}() takes a Graph, not {given}: decode it first, graphsvc.loads(data)")
+    raise TypeError(f"{function}() takes a Graph, not {given}")
+
+
 def _names_ok(names: dict[int, str], n: int) -> bool:
     """Do the names keep every rule :meth:`Graph._check_sparse` holds them to (node ids in range,
     non-empty strings, none twice)? When not, its loop names the first broken one."""
@@ -600,10 +615,10 @@ class GraphBuilder:
         if isinstance(grad, (np.ndarray, np.generic)) and _is_tensor(grad):
             self._grad_arrays[node] = _tensor(node, "gradient", grad)
             grad = None
-        self._values.append(float(value))
+        self._values.append(value if type(value) is float else _number(node, "value", value))
         if grad is not None:
             self._has_grads = True
-        self._grads.append(math.nan if grad is None else float(grad))
+        self._grads.append(math.nan if grad is None else _number(node, "gradient", grad))
         if attrs:
             self._attrs[node] = {key: data_copy(item) for key, item in attrs.items()}
         return node
@@ -683,6 +698,21 @@ def copy_maps(maps: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]
                 if isinstance(item, _CONTAINERS):
                     values[key] = data_copy(item)  # a value replaced, no key added: the loop goes on
     return copied
+
+
+def _number(node: int, what: str, number: object) -> float:
+    """A scalar node's value or gradient as a float: a real number (a float, an int, a numpy float
+    or integer); a bool, a string or any other object is a TypeError, a number past float64's
+    range a GraphStructureError (Python refuses to round it to inf)."""
+    if isinstance(number, bool) or not isinstance(number, Real):
+        raise TypeError(
+            f"node {node}: a {what} must be a number (a float or an int) or a numpy array, not {type(number).__name__}"
+        )
+    try:
+        return float(number)
+    except OverflowError:
+        shown = shown_number(number)
+        raise GraphStructureError(f"node {node}: a {what} of {shown} is out of float64's range") from None
 
 
 def _is_tensor(value: object) -> bool:

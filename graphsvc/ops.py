@@ -688,3 +688,16 @@ def _as_float(op: Op, what: str, value: Any) -> float:
         f"op {op.name!r} ({op.source}): {what} returned {type(value).__name__}, not a float "
         "(a per-element op returns Python floats)"
     )
+
+
+def expect_registry(registry: object) -> None:
+    """The TypeError of a public function given a ``registry`` that is neither None nor an
+    :class:`OpRegistry` (a tuple: :func:`graphsvc.load_registry`'s pair, not unpacked)."""
+    if registry is None or isinstance(registry, OpRegistry):
+        return
+    hint = (
+        ": graphsvc.load_registry() returns a pair, registry, problems = graphsvc.load_registry()"
+        if isinstance(registry, tuple)
+        else ""
+    )
+    raise TypeError(f"registry must be an OpRegistry, not {type(registry).__name__}{hint}")

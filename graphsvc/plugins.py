@@ -111,6 +111,7 @@ def load_registry(
     import graphsvc
     from graphsvc import builtin_ops, hookspecs
 
+    extra = _plugin_specs(extra)
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     loader = _Loader(manager, OpRegistry(), strict)
@@ -190,6 +191,21 @@ def running_plugin_code() -> Iterator[None]:
     is data, as the CLI's ``--json`` is, wraps its plugin calls in :func:`plugin_output_to_stderr`."""
     with interrupts_told_apart():
         yield
+
+
+def _plugin_specs(extra: object) -> list[str]:
+    """``extra`` of :func:`load_registry` as a list of str; a lone str or path (read letter by
+    letter, it would load plugins named "m", "y"...) or anything but names and paths is a TypeError."""
+    if isinstance(extra, (str, bytes, os.PathLike)) or not isinstance(extra, Iterable):
+        raise TypeError(
+            "extra must be a list of module names or paths of .py files, such as ['my_ops.py'], "
+            f"not {type(extra).__name__}"
+        )
+    specs = list(extra)
+    for spec in specs:
+        if not isinstance(spec, (str, os.PathLike)):
+            raise TypeError(f"extra must hold module names or paths of .py files, not {type(spec).__name__}")
+    return [str(os.fspath(spec)) for spec in specs]
 
 
 def _third_party(extra: Sequence[str]) -> Iterable[_Candidate]:

@@ -9,9 +9,11 @@ through :func:`one_line`, so an error stays one line of useful length.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from functools import cache
+from numbers import Integral, Real
 
 #: What :func:`escape` rewrites: the backslash itself (so escaping can be undone and a name that
 #: spells ``\\n`` is not confused with one that holds a newline), C0 and C1 control characters and
@@ -134,3 +136,24 @@ def counted(count: float, noun: str, *, plural: str | None = None, thousands: bo
     else:
         number = f"{count:,}" if thousands else str(count)
     return f"{number} {noun}" if count == 1 else f"{number} {plural or noun + 's'}"
+
+
+def shown_number(number: Real) -> str:
+    """A number a caller gave, as a message shows it: an integer with its thousands separated, or
+    counted if it has 30 digits or more (Python refuses to write one of over 4,300 as text); any
+    other number as a float, or by its type past float's range."""
+    if isinstance(number, Integral):  # numpy's integers too
+        integer = int(number)
+        if abs(integer) < 10**30:
+            return f"{integer:,}"
+        return f"an integer of {counted(_digits(abs(integer)), 'digit', thousands=True)}"
+    try:
+        return repr(float(number))
+    except OverflowError:
+        return f"a {type(number).__name__}"
+
+
+def _digits(positive: int) -> int:
+    """How many decimal digits ``positive`` has, without writing it as text."""
+    digits = int(positive.bit_length() * math.log10(2)) + 1  # right, or one too many
+    return digits - 1 if 10 ** (digits - 1) > positive else digits

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 import numpy as np
 
 from graphsvc.errors import GraphStructureError, UsageError
-from graphsvc.graph import Graph
+from graphsvc.graph import Graph, NodeRef, expect_graph
 from graphsvc.kernels import Engine, engine_for
 from graphsvc.text import ITEM_CHARS, escape, shorten
 
@@ -38,15 +38,17 @@ K = TypeVar("K", bound=Hashable)
 
 
 def reverse_topological_order(
-    graph: Graph, output: int | None = None, algorithm: Algorithm = "dfs", engine: Engine | None = None
+    graph: Graph, output: NodeRef | None = None, algorithm: Algorithm = "dfs", engine: Engine | None = None
 ) -> npt.NDArray[np.int64]:
-    """Node ids, each before all of its parents. ``output=None`` orders the whole graph.
+    """Node ids, each before all of its parents: those ``output`` (a node id or name) depends on,
+    or with ``output=None`` the whole graph.
 
     ``engine`` (as for every sweep here): the compiled kernels or the references; by default the
     one :func:`graphsvc.kernels.engine_for` picks for the graph's size."""
+    expect_graph("reverse_topological_order", graph)
     if algorithm not in ALGORITHMS:
         raise UsageError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
-    start_array = graph.sinks() if output is None else np.array([output], dtype=np.int64)
+    start_array = graph.sinks() if output is None else np.array([graph.node_id(output)], dtype=np.int64)
     jit = (engine or engine_for(graph.num_nodes)).kernels
     if jit is not None:
         # scratch arrays from numpy, which asks for huge pages: fewer TLB misses on random access

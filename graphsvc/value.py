@@ -345,6 +345,9 @@ def use_registry(registry: OpRegistry | None) -> None:
     >>> registry, problems = load_registry(["myops.py"])  # doctest: +SKIP
     >>> use_registry(registry)  # doctest: +SKIP
     """
+    from graphsvc.ops import expect_registry
+
+    expect_registry(registry)
     global _registry
     _registry = registry
 
@@ -439,6 +442,9 @@ def _walk(roots: Iterable[Value]) -> Iterator[Value]:
 
 def zero_grad(*values: Value) -> None:
     """Set ``.grad`` to 0 on every value the given values depend on, themselves included."""
+    for value in values:
+        if not isinstance(value, Value):
+            raise TypeError(f"zero_grad() takes Values, not {type(value).__name__}")
     for node in _walk(values):
         node.grad = 0.0
 
@@ -488,6 +494,10 @@ def trace(*outputs: Value, registry: OpRegistry | None = None) -> Graph:
             raise TypeError(f"trace() takes Values, not {type(output).__name__}")
     if registry is None:  # not `registry or ...`: an empty registry is falsy
         registry = default_registry()
+    else:
+        from graphsvc.ops import expect_registry
+
+        expect_registry(registry)
     with gc_paused():
         return _traced(outputs, registry, extras=True, native=native_walk())[1]
 

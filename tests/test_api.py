@@ -443,3 +443,89 @@ def test_a_number_beyond_int64_on_an_int64_leaf_is_one_bounded_usage_error() -> 
     with pytest.raises(UsageError) as info:
         graphsvc.forward(graph, set={"picks": float("nan")})
     assert str(info.value) == "set picks: nan is not a whole number, and the leaf holds int64"
+
+
+# -- misuse: a TypeError naming what was wrong, not an AttributeError from deep inside ---------------
+MISUSES = [
+    (
+        lambda g: graphsvc.forward(g, set=[("a", 1.0)]),
+        "set must be a mapping of node (id or name) to a number or an array, such as {'a': 3.0}, not list",
+    ),
+    (
+        lambda g: graphsvc.backward(g, set="a=1"),
+        "set must be a mapping of node (id or name) to a number or an array, such as {'a': 3.0}, not str",
+    ),
+    (
+        lambda g: graphsvc.forward(str(SEED004)),
+        "forward() takes a Graph, not str: load the file first, graphsvc.load(path)",
+    ),
+    (
+        lambda g: graphsvc.backward(SEED004),
+        "backward() takes a Graph, not PosixPath: load the file first, graphsvc.load(path)",
+    ),
+    (lambda g: graphsvc.backward(None), "backward() takes a Graph, not NoneType"),
+    (
+        lambda g: graphsvc.dumps(str(SEED004)),
+        "dumps() takes a Graph, not str: load the file first, graphsvc.load(path)",
+    ),
+    (
+        lambda g: fmt.save(SEED004.read_bytes(), "out.msgpack"),
+        "save() takes a Graph, not bytes: decode it first, graphsvc.loads(data)",
+    ),
+    (
+        lambda g: graphsvc.reverse_topological_order(str(SEED004)),
+        "reverse_topological_order() takes a Graph, not str: load the file first, graphsvc.load(path)",
+    ),
+    (lambda g: graphsvc.load(g), "load() takes a path or a binary stream, not Graph"),
+    (lambda g: graphsvc.forward(g, registry=42), "registry must be an OpRegistry, not int"),
+    (lambda g: graphsvc.backward(g, registry=42), "registry must be an OpRegistry, not int"),
+    (
+        lambda g: graphsvc.backward(g, registry=load_registry(disable_third_party=True)),
+        "registry must be an OpRegistry, not tuple: graphsvc.load_registry() returns a pair, "
+        "registry, problems = graphsvc.load_registry()",
+    ),
+    (lambda g: graphsvc.use_registry(42), "registry must be an OpRegistry, not int"),
+    (lambda g: graphsvc.trace(graphsvc.Value(1.0), registry="builtins"), "registry must be an OpRegistry, not str"),
+    (lambda g: graphsvc.zero_grad("x"), "zero_grad() takes Values, not str"),
+    (
+        lambda g: graphsvc.load_registry("my_ops.py"),
+        "extra must be a list of module names or paths of .py files, such as ['my_ops.py'], not str",
+    ),
+    (lambda g: graphsvc.load_registry([42]), "extra must hold module names or paths of .py files, not int"),
+    (
+        lambda g: graphsvc.reverse_topological_order(g, output=[1]),
+        "a node is given by its id (an int) or its name (a str), not list",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "message"), MISUSES, ids=[message[:40] for _, message in MISUSES])
+def test_a_misuse_of_the_api_is_a_type_error_naming_it(
+    call: object, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """They raised AttributeError ('list' object has no attribute 'items', 'str' object has no
+    attribute 'num_nodes'), "argument of type 'int' is not iterable", or were taken (use_registry(42))."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError) as info:
+        call(seed004())  # type: ignore[operator]
+    assert str(info.value) == message
+    assert list(tmp_path.iterdir()) == []
+    graphsvc.use_registry(None)
+
+
+def test_reverse_topological_order_takes_the_output_by_id_or_name_and_refuses_another_node() -> None:
+    """output=-1 gave [-1] and output=99 an IndexError (bytearray index out of range)."""
+    graph = seed004()
+    assert graphsvc.reverse_topological_order(graph, output="apb").tolist() == [5, 1, 0]
+    assert graphsvc.reverse_topological_order(graph, output=5).tolist() == [5, 1, 0]
+    for output in (-1, 99):
+        with pytest.raises(UsageError) as info:
+            graphsvc.reverse_topological_order(graph, output=output)
+        assert str(info.value) == f"no node with id {output} (the graph has 7 nodes)"
+
+
+def test_load_registry_takes_paths_as_well_as_names(tmp_path: Path) -> None:
+    path = tmp_path / "empty_plugin.py"
+    path.write_text("", encoding="utf-8")
+    registry, problems = load_registry([path])
+    assert "add" in registry and [p.plugin for p in problems] == [str(path)]  # no hook: a problem, named

@@ -481,3 +481,96 @@ def test_a_name_no_node_has_costs_a_scan_and_keeps_the_index() -> None:
     assert graph.node_id("y") == 1
     with pytest.raises(UsageError, match="no node named 'x'"):
         graph.node_id("x")
+
+
+# -- values and gradients a scalar node cannot hold -------------------------------------------------
+def _builder_with_a_leaf() -> tuple[GraphBuilder, int]:
+    b = GraphBuilder()
+    return b, b.leaf(1.0)
+
+
+BAD_NUMBERS: list[tuple[Any, str]] = [
+    (
+        lambda: GraphBuilder().leaf("1.0"),
+        "node 0: a value must be a number (a float or an int) or a numpy array, not str",
+    ),
+    (
+        lambda: GraphBuilder().leaf(True),
+        "node 0: a value must be a number (a float or an int) or a numpy array, not bool",
+    ),
+    (
+        lambda: GraphBuilder().leaf(None),
+        "node 0: a value must be a number (a float or an int) or a numpy array, not NoneType",
+    ),
+    (
+        lambda: GraphBuilder().leaf([1.0, 2.0]),
+        "node 0: a value must be a number (a float or an int) or a numpy array, not list",
+    ),
+    (
+        lambda: GraphBuilder().leaf(1.0, grad="2"),
+        "node 0: a gradient must be a number (a float or an int) or a numpy array, not str",
+    ),
+    (
+        lambda: GraphBuilder().leaf(1.0, grad=False),
+        "node 0: a gradient must be a number (a float or an int) or a numpy array, not bool",
+    ),
+    (
+        lambda: GraphBuilder().const("3"),
+        "node 0: a value must be a number (a float or an int) or a numpy array, not str",
+    ),
+    (
+        lambda: GraphBuilder().const(1j),
+        "node 0: a value must be a number (a float or an int) or a numpy array, not complex",
+    ),
+    (
+        lambda: GraphBuilder().add("mul", [], value="6"),
+        "node 0: a value must be a number (a float or an int) or a numpy array, not str",
+    ),
+    (
+        lambda: (lambda b, x: b.add("neg", [x], grad=True))(*_builder_with_a_leaf()),
+        "node 1: a gradient must be a number (a float or an int) or a numpy array, not bool",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "message"), BAD_NUMBERS, ids=[f"{i}" for i in range(len(BAD_NUMBERS))])
+def test_a_value_or_gradient_that_is_not_a_number_is_a_type_error(call: Any, message: str) -> None:
+    """A string ("1.0") and a bool were taken as floats; None and lists raised float()'s own error."""
+    with pytest.raises(TypeError) as info:
+        call()
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: GraphBuilder().leaf(10**400), "node 0: a value of an integer of 401 digits is out of float64's range"),
+        (
+            lambda: GraphBuilder().const(-(10**400)),
+            "node 0: a value of an integer of 401 digits is out of float64's range",
+        ),
+        (
+            lambda: GraphBuilder().leaf(0.0, grad=2**1024),
+            "node 0: a gradient of an integer of 309 digits is out of float64's range",
+        ),
+        (
+            lambda: GraphBuilder().add("add", [], value=__import__("fractions").Fraction(10**400, 3)),
+            "node 0: a value of a Fraction is out of float64's range",
+        ),
+    ],
+)
+def test_a_number_past_float64s_range_is_a_structure_error(call: Any, message: str) -> None:
+    """It raised OverflowError: int too large to convert to float."""
+    with pytest.raises(GraphStructureError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_numbers_of_every_real_kind_are_taken() -> None:
+    import fractions
+
+    b = GraphBuilder()
+    nodes = [b.leaf(2), b.leaf(np.float64(0.5)), b.leaf(np.int64(3)), b.leaf(fractions.Fraction(1, 4)), b.const(-1e308)]
+    graph = b.build()
+    assert [graph.value(n) for n in nodes] == [2.0, 0.5, 3.0, 0.25, -1e308]
+    assert graph.arrays.keys() == {2}  # a numpy integer is a 0-d int64 array, as before
