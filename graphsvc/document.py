@@ -65,7 +65,7 @@ from graphsvc.layout import (
     Limits,
     aligned,
 )
-from graphsvc.text import counted
+from graphsvc.text import counted, escape, first_surrogate, shorten
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
@@ -185,12 +185,7 @@ def check_writable(graph: Graph) -> list[Stored] | None:
     if graph.is_tensor_graph:
         stored = stored_arrays(graph)
         _check_arrays_writable(graph, stored)
-    check_graph_nesting(graph, DEFAULT_LIMITS.max_attr_depth, check_strings=True)
-    for tag in graph.op_table:
-        _check_string_length(tag, "an op tag")
-    if graph.names and max(map(len, graph.names.values())) * 4 > DEFAULT_LIMITS.max_string_length:
-        for node in sorted(graph.names):
-            _check_string_length(graph.names[node], f"the name of node {node}")
+    check_text(graph, DEFAULT_LIMITS)
     return stored
 
 
@@ -222,41 +217,94 @@ def _check_arrays_writable(graph: Graph, stored: list[Stored]) -> None:
         )
 
 
-def _check_string_length(text: str, where: str) -> None:
-    """No longer, in UTF-8, than the longest string a reader accepts by default."""
-    limit = DEFAULT_LIMITS.max_string_length
+def check_text(graph: Graph, limits: Limits) -> None:
+    """What a reader with ``limits`` refuses in the graph's text: attributes and metadata nested
+    deeper than ``limits.max_attr_depth`` or with a map key that is not a string, and anywhere (op
+    tags, op sources, names, attribute and metadata keys and strings) a string that is not Unicode
+    text (a lone surrogate) or is longer in UTF-8 than ``limits.max_string_length``."""
+    longest = limits.max_string_length
+    check_graph_nesting(graph, limits.max_attr_depth, check_strings=True, string_limit=longest)
+    tags = graph.op_table
+    if not _all_text(tags, longest):
+        for tag in tags:
+            _check_string(tag, f"the op tag {_quoted(tag)}", longest)
+    sources = [(tag, graph.op_sources[tag]) for tag in tags if tag in graph.op_sources]  # the ones written
+    texts = [text for _, source in sources for text in source if text is not None]
+    if not _all_text(texts, longest):
+        for tag, source in sources:
+            for what, text in (("plugin", source.plugin), ("plugin version", source.version)):
+                if text is not None:
+                    _check_string(text, f"the {what} of the op {_quoted(tag)}", longest)
+    names = list(graph.names.values())
+    if not _all_text(names, longest):
+        for node in sorted(graph.names):
+            _check_string(graph.names[node], f"the name of node {node}", longest)
+
+
+def _all_text(texts: list[str], longest: int) -> bool:
+    """Is each of ``texts`` Unicode text, none longer than ``longest`` bytes in UTF-8? (One pass in C;
+    False may be a doubt: a string of more than a quarter of ``longest`` characters.)"""
+    return not texts or (max(map(len, texts)) * 4 <= longest and first_surrogate("".join(texts)) is None)
+
+
+def _check_string(text: str, where: str, limit: int) -> None:
+    """Unicode text (no lone surrogate, which UTF-8 cannot encode), no longer in UTF-8 than ``limit`` bytes."""
+    at = first_surrogate(text)
+    if at is not None:
+        raise FormatError(f"{where} {not_unicode(text[at])}")
     if len(text) * 4 > limit:  # a character takes at most 4 bytes: only long strings need encoding
-        size = len(text.encode("utf-8", "surrogatepass"))
+        size = len(text.encode("utf-8"))
         if size > limit:
             raise FormatError(
                 f"{where} is {counted(size, 'byte')} long, longer than the {counted(limit, 'byte')} a reader accepts"
             )
 
 
-def check_graph_nesting(graph: Graph, limit: int, check_strings: bool = False) -> None:
+def _quoted(tag: str) -> str:
+    return f"'{escape(shorten(tag, 40))}'"
+
+
+def not_unicode(surrogate: str) -> str:
+    """The end of a sentence saying that a string holds ``surrogate``, a lone surrogate."""
+    return f"holds a lone surrogate ({escape(surrogate)}), which is not Unicode text"
+
+
+def check_graph_nesting(
+    graph: Graph, limit: int, check_strings: bool = False, string_limit: int = DEFAULT_LIMITS.max_string_length
+) -> None:
     """:func:`check_nesting` of every node's attributes, by node id, then of the metadata."""
-    check_nesting_of(graph.attrs, _attributes_of, limit, check_strings)
-    check_nesting_of({METADATA_KEY: graph.metadata}, str, limit, check_strings)
+    check_nesting_of(graph.attrs, _attributes_of, limit, check_strings, string_limit)
+    check_nesting_of({METADATA_KEY: graph.metadata}, str, limit, check_strings, string_limit)
 
 
 def check_nesting_of(
-    items: Mapping[Any, Any], where: Callable[[Any], str], limit: int, check_strings: bool = False
+    items: Mapping[Any, Any],
+    where: Callable[[Any], str],
+    limit: int,
+    check_strings: bool = False,
+    string_limit: int = DEFAULT_LIMITS.max_string_length,
 ) -> None:
     """:func:`check_nesting` of each value of ``items``: all at once by :func:`_nesting_ok`, and one
     by one, in the order of the keys, only to word a problem it found (``where(key)`` names the place)."""
-    string_limit = DEFAULT_LIMITS.max_string_length if check_strings else None
-    if not _nesting_ok(list(items.values()), limit, string_limit):
+    if not _nesting_ok(list(items.values()), limit, string_limit if check_strings else None):
         for key in sorted(items):
-            check_nesting(items[key], limit, where(key), check_strings)
+            check_nesting(items[key], limit, where(key), check_strings, string_limit)
 
 
 def _attributes_of(node: int) -> str:
     return f"attributes of node {node}"
 
 
-def check_nesting(value: Any, limit: int, where: str, check_strings: bool = False) -> None:
+def check_nesting(
+    value: Any,
+    limit: int,
+    where: str,
+    check_strings: bool = False,
+    string_limit: int = DEFAULT_LIMITS.max_string_length,
+) -> None:
     """Nested at most ``limit`` levels, every map key a string (a decoded file's always are); with
-    ``check_strings`` (when writing), no string longer than a reader accepts."""
+    ``check_strings`` (when writing, or reading the JSON form), every string Unicode text of at most
+    ``string_limit`` bytes in UTF-8."""
     stack = [(value, 0)]
     while stack:
         item, level = stack.pop()
@@ -264,13 +312,13 @@ def check_nesting(value: Any, limit: int, where: str, check_strings: bool = Fals
             raise FormatError(f"{where} nests deeper than {counted(limit, 'level')}")
         if isinstance(item, str):
             if check_strings:
-                _check_string_length(item, f"a string in {where}")
+                _check_string(item, f"a string in {where}", string_limit)
         elif isinstance(item, dict):
             for key in item:
                 if type(key) is not str:
                     raise FormatError(f"{where} has a map key that is not a string ({describe(key)} {key!r})")
                 if check_strings:
-                    _check_string_length(key, f"a map key in {where}")
+                    _check_string(key, f"a map key in {where}", string_limit)
             stack.extend((v, level + 1) for v in item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend((v, level + 1) for v in item)
@@ -287,12 +335,12 @@ _KNOWN_TYPES = _LEAF_TYPES | {dict, list, int}
 
 def _nesting_ok(items: list[Any], limit: int, string_limit: int | None = None) -> bool:
     """Does each item keep what :func:`check_nesting` checks (with ``check_strings`` when
-    ``string_limit`` is given: no string of more than a quarter that many characters), as a decoded
+    ``string_limit`` is given: no string of more than a quarter that many characters, and no lone
+    surrogate), as a decoded
     document's values do? Walked a level at a time, all items at once, each check one pass in C
     over the level (a million nodes' attribute maps: ~0.1 s; an item at a time took 2 s); False
     (for :func:`check_nesting` to word the first problem) at anything else, or an unusual type."""
     level = 0
-    longest = None if string_limit is None else string_limit // 4  # a character takes at most 4 bytes
     while items:
         if level > limit:
             return False
@@ -300,7 +348,7 @@ def _nesting_ok(items: list[Any], limit: int, string_limit: int | None = None) -
         if not kinds <= _KNOWN_TYPES:
             return False
         nested: list[Any] = []
-        if str in kinds and longest is not None and max(map(len, _of_kind(items, str, kinds))) > longest:
+        if str in kinds and string_limit is not None and not _all_text(_of_kind(items, str, kinds), string_limit):
             return False
         if int in kinds:
             ints = _of_kind(items, int, kinds)
@@ -309,7 +357,9 @@ def _nesting_ok(items: list[Any], limit: int, string_limit: int | None = None) -
         if dict in kinds:
             maps = _of_kind(items, dict, kinds)
             keys = list(itertools.chain.from_iterable(maps))
-            if keys and (set(map(type, keys)) != {str} or (longest is not None and max(map(len, keys)) > longest)):
+            if keys and set(map(type, keys)) != {str}:
+                return False
+            if keys and string_limit is not None and not _all_text(keys, string_limit):
                 return False
             nested.extend(itertools.chain.from_iterable(map(dict.values, maps)))
         if list in kinds:

@@ -30,7 +30,7 @@ from typing import IO, BinaryIO
 
 from graphsvc import codec, document, fastload
 from graphsvc.collector import gc_paused
-from graphsvc.document import check_graph_nesting, check_writable
+from graphsvc.document import check_text, check_writable
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.graph import Graph, expect_graph
 from graphsvc.layout import (
@@ -405,5 +405,5 @@ def _read_json(data: bytes | bytearray, limits: Limits) -> tuple[Graph, tuple[in
         raise FormatError(
             f"the graph has {counted(len(graph.parent_indices), 'edge')}, over the limit {limits.max_edges}"
         )
-    check_graph_nesting(graph, limits.max_attr_depth)
+    check_text(graph, limits)  # msgpack's decoder checks its strings as it reads them
     return graph, version

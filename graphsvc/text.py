@@ -19,8 +19,8 @@ from numbers import Integral, Real
 #: spells ``\\n`` is not confused with one that holds a newline), C0 and C1 control characters and
 #: DEL (tab, newline, carriage return, ESC...), Unicode's line and paragraph separators, the
 #: bidirectional controls that can make text display in another order than it reads, and lone
-#: surrogates (a JSON file's ``"\\ud800"``, a plugin's text), which UTF-8 cannot encode: printed as
-#: they are, they stopped the listing with a UnicodeEncodeError or wrote bytes that are not UTF-8.
+#: surrogates (a plugin's text; a graph file holds none, FORMAT.md §7), which UTF-8 cannot encode:
+#: printed as they are, they stopped the listing with a UnicodeEncodeError or wrote bytes that are not UTF-8.
 _SURROGATES = "\ud800-\udfff"
 _CONTROLS = "\x00-\x1f\x7f-\x9f\u0085\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069" + _SURROGATES
 
@@ -69,6 +69,15 @@ def json_escaped(text: str) -> str:
     if text.isascii() or text.isprintable():  # a surrogate is neither
         return text
     return _surrogate().sub(_escaped, text)
+
+
+def first_surrogate(text: str) -> int | None:
+    """Where ``text``'s first lone surrogate is (U+D800 to U+DFFF: not Unicode text, which UTF-8
+    cannot encode; ``json.loads`` makes one of ``"\\ud800"``), or None when it has none."""
+    if text.isascii():
+        return None
+    found = _surrogate().search(text)
+    return None if found is None else found.start()
 
 
 def needs_escape(texts: Iterable[str]) -> bool:

@@ -263,27 +263,14 @@ def run_cli(*args: str, cwd: Path) -> tuple[int, bytes, bytes]:
     return process.returncode, process.stdout, process.stderr
 
 
-def test_lone_surrogates_from_a_json_file_are_escaped_in_text_and_in_json(tmp_path: Path) -> None:
-    """json.loads makes "\\ud800" a lone surrogate, which UTF-8 cannot encode: listings, inspect and
-    convert stopped with an internal error (order --json after printing half its document)."""
+def test_lone_surrogates_from_a_json_file_are_refused_and_the_message_is_utf_8(tmp_path: Path) -> None:
+    """json.loads makes "\\ud800" a lone surrogate: not Unicode text, which a graph file holds
+    (FORMAT.md §9, §13); every command refuses the file, and the error line names the string, escaped."""
     (tmp_path / "s.json").write_text(SURROGATES_JSON)
-    assert run_cli("order", "s.json", cwd=tmp_path) == (0, b"1\tb\tneg\\ud800\t0\n0\ta\\udc80\tleaf\t-\n", b"")
-    code, out, err = run_cli("order", "s.json", "--json", cwd=tmp_path)
-    assert (code, err) == (0, b"")
-    assert out == (
-        b'{"algorithm":"dfs","output":null,"nodes":[{"id":1,"name":"b","op":"neg\\ud800","parents":[0]},'
-        b'{"id":0,"name":"a\\udc80","op":"leaf","parents":[]}]}\n'
-    )
-    code, out, err = run_cli("inspect", "s.json", "--json", cwd=tmp_path)
-    assert (code, err) == (0, b"")
-    assert json.loads(out)["metadata"] == {"m\udc80": "\ud83d"}  # the same strings, as JSON escapes
-    code, out, err = run_cli("inspect", "s.json", cwd=tmp_path)
-    assert (code, err) == (0, b"")
-    assert b"ops: leaf 1, neg\\ud800 1\n" in out
-    code, out, err = run_cli("convert", "s.json", "--to", "json", "-o", "-", cwd=tmp_path)
-    assert (code, err) == (0, b"")
-    assert b'"name": "a\\udc80"' in out and b'"m\\udc80": "\\ud83d"' in out
-    assert json.loads(out)["nodes"][1]["op"] == "neg\ud800"
+    message = b"Error: s.json: the string at nodes[0].name holds a lone surrogate (\\udc80), which is not Unicode text"
+    for command in (["validate"], ["order"], ["order", "--json"], ["inspect"], ["convert", "--to", "msgpack"]):
+        assert run_cli(command[0], "s.json", *command[1:], cwd=tmp_path) == (3, b"", message + b"\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["s.json"]
 
 
 def test_lone_surrogates_in_a_plugins_text_are_escaped(tmp_path: Path) -> None:

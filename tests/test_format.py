@@ -29,6 +29,7 @@ from graphsvc import codec, document, jsonio
 from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.graph import Graph, GraphBuilder, OpSource
+from graphsvc.value import Value, trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "schemas"
@@ -753,6 +754,57 @@ def test_save_refuses_strings_longer_than_a_reader_accepts(tmp_path: Path) -> No
         match=r"^a string in metadata is 1048578 bytes long, longer than the 1048576 bytes a reader accepts$",
     ):
         fmt.dumps(metadata.build(metadata={"note": "é" * (limit // 2 + 1)}))
+
+
+SURROGATE_GRAPHS: list[tuple[Callable[[GraphBuilder], object], str]] = [
+    (lambda b: b.leaf(1.0, name="x\ud800"), "the name of node 0 holds a lone surrogate (\\ud800)"),
+    (lambda b: b.add("neg\udfff", [b.leaf(1.0)]), "the op tag 'neg\\udfff' holds a lone surrogate (\\udfff)"),
+    (
+        lambda b: b.add("neg", [b.leaf(1.0)], attrs={"k\udc80": 1}),
+        "a map key in attributes of node 1 holds a lone surrogate (\\udc80)",
+    ),
+    (
+        lambda b: b.add("neg", [b.leaf(1.0)], attrs={"k": ["\ud83d"]}),
+        "a string in attributes of node 1 holds a lone surrogate (\\ud83d)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("build", "message"), SURROGATE_GRAPHS)
+def test_save_refuses_a_lone_surrogate_before_touching_the_file(
+    build: Callable[[GraphBuilder], object], message: str, tmp_path: Path
+) -> None:
+    # FORMAT.md §9: every string is Unicode text; UTF-8 cannot encode a lone surrogate (Python's
+    # codec error was the message, and only once encoding had begun)
+    b = GraphBuilder()
+    build(b)
+    graph = b.build()
+    target = tmp_path / "g.msgpack"
+    target.write_bytes(worked_bytes())
+    for write in (lambda: fmt.save(graph, target), lambda: fmt.dumps(graph), lambda: jsonio.dumps(graph)):
+        with pytest.raises(FormatError) as info:
+            write()
+        assert str(info.value) == message + ", which is not Unicode text"
+    assert [path.name for path in tmp_path.iterdir()] == ["g.msgpack"]
+    assert target.read_bytes() == worked_bytes()
+
+
+def test_a_lone_surrogate_in_metadata_an_op_source_or_a_values_name_is_refused() -> None:
+    b = GraphBuilder()
+    b.leaf(1.0)
+    with pytest.raises(FormatError, match=r"^a string in metadata holds a lone surrogate \(\\udc80\), which"):
+        fmt.dumps(b.build(metadata={"run": "\udc80"}))
+    graph = b.build()
+    graph.op_sources["leaf"] = OpSource("graphsvc-x", "1.0\udc80")
+    with pytest.raises(FormatError) as info:
+        fmt.dumps(graph)
+    assert str(info.value) == (
+        "the plugin version of the op 'leaf' holds a lone surrogate (\\udc80), which is not Unicode text"
+    )
+    x = Value(2.0, name="x\ud800")
+    with pytest.raises(FormatError) as traced:
+        fmt.dumps(trace(x * 3.0))
+    assert str(traced.value) == "the name of node 0 holds a lone surrogate (\\ud800), which is not Unicode text"
 
 
 def test_an_empty_attribute_map_and_no_entry_are_one_encoding() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import math
 from pathlib import Path
@@ -167,13 +168,13 @@ def test_a_cycle_is_refused_naming_its_nodes() -> None:
             _doc([{"op": "leaf", "value": "NaN"}]),
             'node 0: value must be a number or one of "nan", "inf", "-inf", not \'NaN\'',
         ),
-        (_doc([{"op": "leaf", "attrs": [1]}]), "node 0: attrs must be an object"),
+        (_doc([{"op": "leaf", "attrs": [1]}]), "node 0: attrs must be an object, not an array"),
         (_doc([{"op": "leaf"}], outputs=[4]), "output 4 does not exist"),
         (_doc([{"op": "leaf"}], outputs=[True]), "outputs: True is not a node id or name"),
         (_doc([{"op": "leaf"}], outputs=0), "outputs must be a list"),
         (_doc([{"op": "leaf"}], metadata=[]), "metadata must be an object"),
         (_doc([{"op": "leaf"}], ops=[]), "ops must be an object"),
-        (_doc([{"op": "leaf"}], ops={"leaf": "x"}), "ops['leaf'] must be an object"),
+        (_doc([{"op": "leaf"}], ops={"leaf": "x"}), "ops['leaf'] must be an object, not a string"),
         (_doc([{"op": "leaf"}], ops={"leaf": {"plugin": 3}}), "ops['leaf'].plugin must be a string or null, not 3"),
         (_doc([{"op": "leaf", "parents": [0]}]), "the graph has a cycle: 0 -> 0"),
         (_doc([{"op": "leaf"}, {"op": "leaf", "parents": [0]}]), "node 1 is a leaf but has parents"),
@@ -223,3 +224,187 @@ def test_arrays_of_numbers_and_strings_take_one_line_and_strings_stay_whole() ->
     assert back.names == {0: name, 1: "s"}
     assert back.attrs == {1: {"axis": [0, 1], "tags": ["a, b", "]"]}}
     assert json.loads(text) == json.loads(json.dumps(jsonio.to_document(b.build())))  # the same document
+
+
+# -- the JSON form holds the graphs the msgpack form holds, no more (FORMAT.md §13) -------------------
+def _text(nodes: str, rest: str = "", version: str = "1, 0") -> str:
+    return f'{{"format": "graphsvc-json", "version": [{version}], "nodes": [{nodes}]{rest}}}'
+
+
+LONE_SURROGATES = [
+    (_text('{"op": "leaf", "name": "a\\ud800"}'), "the string at nodes[0].name holds a lone surrogate (\\ud800)"),
+    (_text('{"op": "neg\\uDFFF"}'), "the string at nodes[0].op holds a lone surrogate (\\udfff)"),
+    (
+        _text('{"op": "leaf", "attrs": {"k": ["x", "\\udc80"]}}'),
+        "the string at nodes[0].attrs.k[1] holds a lone surrogate (\\udc80)",
+    ),
+    (
+        _text('{"op": "leaf", "attrs": {"ok": 1, "k\\ud83d": 1}}'),
+        "a key of the object at nodes[0].attrs (entry 1) holds a lone surrogate (\\ud83d)",
+    ),
+    (
+        _text('{"op": "leaf"}', ', "metadata": {"run": "\\ude00\\ud83d"}'),
+        "the string at metadata.run holds a lone surrogate (\\ude00)",
+    ),
+    (
+        _text('{"op": "leaf"}', ', "metadata": {"a b": {"\\udc80": 1}}'),
+        "a key of the object at metadata['a b'] (entry 0) holds a lone surrogate (\\udc80)",
+    ),
+    (
+        _text('{"op": "leaf"}', ', "ops": {"leaf": {"plugin": "p\\udc80"}}'),
+        "the string at ops.leaf.plugin holds a lone surrogate (\\udc80)",
+    ),
+    (
+        _text('{"op": "leaf"}', ', "ops": {"unused": {"version": "\\udc80"}}'),
+        "the string at ops.unused.version holds a lone surrogate (\\udc80)",
+    ),
+    (_text('{"op": "leaf"}', ', "future": ["\\udc80"]'), "the string at future[0] holds a lone surrogate (\\udc80)"),
+    (
+        _text('{"op": "leaf", "\\udc80": 1}'),
+        "a key of the object at nodes[0] (entry 1) holds a lone surrogate (\\udc80)",
+    ),
+    ('{"\\udc80": 1, "format": "graphsvc-json"}', "a key of the document (entry 0) holds a lone surrogate (\\udc80)"),
+    (
+        _text('{"op": "leaf", "name": "\ud800"}'),
+        "the string at nodes[0].name holds a lone surrogate (\\ud800)",
+    ),  # in the text
+]
+
+
+@pytest.mark.parametrize(("text", "message"), LONE_SURROGATES)
+def test_a_lone_surrogate_anywhere_is_refused_naming_where_it_is(text: str, message: str) -> None:
+    # not Unicode text: msgpack's strings are UTF-8, which cannot encode it (the msgpack reader
+    # refuses one as invalid UTF-8)
+    with pytest.raises(FormatError) as info:
+        jsonio.loads(text)
+    assert str(info.value) == message + ", which is not Unicode text"
+
+
+def test_surrogate_pairs_and_text_that_only_spells_an_escape_are_text() -> None:
+    text = _text('{"op": "leaf", "name": "\\ud83d\\ude00 \\\\ud800 \U0001f600", "attrs": {"\\uD83D\\uDE00": 1}}')
+    graph = jsonio.loads(text)
+    assert graph.names == {0: "\U0001f600 \\ud800 \U0001f600"}
+    assert graph.attrs == {0: {"\U0001f600": 1}}
+    assert fmt.loads(fmt.dumps(graph)).names == graph.names
+    assert not jsonio._may_hold_surrogates('"\\ud83d\\ude00", "\\u00e9"')  # a pair: no second parse
+    assert jsonio._may_hold_surrogates('"\\ud83d\\ud83d\\ude00"') and jsonio._may_hold_surrogates('"\\ude00"')
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_text('{"op": "leaf"}', ', "outputs": [], "outputs": [0]'), "the document repeats the key 'outputs'"),
+        (_text('{"op": "leaf", "value": 1, "value": 2}'), "the object at nodes[0] repeats the key 'value'"),
+        (
+            _text('{"op": "leaf", "attrs": {"a": {"b": 1, "b": 1}}}'),
+            "the object at nodes[0].attrs.a repeats the key 'b'",
+        ),
+        (_text('{"op": "leaf"}', ', "ops": {"leaf": {}, "leaf": {}}'), "the object at ops repeats the key 'leaf'"),
+        (
+            _text(
+                '{"op": "leaf", "value": {"dtype": "float32", "dtype": "int64", "shape": [], "data": 1}}',
+                version="2, 0",
+            ),
+            "the object at nodes[0].value repeats the key 'dtype'",
+        ),
+        (
+            _text('{"op": "leaf", "\\u006fp": "neg"}'),
+            "the object at nodes[0] repeats the key 'op'",
+        ),  # escaped, still "op"
+    ],
+)
+def test_a_repeated_key_is_refused_naming_the_object(text: str, message: str) -> None:
+    # json keeps the last value; the msgpack reader refuses a map that repeats a key (FORMAT.md §9)
+    with pytest.raises(FormatError) as info:
+        jsonio.loads(text)
+    assert str(info.value) == message
+
+
+def test_a_problem_before_a_repeated_key_is_reported_first() -> None:
+    with pytest.raises(FormatError) as info:
+        jsonio.loads(_text('{"op": "leaf", "value": 1e999, "value": 2}'))
+    assert str(info.value) == 'the number 1e999 is too large for a float64 (write "inf" or "-inf" for an infinity)'
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (_doc([{"op": "leaf", "attrs": None}]), "node 0: attrs must be an object, not null"),
+        (_doc([{"op": "leaf", "attrs": []}]), "node 0: attrs must be an object, not an array"),
+        (_doc([{"op": "leaf", "attrs": False}]), "node 0: attrs must be an object, not false"),
+        (_doc([{"op": "leaf"}], ops={"leaf": None}), "ops['leaf'] must be an object, not null"),
+        (_doc([{"op": "leaf"}], ops={"unused": 0}), "ops['unused'] must be an object, not a number"),
+        (
+            _doc([{"op": "leaf"}], ops={"unused": {"version": 1.5}}),
+            "ops['unused'].version must be a string or null, not 1.5",
+        ),
+        (
+            _doc([{"op": "leaf", "value": {"dtype": "float32", "shape": [1], "data": [1.0]}}]),
+            "node 0: value is an array object, which needs JSON version 2.0 (the document's version is 1.0)",
+        ),
+        (
+            _doc([{"op": "leaf", "grad": {"dtype": "int64", "shape": [], "data": 1}}], version=[1, 3]),
+            "node 0: grad is an array object, which needs JSON version 2.0 (the document's version is 1.3)",
+        ),
+        (_doc([{"id": 1.0, "op": "leaf"}]), "nodes[0].id must be a non-negative integer"),
+        (_doc([{"id": True, "op": "leaf"}]), "nodes[0].id must be a non-negative integer"),
+        (_doc([{"op": "leaf"}, {"op": "neg", "parents": [0.0]}]), "node 1: 0.0 is not a node id or name"),
+        (_doc([{"op": "leaf"}], outputs=[0.0]), "outputs: 0.0 is not a node id or name"),
+        (_doc([{"op": "leaf"}], version=[1.0, 0]), "version must be [major, minor]"),
+        (
+            _doc([{"op": "leaf", "value": True}]),
+            'node 0: value must be a number or one of "nan", "inf", "-inf", not True',
+        ),
+    ],
+)
+def test_what_the_msgpack_form_cannot_hold_is_refused(document: dict[str, Any], message: str) -> None:
+    with pytest.raises(FormatError) as info:
+        jsonio.loads(json.dumps(document))
+    assert str(info.value) == message
+
+
+def test_an_empty_attrs_object_is_no_attributes() -> None:
+    assert jsonio.loads(json.dumps(_doc([{"op": "leaf", "attrs": {}}]))).attrs == {}
+
+
+def test_unknown_keys_are_ignored_in_every_object_as_a_newer_minor_version_may_add_them() -> None:
+    # FORMAT.md §2 and §13: the document, a node, an ops entry and a tensor object
+    plain = _doc([{"op": "leaf", "value": {"dtype": "float32", "shape": [2], "data": [1.5, -2.0]}}], version=[2, 0])
+    extended = _doc(
+        [{"op": "leaf", "value": {"dtype": "float32", "shape": [2], "data": [1.5, -2.0], "unit": "m"}, "x": 1}],
+        version=[2, 1],
+        ops={"leaf": {"plugin": None, "version": None, "hash": "ab"}},
+        future={"k": [1]},
+    )
+    assert fmt.dumps(jsonio.loads(json.dumps(extended))) == fmt.dumps(jsonio.loads(json.dumps(plain)))
+    schema = json.loads((ROOT / "schemas" / "graphsvc-json-v2.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(extended)
+
+
+def test_a_string_longer_than_the_limit_is_refused_as_the_msgpack_reader_refuses_it() -> None:
+    limits = fmt.Limits(max_string_length=40)
+    at_limit = json.dumps(_doc([{"op": "leaf", "name": "x" * 40}], metadata={"k": ["é" * 20]}))
+    assert fmt.load(io.BytesIO(at_limit.encode()), limits).names == {0: "x" * 40}
+    for document, message in [
+        (_doc([{"op": "leaf", "name": "x" * 41}]), "the name of node 0 is 41 bytes long"),
+        (_doc([{"op": "leaf"}], metadata={"k": ["é" * 21]}), "a string in metadata is 42 bytes long"),
+        (_doc([{"op": "leaf", "attrs": {"é" * 21: 1}}]), "a map key in attributes of node 0 is 42 bytes long"),
+        (_doc([{"op": "o" * 41}]), f"the op tag '{'o' * 21}... (41 characters)' is 41 bytes long"),
+        (_doc([{"op": "leaf"}], ops={"leaf": {"plugin": "p" * 41}}), "the plugin of the op 'leaf' is 41 bytes long"),
+    ]:
+        with pytest.raises(FormatError) as info:
+            fmt.load(io.BytesIO(json.dumps(document).encode()), limits)
+        assert str(info.value) == "the stream: " + message + ", longer than the 40 bytes a reader accepts"
+
+
+def test_the_json_writer_refuses_what_its_reader_refuses() -> None:
+    b = GraphBuilder()
+    b.leaf(1.0, name="x\udc80")
+    with pytest.raises(FormatError) as info:
+        jsonio.dumps(b.build())
+    assert str(info.value) == "the name of node 0 holds a lone surrogate (\\udc80), which is not Unicode text"
+    b = GraphBuilder()
+    b.leaf(1.0)
+    with pytest.raises(FormatError) as deep:
+        jsonio.dumps(b.build(metadata={"k": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}))
+    assert str(deep.value) == "metadata nests deeper than 32 levels"
