@@ -690,14 +690,19 @@ def copy_maps(maps: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]
     """Each node's attributes copied by :func:`data_copy`. Maps of numbers and strings (a million
     ``pow`` exponents) are copied a map at a time, as ``dict()``; only the maps that hold a list or
     a dict are walked."""
-    copied = {node: dict(values) for node, values in maps.items()}
-    kinds = set(map(type, itertools.chain.from_iterable(map(dict.values, copied.values()))))
+    return copy_nested({node: dict(values) for node, values in maps.items()})
+
+
+def copy_nested(maps: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """``maps``, each node's own dict already (a map at a time copy, such as the C walk's), with
+    every list and dict among their values replaced by its :func:`data_copy`: in place, returned."""
+    kinds = set(map(type, itertools.chain.from_iterable(map(dict.values, maps.values()))))
     if any(issubclass(kind, _CONTAINERS) for kind in kinds):
-        for values in copied.values():
+        for values in maps.values():
             for key, item in values.items():
                 if isinstance(item, _CONTAINERS):
                     values[key] = data_copy(item)  # a value replaced, no key added: the loop goes on
-    return copied
+    return maps
 
 
 def _number(node: int, what: str, number: object) -> float:

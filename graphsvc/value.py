@@ -372,7 +372,7 @@ def _traced(
         nodes, index = _postorder(outputs)
         return nodes, _graph(nodes, index, outputs, registry, extras=extras)
 
-    from graphsvc.graph import graph_from_buffers
+    from graphsvc.graph import copy_nested, graph_from_buffers
 
     nodes, op_table, op_codes, offsets, parents, values, grads, attrs, names, output_ids = native.values(
         tuple(outputs), extras
@@ -384,7 +384,7 @@ def _traced(
         parents,
         values,
         grads if extras else None,
-        attrs=attrs,
+        attrs=copy_nested(attrs),  # the C walk copies each map, not the lists and maps in it (as _graph does)
         outputs=list(dict.fromkeys(output_ids)),
     )
     if extras:

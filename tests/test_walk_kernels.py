@@ -477,3 +477,19 @@ def test_parents_changed_by_code_the_walk_runs_cannot_crash_it() -> None:
     child.backward()  # the graph as the walk found it: child = a + b
     assert (a.grad, b.grad, child.grad) == (1.0, 1.0, 1.0)
     assert [p.data for p in child._parents] == [9.0]  # what the property did, done
+
+
+@pytest.mark.parametrize("walk", ["native", "reference"])
+def test_a_traced_graph_shares_no_list_or_map_of_a_values_attributes(
+    native: ModuleType, walk: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The C walk copied each node's map and shared the lists in it: changing the traced graph's
+    attribute in place changed the Value's, and so every later trace (the Python walk copies to the bottom)."""
+    if walk == "reference":
+        monkeypatch.setattr(value, "native_walk", lambda: None)
+    x = Value(2.0)
+    y = Value(6.0, None, "scale", (x,), {"factors": [3.0], "spec": {"axes": [0]}})
+    graph = value._traced([y], default_registry(), extras=False, native=value.native_walk())[1]
+    graph.attrs[1]["factors"][0] = 100.0
+    graph.attrs[1]["spec"]["axes"].append(1)
+    assert y._attrs == {"factors": [3.0], "spec": {"axes": [0]}}
