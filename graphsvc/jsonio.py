@@ -202,20 +202,26 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return mapping
 
 
-#: The JSON escape of a surrogate code point: half of a pair (one character), or a lone one.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+#: The JSON escape of a surrogate code point (half of a pair, one character, or a lone one), or an
+#: escaped backslash, matched as a whole so that the ``u`` after it is not read as an escape's.
+_SURROGATE_ESCAPE = re.compile(r"\\\\|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def _may_hold_surrogates(text: str) -> bool:
     """Might a string of the document hold a lone surrogate? At once for almost every text: the
     escapes of surrogates are looked at only where there are some, each high one for the low one
-    that must follow it (an escaped backslash before ``u`` can make a false alarm, never a miss)."""
+    that must follow it (an escaped backslash is skipped whole, so that ``"\\\\ud800\\udc00"``, a
+    backslash, ``ud800`` and a lone low surrogate, is not taken for a pair)."""
     if first_surrogate(text) is not None:  # in the text itself (a str given to loads)
         return True
     if "\\u" not in text:
         return False
     pair_end = -1  # where a high surrogate's escape ended: the low one's must start there
     for match in _SURROGATE_ESCAPE.finditer(text):
+        if match.end() - match.start() == 2:  # an escaped backslash: "\\ud800" holds no surrogate
+            if pair_end != -1:
+                return True  # a high surrogate's escape, then no low one
+            continue
         low = match.group()[3] in "cdefCDEF"
         if pair_end != -1:
             if not (low and match.start() == pair_end):

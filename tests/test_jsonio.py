@@ -408,3 +408,33 @@ def test_the_json_writer_refuses_what_its_reader_refuses() -> None:
     with pytest.raises(FormatError) as deep:
         jsonio.dumps(b.build(metadata={"k": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}))
     assert str(deep.value) == "metadata nests deeper than 32 levels"
+
+
+def test_the_surrogate_scan_misses_no_lone_surrogate_after_an_escaped_backslash() -> None:
+    """``"\\\\ud800\\udc00"`` is a backslash, ``ud800`` and a lone low surrogate: the scan took the
+    text after the escaped backslash for a high surrogate's escape and the low one for its pair."""
+    import random
+
+    from graphsvc.text import first_surrogate
+
+    pieces = ["\\\\", "\\ud800", "\\udc00", "\\uD83D", "\\uDE00", "\\u0041", "u", "d800", "a"]
+    rng = random.Random(3)
+    missed = []
+    for _ in range(5000):
+        literal = '"' + "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 7))) + '"'
+        holds = first_surrogate(json.loads(literal)) is not None
+        if holds and not jsonio._may_hold_surrogates(literal):
+            missed.append(literal)
+    assert missed == []
+    document = {
+        "format": "graphsvc-json",
+        "version": [1, 0],
+        "ops": {"leaf": {"plugin": None, "version": None}},
+        "nodes": [{"id": 0, "name": "x", "op": "leaf", "parents": [], "value": 1.0}],
+        "outputs": [0],
+        "metadata": {},
+    }
+    text = json.dumps(document).replace('"x"', '"\\\\ud800\\udc00"')
+    with pytest.raises(FormatError) as info:
+        jsonio.loads(text)
+    assert str(info.value) == "the string at nodes[0].name holds a lone surrogate (\\udc00), which is not Unicode text"
