@@ -661,15 +661,19 @@ class GraphBuilder:
         return graph
 
 
-#: The containers an attribute or the metadata may hold, copied with it (the rest is shared).
+#: The containers an attribute or the metadata may hold, copied with what they hold.
 _CONTAINERS = (dict, list)
+#: What :func:`data_copy` copies: the containers, and arrays (a value in Python only; a file has none).
+_COPIED = (dict, list, np.ndarray)
 
 
 def data_copy(value: Any) -> Any:
-    """``value`` (an attribute's, or the metadata) with every dict and list in it copied, so that
-    what the caller changes in place later does not reach the copy, nor the copy's changes the
-    original; numbers, strings, bytes and tuples are shared. Iterative (any nesting); a container
-    met twice, or holding itself, is copied once (as ``copy.deepcopy`` does)."""
+    """``value`` (an attribute's, or the metadata) with every dict, list and array in it copied, so
+    that what the caller changes in place later does not reach the copy, nor the copy's changes the
+    original; numbers, strings, bytes and tuples (with what they hold) are shared. Iterative (any
+    nesting); a dict or list met twice, or holding itself, is copied once (as ``copy.deepcopy`` does)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
     if not isinstance(value, _CONTAINERS):
         return value
     copies = {id(value): value.copy()}
@@ -678,7 +682,9 @@ def data_copy(value: Any) -> Any:
         original = pending.pop()
         copied = copies[id(original)]
         for key, item in original.items() if isinstance(original, dict) else enumerate(original):
-            if isinstance(item, _CONTAINERS):
+            if isinstance(item, np.ndarray):
+                copied[key] = item.copy()
+            elif isinstance(item, _CONTAINERS):
                 if id(item) not in copies:
                     copies[id(item)] = item.copy()
                     pending.append(item)
@@ -697,10 +703,10 @@ def copy_nested(maps: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """``maps``, each node's own dict already (a map at a time copy, such as the C walk's), with
     every list and dict among their values replaced by its :func:`data_copy`: in place, returned."""
     kinds = set(map(type, itertools.chain.from_iterable(map(dict.values, maps.values()))))
-    if any(issubclass(kind, _CONTAINERS) for kind in kinds):
+    if any(issubclass(kind, _COPIED) for kind in kinds):
         for values in maps.values():
             for key, item in values.items():
-                if isinstance(item, _CONTAINERS):
+                if isinstance(item, _COPIED):
                     values[key] = data_copy(item)  # a value replaced, no key added: the loop goes on
     return maps
 

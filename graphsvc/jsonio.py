@@ -25,7 +25,7 @@ from graphsvc.document import check_text, not_unicode
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists, sealed
 from graphsvc.layout import DEFAULT_LIMITS, MAX_ARRAY_BYTES
-from graphsvc.text import counted, first_surrogate, shorten
+from graphsvc.text import counted, escape, first_surrogate, shorten
 from graphsvc.topo import topological_sort
 
 JSON_FORMAT_NAME = "graphsvc-json"
@@ -355,6 +355,14 @@ def from_document(doc: Any) -> Graph:
     return _assemble(doc, version, by_id, parents_of, order, new_id, resolve)
 
 
+def _json_value(value: Any) -> str:
+    """A decoded JSON value that is not a string, for an error message: a number or a literal as it
+    is, anything else by its type (an array or an object may be of any size)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return shorten(repr(value), 40)
+    return _json_type(value)
+
+
 def _json_type(value: Any) -> str:
     """What a decoded JSON value is, as JSON names it."""
     if value is None:
@@ -438,11 +446,12 @@ def _assemble(
     if not isinstance(raw_ops, dict):
         raise FormatError("ops must be an object")
     for tag, entry in raw_ops.items():  # every entry, used or not, as the msgpack reader checks its op table
+        where = f"ops['{escape(shorten(tag, 40))}']"  # a tag is the file's text, of any length
         if not isinstance(entry, dict):
-            raise FormatError(f"ops[{tag!r}] must be an object, not {_json_type(entry)}")
+            raise FormatError(f"{where} must be an object, not {_json_type(entry)}")
         for key in ("plugin", "version"):
             if not isinstance(entry.get(key), (str, type(None))):
-                raise FormatError(f"ops[{tag!r}].{key} must be a string or null, not {entry[key]!r}")
+                raise FormatError(f"{where}.{key} must be a string or null, not {_json_value(entry[key])}")
     op_table = list(op_index)
     sources = {}
     for tag in op_table:

@@ -176,6 +176,20 @@ def test_data_copy_keeps_shared_and_self_holding_containers_and_any_nesting() ->
     assert result == []
 
 
+def test_an_array_among_the_attributes_is_copied_a_tuple_shared() -> None:
+    shape, pad = np.array([3, 2]), ([1], [0])
+    b = GraphBuilder()
+    b.leaf(np.ones((2, 3), dtype=np.float32), name="x")
+    b.add("reshape", ["x"], attrs={"shape": shape, "pad": pad, "nested": [shape]})
+    g = b.build()
+    shape[0] = 6
+    assert g.attrs[1]["shape"].tolist() == [3, 2] and g.attrs[1]["nested"][0].tolist() == [3, 2]
+    c = g.copy()
+    c.attrs[1]["shape"][0] = 1
+    assert g.attrs[1]["shape"].tolist() == [3, 2]
+    assert c.attrs[1]["pad"] is pad  # a tuple is shared, with what it holds (as documented)
+
+
 def test_copy_maps_copies_maps_of_numbers_alone_a_map_at_a_time() -> None:
     maps = {node: {"exponent": float(node)} for node in range(1000)}
     copied = copy_maps(maps)

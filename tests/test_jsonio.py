@@ -335,6 +335,18 @@ def test_a_problem_before_a_repeated_key_is_reported_first() -> None:
         (_doc([{"op": "leaf"}], ops={"leaf": None}), "ops['leaf'] must be an object, not null"),
         (_doc([{"op": "leaf"}], ops={"unused": 0}), "ops['unused'] must be an object, not a number"),
         (
+            _doc([{"op": "leaf"}], ops={"u\x1b" * 30: 0}),
+            "ops['" + "u\\x1b" * 10 + "u... (60 characters)'] must be an object, not a number",
+        ),
+        (
+            _doc([{"op": "leaf"}], ops={"leaf": {"plugin": [1] * 10_000}}),
+            "ops['leaf'].plugin must be a string or null, not an array",
+        ),
+        (
+            _doc([{"op": "leaf"}], ops={"leaf": {"plugin": True}}),
+            "ops['leaf'].plugin must be a string or null, not true",
+        ),
+        (
             _doc([{"op": "leaf"}], ops={"unused": {"version": 1.5}}),
             "ops['unused'].version must be a string or null, not 1.5",
         ),
