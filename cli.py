@@ -1063,7 +1063,7 @@ def _report(result: _Replay, as_json: bool, data: bool) -> None:
     if as_json:
         head: dict[str, Any] = {} if result.output is None else {"output": result.output}
         if run.steps is not None:
-            head["steps"] = list(map(cells.step_item, run.steps))
+            head["steps"] = cells.step_items(run.steps)
         tail: dict[str, Any] = {"nonfinite": {what: _nonfinite_item(graph, f) for what, f in result.nonfinite.items()}}
         if result.comparisons:
             tail["check"] = {c.what: _check_item(c, graph) for c in result.comparisons}
@@ -1085,10 +1085,22 @@ def _report(result: _Replay, as_json: bool, data: bool) -> None:
 
 def _step_lines(graph: Graph, steps: list[Any], cells: _ScalarCells | _TensorCells) -> list[str]:
     """--steps as text: each node of the backward pass with its gradient, then what it sends each parent."""
+    from graphsvc.collector import gc_paused
+    from graphsvc.text import escape
+
+    names, codes = graph.names, graph.op_codes
+    tags = [escape(tag) for tag in graph.op_table]
+
+    def label(node: int) -> str:  # _label, without its import a call (a million steps)
+        name = names.get(node)
+        return f"#{node}" if name is None else escape(name)
+
     lines = []
-    for number, step in enumerate(steps, 1):
-        lines.append(f"step {number}: {_label(graph, step.node)} ({_op(graph, step.node)}) {cells.step_grad(step)}")
-        lines += [f"  -> {_label(graph, parent)}: {sent}" for parent, sent in cells.step_parents(step)]
+    with gc_paused():  # lists and tuples a step, while the replay's arrays live: see graphsvc.collector
+        for number, (step, (grad, parents)) in enumerate(zip(steps, cells.step_texts(steps), strict=True), 1):
+            node = step.node
+            lines.append(f"step {number}: {label(node)} ({tags[codes[node]]}) {grad}")
+            lines += [f"  -> {label(parent)}: {sent}" for parent, sent in parents]
     return lines
 
 
@@ -1121,6 +1133,13 @@ class _ScalarCells:
 
         return listing.json_objects(self.graph, self.nodes, self.run.values, self.run.grads)
 
+    def step_texts(self, steps: list[Any]) -> list[tuple[str, list[tuple[int, str]]]]:
+        """Each step's gradient and what it sends each parent, as --steps prints them."""
+        return [(self.step_grad(step), self.step_parents(step)) for step in steps]
+
+    def step_items(self, steps: list[Any]) -> list[dict[str, Any]]:
+        return list(map(self.step_item, steps))
+
     def step_grad(self, step: Any) -> str:
         return f"grad = {step.grad!r}"
 
@@ -1143,7 +1162,9 @@ class _TensorCells:
     """The nodes of a tensor graph as forward and backward list them: each array summarized
     (graphsvc.tensors.summary: dtype, shape, mean, largest magnitude; min and max for integers),
     left-aligned in a table; in --json as graphsvc.tensors.json_cell gives it (the same numbers),
-    with every element when ``data``; a step gives the shape and norm of what it sends each parent."""
+    with every element when ``data``; a step gives the shape and norm of what it sends each parent.
+    The numbers of a chunk of nodes are worked out together (graphsvc.tensor_listing), not a call
+    an array."""
 
     align = "left"
 
@@ -1154,18 +1175,24 @@ class _TensorCells:
         self.nodes = range(graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
 
     def text(self) -> Iterable[str]:
-        rows = self.rows()
-        return ["\n".join(map("\t".join, rows)) + "\n"] if rows else []
+        from graphsvc import tensor_listing
+
+        return tensor_listing.text(self.graph, self.nodes, self.run.values, self.run.grads)
 
     def rows(self) -> Sequence[Sequence[str]]:
-        from graphsvc.tensors import node_cells
+        from graphsvc import tensor_listing
 
-        return [node_cells(self.graph, node, self.run.values, self.run.grads) for node in self.nodes]
+        chunks = tensor_listing.rows(self.graph, self.nodes, self.run.values, self.run.grads)
+        return [row for chunk in chunks for row in chunk]
 
     def json_objects(self) -> Iterator[str]:
+        from graphsvc import tensor_listing
         from graphsvc.tensors import json_cell
 
         graph, values, grads = self.graph, self.run.values, self.run.grads
+        if not self.data:
+            yield from tensor_listing.json_objects(graph, self.nodes, values, grads)
+            return
         separator = ""  # chunks after the first start with their comma (see _print_json_listing)
         for node in self.nodes:
             item = {
@@ -1179,29 +1206,50 @@ class _TensorCells:
             yield separator + _json_text(item)
             separator = ","
 
-    def step_grad(self, step: Any) -> str:
-        from graphsvc.tensors import describe, norm
+    @staticmethod
+    def _step_norms(steps: list[Any]) -> tuple[list[Any], list[float]]:
+        """Every array of the steps (each step's gradient, then what each sends its parents, in
+        order; None for no gradient) and their norms (graphsvc.tensors.norm), worked out together."""
+        from graphsvc.tensor_listing import norms
 
-        return f"grad {describe(step.grad)} norm {norm(step.grad):.6g}"
+        arrays = [step.grad for step in steps] + [sent for step in steps for _, sent in step.cotangents]
+        return arrays, norms(arrays)
 
-    def step_parents(self, step: Any) -> list[tuple[int, str]]:
-        from graphsvc.tensors import describe, norm
+    def step_texts(self, steps: list[Any]) -> list[tuple[str, list[tuple[int, str]]]]:
+        """Each step's gradient and what it sends each parent, as --steps prints them."""
+        from graphsvc.tensor_listing import descriptions
 
+        arrays, norms = self._step_norms(steps)
+        shown = iter(
+            [
+                "no gradient" if array is None else f"{description} norm {norm:.6g}"
+                for array, description, norm in zip(arrays, descriptions(arrays), norms, strict=True)
+            ]
+        )
+        grads = [f"grad {next(shown)}" for _ in steps]
         return [
-            (parent, "no gradient" if sent is None else f"{describe(sent)} norm {norm(sent):.6g}")
-            for parent, sent in step.cotangents
+            (grad, [(parent, next(shown)) for parent, _ in step.cotangents])
+            for grad, step in zip(grads, steps, strict=True)
         ]
 
-    def step_item(self, step: Any) -> dict[str, Any]:
-        from graphsvc.jsonio import json_float
-        from graphsvc.tensors import norm
+    def step_items(self, steps: list[Any]) -> list[dict[str, Any]]:
+        from graphsvc.collector import gc_paused
 
-        grad = step.grad
-        return {
-            "node": step.node,
-            "grad": {"dtype": str(grad.dtype), "shape": list(grad.shape), "norm": json_float(norm(grad))},
-            "to": [{"parent": p, "norm": None if ct is None else json_float(norm(ct))} for p, ct in step.cotangents],
-        }
+        with gc_paused():  # dicts a step: see graphsvc.collector
+            return self._step_items(steps)
+
+    def _step_items(self, steps: list[Any]) -> list[dict[str, Any]]:
+        from graphsvc.jsonio import json_float
+
+        arrays, norms = self._step_norms(steps)
+        numbers = iter([None if array is None else json_float(norm) for array, norm in zip(arrays, norms, strict=True)])
+        grads = [
+            {"dtype": str(step.grad.dtype), "shape": list(step.grad.shape), "norm": next(numbers)} for step in steps
+        ]
+        return [
+            {"node": step.node, "grad": grad, "to": [{"parent": p, "norm": next(numbers)} for p, _ in step.cotangents]}
+            for grad, step in zip(grads, steps, strict=True)
+        ]
 
 
 def _check_write(write: Path | None) -> None:

@@ -56,13 +56,14 @@ _ctext = _native()
 NATIVE = _ctext is not None
 
 
-def _chunks(nodes: npt.ArrayLike) -> Iterator[npt.NDArray[np.int64]]:
+def chunks(nodes: npt.ArrayLike) -> Iterator[npt.NDArray[np.int64]]:
+    """The node ids ``nodes`` in chunks of :data:`CHUNK`."""
     ids = np.asarray(nodes, dtype=np.int64)
     for start in range(0, len(ids), CHUNK):
         yield ids[start : start + CHUNK]
 
 
-def _parent_texts(graph: Graph, ids: npt.NDArray[np.int64]) -> list[str]:
+def parent_texts(graph: Graph, ids: npt.NDArray[np.int64]) -> list[str]:
     """Each node's parents as ``"3,1"`` (empty text for none), gathered for the chunk at once."""
     starts = graph.parent_offsets[ids]
     counts = (graph.parent_offsets[ids + 1] - starts).tolist()
@@ -80,7 +81,8 @@ def _parent_texts(graph: Graph, ids: npt.NDArray[np.int64]) -> list[str]:
     return texts
 
 
-def _names(graph: Graph, ids: list[int]) -> list[str | None]:
+def node_names(graph: Graph, ids: list[int]) -> list[str | None]:
+    """Each node's name, ``None`` where it has none."""
     names = graph.names
     return [names.get(node) for node in ids] if names else [None] * len(ids)
 
@@ -90,8 +92,22 @@ def _name_cells(graph: Graph, ids: list[int]) -> list[str]:
     that needs it, so plain names cost no per-name call."""
     if not graph.names:
         return ["-"] * len(ids)
-    cells = [name or "-" for name in _names(graph, ids)]
+    cells = [name or "-" for name in node_names(graph, ids)]
     return list(map(escape, cells)) if needs_escape(cells) else cells
+
+
+def node_columns(graph: Graph, ids: npt.NDArray[np.int64], tags: list[str] | None = None) -> list[list[str]]:
+    """The cells of a chunk of nodes, a column at a time: ids, names, op tags, parents (names and
+    op tags escaped; ``tags``: each op code's escaped tag, when the caller has them already)."""
+    if tags is None:
+        tags = list(map(escape, graph.op_table))
+    id_list = ids.tolist()
+    return [
+        list(map(str, id_list)),
+        _name_cells(graph, id_list),
+        [tags[code] for code in graph.op_codes[ids].tolist()],
+        [text or "-" for text in parent_texts(graph, ids)],
+    ]
 
 
 def rows(
@@ -102,14 +118,8 @@ def rows(
 ) -> Iterator[list[tuple[str, ...]]]:
     """The text cells of ``nodes``, in their order, a chunk of rows at a time (names and op tags escaped)."""
     tags = list(map(escape, graph.op_table))
-    for ids in _chunks(nodes):
-        id_list = ids.tolist()
-        columns: list[list[str]] = [
-            list(map(str, id_list)),
-            _name_cells(graph, id_list),
-            [tags[code] for code in graph.op_codes[ids].tolist()],
-            [text or "-" for text in _parent_texts(graph, ids)],
-        ]
+    for ids in chunks(nodes):
+        columns = node_columns(graph, ids, tags)
         if values is not None:
             columns.append(list(map(repr, values[ids].tolist())))
         if grads is not None:
@@ -164,7 +174,7 @@ def text(
         return
     columns = _columns(graph, values, grads)
     tags = list(map(escape, graph.op_table))
-    for ids in _chunks(nodes):
+    for ids in chunks(nodes):
         names = _name_cells(graph, ids.tolist()) if graph.names else None  # None: every name is -
         yield _ctext.text_chunk(np.ascontiguousarray(ids), *columns[:3], names, tags, *columns[3:])
 
@@ -182,7 +192,7 @@ def _json_names(graph: Graph, ids: list[int]) -> list[str]:
 
     if not graph.names:
         return ["null"] * len(ids)
-    return [json.dumps(name, ensure_ascii=False) for name in _names(graph, ids)]
+    return [json.dumps(name, ensure_ascii=False) for name in node_names(graph, ids)]
 
 
 def reference_json_objects(
@@ -196,11 +206,11 @@ def reference_json_objects(
 
     tags = [json.dumps(tag, ensure_ascii=False) for tag in graph.op_table]
     separator = ""
-    for ids in _chunks(nodes):
+    for ids in chunks(nodes):
         id_list = ids.tolist()
         names = _json_names(graph, id_list)
         ops = [tags[code] for code in graph.op_codes[ids].tolist()]
-        parents = _parent_texts(graph, ids)
+        parents = parent_texts(graph, ids)
         if values is None:
             objects = [
                 f'{{"id":{i},"name":{name},"op":{op},"parents":[{p}]}}'
@@ -232,7 +242,7 @@ def json_objects(
         return
     columns = _columns(graph, values, grads)
     tags = list(graph.op_table)  # C writes names and tags as JSON strings
-    for number, ids in enumerate(_chunks(nodes)):
-        names = _names(graph, ids.tolist()) if graph.names else None  # None: every name is null
+    for number, ids in enumerate(chunks(nodes)):
+        names = node_names(graph, ids.tolist()) if graph.names else None  # None: every name is null
         chunk = _ctext.json_chunk(np.ascontiguousarray(ids), *columns[:3], names, tags, *columns[3:], number > 0)
         yield json_escaped(chunk)  # a lone surrogate, which json.dumps leaves as it is, as its escape

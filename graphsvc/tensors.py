@@ -579,7 +579,7 @@ SHORT_DTYPE = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", np.dtyp
 
 def describe(array: np.ndarray) -> str:
     """``f32[128,10]``: an array's dtype and shape, as listings and messages show it."""
-    return f"{SHORT_DTYPE.get(array.dtype, str(array.dtype))}[{','.join(map(str, array.shape))}]"
+    return f"{SHORT_DTYPE.get(array.dtype) or array.dtype}[{','.join(map(str, array.shape))}]"
 
 
 def store(graph: Graph, values: Replayed, grads: Replayed | None) -> Graph:
@@ -758,10 +758,9 @@ class TensorNonFinite:
 
 def first_nonfinite(what: str, replayed: Replayed, *, backward: bool = False) -> TensorNonFinite | None:
     """Where nan or inf first appears in replayed values or gradients, or None."""
-    bad = []
-    for node, array in enumerate(replayed):
-        if array is not None and array.dtype != _INDEX_DTYPE and not np.all(np.isfinite(array)):
-            bad.append(node)
+    from graphsvc.tensor_listing import finite  # all arrays at once (it imports this module)
+
+    bad = [node for node, ok in enumerate(finite(replayed)) if not ok]
     if not bad:
         return None
     node = bad[-1] if backward else bad[0]
