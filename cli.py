@@ -1088,19 +1088,15 @@ def _step_lines(graph: Graph, steps: list[Any], cells: _ScalarCells | _TensorCel
     from graphsvc.collector import gc_paused
     from graphsvc.text import escape
 
-    names, codes = graph.names, graph.op_codes
+    codes = graph.op_codes.tolist()  # a list: one index a step, not a numpy scalar
     tags = [escape(tag) for tag in graph.op_table]
-
-    def label(node: int) -> str:  # _label, without its import a call (a million steps)
-        name = names.get(node)
-        return f"#{node}" if name is None else escape(name)
-
+    label = graph.label  # _label's work, without its import a call (a million steps)
     lines = []
     with gc_paused():  # lists and tuples a step, while the replay's arrays live: see graphsvc.collector
         for number, (step, (grad, parents)) in enumerate(zip(steps, cells.step_texts(steps), strict=True), 1):
             node = step.node
-            lines.append(f"step {number}: {label(node)} ({tags[codes[node]]}) {grad}")
-            lines += [f"  -> {label(parent)}: {sent}" for parent, sent in parents]
+            lines.append(f"step {number}: {escape(label(node))} ({tags[codes[node]]}) {grad}")
+            lines += [f"  -> {escape(label(parent))}: {sent}" for parent, sent in parents]
     return lines
 
 

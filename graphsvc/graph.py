@@ -268,7 +268,7 @@ class Graph:
             names=dict(self.names),
             attrs=copy_maps(self.attrs),
             outputs=list(self.outputs),
-            metadata=data_copy(dict(self.metadata)),
+            metadata=data_copy(self.metadata),
             op_sources=dict(self.op_sources),
             arrays={k: v.copy() for k, v in self.arrays.items()} if arrays else {},
             grad_arrays={k: v.copy() for k, v in self.grad_arrays.items()} if arrays else {},
@@ -694,14 +694,14 @@ def data_copy(value: Any) -> Any:
 
 def copy_maps(maps: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
     """Each node's attributes copied by :func:`data_copy`. Maps of numbers and strings (a million
-    ``pow`` exponents) are copied a map at a time, as ``dict()``; only the maps that hold a list or
-    a dict are walked."""
+    ``pow`` exponents) are copied a map at a time, as ``dict()``; only the maps that hold a list, a
+    dict or an array are walked (:func:`copy_nested`)."""
     return copy_nested({node: dict(values) for node, values in maps.items()})
 
 
 def copy_nested(maps: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """``maps``, each node's own dict already (a map at a time copy, such as the C walk's), with
-    every list and dict among their values replaced by its :func:`data_copy`: in place, returned."""
+    every list, dict and array among their values replaced by its :func:`data_copy`: in place, returned."""
     kinds = set(map(type, itertools.chain.from_iterable(map(dict.values, maps.values()))))
     if any(issubclass(kind, _COPIED) for kind in kinds):
         for values in maps.values():

@@ -28,7 +28,7 @@ from graphsvc.collector import gc_paused
 from graphsvc.graph import FLOAT_DTYPE, TENSOR_DTYPES, Graph
 from graphsvc.jsonio import json_float
 from graphsvc.tensors import describe, json_cell, norm, summary
-from graphsvc.text import json_escaped
+from graphsvc.text import escape, json_escaped
 
 __all__ = ["descriptions", "finite", "json_cells", "json_objects", "norms", "rows", "summaries", "text"]
 
@@ -202,10 +202,11 @@ def finite(arrays: Arrays) -> list[bool]:
 def rows(graph: Graph, nodes: Sequence[int], values: Arrays, grads: Arrays | None) -> Iterator[list[tuple[str, ...]]]:
     """The text cells of ``nodes``, a chunk at a time, as :func:`graphsvc.tensors.node_cells` gives
     them: id, name, op, parents, then the value's :func:`summary` and, with ``grads``, the gradient's."""
+    tags = list(map(escape, graph.op_table))  # once, not a chunk at a time
     for ids in listing.chunks(nodes):
         with gc_paused():  # a tuple a row, while the replay's arrays live: see graphsvc.collector
             id_list = ids.tolist()
-            columns = listing.node_columns(graph, ids)
+            columns = listing.node_columns(graph, ids, tags)
             columns.append(summaries([values[node] for node in id_list]))
             if grads is not None:
                 columns.append(summaries([grads[node] for node in id_list], gradient=True))

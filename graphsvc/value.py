@@ -48,7 +48,6 @@ from typing import TYPE_CHECKING, Any
 from graphsvc.collector import gc_paused
 from graphsvc.errors import OpError, UsageError
 from graphsvc.opmath import python_forward
-from graphsvc.text import counted
 
 if TYPE_CHECKING:
     from graphsvc.graph import Graph
@@ -265,10 +264,10 @@ class Value:
         parents = (self, *(o if isinstance(o, Value) else _const(o) for o in others))
         if op.arity == 0:
             raise OpError(f"op {op_name!r} is a leaf tag: make a leaf with Value(data) instead")
-        if len(parents) != op.arity:
+        problem = op.arity_problem(len(parents))  # a variadic op's count: at least arity, at most max_arity
+        if problem is not None:
             raise OpError(
-                f"op {op_name!r} ({op.source}) takes {counted(op.arity, 'input')}, "
-                f"got {len(parents)} (this value and {len(others)} more)"
+                f"op {op_name!r} ({op.source}) {problem}, got {len(parents)} (this value and {len(others)} more)"
             )
         problem = op.attributes.problem(op, attrs)
         if problem is not None:
