@@ -230,8 +230,7 @@ def _check_at(op: Op, table: np.ndarray, attrs: Mapping[str, Any], eps: float, r
     inputs = [table[:, i].copy() for i in range(op.arity)]
     if op.vectorized and op.forward is not None:  # checked as a replay of arrays checks it (float16 refused)
         with np.errstate(all="ignore"), interrupts_told_apart():
-            result = _call_one(op, "forward", op.forward, inputs, attrs)
-            out = _as_column(op, "forward", tensor_result(op, "forward", result), len(table))
+            out = _as_column(op, "forward", _forward(op, inputs, attrs), len(table))
     else:
         out = evaluate(op, inputs, attrs)
     analytic = local_derivatives(op, inputs, out, attrs)
