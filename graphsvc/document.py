@@ -223,7 +223,7 @@ def check_text(graph: Graph, limits: Limits) -> None:
     tags, op sources, names, attribute and metadata keys and strings) a string that is not Unicode
     text (a lone surrogate) or is longer in UTF-8 than ``limits.max_string_length``."""
     longest = limits.max_string_length
-    check_graph_nesting(graph, limits.max_attr_depth, check_strings=True, string_limit=longest)
+    check_graph_nesting(graph, limits.max_attr_depth, longest)
     tags = graph.op_table
     if not _all_text(tags, longest):
         for tag in tags:
@@ -269,26 +269,23 @@ def not_unicode(surrogate: str) -> str:
     return f"holds a lone surrogate ({escape(surrogate)}), which is not Unicode text"
 
 
-def check_graph_nesting(
-    graph: Graph, limit: int, check_strings: bool = False, string_limit: int = DEFAULT_LIMITS.max_string_length
-) -> None:
+def check_graph_nesting(graph: Graph, limit: int, string_limit: int | None = None) -> None:
     """:func:`check_nesting` of every node's attributes, by node id, then of the metadata."""
-    check_nesting_of(graph.attrs, _attributes_of, limit, check_strings, string_limit)
-    check_nesting_of({METADATA_KEY: graph.metadata}, str, limit, check_strings, string_limit)
+    check_nesting_of(graph.attrs, _attributes_of, limit, string_limit)
+    check_nesting_of({METADATA_KEY: graph.metadata}, str, limit, string_limit)
 
 
 def check_nesting_of(
     items: Mapping[Any, Any],
     where: Callable[[Any], str],
     limit: int,
-    check_strings: bool = False,
-    string_limit: int = DEFAULT_LIMITS.max_string_length,
+    string_limit: int | None = None,
 ) -> None:
     """:func:`check_nesting` of each value of ``items``: all at once by :func:`_nesting_ok`, and one
     by one, in the order of the keys, only to word a problem it found (``where(key)`` names the place)."""
-    if not _nesting_ok(list(items.values()), limit, string_limit if check_strings else None):
+    if not _nesting_ok(list(items.values()), limit, string_limit):
         for key in sorted(items):
-            check_nesting(items[key], limit, where(key), check_strings, string_limit)
+            check_nesting(items[key], limit, where(key), string_limit)
 
 
 def _attributes_of(node: int) -> str:
@@ -299,25 +296,24 @@ def check_nesting(
     value: Any,
     limit: int,
     where: str,
-    check_strings: bool = False,
-    string_limit: int = DEFAULT_LIMITS.max_string_length,
+    string_limit: int | None = None,
 ) -> None:
-    """Nested at most ``limit`` levels, every map key a string (a decoded file's always are); with
-    ``check_strings`` (when writing, or reading the JSON form), every string Unicode text of at most
-    ``string_limit`` bytes in UTF-8."""
+    """Nested at most ``limit`` levels, every map key a string (a decoded file's always are); given
+    ``string_limit`` (when writing, or reading the JSON form), every string Unicode text of at most
+    that many bytes in UTF-8."""
     stack = [(value, 0)]
     while stack:
         item, level = stack.pop()
         if level > limit:
             raise FormatError(f"{where} nests deeper than {counted(limit, 'level')}")
         if isinstance(item, str):
-            if check_strings:
+            if string_limit is not None:
                 _check_string(item, f"a string in {where}", string_limit)
         elif isinstance(item, dict):
             for key in item:
                 if type(key) is not str:
                     raise FormatError(f"{where} has a map key that is not a string ({describe(key)} {key!r})")
-                if check_strings:
+                if string_limit is not None:
                     _check_string(key, f"a map key in {where}", string_limit)
             stack.extend((v, level + 1) for v in item.values())
         elif isinstance(item, (list, tuple)):
@@ -334,10 +330,9 @@ _KNOWN_TYPES = _LEAF_TYPES | {dict, list, int}
 
 
 def _nesting_ok(items: list[Any], limit: int, string_limit: int | None = None) -> bool:
-    """Does each item keep what :func:`check_nesting` checks (with ``check_strings`` when
-    ``string_limit`` is given: no string of more than a quarter that many characters, and no lone
-    surrogate), as a decoded
-    document's values do? Walked a level at a time, all items at once, each check one pass in C
+    """Does each item keep what :func:`check_nesting` checks (given ``string_limit``: no string of
+    more than a quarter that many characters, and no lone surrogate), as a decoded document's
+    values do? Walked a level at a time, all items at once, each check one pass in C
     over the level (a million nodes' attribute maps: ~0.1 s; an item at a time took 2 s); False
     (for :func:`check_nesting` to word the first problem) at anything else, or an unusual type."""
     level = 0

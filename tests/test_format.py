@@ -861,7 +861,7 @@ NESTED: list[tuple[Any, bool]] = [
 def test_nesting_is_checked_a_level_at_a_time_and_any_doubt_left_to_check_nesting(value: Any, ok: bool) -> None:
     assert document._nesting_ok([value], 4, string_limit=200) is ok
     if ok:
-        document.check_nesting(value, 4, "v", check_strings=True)
+        document.check_nesting(value, 4, "v", string_limit=200)
 
 
 def test_the_op_table_of_a_file_is_read_at_once_one_source_per_plugin() -> None:
