@@ -227,14 +227,14 @@ def check_text(graph: Graph, limits: Limits) -> None:
     tags = graph.op_table
     if not _all_text(tags, longest):
         for tag in tags:
-            _check_string(tag, f"the op tag {_quoted(tag)}", longest)
+            _check_string(tag, f"the op tag {quoted(tag)}", longest)
     sources = [(tag, graph.op_sources[tag]) for tag in tags if tag in graph.op_sources]  # the ones written
     texts = [text for _, source in sources for text in source if text is not None]
     if not _all_text(texts, longest):
         for tag, source in sources:
             for what, text in (("plugin", source.plugin), ("plugin version", source.version)):
                 if text is not None:
-                    _check_string(text, f"the {what} of the op {_quoted(tag)}", longest)
+                    _check_string(text, f"the {what} of the op {quoted(tag)}", longest)
     names = list(graph.names.values())
     if not _all_text(names, longest):
         for node in sorted(graph.names):
@@ -260,8 +260,9 @@ def _check_string(text: str, where: str, limit: int) -> None:
             )
 
 
-def _quoted(tag: str) -> str:
-    return f"'{escape(shorten(tag, 40))}'"
+def quoted(text: str) -> str:
+    """A file's text (an op tag) in an error message: escaped, cut to 40 characters, in quotes."""
+    return f"'{escape(shorten(text, 40))}'"
 
 
 def not_unicode(surrogate: str) -> str:

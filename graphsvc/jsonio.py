@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from graphsvc.document import check_text, not_unicode
+from graphsvc.document import check_text, not_unicode, quoted
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists, sealed
 from graphsvc.layout import DEFAULT_LIMITS, MAX_ARRAY_BYTES
-from graphsvc.text import counted, escape, first_surrogate, shorten
+from graphsvc.text import counted, first_surrogate, shorten
 from graphsvc.topo import topological_sort
 
 JSON_FORMAT_NAME = "graphsvc-json"
@@ -446,7 +446,7 @@ def _assemble(
     if not isinstance(raw_ops, dict):
         raise FormatError("ops must be an object")
     for tag, entry in raw_ops.items():  # every entry, used or not, as the msgpack reader checks its op table
-        where = f"ops['{escape(shorten(tag, 40))}']"  # a tag is the file's text, of any length
+        where = f"ops[{quoted(tag)}]"  # a tag is the file's text, of any length
         if not isinstance(entry, dict):
             raise FormatError(f"{where} must be an object, not {_json_type(entry)}")
         for key in ("plugin", "version"):
