@@ -28,9 +28,9 @@ from typer.core import TyperCommand, TyperGroup
 from graphsvc.errors import GraphsvcError, UsageError
 
 if TYPE_CHECKING:
-    from graphsvc.api import ReplayRun
     from graphsvc.graph import Graph
     from graphsvc.ops import OpRegistry
+    from graphsvc.replay.run import ReplayRun
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -264,7 +264,7 @@ def _print_version(value: bool) -> None:
 
         from graphsvc import __version__
 
-        built = [name for name in NATIVE_MODULES if importlib.util.find_spec(f"graphsvc._c{name}") is not None]
+        built = [name for name in NATIVE_MODULES if importlib.util.find_spec(f"graphsvc.native._c{name}") is not None]
         runs = f"compiled: {', '.join(built)}" if built else "compiled: none, pure Python (no C compiler at install)"
         typer.echo(f"graphsvc {__version__} ({runs})")
         raise typer.Exit(0)
@@ -439,7 +439,7 @@ def _complete_assignment(ctx: typer.Context, incomplete: str) -> list[str]:
 def _complete_op(incomplete: str) -> list[str]:
     """Names of the registered ops that take inputs; nothing on any error."""
     try:
-        from graphsvc.plugins import load_registry
+        from graphsvc.pluginhost import load_registry
 
         with _plugin_code():
             registry, _ = load_registry()
@@ -477,7 +477,7 @@ def _wrote(path: Path, nodes: int) -> None:
 
 def _progress(description: str) -> Any:
     """A progress bar on stderr for work that runs longer than a second (not with --quiet)."""
-    from graphsvc.terminal import progress
+    from graphsvc.console.terminal import progress
 
     return progress(description, quiet=STATE.quiet)
 
@@ -486,7 +486,7 @@ def _plugin_code() -> Any:
     """Around anything that runs plugin code (loading plugins, replaying, checking ops): what it
     writes to stdout, through ``sys.stdout`` or file descriptor 1, goes to stderr, so it cannot
     corrupt a listing or ``--json``."""
-    from graphsvc.plugins import plugin_output_to_stderr
+    from graphsvc.pluginhost import plugin_output_to_stderr
 
     return plugin_output_to_stderr()
 
@@ -512,7 +512,7 @@ def _print_json(document: Any) -> None:
 def _jsonable(value: Any) -> Any:
     """Metadata as JSON can show it: nan and inf as strings, bin data as ``{"$bin": hex}``."""
     if isinstance(value, float):
-        from graphsvc.jsonio import json_float  # here: metadata without floats needs neither it nor json
+        from graphsvc.format.jsonio import json_float  # here: metadata without floats needs neither it nor json
 
         return json_float(value)
     if isinstance(value, bytes):
@@ -544,7 +544,7 @@ def _echo_listing(chunks: Iterable[str], nodes: int) -> None:
 
 def _print_json_listing(head: dict[str, Any], nodes: Iterable[str], count: int, tail: dict[str, Any]) -> None:
     """``{**head, "nodes": [...], **tail}`` as ``_print_json`` prints it, the nodes streamed
-    (graphsvc.listing.json_objects) rather than held as one document."""
+    (graphsvc.console.listing.json_objects) rather than held as one document."""
     opening = _json_text(head)[:-1] + ("," if head else "") + '"nodes":['
     closing = "]" + ("," + _json_text(tail)[1:] if tail else "}")
     _echo_chunks([opening])
@@ -558,19 +558,19 @@ def _echo_lines(lines: list[str]) -> None:
         typer.echo("\n".join(lines))
 
 
-#: Table columns (header, justification) of a node line, as graphsvc.listing.rows gives them.
+#: Table columns (header, justification) of a node line, as graphsvc.console.listing.rows gives them.
 NODE_COLUMNS = (("id", "right"), ("name", "left"), ("op", "left"), ("parents", "left"))
 
 
 def _wants_table(rows: int) -> bool:
     """Print an aligned table (stdout is a terminal) rather than plain tab-separated text (piped)?"""
-    from graphsvc.terminal import wants_table
+    from graphsvc.console.terminal import wants_table
 
     return wants_table(rows)
 
 
 def _print_table(columns: Iterable[tuple[str, str]], rows: Sequence[Sequence[str]], show_header: bool = True) -> None:
-    from graphsvc.terminal import print_table
+    from graphsvc.console.terminal import print_table
 
     print_table(list(columns), rows, show_header)
 
@@ -604,7 +604,7 @@ def order(
 
     Example: graphsvc order examples/seed000.msgpack --algorithm kahn
     """
-    from graphsvc import listing
+    from graphsvc.console import listing
     from graphsvc.topo import reverse_topological_order
 
     chosen = Algorithm.parse("--algorithm", algorithm)
@@ -734,7 +734,7 @@ def convert(
     Example: graphsvc convert examples/seed004.msgpack -o seed004.json
     """
     from graphsvc import format as fmt
-    from graphsvc import jsonio
+    from graphsvc.format import jsonio
 
     form = _form_of(out) if to is None else Form.parse("--to", to)
     target = out if out is not None else Path("-") if form is Form.json else _msgpack_name(file)
@@ -777,7 +777,7 @@ def _msgpack_name(file: Path) -> Path:
 
 
 def _write_bytes_atomically(path: Path, data: bytes) -> None:
-    from graphsvc.atomic import atomic_writer
+    from graphsvc.format.atomic import atomic_writer
 
     with atomic_writer(path, "wb") as stream:
         stream.write(data)
@@ -827,8 +827,8 @@ class _Replay(NamedTuple):  # not a dataclass: that import and class build would
     #: The graph as loaded: --check compares with the numbers it stores.
     graph: Graph
     #: The numbers (grads None for forward; steps with --steps, in the sweep's order) in the form of
-    #: the engine that replayed them: float64 columns for a graph of scalars (graphsvc.replay), one
-    #: array per node for a tensor graph (graphsvc.tensors, ``run.tensor``).
+    #: the engine that replayed them: float64 columns for a graph of scalars (graphsvc.replay.columns), one
+    #: array per node for a tensor graph (graphsvc.replay.arrays, ``run.tensor``).
     run: ReplayRun
     #: The node backward differentiated; None for forward.
     output: int | None
@@ -840,8 +840,8 @@ class _Replay(NamedTuple):  # not a dataclass: that import and class build would
 
 def _replay(graph: Graph, registry: OpRegistry, overrides: dict[int, Any], output: int | None, steps: bool) -> _Replay:
     """Replay forward, then (``output`` given) backward from ``output``, with the engine the graph
-    needs (graphsvc.api.tensor_replay_needed); ``steps`` records the backward pass step by step."""
-    from graphsvc.api import replay_values
+    needs (graphsvc.replay.run.tensor_replay_needed); ``steps`` records the backward pass step by step."""
+    from graphsvc.replay.run import replay_values
 
     description = "replaying forward" if output is None else "replaying forward and backward"
     with _replaying(description):
@@ -852,7 +852,7 @@ def _replay(graph: Graph, registry: OpRegistry, overrides: dict[int, Any], outpu
 def _check_options(check: bool, rtol: float | None, atol: float | None, as_json: bool, data: bool) -> None:
     """Refuse --rtol/--atol without --check or out of range, and --data without --json: options
     that would otherwise be taken and do nothing."""
-    from graphsvc.checks import tolerance_problem
+    from graphsvc.replay.compare import tolerance_problem
 
     for option, value, what in (("--rtol", rtol, "relative"), ("--atol", atol, "absolute")):
         if value is None:
@@ -882,9 +882,9 @@ def _element(graph: Graph, at: tuple[int, tuple[int, ...]] | None) -> str:
 
 def _overrides(graph: Graph, assignments: list[str] | None) -> dict[int, Any]:
     """``--set NAME=VALUE`` as node ids: a number, or an array read from a ``.npy`` file; resolved
-    by graphsvc.api.resolve_set, as ``graphsvc.forward(graph, set=...)`` resolves its ``set`` (a
+    by graphsvc.replay.run.resolve_set, as ``graphsvc.forward(graph, set=...)`` resolves its ``set`` (a
     node given twice, by one name or by its id and its name, is refused, never the last one kept)."""
-    from graphsvc.api import resolve_set
+    from graphsvc.replay.run import resolve_set
 
     pairs: list[tuple[str, Any]] = []
     for text in assignments or ():
@@ -926,7 +926,7 @@ def _note_changed_leaves(graph: Graph, overrides: dict[int, Any]) -> None:
                 continue
             old = np.asarray(graph.values[node])  # a number: float64
         if (old.dtype, old.shape) != (new.dtype, new.shape):
-            from graphsvc.tensors import describe
+            from graphsvc.replay.arrays import describe
             from graphsvc.text import escape, one_line
 
             label = escape(graph.label(node))
@@ -997,7 +997,7 @@ def _nonfinite_item(graph: Graph, found: Any) -> dict[str, Any] | None:
     """Where nan or inf first appeared, in --json. As for --check, the keys follow the file: a graph
     that holds arrays says where in its array (``index``), a graph of scalars does not, also when a
     vjp-only op has the tensor engine replay it."""
-    from graphsvc.jsonio import json_float
+    from graphsvc.format.jsonio import json_float
 
     if found is None:
         return None
@@ -1013,7 +1013,7 @@ def _check_item(c: Any, graph: Graph) -> dict[str, Any]:
     graph of scalars gives the worst nodes (``worst_abs_node``), also when a vjp-only op has the
     tensor engine replay it; a graph that holds arrays gives the worst elements, node and index
     (``worst_abs_at``)."""
-    from graphsvc.jsonio import json_float
+    from graphsvc.format.jsonio import json_float
 
     def at(where: tuple[int, tuple[int, ...]] | None) -> list[Any] | None:
         return None if where is None else [where[0], list(where[1])]
@@ -1102,7 +1102,7 @@ def _step_lines(graph: Graph, steps: list[Any], cells: _ScalarCells | _TensorCel
 
 class _ScalarCells:
     """The nodes of a graph of scalars as forward and backward list them: values and gradients from
-    float64 columns, written by graphsvc.listing (in C where it is compiled), numbers right-aligned
+    float64 columns, written by graphsvc.console.listing (in C where it is compiled), numbers right-aligned
     in a table; a step gives each parent's local derivative and what it adds."""
 
     align = "right"
@@ -1115,17 +1115,17 @@ class _ScalarCells:
         self.nodes = np.arange(graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
 
     def text(self) -> Iterable[str]:
-        from graphsvc import listing
+        from graphsvc.console import listing
 
         return listing.text(self.graph, self.nodes, self.run.values, self.run.grads)
 
     def rows(self) -> Sequence[Sequence[str]]:
-        from graphsvc import listing
+        from graphsvc.console import listing
 
         return listing.all_rows(self.graph, self.nodes, self.run.values, self.run.grads)
 
     def json_objects(self) -> Iterable[str]:
-        from graphsvc import listing
+        from graphsvc.console import listing
 
         return listing.json_objects(self.graph, self.nodes, self.run.values, self.run.grads)
 
@@ -1143,7 +1143,7 @@ class _ScalarCells:
         return [(parent, f"local derivative {local!r}, adds {adds!r}") for parent, local, adds in step.contributions]
 
     def step_item(self, step: Any) -> dict[str, Any]:
-        from graphsvc.jsonio import json_float
+        from graphsvc.format.jsonio import json_float
 
         return {
             "node": step.node,
@@ -1156,10 +1156,10 @@ class _ScalarCells:
 
 class _TensorCells:
     """The nodes of a tensor graph as forward and backward list them: each array summarized
-    (graphsvc.tensors.summary: dtype, shape, mean, largest magnitude; min and max for integers),
-    left-aligned in a table; in --json as graphsvc.tensors.json_cell gives it (the same numbers),
+    (graphsvc.replay.arrays.summary: dtype, shape, mean, largest magnitude; min and max for integers),
+    left-aligned in a table; in --json as graphsvc.replay.arrays.json_cell gives it (the same numbers),
     with every element when ``data``; a step gives the shape and norm of what it sends each parent.
-    The numbers of a chunk of nodes are worked out together (graphsvc.tensor_listing), not a call
+    The numbers of a chunk of nodes are worked out together (graphsvc.console.tensor_listing), not a call
     an array."""
 
     align = "left"
@@ -1171,19 +1171,19 @@ class _TensorCells:
         self.nodes = range(graph.num_nodes - 1, -1, -1)  # decreasing ids: a reverse topological order
 
     def text(self) -> Iterable[str]:
-        from graphsvc import tensor_listing
+        from graphsvc.console import tensor_listing
 
         return tensor_listing.text(self.graph, self.nodes, self.run.values, self.run.grads)
 
     def rows(self) -> Sequence[Sequence[str]]:
-        from graphsvc import tensor_listing
+        from graphsvc.console import tensor_listing
 
         chunks = tensor_listing.rows(self.graph, self.nodes, self.run.values, self.run.grads)
         return [row for chunk in chunks for row in chunk]
 
     def json_objects(self) -> Iterator[str]:
-        from graphsvc import tensor_listing
-        from graphsvc.tensors import json_cell
+        from graphsvc.console import tensor_listing
+        from graphsvc.replay.arrays import json_cell
 
         graph, values, grads = self.graph, self.run.values, self.run.grads
         if not self.data:
@@ -1205,15 +1205,15 @@ class _TensorCells:
     @staticmethod
     def _step_norms(steps: list[Any]) -> tuple[list[Any], list[float]]:
         """Every array of the steps (each step's gradient, then what each sends its parents, in
-        order; None for no gradient) and their norms (graphsvc.tensors.norm), worked out together."""
-        from graphsvc.tensor_listing import norms
+        order; None for no gradient) and their norms (graphsvc.replay.arrays.norm), worked out together."""
+        from graphsvc.console.tensor_listing import norms
 
         arrays = [step.grad for step in steps] + [sent for step in steps for _, sent in step.cotangents]
         return arrays, norms(arrays)
 
     def step_texts(self, steps: list[Any]) -> list[tuple[str, list[tuple[int, str]]]]:
         """Each step's gradient and what it sends each parent, as --steps prints them."""
-        from graphsvc.tensor_listing import descriptions
+        from graphsvc.console.tensor_listing import descriptions
 
         arrays, norms = self._step_norms(steps)
         shown = iter(
@@ -1235,7 +1235,7 @@ class _TensorCells:
             return self._step_items(steps)
 
     def _step_items(self, steps: list[Any]) -> list[dict[str, Any]]:
-        from graphsvc.jsonio import json_float
+        from graphsvc.format.jsonio import json_float
 
         arrays, norms = self._step_norms(steps)
         numbers = iter([None if array is None else json_float(norm) for array, norm in zip(arrays, norms, strict=True)])
@@ -1322,7 +1322,7 @@ def backward(
 
     Example: graphsvc backward examples/seed004.msgpack --steps
     """
-    from graphsvc import replay
+    from graphsvc.replay import columns as replay
 
     _check_options(check, rtol, atol, as_json, data)
     _check_write(write)
@@ -1390,7 +1390,7 @@ def render(
 
     Example: graphsvc render examples/seed004.msgpack --replay -o seed004.svg
     """
-    from graphsvc import render as drawing
+    from graphsvc.console import render as drawing
 
     if depth is not None and around is None:
         raise UsageError("--depth goes with --around NODE: it limits the picture to the nodes near that one")
@@ -1398,7 +1398,8 @@ def render(
         raise UsageError(f"--depth must be 0 or more, not {depth}")
     graph = _load(file)
     if replay_first:
-        from graphsvc import api, replay
+        from graphsvc.replay import columns as replay
+        from graphsvc.replay import run as api
 
         registry = _registry()
         start = replay.default_output(graph, "--output") if output is None else graph.node_id(output)
@@ -1419,7 +1420,7 @@ def render(
 # -- op and plugin commands ----------------------------------------------------------------------
 def _registry() -> OpRegistry:
     """Load the ops with the global plugin options; print each plugin problem as one warning line."""
-    from graphsvc.plugins import load_registry
+    from graphsvc.pluginhost import load_registry
     from graphsvc.text import one_line
 
     with _plugin_code():

@@ -1,4 +1,4 @@
-"""Build hook: compiles graphsvc's C extensions, one module ``graphsvc._cNAME`` per ``csrc/NAME.c``.
+"""Build hook: compiles graphsvc's C extensions, one module ``graphsvc.native._cNAME`` per ``csrc/NAME.c``.
 
 Each extension is optional. Where one cannot be built (no C compiler, no Python headers), the
 install goes on with a warning and graphsvc runs the pure-Python reference of what it would have
@@ -8,8 +8,8 @@ that architecture, and with floating-point contraction off, so every operation r
 reference's does.
 
 ``csrc/opmath.h``, the math of the builtin ops that ``csrc/replay.c`` compiles, is generated from
-``graphsvc/opmath.py`` and committed: after a change to that table, ``python -m graphsvc.opmath``
-writes it again (tests/test_opmath.py checks that it matches, and graphsvc does not use an
+``graphsvc/ops/opmath.py`` and committed: after a change to that table, ``python -m graphsvc.ops.opmath``
+writes it again (tests/ops/test_opmath.py checks that it matches, and graphsvc does not use an
 extension built from another table).
 
 For development, ``python hatch_build.py [NAME...]`` rebuilds extensions into the checkout (what
@@ -40,7 +40,7 @@ def build_extension(name: str, out_dir: Path, root: Path = ROOT) -> Path:
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
 
-    module = f"graphsvc._c{name}"
+    module = f"graphsvc.native._c{name}"
     extension = Extension(
         module,
         sources=[str(root / "csrc" / f"{name}.c")],
@@ -71,7 +71,7 @@ def build_all(out_dir: Path, names: list[str] | None = None, root: Path = ROOT) 
             built.append(build_extension(name, out_dir, root))
         except Exception as exc:  # no compiler, no headers: that module's pure-Python reference runs
             print(
-                f"graphsvc: the C extension graphsvc._c{name} was not built ({type(exc).__name__}: {exc}); "
+                f"graphsvc: the C extension graphsvc.native._c{name} was not built ({type(exc).__name__}: {exc}); "
                 "graphsvc will run its pure-Python reference instead (slower, same results)",
                 file=sys.stderr,
             )
@@ -92,7 +92,7 @@ class NativeBuildHook(BuildHookInterface):  # type: ignore[misc, valid-type]
             return
         root = Path(self.root)
         editable = version == "editable"
-        out_dir = root / "graphsvc" if editable else Path(self.directory) / "graphsvc-native"
+        out_dir = root / "graphsvc" / "native" if editable else Path(self.directory) / "graphsvc-native"
         built = build_all(out_dir, root=root)
         if not built:
             return
@@ -100,10 +100,12 @@ class NativeBuildHook(BuildHookInterface):  # type: ignore[misc, valid-type]
         build_data["infer_tag"] = True
         if not editable:
             for path in built:
-                build_data["force_include"][str(path)] = f"graphsvc/{path.name}"
+                build_data["force_include"][str(path)] = f"graphsvc/native/{path.name}"
 
 
 if __name__ == "__main__":
     sys.exit(
-        0 if len(build_all(ROOT / "graphsvc", sys.argv[1:] or None)) == len(sys.argv[1:] or extension_names()) else 1
+        0
+        if len(build_all(ROOT / "graphsvc" / "native", sys.argv[1:] or None)) == len(sys.argv[1:] or extension_names())
+        else 1
     )

@@ -1,4 +1,4 @@
-"""graphsvc's compiled kernels in C (``graphsvc._topo_kernels``, ...) next to their numba twins
+"""graphsvc's compiled kernels in C (``graphsvc.native.topo_kernels``, ...) next to their numba twins
 (``benchmarks/numba_kernels.py``), in one process.
 
     python benchmarks/bench_kernels.py [--rounds K] [--mlp-width W] [--size N] [--big N] [--big-rounds K]
@@ -6,7 +6,7 @@
 
 Each case is a name and a function ``(kernels, graph) -> result`` that calls one kernel as its
 caller in graphsvc does (scratch arrays allocated the same way, inside the timing); ``kernels`` is
-the C kernels (every module graphsvc.kernels merges over numba's) or ``benchmarks/numba_kernels.py``. For every
+the C kernels (every module graphsvc.native merges over numba's) or ``benchmarks/numba_kernels.py``. For every
 graph and case: one untimed call of each (numba loads or compiles then), the two results compared,
 then K rounds, each timing C then numba with the garbage collector paused; ratio = numba / C
 within a round; min, median and max over the rounds. The dfs and child-count orders run from the
@@ -127,9 +127,9 @@ def compare(label: str, graph: Graph, case: Case, ours: Any, theirs: Any, rounds
 
 
 def native() -> SimpleNamespace:
-    """Every kernel written in C, by name (the modules graphsvc.kernels merges over numba's)."""
+    """Every kernel written in C, by name (the modules graphsvc.native merges over numba's)."""
     found: dict[str, Any] = {}
-    for name in ("graphsvc._topo_kernels", "graphsvc._replay_kernels"):
+    for name in ("graphsvc.native.topo_kernels", "graphsvc.native.replay_kernels"):
         module = importlib.import_module(name)
         found.update({key: getattr(module, key) for key in module.__all__})
     return SimpleNamespace(**found)

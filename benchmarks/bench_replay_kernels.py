@@ -1,4 +1,4 @@
-"""The replay sweeps in C (``graphsvc._replay_kernels``) next to numba's twins
+"""The replay sweeps in C (``graphsvc.native.replay_kernels``) next to numba's twins
 (``benchmarks/numba_kernels.py``), in one run.
 
     python benchmarks/bench_replay_kernels.py [--repeat K] [--mlp-width W] [--size N] [--no-startup]
@@ -11,7 +11,7 @@ What is timed, per graph, C then numba within each round:
 
 * ``replay.forward`` and ``replay.backward`` (from the last node), end to end: resolving the ops,
   the primitive table, allocating results and scratch, the sweep. Each is given its engine
-  (:class:`graphsvc.kernels.Engine`): C's is graphsvc's compiled one; numba's is the same with the
+  (:class:`graphsvc.native.Engine`): C's is graphsvc's compiled one; numba's is the same with the
   five replay sweeps swapped for ``benchmarks/numba_kernels.py``'s.
 * The kernels alone, called directly from each module with the same arguments, prepared before
   the clock starts (results and scratch allocated and written once, so no first-touch page faults
@@ -48,11 +48,12 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
+import graphsvc.native as kernels  # noqa: E402
 from benchmarks import graphs as G  # noqa: E402
-from graphsvc import kernels, replay  # noqa: E402
 from graphsvc.graph import Graph  # noqa: E402
 from graphsvc.ops import OpRegistry  # noqa: E402
-from graphsvc.plugins import load_registry  # noqa: E402
+from graphsvc.pluginhost import load_registry  # noqa: E402
+from graphsvc.replay import columns as replay  # noqa: E402
 from graphsvc.topo import ancestors  # noqa: E402
 
 SWEEPS = (
@@ -174,7 +175,7 @@ def startup(repeat: int) -> None:
     """Whole processes: numpy alone, then the C module's first call, then numba's, each round."""
     commands = {
         "numpy alone": "import numpy",
-        "C": STARTUP.format(module="graphsvc._replay_kernels"),
+        "C": STARTUP.format(module="graphsvc.native.replay_kernels"),
         "numba": STARTUP.format(module="benchmarks.numba_kernels"),
     }
     subprocess.run([sys.executable, "-c", commands["numba"]], check=True)  # compiled and cached, if not yet
@@ -212,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     repeat = max(5, args.repeat)
 
     c = kernels._compiled()
-    assert c is not None and c.backward_sweep.__module__ == "graphsvc._replay_kernels", "the C sweeps are not built"
+    assert c is not None and c.backward_sweep.__module__ == "graphsvc.native.replay_kernels", (
+        "the C sweeps are not built"
+    )
     try:
         from benchmarks import numba_kernels as jit
     except ImportError as exc:
@@ -228,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         f"dag ({args.size:,} nodes)": G.dag(args.size),
     }
     print(
-        "C (graphsvc._replay_kernels) vs numba (benchmarks/numba_kernels.py), "
+        "C (graphsvc.native.replay_kernels) vs numba (benchmarks/numba_kernels.py), "
         f"seconds min / median / max over {repeat} rounds; "
         "ratio = C / numba within a round\n"
     )

@@ -91,9 +91,9 @@ if str(HERE.parent) not in sys.path:
 import graphsvc  # noqa: E402
 from benchmarks.run import machine, startup_env, stats  # noqa: E402
 from benchmarks.tensor_models import MODELS  # noqa: E402
-from graphsvc import codec  # noqa: E402
+from graphsvc.format import codec  # noqa: E402
 from graphsvc.graph import Graph  # noqa: E402
-from graphsvc.plugins import load_registry  # noqa: E402
+from graphsvc.pluginhost import load_registry  # noqa: E402
 
 RESULTS = HERE / "results"
 BARE = "bare write"

@@ -9,7 +9,7 @@ for the CNN). Prints a table and writes benchmarks/results/bench_tensors.md and 
 * The three models of :mod:`benchmarks.tensor_models` at the issue's sizes, float32, one forward and
   backward pass each (the loss and every parameter's gradient):
 
-  - **graphsvc replay**: ``graphsvc.tensors.replay`` of the graph from its loss (its forward and
+  - **graphsvc replay**: ``graphsvc.replay.arrays.replay`` of the graph from its loss (its forward and
     backward passes, as ``graphsvc.backward`` runs them), with the ops resolved once before timing
     (what an engine step costs);
   - **graphsvc.backward**: the whole public call: resolving the ops, the replay, and storing every
@@ -23,7 +23,7 @@ for the CNN). Prints a table and writes benchmarks/results/bench_tensors.md and 
   - **PyTorch**: the same computation with torch (leaves with ``requires_grad``, their ``.grad``
     cleared before each pass), ``loss.backward()``.
 
-* Memory: graphsvc's replays allocate through :mod:`graphsvc.memory` (numpy's memory handler with
+* Memory: graphsvc's replays allocate through :mod:`graphsvc.replay.memory` (numpy's memory handler with
   a cache: a pass gets back the blocks the last one freed), the other alternatives through glibc.
   All of them share one process, so graphsvc keeping its blocks also changes glibc's adaptive
   thresholds for the others (glibc raises its mmap threshold when a large block is freed). With
@@ -87,9 +87,10 @@ from benchmarks.numpy_models import NUMPY, torch_loss  # noqa: E402
 from benchmarks.op_calls import op_calls_alone  # noqa: E402
 from benchmarks.run import machine, stats  # noqa: E402
 from benchmarks.tensor_models import MODELS, TensorModel  # noqa: E402
-from graphsvc import replay, tensors  # noqa: E402
 from graphsvc.ops import OpRegistry  # noqa: E402
-from graphsvc.plugins import load_registry  # noqa: E402
+from graphsvc.pluginhost import load_registry  # noqa: E402
+from graphsvc.replay import arrays as tensors  # noqa: E402
+from graphsvc.replay import columns as replay  # noqa: E402
 
 RESULTS = HERE / "results"
 #: Issue 14's goal: graphsvc's replay within this factor of the hand-written numpy floor.

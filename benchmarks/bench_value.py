@@ -53,7 +53,7 @@ if str(HERE.parent) not in sys.path:
 import graphsvc  # noqa: E402
 from benchmarks.graphs import micrograd_postorder  # noqa: E402
 from benchmarks.run import stats  # noqa: E402
-from graphsvc.micrograd_import import from_micrograd  # noqa: E402
+from graphsvc.micrograd import from_micrograd  # noqa: E402
 from graphsvc.value import Value, trace  # noqa: E402
 
 RESULTS = HERE / "results"

@@ -3,7 +3,7 @@
 Three graphs (all with one output, the last node):
 
 * ``mlp``: micrograd's ``MLP(width, [width, width, 1])`` applied to one input of ``width`` leaves,
-  built with micrograd and converted (``graphsvc.micrograd_import.from_micrograd`` when it exists,
+  built with micrograd and converted (``graphsvc.micrograd.from_micrograd`` when it exists,
   else :func:`micrograd_to_graph` below). Width 256 gives about 395,000 nodes.
 * ``chain``: a one-unit recurrent net unrolled: ``x = relu(x * w + b)`` repeated, with shared leaves
   ``w = 0.999`` and ``b = 0.01`` (values stay near 10, gradients shrink to ~1e-145 over a million
@@ -330,7 +330,7 @@ def micrograd_postorder(root: Any) -> list[Any]:
 
 
 def micrograd_to_graph(root: Any) -> Graph:
-    """A linear-time converter of a micrograd graph, used when graphsvc.micrograd_import is missing.
+    """A linear-time converter of a micrograd graph, used when graphsvc.micrograd is missing.
 
     micrograd keeps parents in a set, so ``a * a`` has one; binary ops get it twice. Every node
     without parents becomes a ``leaf`` (micrograd does not tell constants apart).
@@ -370,10 +370,10 @@ def micrograd_to_graph(root: Any) -> Graph:
 def from_micrograd(root: Any) -> tuple[Graph, str]:
     """Convert with graphsvc's converter when it exists; returns the graph and which converter ran."""
     try:
-        from graphsvc.micrograd_import import from_micrograd as convert  # type: ignore[import-not-found]
+        from graphsvc.micrograd import from_micrograd as convert  # type: ignore[import-not-found]
     except ImportError:
-        return micrograd_to_graph(root), "benchmarks.graphs.micrograd_to_graph (graphsvc.micrograd_import missing)"
-    return convert(root), "graphsvc.micrograd_import.from_micrograd"
+        return micrograd_to_graph(root), "benchmarks.graphs.micrograd_to_graph (graphsvc.micrograd missing)"
+    return convert(root), "graphsvc.micrograd.from_micrograd"
 
 
 def micrograd_build_topo(v: Any) -> list[Any]:

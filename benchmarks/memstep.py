@@ -34,7 +34,7 @@ def _status(key: str) -> int:
 def _prepare(step: str, path: str) -> Any:
     """The inputs of ``step`` for the file at ``path`` (not counted in its peak)."""
     import graphsvc
-    from graphsvc.plugins import load_registry
+    from graphsvc.pluginhost import load_registry
 
     if step == "load":
         return None
@@ -50,7 +50,7 @@ def _prepare(step: str, path: str) -> Any:
 
 def _run(step: str, path: str, inputs: Any, out: str) -> Any:
     import graphsvc
-    from graphsvc import replay
+    from graphsvc.replay import columns as replay
     from graphsvc.topo import reverse_topological_order
 
     if step == "load":

@@ -2,11 +2,11 @@
 the C ones against (benchmarks/bench_kernels.py, bench_replay_kernels.py); needs ``pip install numba``.
 
 Arguments are the graph's columns: ``offsets`` (int64, N + 1) and ``parents`` (int32, E). The replay
-sweeps and the elementwise loops take the arguments of graphsvc._replay_kernels, ``params`` (each
+sweeps and the elementwise loops take the arguments of graphsvc.native.replay_kernels, ``params`` (each
 node's parameter, pow's exponent, or None) included, and raise its ValueErrors for the faults the
 sweeps meet (a node or op code out of range, a primitive with a parameter but no params); every
 primitive computes the same bits as csrc/opmath.h, being generated from the same table
-(graphsvc/opmath.py): ``python benchmarks/numba_kernels.py`` rewrites that part after a change to it.
+(graphsvc/ops/opmath.py): ``python benchmarks/numba_kernels.py`` rewrites that part after a change to it.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from graphsvc import opmath
-from graphsvc.kernels import PRIMITIVES
+from graphsvc.native import PRIMITIVES
+from graphsvc.ops import opmath
 
-#: The kernels, by name (the same names, arguments and results as graphsvc.kernels.KERNELS).
+#: The kernels, by name (the same names, arguments and results as graphsvc.native.KERNELS).
 KERNELS = (
     "inline_parents",
     "dfs_postorder",
@@ -257,8 +257,8 @@ def first_arity_mismatch(codes, offsets, arity):  # type: ignore[no-untyped-def]
 
 
 # -- primitive ops ----------------------------------------------------------------------------------
-# The primitives of graphsvc.kernels.PRIMITIVES (code: position + 1; 0: not a primitive), every one
-# the C kernels know: their math is generated below from graphsvc/opmath.py's table, as csrc/opmath.h
+# The primitives of graphsvc.native.PRIMITIVES (code: position + 1; 0: not a primitive), every one
+# the C kernels know: their math is generated below from graphsvc/ops/opmath.py's table, as csrc/opmath.h
 # is, out of the words of its rule language. Each word as its C spelling (opmath.WORDS[...].c)
 # computes it: IEEE results (error_model="numpy": 1/0 is inf, never an exception), libm's exp, log,
 # pow, sin, cos and tanh. Unary primitives ignore ``y``; ``p`` is a node's parameter (pow's exponent).
@@ -337,7 +337,7 @@ def _tanh(a):  # type: ignore[no-untyped-def]
     return math.tanh(a)
 
 
-#: The words above, by their name in the rule language (graphsvc.opmath.WORDS has the same names).
+#: The words above, by their name in the rule language (graphsvc.ops.opmath.WORDS has the same names).
 WORDS = (
     "div",
     "sqrt",
@@ -356,11 +356,11 @@ WORDS = (
     "tanh",
 )
 
-BEGIN_GENERATED = "# -- generated from graphsvc/opmath.py by `python benchmarks/numba_kernels.py`: do not edit --"
+BEGIN_GENERATED = "# -- generated from graphsvc/ops/opmath.py by `python benchmarks/numba_kernels.py`: do not edit --"
 END_GENERATED = "# -- end of the generated code --"
 
 
-# -- generated from graphsvc/opmath.py by `python benchmarks/numba_kernels.py`: do not edit --
+# -- generated from graphsvc/ops/opmath.py by `python benchmarks/numba_kernels.py`: do not edit --
 @njit(inline="always", error_model="numpy")
 def _primitive(kind, x, y, p):  # type: ignore[no-untyped-def]
     """What primitive ``kind`` computes of ``x`` and ``y`` (``p``: its parameter); nan for no primitive."""
@@ -595,7 +595,7 @@ def _elementwise_partials(code, x, y, out, p, dx, dy):  # type: ignore[no-untype
         dx[i], dy[i] = _partials(code, x[i], y[i], out[i], p)
 
 
-# -- the replay sweeps as graphsvc._replay_kernels gives them: the same arguments, results and errors -
+# -- the replay sweeps as graphsvc.native.replay_kernels gives them: the same arguments, results and errors -
 #: ``params`` when none are given: an empty array, so each kernel is compiled once (for arrays).
 _NO_PARAMS = np.empty(0, dtype=np.float64)
 
@@ -720,7 +720,7 @@ def structure_ok(offsets, parents, op_codes, num_ops, is_leaf_code):  # type: ig
 # -- the generated math -----------------------------------------------------------------------------
 def _python(tree: Any, rule: opmath.Rule) -> str:
     """An expression of the rule language as Python source calling the words above (``_div(x, y)``),
-    parenthesized as graphsvc.opmath writes it for C, less the parentheses around the whole
+    parenthesized as graphsvc.ops.opmath writes it for C, less the parentheses around the whole
     expression and around each argument of a call."""
 
     def call(word: str, args: list[str]) -> str:
@@ -743,7 +743,7 @@ def _bare(text: str) -> str:
 
 def generated() -> str:
     """The generated block of this file (between BEGIN_GENERATED and END_GENERATED): ``_primitive``,
-    ``_partials`` and ``_takes_param`` of every op of graphsvc.opmath.RULES, by its code."""
+    ``_partials`` and ``_takes_param`` of every op of graphsvc.ops.opmath.RULES, by its code."""
     forward, partials = [], []
     for name, rule in opmath.RULES.items():
         code = opmath.CODES[name]
@@ -787,8 +787,8 @@ def main(argv: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(
-        description="Rewrite the generated math of benchmarks/numba_kernels.py from graphsvc/opmath.py's table "
-        "(after a change to the table, as python -m graphsvc.opmath rewrites csrc/opmath.h)."
+        description="Rewrite the generated math of benchmarks/numba_kernels.py from graphsvc/ops/opmath.py's table "
+        "(after a change to the table, as python -m graphsvc.ops.opmath rewrites csrc/opmath.h)."
     )
     parser.parse_args(argv)
     path = Path(__file__)

@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from graphsvc import memory, tensors, topo
+from graphsvc import topo
 from graphsvc.graph import Graph
 from graphsvc.ops import NEEDS_INPUT_GRAD, RESIDUALS, Op
+from graphsvc.replay import arrays as tensors
+from graphsvc.replay import memory
 
 __all__ = ["op_calls_alone"]
 

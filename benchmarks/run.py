@@ -63,9 +63,9 @@ if str(HERE.parent) not in sys.path:
 
 import graphsvc  # noqa: E402
 from benchmarks import graphs as G  # noqa: E402
-from graphsvc import replay  # noqa: E402
 from graphsvc.graph import Graph  # noqa: E402
-from graphsvc.plugins import load_registry  # noqa: E402
+from graphsvc.pluginhost import load_registry  # noqa: E402
+from graphsvc.replay import columns as replay  # noqa: E402
 from graphsvc.topo import ancestors, levels, reverse_topological_order  # noqa: E402
 
 RESULTS = HERE / "results"

@@ -21,8 +21,8 @@ import numpy as np  # noqa: E402
 import graphsvc  # noqa: E402
 from benchmarks import graphs as G  # noqa: E402
 from benchmarks.run import timed  # noqa: E402
-from graphsvc import replay  # noqa: E402
-from graphsvc.plugins import load_registry  # noqa: E402
+from graphsvc.pluginhost import load_registry  # noqa: E402
+from graphsvc.replay import columns as replay  # noqa: E402
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 /* Reused memory for the arrays a tensor replay makes: numpy's memory handler (NEP 49) with a cache
- * of freed blocks, installed by graphsvc/memory.py's `reuse` (without this module numpy's own
+ * of freed blocks, installed by graphsvc/replay/memory.py's `reuse` (without this module numpy's own
  * handler serves: the same arrays, the same results, only where their memory comes from differs).
  *
  * A replay keeps every value and gradient, so each pass asks for its memory anew, and glibc serves
@@ -71,7 +71,7 @@ static size_t used_classes = 0;
 static Block *oldest = NULL, *newest = NULL;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t cached_bytes = 0; /* waiting in the cache */
-static size_t limit = 0;        /* at most this much waits: graphsvc/memory.py sets it (LIMIT) */
+static size_t limit = 0;        /* at most this much waits: graphsvc/replay/memory.py sets it (LIMIT) */
 static unsigned long long hits = 0, misses = 0;
 
 static void *data_of(Block *block) { return (char *)block + HEADER; }
@@ -336,8 +336,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "graphsvc._cmemory",
-    .m_doc = "numpy's memory handler with a cache of freed blocks (graphsvc.memory)",
+    .m_name = "graphsvc.native._cmemory",
+    .m_doc = "numpy's memory handler with a cache of freed blocks (graphsvc.replay.memory)",
     .m_size = -1,
     .m_methods = methods,
 };
@@ -354,7 +354,7 @@ static void **numpy_api(void) {
     void **api = NULL;
     if (table != NULL && PyCapsule_CheckExact(table)) api = (void **)PyCapsule_GetPointer(table, NULL);
     Py_XDECREF(table);
-    if (api == NULL) { /* whatever went wrong, graphsvc.memory falls back to numpy's handler */
+    if (api == NULL) { /* whatever went wrong, graphsvc.replay.memory falls back to numpy's handler */
         PyErr_Clear();
         PyErr_SetString(PyExc_ImportError, "numpy's C-API table (_ARRAY_API) was not found");
     }

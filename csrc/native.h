@@ -1,5 +1,5 @@
 /* Shared by graphsvc's C extensions (csrc/NAME.c is the module graphsvc._cNAME; hatch_build.py
- * builds them, graphsvc/kernels.py chooses between them and the pure-Python references).
+ * builds them, graphsvc/native/__init__.py chooses between them and the pure-Python references).
  *
  * Every function takes the graph's columns as buffers (numpy arrays, through the buffer protocol)
  * and writes its results into buffers the caller allocated; nothing here allocates a Python object

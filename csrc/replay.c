@@ -1,13 +1,13 @@
-/* Replay sweeps: twins of graphsvc/replay.py's references (and of benchmarks/numba_kernels.py, the
- * numba kernels they replaced). graphsvc/_replay_kernels.py allocates the results and calls these.
+/* Replay sweeps: twins of graphsvc/replay/columns.py's references (and of benchmarks/numba_kernels.py, the
+ * numba kernels they replaced). graphsvc/native/replay_kernels.py allocates the results and calls these.
  *
  * Columns: offsets int64 (N + 1), parents int32 (E), values float64 (N), op codes uint16 (N),
  * ``table`` int8 (a primitive per op code), ``kinds`` int8 (a primitive per node), ``nodes`` int64.
  * Array lengths are checked; the columns' contents (offsets that never decrease, parent ids below
  * their child's) are trusted: Graph.check holds them.
  *
- * The ops' math comes from opmath.h, generated from graphsvc/opmath.py, from which the numpy
- * functions of graphsvc/builtin_ops.py and Value's arithmetic are derived too. The correctly rounded
+ * The ops' math comes from opmath.h, generated from graphsvc/ops/opmath.py, from which the numpy
+ * functions of graphsvc/ops/builtin.py and Value's arithmetic are derived too. The correctly rounded
  * operations (+ - * /, sqrt, the comparisons) give the same bits as numpy on every CPU; exp, log,
  * pow, sin, cos and tanh are libm's, as in Python's math, and builtin_ops runs those through the
  * elementwise loops below, so every path agrees on one machine. The build passes -ffp-contract=off:
@@ -22,9 +22,9 @@
 #define AHEAD 32
 
 /* -- primitive ops --------------------------------------------------------------------------------
- * The codes of graphsvc.kernels.PRIMITIVES (position + 1; 0: not a primitive), the builtin
- * elementwise ops of graphsvc/opmath.py's table. Their math is in opmath.h, generated from that
- * table (``python -m graphsvc.opmath``); none is written here. */
+ * The codes of graphsvc.native.PRIMITIVES (position + 1; 0: not a primitive), the builtin
+ * elementwise ops of graphsvc/ops/opmath.py's table. Their math is in opmath.h, generated from that
+ * table (``python -m graphsvc.ops.opmath``); none is written here. */
 #include "opmath.h"
 
 /* What the primitive computes: the op's forward of x and y (unary ones ignore y); p is the node's
@@ -526,7 +526,7 @@ fail:
 }
 
 /* -- elementwise loops ----------------------------------------------------------------------------
- * What graphsvc/builtin_ops.py calls for the float64 forward and derivatives of the ops whose math
+ * What graphsvc/ops/builtin.py calls for the float64 forward and derivatives of the ops whose math
  * is not correctly rounded (exp, log, pow, sin, cos, tanh, sigmoid): the same opmath.h the sweeps
  * use, so a node computes the same bits in a numpy group, on its own, and in a compiled sweep. */
 
@@ -628,13 +628,13 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, .m_name = "graphsvc._creplay", .m_doc = "replay sweeps", .m_size = -1, .m_methods = methods,
+    PyModuleDef_HEAD_INIT, .m_name = "graphsvc.native._creplay", .m_doc = "replay sweeps", .m_size = -1, .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__creplay(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    /* the checksum of the op table this was built from (graphsvc.opmath.digest()) */
+    /* the checksum of the op table this was built from (graphsvc.ops.opmath.digest()) */
     if (PyModule_AddStringConstant(m, "opmath_digest", OPMATH_DIGEST) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -1,5 +1,5 @@
 /* Version 2.0's tensor table (schemas/FORMAT.md section 15-16), checked and turned into arrays in one
- * pass over the decoded entries: the twin of graphsvc/document.py's _checked_table, which the tests
+ * pass over the decoded entries: the twin of graphsvc/format/document.py's _checked_table, which the tests
  * compare it with.
  *
  * It only ever says "every rule holds" (and returns the arrays) or "look closer" (None): it accepts
@@ -15,7 +15,7 @@
 #include <string.h>
 
 /* The most dimensions a shape may have: graphsvc.graph.MAX_DIMENSIONS. The module exports it as
- * MAX_DIMENSIONS, and tests/test_format_v2.py holds the two equal. */
+ * MAX_DIMENSIONS, and tests/format/test_format_v2.py holds the two equal. */
 #define MAX_DIMENSIONS 32
 
 typedef struct {
@@ -222,7 +222,7 @@ done:
     return result;
 }
 
-/* -- the header walk: graphsvc/fastload.py's scan, over the bytes in memory ------------------------
+/* -- the header walk: graphsvc/format/fastload.py's scan, over the bytes in memory ------------------------
  *
  * The twin of fastload.scan for the bytes of a file that are in memory (its first 64 KiB, or all of
  * it): finds the entries before ``nodes``, ``nodes``' count and columns, and version 2.0's tensor
@@ -231,7 +231,7 @@ done:
  * Python walk accepts: every header it reads lies within the window, keys are ASCII, a value it
  * steps over nests at most SKIP_DEPTH levels and takes at most SKIP_BYTES bytes; the tests hold it
  * to the Python walk on the shipped files and on hostile ones. The msgpack type bytes are spelt
- * here as graphsvc/layout.py's Family tables name them (this file cannot import that module). */
+ * here as graphsvc/format/layout.py's Family tables name them (this file cannot import that module). */
 
 /* How deep a value stepped over may nest, and how many bytes it may take (msgpack's own skip, which
  * the Python walk uses, allows 128 levels and 64 MiB: this walk refuses sooner, never later). */
@@ -550,22 +550,22 @@ static PyMethodDef methods[] = {
      "the payloads are in table order: the arrays, ``({node: value}, {node: grad})``,\n"
      "each the view ``make_array(shape, dtype, buffer, offset)`` gives (made by slicing ``buffer`` viewed as\n"
      "the dtype, then reshaping, except for an empty array). Otherwise None (the caller words the error).\n"
-     "Twin of graphsvc.document._checked_table."},
+     "Twin of graphsvc.format.document._checked_table."},
     {"scan", scan, METH_VARARGS,
      "scan(window, size, keys, known, required, fields, max_string_length, budget)\n\n"
      "Where the parts of a graph file lie, from its first bytes in memory (``window``; ``size``: the file's\n"
      "size): ``keys`` are the bytes of the keys nodes, count, tensors, pad and data; ``known`` the column\n"
      "names (str), the first ``required`` of them required, the last optional (it may be nil); ``fields``\n"
      "the bytes of a column's keys dtype, length and data. Returns (rest, rest_entries, node_count,\n"
-     "columns, data) as graphsvc.fastload.scan's Layout, each column (key, dtype, length, offset, size),\n"
+     "columns, data) as graphsvc.format.fastload.scan's Layout, each column (key, dtype, length, offset, size),\n"
      "or None where the walk needs bytes past the window or meets anything unusual. Twin of\n"
-     "graphsvc.fastload.scan."},
+     "graphsvc.format.fastload.scan."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "graphsvc._ctable",
+    .m_name = "graphsvc.native._ctable",
     .m_doc = "version 2.0's tensor table, checked and viewed",
     .m_size = -1,
     .m_methods = methods,

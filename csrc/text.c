@@ -1,4 +1,4 @@
-/* Text: node listings made from the columns, twins of graphsvc/listing.py's references
+/* Text: node listings made from the columns, twins of graphsvc/console/listing.py's references
  * (reference_text and reference_json_objects), one chunk of nodes at a time.
  *
  * Columns: op_codes uint16 (N), offsets int64 (N + 1), parents int32 (E), values and grads float64
@@ -593,7 +593,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "graphsvc._ctext",
+    .m_name = "graphsvc.native._ctext",
     .m_doc = "node listings as text",
     .m_size = -1,
     .m_methods = methods,

@@ -29,7 +29,7 @@ static PyObject *raise_problem(enum problem problem, int64_t where) {
     case BAD_CODE:
         return PyErr_Format(PyExc_ValueError, "node %lld has an op code beyond the table", (long long)where);
     default:
-        return PyErr_Format(PyExc_SystemError, "graphsvc._ctopo: unknown problem");
+        return PyErr_Format(PyExc_SystemError, "graphsvc.native._ctopo: unknown problem");
     }
 }
 
@@ -582,7 +582,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "graphsvc._ctopo",
+    .m_name = "graphsvc.native._ctopo",
     .m_doc = "orderings and the structure check",
     .m_size = -1,
     .m_methods = methods,

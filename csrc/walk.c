@@ -1,4 +1,4 @@
-/* Walks over Python objects: the graphs of micrograd's Values (graphsvc/micrograd_import.py) and of
+/* Walks over Python objects: the graphs of micrograd's Values (graphsvc/micrograd.py) and of
  * graphsvc.Value (graphsvc/value.py), read into columns in one pass each, and gradients written back.
  *
  * Each function is the twin of a pure-Python reference kept beside its caller, which the tests
@@ -892,7 +892,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "graphsvc._cwalk",
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "graphsvc.native._cwalk",
                                     "walks over Python objects (micrograd's Values, graphsvc.Value)", -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__cwalk(void) {

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphsvc import replay
 from graphsvc.format import save
 from graphsvc.graph import Graph, GraphBuilder, OpSource
 from graphsvc.ops import OpRegistry
-from graphsvc.plugins import load_registry
+from graphsvc.pluginhost import load_registry
+from graphsvc.replay import columns as replay
 
 HERE = Path(__file__).resolve().parent
 

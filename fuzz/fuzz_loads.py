@@ -10,7 +10,7 @@ golden files in ``schemas/examples/`` and the graphs in ``examples/``. Any libFu
 with ``python fuzz/fuzz_loads.py crash-<sha1>``.
 
 The property is ``fuzz/property.py``'s, shared with the hypothesis tests in
-``tests/test_hostile_files.py``.
+``tests/format/test_hostile_files.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 with atheris.instrument_imports(include=["graphsvc"]):
     from fuzz.property import check_input
-    from graphsvc.plugins import load_registry
+    from graphsvc.pluginhost import load_registry
 
 REGISTRY, _ = load_registry(disable_third_party=True)
 CORPUS = ROOT / "fuzz" / "corpus"

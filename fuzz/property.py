@@ -13,10 +13,11 @@ document, and they must agree on every array (``dumps`` writes the arrays' bytes
 
 from __future__ import annotations
 
-from graphsvc import codec, document, replay
 from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphsvcError
+from graphsvc.format import codec, document
 from graphsvc.ops import OpRegistry
+from graphsvc.replay import columns as replay
 from graphsvc.topo import depth, reverse_topological_order
 
 

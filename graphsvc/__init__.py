@@ -61,16 +61,16 @@ _HOME = {
     "OpRegistry": "graphsvc.ops",
     "OpSource": "graphsvc.graph",
     "PluginError": "graphsvc.errors",
-    "PluginProblem": "graphsvc.plugins",
+    "PluginProblem": "graphsvc.pluginhost",
     "ReplayError": "graphsvc.errors",
     "Value": "graphsvc.value",
-    "backward": "graphsvc.api",
+    "backward": "graphsvc.replay.run",
     "dumps": "graphsvc.format",
-    "forward": "graphsvc.api",
-    "from_micrograd": "graphsvc.micrograd_import",
+    "forward": "graphsvc.replay.run",
+    "from_micrograd": "graphsvc.micrograd",
     "hookimpl": "graphsvc.hookspecs",
     "load": "graphsvc.format",
-    "load_registry": "graphsvc.plugins",
+    "load_registry": "graphsvc.pluginhost",
     "loads": "graphsvc.format",
     "reverse_topological_order": "graphsvc.topo",
     "save": "graphsvc.value",
@@ -80,14 +80,14 @@ _HOME = {
 }
 
 if TYPE_CHECKING:
-    from graphsvc.api import backward, forward
     from graphsvc.errors import FormatError, GraphsvcError, OpError, PluginError, ReplayError
     from graphsvc.format import Limits, dumps, load, loads
     from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder, OpSource
     from graphsvc.hookspecs import hookimpl
-    from graphsvc.micrograd_import import from_micrograd
+    from graphsvc.micrograd import from_micrograd
     from graphsvc.ops import Op, OpRegistry
-    from graphsvc.plugins import PluginProblem, load_registry
+    from graphsvc.pluginhost import PluginProblem, load_registry
+    from graphsvc.replay.run import backward, forward
     from graphsvc.topo import reverse_topological_order
     from graphsvc.value import Value, save, trace, use_registry, zero_grad
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from graphsvc.errors import GraphStructureError, UsageError
-from graphsvc.kernels import Engine, engine_for
+from graphsvc.native import Engine, engine_for
 from graphsvc.text import counted, shown_number
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
@@ -279,9 +279,9 @@ class Graph:
         """Check every structural rule, vectorized; raise :class:`GraphStructureError` on the first broken one.
 
         ``engine``: the compiled check or the reference; by default the one
-        :func:`graphsvc.kernels.engine_for` picks for the graph's size. ``arrays_checked``: the
+        :func:`graphsvc.native.engine_for` picks for the graph's size. ``arrays_checked``: the
         caller made :attr:`arrays` and :attr:`grad_arrays` itself and held them to their rules
-        already (a file's tensor table, in :mod:`graphsvc.document`), so they are not looked at again."""
+        already (a file's tensor table, in :mod:`graphsvc.format.document`), so they are not looked at again."""
         n = self.num_nodes
         e = self.num_edges
         if n > MAX_NODES:
@@ -502,7 +502,7 @@ def graph_from_buffers(
     grads: Any = None,
     **fields: Any,
 ) -> Graph:
-    """A graph over the byte buffers a C walk fills (graphsvc._cwalk), without copying them: op
+    """A graph over the byte buffers a C walk fills (graphsvc.native._cwalk), without copying them: op
     codes (uint16), parent offsets (int64), parent ids (int32), values and grads (float64; grads
     ``None`` for none). ``fields`` are the other :class:`Graph` fields. Not checked."""
     return Graph(

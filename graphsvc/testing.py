@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from graphsvc.checks import tolerance_problem
 from graphsvc.errors import GraphsvcError, OpError
 from graphsvc.ops import (
     Op,
@@ -51,16 +50,17 @@ from graphsvc.ops import (
     interrupts_told_apart,
     local_derivatives,
 )
-from graphsvc.plugins import running_plugin_code
-from graphsvc.tensors import (
+from graphsvc.ops.vjp import per_element
+from graphsvc.pluginhost import running_plugin_code
+from graphsvc.replay.arrays import (
     cotangent_for,
     cotangents_error,
     output_and_residuals,
-    per_element,
     tensor_result,
     vjp_keywords,
     vjp_of,
 )
+from graphsvc.replay.compare import tolerance_problem
 from graphsvc.text import counted
 
 __all__ = [
@@ -268,7 +268,7 @@ def _check_at(op: Op, table: np.ndarray, attrs: Mapping[str, Any], eps: float, r
 
 def _check_options(eps: Any = 1e-6, rtol: Any = 0.0, atol: Any = 0.0) -> None:
     """Refuse a step ``eps`` that is not a finite number above 0 and a tolerance that is not a finite
-    number, 0 or more (:func:`graphsvc.checks.tolerance_problem`)."""
+    number, 0 or more (:func:`graphsvc.replay.compare.tolerance_problem`)."""
     for name, value in (("eps", eps), ("rtol", rtol), ("atol", atol)):
         if isinstance(value, bool) or not isinstance(value, Real):
             raise TypeError(f"{name} must be a number, not {type(value).__name__}")
@@ -423,7 +423,7 @@ def _describe(x: np.ndarray) -> str:
 
 def _forward(op: Op, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
     """The op's output at ``inputs`` as float64, checked as a replay checks it (an array of float64,
-    float32 or int64: :func:`graphsvc.tensors.tensor_result`)."""
+    float32 or int64: :func:`graphsvc.replay.arrays.tensor_result`)."""
     forward = op.forward
     assert forward is not None
     if op.vectorized:
@@ -511,7 +511,7 @@ def _residuals_failure(
 
 def _cotangent(op: Op, given: Any, i: int, inputs: Sequence[np.ndarray]) -> np.ndarray | None:
     """Input ``i``'s cotangent in what the op's vjp returned, checked as a replay checks it
-    (:func:`graphsvc.tensors.cotangent_for`); None where the vjp gives none."""
+    (:func:`graphsvc.replay.arrays.cotangent_for`); None where the vjp gives none."""
     if not isinstance(given, tuple | list) or len(given) != len(inputs):
         raise cotangents_error(op, "vjp", given, len(inputs))
     return None if given[i] is None else cotangent_for(op, "vjp", i, given[i], inputs[i])
@@ -534,7 +534,7 @@ def _reversed(x: np.ndarray) -> np.ndarray:
 def _cotangents(
     op: Op, g: np.ndarray, out: np.ndarray, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]
 ) -> list[np.ndarray | None]:
-    """The op's vjp, or its elementwise derivatives as one (graphsvc.tensors.elementwise_vjp, as
+    """The op's vjp, or its elementwise derivatives as one (graphsvc.replay.arrays.elementwise_vjp, as
     replay does), each checked against its input's shape."""
     what = "vjp" if op.vjp is not None else "derivatives"
     given = _vjp_call(op, g, out, inputs, attrs, None)

@@ -25,7 +25,7 @@ import numpy as np
 
 from graphsvc.errors import GraphStructureError, UsageError
 from graphsvc.graph import Graph, NodeRef, expect_graph
-from graphsvc.kernels import Engine, engine_for
+from graphsvc.native import Engine, engine_for
 from graphsvc.text import ITEM_CHARS, escape, shorten
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
@@ -44,7 +44,7 @@ def reverse_topological_order(
     or with ``output=None`` the whole graph.
 
     ``engine`` (as for every sweep here): the compiled kernels or the references; by default the
-    one :func:`graphsvc.kernels.engine_for` picks for the graph's size."""
+    one :func:`graphsvc.native.engine_for` picks for the graph's size."""
     expect_graph("reverse_topological_order", graph)
     if algorithm not in ALGORITHMS:
         raise UsageError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")

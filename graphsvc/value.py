@@ -9,7 +9,7 @@
 A ``Value`` records what made it: an op tag of the registry (``"add"``, ``"sub"``, ``"pow"``...), its
 parents in order (``a * a`` has two parents, both ``a``) and the op's attributes (``{"exponent":
 2.0}``). Numbers in expressions become ``const`` nodes. The builtin operators compute ``.data`` with
-plain Python floats, by the functions :func:`graphsvc.opmath.python_forward` derives from the one
+plain Python floats, by the functions :func:`graphsvc.ops.opmath.python_forward` derives from the one
 table of op math that the replay's numpy functions and compiled kernels come from too. They follow
 IEEE rules as numpy does (``x / 0`` is inf, ``log(-1)`` is nan), so a replay of a saved graph
 reproduces the same values: bit for bit where graphsvc's C extension is built (exp, log, tanh, sin,
@@ -19,7 +19,7 @@ tanh, sin, cos, pow and sigmoid may differ from numpy's by an ulp or two. :meth:
 any registered op, plugin ops included.
 
 :meth:`Value.backward` does not walk the graph recursively and keeps no per-op derivative code:
-it traces the graph (:func:`trace`) and runs :func:`graphsvc.replay.backward` with the op registry's
+it traces the graph (:func:`trace`) and runs :func:`graphsvc.replay.columns.backward` with the op registry's
 derivative table, the one used everywhere in graphsvc. There is no recursion limit, and a value
 used several times gets the sum of its contributions. The walk that reads the values into columns,
 and the one that adds the gradients back, run in C (``csrc/walk.c``) where that extension was built,
@@ -30,7 +30,7 @@ it twice without resetting doubles every gradient. Call :func:`zero_grad` (or se
 before each backward pass. One difference from micrograd: the output's own ``.grad`` accumulates
 too (micrograd resets it to 1), so the rule has no exception.
 
-The registry is the one :func:`graphsvc.plugins.load_registry` returns (builtins plus installed
+The registry is the one :func:`graphsvc.pluginhost.load_registry` returns (builtins plus installed
 plugins and ``GRAPHSVC_PLUGINS``), loaded on first use; :func:`use_registry` replaces it.
 """
 
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphsvc.collector import gc_paused
 from graphsvc.errors import OpError, UsageError
-from graphsvc.opmath import python_forward
+from graphsvc.ops.opmath import python_forward
 
 if TYPE_CHECKING:
     from graphsvc.graph import Graph
@@ -58,7 +58,7 @@ __all__ = ["Value", "default_registry", "save", "trace", "use_registry", "zero_g
 # The leaf tags, spelled as graphsvc.graph spells them (that module imports numpy; this one must not).
 _LEAF = "leaf"
 _CONST = "const"
-# Each builtin op's forward on Python floats, from graphsvc.opmath's table.
+# Each builtin op's forward on Python floats, from graphsvc.ops.opmath's table.
 _ADD, _SUB, _MUL, _DIV, _NEG = (python_forward(op) for op in ("add", "sub", "mul", "div", "neg"))
 _POW, _EXP, _LOG, _SQRT, _SIN, _COS = (python_forward(op) for op in ("pow", "exp", "log", "sqrt", "sin", "cos"))
 _TANH, _RELU, _SIGMOID, _ABS, _MAX, _MIN = (
@@ -283,7 +283,7 @@ class Value:
 
         Gradients accumulate: see the module docstring on the zero-gradient trap.
         """
-        from graphsvc.replay import backward
+        from graphsvc.replay.columns import backward
 
         registry = default_registry()
         native = native_walk()
@@ -320,14 +320,14 @@ _registry: OpRegistry | None = None
 
 
 def default_registry() -> OpRegistry:
-    """The registry :class:`Value` uses, loaded with :func:`graphsvc.plugins.load_registry` on first use.
+    """The registry :class:`Value` uses, loaded with :func:`graphsvc.pluginhost.load_registry` on first use.
 
     :func:`graphsvc.forward` and :func:`graphsvc.backward` use it too. A plugin that fails to load
     is reported as a :class:`RuntimeWarning` of one line, not an error.
     """
     global _registry
     if _registry is None:
-        from graphsvc.plugins import load_registry
+        from graphsvc.pluginhost import load_registry
         from graphsvc.text import one_line
 
         registry, problems = load_registry()
@@ -340,7 +340,7 @@ def default_registry() -> OpRegistry:
 def use_registry(registry: OpRegistry | None) -> None:
     """Make :class:`Value` use ``registry`` (``None``: load the default again on next use).
 
-    >>> from graphsvc.plugins import load_registry
+    >>> from graphsvc.pluginhost import load_registry
     >>> registry, problems = load_registry(["myops.py"])  # doctest: +SKIP
     >>> use_registry(registry)  # doctest: +SKIP
     """
@@ -353,9 +353,9 @@ def use_registry(registry: OpRegistry | None) -> None:
 
 # -- walking the graph ----------------------------------------------------------------------------
 def native_walk() -> ModuleType | None:
-    """The C walks (``graphsvc._cwalk``, from ``csrc/walk.c``), or None where that extension was not built."""
+    """The C walks (``graphsvc.native._cwalk``, from ``csrc/walk.c``), or None where that extension was not built."""
     try:
-        from graphsvc import _cwalk
+        from graphsvc.native import _cwalk
     except ImportError:
         return None
     return _cwalk
@@ -365,7 +365,7 @@ def _traced(
     outputs: Sequence[Value], registry: OpRegistry, *, extras: bool, native: ModuleType | None
 ) -> tuple[list[Value], Graph]:
     """The values reachable from ``outputs`` in :func:`_postorder`'s order and their graph (as
-    :func:`_graph` makes it), walked by ``native`` (``graphsvc._cwalk``) or, when it is None, by
+    :func:`_graph` makes it), walked by ``native`` (``graphsvc.native._cwalk``) or, when it is None, by
     the Python reference."""
     if native is None:
         nodes, index = _postorder(outputs)

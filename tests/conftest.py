@@ -84,21 +84,23 @@ def native_missing(reason: str) -> NoReturn:
 
 
 def require_native(name: str) -> Any:
-    """The C extension ``graphsvc._cNAME``, for tests of it: skipped where it was not built, failed
+    """The C extension ``graphsvc.native._cNAME``, for tests of it: skipped where it was not built, failed
     under ``GRAPHSVC_REQUIRE_NATIVE=1`` (as for :func:`require_compiled`)."""
     import importlib
 
     try:
-        return importlib.import_module(f"graphsvc._c{name}")
+        return importlib.import_module(f"graphsvc.native._c{name}")
     except ImportError as exc:
-        native_missing(f"graphsvc._c{name} was not built here ({exc}; pip builds it at install with a C compiler)")
+        native_missing(
+            f"graphsvc.native._c{name} was not built here ({exc}; pip builds it at install with a C compiler)"
+        )
 
 
 def require_compiled() -> Any:
-    """The compiled kernels (graphsvc.kernels), for tests of them: skipped where the C extensions
+    """The compiled kernels (graphsvc.native), for tests of them: skipped where the C extensions
     were not built (no C compiler at install), except with ``GRAPHSVC_REQUIRE_NATIVE=1`` (as
     ``.ci/run`` sets it), where that fails them."""
-    from graphsvc import kernels
+    import graphsvc.native as kernels
 
     compiled = kernels._compiled()
     if compiled is not None:
@@ -107,7 +109,7 @@ def require_compiled() -> Any:
 
 
 # -- plugins: keep the ones installed on this machine out of a test ---------------------------------
-from graphsvc import plugins as _plugins  # noqa: E402
+import graphsvc.pluginhost as _plugins  # noqa: E402
 
 _REAL_ENTRY_POINTS = _plugins._entry_points
 

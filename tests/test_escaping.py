@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from graphsvc import format as fmt
-from graphsvc import listing, terminal
+from graphsvc.console import listing, terminal
 from graphsvc.errors import GraphStructureError
 from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.topo import topological_sort
@@ -209,7 +209,7 @@ def test_print_table_escapes_control_characters_left_in_cells(monkeypatch: pytes
 
 
 def test_progress_description_is_escaped() -> None:
-    script = "from graphsvc.terminal import progress\nwith progress('loading /tmp/\\x1b]0;pwned\\x07x'): pass"
+    script = "from graphsvc.console.terminal import progress\nwith progress('loading /tmp/\\x1b]0;pwned\\x07x'): pass"
     code, stdout, tty = with_terminal_stderr(sys.executable, "-c", script, env={"GRAPHSVC_PROGRESS_DELAY": "0"})
     assert (code, stdout) == (0, "")
     assert "loading /tmp/\\x1b]0;pwned\\x07x" in tty

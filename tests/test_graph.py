@@ -425,7 +425,7 @@ def test_a_gradient_of_another_shape_is_found_by_the_loop_after_the_column_check
     [
         ({}, True),
         ({0: {"axis": 1}, 2: {}}, True),
-        ({0: {"a": {1: 2}}}, True),  # nested maps are the nesting check's (graphsvc.document)
+        ({0: {"a": {1: 2}}}, True),  # nested maps are the nesting check's (graphsvc.format.document)
         ({0: {1: 2}}, False),  # a key that is not a string
         ({0: {"a": 1, b"b": 2}}, False),
         ({0: [("a", 1)]}, False),  # not a map

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from graphsvc import format as fmt
-from graphsvc import replay
 from graphsvc.errors import GraphStructureError
-from graphsvc.micrograd_import import from_micrograd
+from graphsvc.micrograd import from_micrograd
+from graphsvc.replay import columns as replay
 from graphsvc.value import default_registry
 
 

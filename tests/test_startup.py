@@ -79,7 +79,7 @@ def test_backward_prints_the_gradients_and_reads_without_the_writing_modules(tmp
     run, modules = imported_by(["backward", SEED], tmp_path)
     assert (run.returncode, run.stdout, run.stderr) == (0, BACKWARD_LISTING, "")
     assert "graphsvc_activations" in modules  # the installed plugins were found and loaded
-    assert sorted(m for m in ("graphsvc.atomic", "hashlib", "secrets", "numba") if m in modules) == []
+    assert sorted(m for m in ("graphsvc.format.atomic", "hashlib", "secrets", "numba") if m in modules) == []
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_help_and_version_import_neither_numpy_nor_the_plugins(tmp_path: Path) -
     for args in (["--help"], ["--version"]):
         run, modules = imported_by(args, tmp_path)
         assert run.returncode == 0
-        assert sorted(m for m in ("numpy", "msgpack", "pluggy", "graphsvc.plugins") if m in modules) == []
+        assert sorted(m for m in ("numpy", "msgpack", "pluggy", "graphsvc.pluginhost") if m in modules) == []
 
 
 @pytest.mark.parametrize(
@@ -116,8 +116,8 @@ def test_text_output_imports_neither_json_nor_jsonio(args: list[str], tmp_path: 
     listings and inspect's summary of seed 004 (string metadata) need none of it."""
     run, modules = imported_by(args, tmp_path)
     assert (run.returncode, run.stderr) == (0, "")
-    assert ("graphsvc.listing" in modules) == (args[0] in ("order", "forward", "backward"))
-    assert sorted(m for m in ("json", "graphsvc.jsonio") if m in modules) == []
+    assert ("graphsvc.console.listing" in modules) == (args[0] in ("order", "forward", "backward"))
+    assert sorted(m for m in ("json", "graphsvc.format.jsonio") if m in modules) == []
 
 
 def test_json_output_does_import_json(tmp_path: Path) -> None:
@@ -125,10 +125,10 @@ def test_json_output_does_import_json(tmp_path: Path) -> None:
     run, modules = imported_by(["backward", SEED, "--json"], tmp_path)
     assert run.returncode == 0
     assert run.stdout.startswith('{"output":6,"nodes":[{"id":6,"name":"L","op":"mul","parents":[4,5],"value":35.0,')
-    assert {"json", "graphsvc.jsonio"} <= modules
+    assert {"json", "graphsvc.format.jsonio"} <= modules
 
 
-# -- the fast paths of graphsvc.text and graphsvc.plugins' entry points ---------------------------------
+# -- the fast paths of graphsvc.text and graphsvc.pluginhost' entry points ---------------------------------
 def _escape_by_pattern(text: str) -> str:
     """graphsvc.text.escape as it was: one pattern over the whole text, whatever it holds."""
     from graphsvc import text as text_module
@@ -158,7 +158,7 @@ def test_escape_and_one_line_skip_the_pattern_only_where_it_would_change_nothing
 
 
 def test_an_entry_point_value_loads_its_module_and_attribute_or_says_it_is_malformed() -> None:
-    from graphsvc import plugins
+    import graphsvc.pluginhost as plugins
 
     dist = plugins._Distribution("graphsvc-x", "1.0")
     found = plugins._EntryPoint("x", "os.path : join", dist).load()
@@ -176,13 +176,18 @@ def test_an_entry_point_value_loads_its_module_and_attribute_or_says_it_is_malfo
     ids=lambda args: args[0],
 )
 def test_a_graph_of_scalars_never_loads_the_tensor_engine(args: list[str], tmp_path: Path) -> None:
-    """graphsvc.tensors (~5 ms of frozen dataclasses) and the memory cache are for arrays, even with
+    """graphsvc.replay.arrays (~5 ms of frozen dataclasses) and the memory cache are for arrays, even with
     the conv plugin installed (registering its forward_with_residuals reads a signature only)."""
     run, modules = imported_by(args, tmp_path)
     assert (run.returncode, run.stderr) == (0, "")
     if args[0] in ("forward", "backward", "ops"):  # the commands that load the installed plugins
         assert "graphsvc_conv" in modules
-    assert sorted(m for m in ("graphsvc.tensors", "graphsvc.memory", "graphsvc._cmemory") if m in modules) == []
+    assert (
+        sorted(
+            m for m in ("graphsvc.replay.arrays", "graphsvc.replay.memory", "graphsvc.native._cmemory") if m in modules
+        )
+        == []
+    )
 
 
 def test_a_tensor_graph_does_load_it(tmp_path: Path) -> None:
@@ -197,14 +202,14 @@ def test_a_tensor_graph_does_load_it(tmp_path: Path) -> None:
     fmt.save(b.build(), tmp_path / "t.msgpack")
     run, modules = imported_by(["backward", str(tmp_path / "t.msgpack")], tmp_path)
     assert run.returncode == 0
-    assert {"graphsvc.tensors", "graphsvc.memory"} <= modules
+    assert {"graphsvc.replay.arrays", "graphsvc.replay.memory"} <= modules
 
 
 @pytest.mark.parametrize("command", ["order", "inspect", "validate"])
 def test_reading_a_file_loads_neither_the_op_table_nor_the_replay_kernels(command: str, tmp_path: Path) -> None:
     """A load checks the graph's structure with the compiled structure kernels (csrc/topo.c) alone:
-    graphsvc.opmath (~3 ms: the op table, its frozen rules) and the replay kernels are for replays."""
+    graphsvc.ops.opmath (~3 ms: the op table, its frozen rules) and the replay kernels are for replays."""
     run, modules = imported_by([command, SEED], tmp_path)
     assert (run.returncode, run.stderr) == (0, "")
-    assert "graphsvc.layout" in modules  # the check can tell: the file was read
-    assert sorted(m for m in ("graphsvc.opmath", "graphsvc._replay_kernels") if m in modules) == []
+    assert "graphsvc.format.layout" in modules  # the check can tell: the file was read
+    assert sorted(m for m in ("graphsvc.ops.opmath", "graphsvc.native.replay_kernels") if m in modules) == []

@@ -180,7 +180,7 @@ def test_an_ops_prints_stay_on_stdout_in_a_library_check(capsys: pytest.CaptureF
 
     result = check_op(Op("loud", 1, forward=forward, derivatives=lambda x, out: (2 * x,)))
     assert result.ok
-    # the library leaves stdout to its caller; `graphsvc gradcheck` moves it (tests/test_cli_ops.py)
+    # the library leaves stdout to its caller; `graphsvc gradcheck` moves it (tests/cli/test_cli_ops.py)
     assert capsys.readouterr().out.splitlines() == ["computing"] * 3  # the point, then one step either side
 
 
@@ -389,7 +389,7 @@ def test_check_vjp_refuses_what_a_replay_refuses_in_the_same_words(name: str) ->
     import graphsvc
     from graphsvc.errors import ReplayError
     from graphsvc.graph import GraphBuilder
-    from graphsvc.plugins import load_registry
+    from graphsvc.pluginhost import load_registry
 
     op, message = REFUSED[name]
     x = np.random.default_rng(0).standard_normal((2, 3))

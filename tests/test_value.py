@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 import graphsvc
 from cli import app
 from graphsvc import format as fmt
-from graphsvc import replay
 from graphsvc.errors import GraphStructureError, OpError
 from graphsvc.graph import Graph, OpSource
 from graphsvc.ops import OpRegistry
-from graphsvc.plugins import load_registry
+from graphsvc.pluginhost import load_registry
+from graphsvc.replay import columns as replay
 from graphsvc.testing import ulp_distance
 from graphsvc.value import Value, default_registry, save, trace, zero_grad
 from tests.conftest import require_compiled

@@ -13,12 +13,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from graphsvc import replay
-from graphsvc.api import backward as graphsvc_backward
+from graphsvc.console.render import render
 from graphsvc.format import load, save
-from graphsvc.micrograd_import import from_micrograd
-from graphsvc.plugins import load_registry
-from graphsvc.render import render
+from graphsvc.micrograd import from_micrograd
+from graphsvc.pluginhost import load_registry
+from graphsvc.replay import columns as replay
+from graphsvc.replay.run import backward as graphsvc_backward
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 IMAGES = ROOT / "docs" / "images"

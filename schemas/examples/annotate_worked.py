@@ -4,7 +4,7 @@ tensor graph of §15 (run from the repository root).
     python schemas/examples/annotate_worked.py [--v2]
 
 The notes are written here by hand; the bytes come from the real encoder, and the script stops if
-the notes do not cover the encoding exactly. ``tests/test_format.py`` and ``tests/test_format_v2.py``
+the notes do not cover the encoding exactly. ``tests/format/test_format.py`` and ``tests/format/test_format_v2.py``
 check the dumps in FORMAT.md.
 """
 

@@ -2,10 +2,10 @@
 
     python schemas/examples/make_golden.py
 
-Each file is the encoder's output for a graph built here by hand. ``tests/test_format.py`` rebuilds
+Each file is the encoder's output for a graph built here by hand. ``tests/format/test_format.py`` rebuilds
 the same graphs, checks that the encoder still gives the committed bytes, pins each file's sha256,
 and validates each decoded file against ``schemas/graphsvc-v1.schema.json``. The tensor graphs of
-``GOLDEN_V2`` (format 2.0) go to ``v2/`` and are pinned the same way by ``tests/test_format_v2.py``
+``GOLDEN_V2`` (format 2.0) go to ``v2/`` and are pinned the same way by ``tests/format/test_format_v2.py``
 against ``schemas/graphsvc-v2.schema.json``. A change to any of these bytes is a change to the
 format: it needs a new version (see ``schemas/FORMAT.md``).
 """

@@ -1,0 +1,240 @@
+"""Draw a graph: Graphviz DOT text, and SVG, PNG or PDF through the Graphviz ``dot`` program.
+
+The picture is micrograd's ``draw_dot``, left to right: every value node is a record
+``name | data VALUE | grad GRAD``, and every node computed by an op gets a small node of its own
+holding the op's tag (and attributes), with an edge from each input to the op node and one from the
+op node to the value it produces. Inputs of an op with two or more of them are numbered on their
+edges, since graphsvc keeps parent order (``a - b`` is not ``b - a``). Numbers are shown with six
+significant digits (``%.6g``); a graph without gradients shows ``grad -``, and one whose file holds
+no computed value (it was never replayed) shows ``data -`` for each node computed by an op.
+
+Output is deterministic: nodes in id order, edges in parent-slot order, no addresses.
+
+Large graphs: one picture holds at most :data:`MAX_RENDER_NODES` value nodes (``dot`` needs
+minutes, and the picture is unreadable, well before that). Above it, draw the neighbourhood of one
+node with :func:`neighbourhood` (``--around NODE --depth K``): every node at most K edges away,
+following edges either way. An op whose inputs are not all drawn shows ``+N`` for the hidden ones.
+
+DOT text is written here, by hand; the ``graphviz`` Python package is imported only to run ``dot``
+for the image formats.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from graphsvc.errors import RenderError, TooLargeToDraw, UsageError
+from graphsvc.graph import LEAF_TAGS, Graph
+from graphsvc.text import counted
+
+#: The most value nodes one picture may hold; above it, pick a part with :func:`neighbourhood`.
+MAX_RENDER_NODES = 2000
+#: Output formats, by file suffix: ``dot`` text, or an image that Graphviz draws.
+FORMATS = ("svg", "png", "pdf", "dot")
+#: Names longer than this are shortened in the picture.
+MAX_LABEL_CHARS = 40
+
+#: What to do when the ``dot`` program is missing, and when the Python package is (each message names
+#: only what is missing).
+DOT_HINT = (
+    "install Graphviz: `apt-get install graphviz` (Debian, Ubuntu) or `brew install graphviz` (macOS); "
+    "or write a .dot file, which needs neither"
+)
+PACKAGE_HINT = "install it: `pip install graphviz`; or write a .dot file, which needs neither"
+
+
+def neighbourhood(graph: Graph, center: int, depth: int, limit: int | None = MAX_RENDER_NODES) -> list[int]:
+    """Ids (increasing) of the nodes at most ``depth`` edges from ``center``, edges followed either way.
+
+    A breadth-first search with an explicit frontier, never recursion. Raises :class:`UsageError`
+    when ``depth`` is negative or the neighbourhood holds more than ``limit`` nodes (``None``: any).
+    """
+    if depth < 0:
+        raise UsageError(f"depth must be 0 or more, not {depth}")
+    center = graph.node_id(center)
+    offsets = graph.parent_offsets
+    parents = graph.parent_indices
+    # Children as CSR, built once: child_offsets[p]..child_offsets[p+1] index the children of p.
+    child_of_edge = graph.child_ids()
+    by_parent = np.argsort(parents, kind="stable")
+    children = child_of_edge[by_parent]
+    child_offsets = np.zeros(graph.num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(parents, minlength=graph.num_nodes), out=child_offsets[1:])
+    seen = {center}
+    frontier = [center]
+    for _ in range(depth):
+        found: list[int] = []
+        for node in frontier:
+            near = parents[offsets[node] : offsets[node + 1]].tolist()
+            near += children[child_offsets[node] : child_offsets[node + 1]].tolist()
+            for other in near:
+                if other not in seen:
+                    seen.add(other)
+                    found.append(other)
+            if limit is not None and len(seen) > limit:
+                raise TooLargeToDraw(
+                    f"the neighbourhood of {graph.label(center)} within {counted(depth, 'edge')} holds more than "
+                    f"{counted(limit, 'node')}, more than one picture can show",
+                    graph.label(center),
+                )
+        if not found:
+            break
+        frontier = found
+    return sorted(seen)
+
+
+def select(
+    graph: Graph, around: int | str | None = None, depth: int = 2, limit: int | None = MAX_RENDER_NODES
+) -> list[int]:
+    """The nodes to draw: the whole graph, or the neighbourhood of ``around``; refuse more than
+    ``limit`` (``None``: no limit, for DOT text that no Graphviz has to lay out)."""
+    if around is not None:
+        return neighbourhood(graph, graph.node_id(around), depth, limit)
+    if limit is not None and graph.num_nodes > limit:
+        raise TooLargeToDraw(
+            f"the graph has {counted(graph.num_nodes, 'node')}, more than one picture can show ({limit})", None
+        )
+    return list(range(graph.num_nodes))
+
+
+def to_dot(graph: Graph, nodes: Sequence[int] | None = None, highlight: int | None = None) -> str:
+    """DOT text for ``nodes`` (default: all) of ``graph``, drawn as micrograd's ``draw_dot`` does.
+
+    ``highlight`` (a node id) is drawn bold, as the centre of a neighbourhood.
+    """
+    chosen = list(range(graph.num_nodes)) if nodes is None else sorted(set(nodes))
+    drawn = set(chosen)
+    values = graph.values.tolist()
+    # A file that holds no computed value (never replayed: nan in the column means none) draws them
+    # as `-`, as the listings say a value the file does not hold; a leaf's value is its own, nan too.
+    computed_held = graph.has_computed_values
+    grads = None if graph.grads is None else graph.grads.tolist()
+    lines = [
+        "digraph graphsvc {",
+        "\tgraph [rankdir=LR]",
+        '\tnode [fontname="Helvetica" fontsize=11]',
+        '\tedge [fontname="Helvetica" fontsize=9]',
+    ]
+    edges: list[str] = []
+    for node in chosen:
+        grad = _cell(graph.grad_arrays.get(node), None if grads is None else grads[node])
+        held = computed_held or graph.op(node) in LEAF_TAGS
+        data = _cell(graph.arrays.get(node), values[node] if held else None)
+        record = f"{{ {_record_text(graph.label(node))} | data {data} | grad {grad} }}"
+        style = " style=bold penwidth=2" if node == highlight else ""
+        lines.append(f'\tv{node} [label="{record}" shape=record{style}]')
+        node_parents = graph.parents(node)
+        if not node_parents:
+            continue
+        lines.append(f'\to{node} [label="{_quoted(_op_text(graph, node))}" shape=ellipse]')
+        edges.append(f"\to{node} -> v{node}")
+        numbered = len(node_parents) > 1
+        hidden = 0
+        for slot, parent in enumerate(node_parents):
+            if parent not in drawn:
+                hidden += 1
+                continue
+            edges.append(f'\tv{parent} -> o{node} [headlabel="{slot}"]' if numbered else f"\tv{parent} -> o{node}")
+        if hidden:
+            lines.append(f'\th{node} [label="+{hidden}" shape=plaintext]')
+            edges.append(f"\th{node} -> o{node} [style=dashed]")
+    lines.extend(edges)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def render(
+    graph: Graph,
+    path: str | os.PathLike[str],
+    around: int | str | None = None,
+    depth: int = 2,
+    limit: int = MAX_RENDER_NODES,
+) -> int:
+    """Draw ``graph`` (or the neighbourhood of ``around``) to ``path``, atomically; return the nodes drawn.
+
+    The format comes from the suffix: ``.svg``, ``.png``, ``.pdf`` (through Graphviz) or ``.dot``.
+    Raises :class:`UsageError` for another suffix or too many nodes, :class:`RenderError` when
+    Graphviz is missing or fails, :class:`GraphFileError` when ``path`` cannot be written (it names
+    a device, FIFO, socket or directory, or its folder is missing); then nothing is written.
+    """
+    from graphsvc.format.atomic import atomic_writer
+
+    path = Path(path)
+    kind = path.suffix.lower().lstrip(".")
+    if kind not in FORMATS:
+        raise UsageError(f"cannot tell the format of {path}: the file name must end in .svg, .png, .pdf or .dot")
+    nodes = select(graph, around, depth, None if kind == "dot" else limit)  # DOT text: dot never runs
+    center = None if around is None else graph.node_id(around)
+    text = to_dot(graph, nodes, highlight=center)
+    # The writer checks the target (a regular file or none; never a device, FIFO or directory)
+    # before Graphviz runs, and the file appears only once whole.
+    with atomic_writer(path, "wb") as stream:
+        stream.write(text.encode("utf-8") if kind == "dot" else draw(text, kind))
+    return len(nodes)
+
+
+def draw(dot_text: str, kind: str) -> bytes:
+    """Run Graphviz ``dot`` on ``dot_text`` and return the image bytes (``kind``: svg, png or pdf)."""
+    try:
+        import graphviz
+    except ImportError:
+        raise RenderError(f"drawing .{kind} needs the graphviz Python package; {PACKAGE_HINT}") from None
+    try:
+        data = graphviz.Source(dot_text).pipe(format=kind, engine="dot", quiet=True)
+    except graphviz.ExecutableNotFound:
+        raise RenderError(
+            f"drawing .{kind} needs the Graphviz `dot` program, which is not on PATH; {DOT_HINT}"
+        ) from None
+    except graphviz.CalledProcessError as exc:
+        detail = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
+        raise RenderError(f"Graphviz dot failed: {detail[-1] if detail else exc}") from None
+    return bytes(data)
+
+
+# -- label text --------------------------------------------------------------------------------
+def _number(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _cell(array: np.ndarray | None, number: float | None) -> str:
+    """A value or gradient in a box: a tensor node's dtype and shape (``f32[128,10]``; a 0-d
+    array's number after them), a scalar's number, ``-`` for none."""
+    if array is not None:
+        from graphsvc.replay.arrays import describe
+
+        number_text = f" {_number(float(array))}" if array.ndim == 0 else ""
+        return _record_text(describe(array) + number_text)
+    return "-" if number is None else _number(number)
+
+
+def _op_text(graph: Graph, node: int) -> str:
+    attrs = graph.attrs.get(node)
+    if not attrs:
+        return graph.op(node)
+    shown = ", ".join(f"{key}={_number(v) if isinstance(v, float) else v}" for key, v in sorted(attrs.items()))
+    return f"{graph.op(node)} {_shorten(shown)}"
+
+
+def _shorten(text: str) -> str:
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
+
+
+def _quoted(text: str) -> str:
+    """Text inside a DOT double-quoted string."""
+    return _shorten(text).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _record_text(text: str) -> str:
+    """Text inside one field of a record label: the record's own syntax characters escaped too."""
+    out = []
+    for ch in _shorten(text):
+        if ch in '\\"{}|<> ':
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -1,0 +1,513 @@
+"""A readable JSON form of a graph, for writing graphs by hand or from another tool.
+
+``graphsvc convert FILE --to json`` writes it; ``graphsvc convert FILE.json --to msgpack`` reads it.
+Node ids in JSON may be any distinct non-negative integers in any order and a parent may be given
+by name; reading sorts the nodes topologically (ties keep the order they are listed in), so ids
+already in topological order are kept, and a cycle is an error naming the nodes on it.
+
+Floats that JSON cannot hold are written as the strings ``"nan"``, ``"inf"`` and ``"-inf"``;
+every other float is written with Python's shortest round-trip repr, so values survive exactly.
+A tensor node's value or gradient is an object ``{"dtype": "float32", "shape": [2, 3], "data":
+[[...], [...]]}`` (JSON version 2.0, written only for tensor graphs; see schemas/FORMAT.md §13).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
+from graphsvc.format.document import check_text, not_unicode, quoted
+from graphsvc.format.layout import DEFAULT_LIMITS, MAX_ARRAY_BYTES
+from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists, sealed
+from graphsvc.text import counted, first_surrogate, shorten
+from graphsvc.topo import topological_sort
+
+JSON_FORMAT_NAME = "graphsvc-json"
+#: The version written for a graph of float64 scalars.
+JSON_VERSION = (1, 0)
+#: The version written for a tensor graph: a value or gradient may be an array object.
+JSON_TENSOR_VERSION = (2, 0)
+#: A tensor's dtype in the JSON form (numpy's names) -> its numpy dtype.
+JSON_DTYPES: dict[str, np.dtype[Any]] = {
+    "float64": np.dtype("float64"),
+    "float32": np.dtype("float32"),
+    "int64": np.dtype("int64"),
+}
+_INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
+_SPECIAL = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _characters(text: str) -> str:
+    return counted(len(text), "character", thousands=True)
+
+
+def json_float(x: float) -> float | str:
+    """A float for strict JSON: finite floats as they are, the others as "nan", "inf", "-inf"."""
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+def _float_in(x: Any, where: str) -> float:
+    if isinstance(x, str) and x in _SPECIAL:
+        return _SPECIAL[x]
+    if isinstance(x, float):
+        return x
+    if isinstance(x, int) and not isinstance(x, bool):
+        try:
+            return float(x)
+        except OverflowError:
+            digits = counted(len(str(abs(x))), "digit")
+            raise FormatError(f"{where} is an integer too large for a float64 ({digits})") from None
+    raise FormatError(f'{where} must be a number or one of "nan", "inf", "-inf", not {x!r}')
+
+
+def json_array(array: np.ndarray) -> dict[str, Any]:
+    """A tensor for JSON: ``{"dtype", "shape", "data"}``, data as nested lists (a 0-d array's is
+    one number), floats as :func:`json_float` writes them; a float32 with the shortest text that
+    reads back to the same float32."""
+    if array.dtype.kind == "i":
+        flat: list[Any] = array.reshape(-1).tolist()
+    elif array.dtype.itemsize == 4:
+        flat = [_float32_text(x) for x in array.reshape(-1)]
+    else:
+        flat = [json_float(x) for x in array.reshape(-1).tolist()]
+    nested = np.empty(len(flat), dtype=object)
+    nested[:] = flat
+    return {"dtype": array.dtype.name, "shape": list(array.shape), "data": nested.reshape(array.shape).tolist()}
+
+
+def _float32_text(x: np.float32) -> float | str:
+    """The float64 to write for a float32: its shortest decimal when that reads back to the same
+    bits, else its exact value."""
+    if not np.isfinite(x):
+        return json_float(float(x))
+    short = float(str(x))
+    return short if np.float32(short).view(np.uint32) == x.view(np.uint32) else float(x)
+
+
+def to_document(graph: Graph) -> dict[str, Any]:
+    """The JSON document of a graph (a plain dict); a tensor node's value or gradient is an object
+    of :func:`json_array`."""
+    values = graph.values.tolist()
+    grads = None if graph.grads is None else graph.grads.tolist()
+    offsets = graph.parent_offsets.tolist()
+    parents = graph.parent_indices.tolist()
+    nodes = []
+    for node in range(graph.num_nodes):
+        item: dict[str, Any] = {
+            "id": node,
+            "name": graph.names.get(node),
+            "op": graph.op(node),
+            "parents": parents[offsets[node] : offsets[node + 1]],
+            "value": json_array(graph.arrays[node]) if node in graph.arrays else json_float(values[node]),
+        }
+        if node in graph.grad_arrays:
+            item["grad"] = json_array(graph.grad_arrays[node])
+        elif grads is not None:
+            item["grad"] = json_float(grads[node])
+        if node in graph.attrs:
+            item["attrs"] = graph.attrs[node]
+        nodes.append(item)
+    ops = {}
+    for tag in graph.op_table:
+        source = graph.op_sources.get(tag, OpSource())
+        ops[tag] = {"plugin": source.plugin, "version": source.version}
+    return {
+        "format": JSON_FORMAT_NAME,
+        "version": list(JSON_TENSOR_VERSION if graph.is_tensor_graph else JSON_VERSION),
+        "ops": ops,
+        "nodes": nodes,
+        "outputs": list(graph.outputs),
+        "metadata": graph.metadata,
+    }
+
+
+#: An array holding only numbers, strings, true, false or null, one item per line as ``json.dumps``
+#: indents it (a string item may hold brackets and escaped quotes; it never holds a newline).
+_FLAT_ARRAY = re.compile(r'\[\n(?:[ ]*(?:"(?:[^"\\\n]|\\.)*"|[-+.\w]+),?\n)+[ ]*\]')
+
+
+def _one_line(match: re.Match[str]) -> str:
+    items = [line.strip().rstrip(",") for line in match.group(0).split("\n")[1:-1]]  # not splitlines: U+2028
+    return "[" + ", ".join(items) + "]"
+
+
+def dumps(graph: Graph) -> str:
+    """The graph as indented JSON text: one key per line, an array of numbers or strings on one
+    line (parents, a shape, the innermost rows of an array's data). Refuses, as ``save`` does, what
+    a reader would refuse in its text (a lone surrogate, a string over 1 MiB, nesting past 32 levels)."""
+    check_text(graph, DEFAULT_LIMITS)
+    try:
+        text = json.dumps(to_document(graph), indent=1, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:  # nan, inf or bin data inside attributes or metadata
+        raise GraphsvcError(
+            f"cannot write the graph as JSON: {exc} (in JSON, attributes and metadata cannot hold nan, inf or bin data)"
+        ) from None
+    return _FLAT_ARRAY.sub(_one_line, text) + "\n"  # no lone surrogate (check_text): UTF-8 encodes it
+
+
+def loads(text: str) -> Graph:
+    """Read a graph from JSON text; any problem raises :class:`FormatError`."""
+    return loads_versioned(text)[0]
+
+
+def loads_versioned(text: str) -> tuple[Graph, tuple[int, int]]:
+    """Like :func:`loads`, and also return the version the document declares ``(major, minor)``."""
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float, object_pairs_hook=_object)
+    except _RepeatedKey:
+        raise FormatError(_text_problem(text) or "an object repeats a key") from None
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise FormatError("not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4300 by default)
+        raise FormatError(f"not valid JSON: {shorten(str(exc).split(';')[0], 120)}") from None
+    except MemoryError:
+        raise FormatError(f"not enough memory to read {_characters(text)} of JSON") from None
+    if _may_hold_surrogates(text):
+        problem = _text_problem(text)
+        if problem is not None:
+            raise FormatError(problem)
+    try:
+        graph = from_document(doc)
+    except GraphStructureError as exc:
+        raise FormatError(str(exc)) from None
+    except MemoryError:
+        raise FormatError(f"not enough memory to build the graph of {_characters(text)} of JSON") from None
+    major, minor = doc["version"]
+    return graph, (major, minor)
+
+
+class _RepeatedKey(Exception):
+    """An object of the JSON text lists a key twice (:func:`_text_problem` says where)."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a repeated key (``json`` would keep the last value), as the
+    msgpack reader refuses a map that repeats one. A Python call per object: ``loads`` of 100,000
+    nodes with an attribute each took 1.6 s, 1.9 s with it."""
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        raise _RepeatedKey
+    return mapping
+
+
+#: The JSON escape of a surrogate code point (half of a pair, one character, or a lone one), or an
+#: escaped backslash, matched as a whole so that the ``u`` after it is not read as an escape's.
+_SURROGATE_ESCAPE = re.compile(r"\\\\|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _may_hold_surrogates(text: str) -> bool:
+    """Might a string of the document hold a lone surrogate? At once for almost every text: the
+    escapes of surrogates are looked at only where there are some, each high one for the low one
+    that must follow it (an escaped backslash is skipped whole, so that ``"\\\\ud800\\udc00"``, a
+    backslash, ``ud800`` and a lone low surrogate, is not taken for a pair)."""
+    if first_surrogate(text) is not None:  # in the text itself (a str given to loads)
+        return True
+    if "\\u" not in text:
+        return False
+    pair_end = -1  # where a high surrogate's escape ended: the low one's must start there
+    for match in _SURROGATE_ESCAPE.finditer(text):
+        if match.end() - match.start() == 2:  # an escaped backslash: "\\ud800" holds no surrogate
+            if pair_end != -1:
+                return True  # a high surrogate's escape, then no low one
+            continue
+        low = match.group()[3] in "cdefCDEF"
+        if pair_end != -1:
+            if not (low and match.start() == pair_end):
+                return True
+            pair_end = -1
+        elif low:
+            return True
+        else:
+            pair_end = match.end()
+    return pair_end != -1
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """An object's pairs in their order, for :func:`_text_problem`."""
+
+
+def _text_problem(text: str) -> str | None:
+    """Where the first object that repeats a key, or string or key that holds a lone surrogate (not
+    Unicode text, which a graph file holds), is, in the order of the text; None if there is none.
+    Only called once one was seen: the text is parsed again, keeping each object's pairs, and
+    walked without recursion."""
+    try:
+        doc = json.loads(text, parse_constant=str, object_pairs_hook=_Pairs)
+    except (ValueError, RecursionError):  # a problem after the object that repeats a key: words its own
+        return None
+    walks: list[tuple[str, Iterator[tuple[str | int, Any]]]] = [("", iter([("", doc)]))]
+    while walks:
+        where, items = walks[-1]
+        entry = next(items, None)
+        if entry is None:
+            walks.pop()
+            continue
+        key, value = entry
+        path = _child_path(where, key) if walks[1:] else ""
+        if isinstance(value, str):
+            at = first_surrogate(value)
+            if at is not None:
+                return f"the string at {path} {not_unicode(value[at])}"
+        elif isinstance(value, _Pairs):
+            container = f"the object at {path}" if path else "the document"
+            seen: set[str] = set()
+            for i, (name, _) in enumerate(value):
+                at = first_surrogate(name)
+                if at is not None:
+                    return f"a key of {container} (entry {i}) {not_unicode(name[at])}"
+                if name in seen:
+                    return f"{container} repeats the key {shorten(repr(name), 60)}"
+                seen.add(name)
+            walks.append((path, iter(value)))
+        elif isinstance(value, list):
+            walks.append((path, enumerate(value)))
+    return None
+
+
+def _child_path(where: str, key: str | int) -> str:
+    """``nodes`` + 0 -> ``nodes[0]``; ``nodes[0]`` + ``name`` -> ``nodes[0].name``; a key that is not
+    an identifier is quoted (``metadata['a b']``)."""
+    if isinstance(key, int):
+        return f"{where}[{key}]"
+    if key.isidentifier():
+        return f"{where}.{key}" if where else key
+    return f"{where}[{shorten(repr(key), 60)}]"
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise FormatError(
+            f'the number {shorten(literal, 40)} is too large for a float64 (write "inf" or "-inf" for an infinity)'
+        )
+    return value
+
+
+def _reject_constant(name: str) -> Any:
+    raise FormatError(f'JSON has a bare {name}; write it as a string ("nan", "inf", "-inf")')
+
+
+def from_document(doc: Any) -> Graph:
+    """Build a graph from a decoded JSON document."""
+    if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT_NAME:
+        raise FormatError(f'not a graphsvc JSON document (expected "format": "{JSON_FORMAT_NAME}")')
+    version = doc.get("version")
+    if (
+        not isinstance(version, list)
+        or len(version) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in version)
+    ):
+        raise FormatError("version must be [major, minor]")
+    if version[0] > JSON_TENSOR_VERSION[0]:
+        raise FormatError(f"the document uses JSON version {version[0]}.{version[1]}, newer than this graphsvc reads")
+    raw_nodes = doc.get("nodes")
+    if not isinstance(raw_nodes, list):
+        raise FormatError("nodes must be a list")
+    by_id: dict[int, dict[str, Any]] = {}
+    id_of_name: dict[str, int] = {}
+    for i, item in enumerate(raw_nodes):
+        if not isinstance(item, dict):
+            raise FormatError(f"nodes[{i}] must be an object")
+        node_id = item.get("id", i)
+        if not isinstance(node_id, int) or isinstance(node_id, bool) or node_id < 0:
+            raise FormatError(f"nodes[{i}].id must be a non-negative integer")
+        if node_id in by_id:
+            raise FormatError(f"nodes[{i}]: id {node_id} is used twice")
+        by_id[node_id] = item
+        name = item.get("name")
+        if name is not None:
+            if not isinstance(name, str) or not name:
+                raise FormatError(f"nodes[{i}].name must be a non-empty string")
+            if name in id_of_name:
+                raise FormatError(f"name {name!r} is used by nodes {id_of_name[name]} and {node_id}")
+            id_of_name[name] = node_id
+
+    def resolve(ref: Any, where: str) -> int:
+        if isinstance(ref, str):
+            if ref not in id_of_name:
+                raise FormatError(f"{where}: no node is named {ref!r}")
+            return id_of_name[ref]
+        if isinstance(ref, int) and not isinstance(ref, bool):
+            return ref
+        raise FormatError(f"{where}: {ref!r} is not a node id or name")
+
+    parents_of: dict[int, list[int]] = {}
+    for node_id, item in by_id.items():
+        raw = item.get("parents", [])
+        if not isinstance(raw, list):
+            raise FormatError(f"node {node_id}: parents must be a list")
+        parents_of[node_id] = [resolve(p, f"node {node_id}") for p in raw]
+    describe = {node_id: _describe(node_id, item) for node_id, item in by_id.items()}
+    order = topological_sort(parents_of, describe)
+    new_id = {old: new for new, old in enumerate(order)}
+    return _assemble(doc, version, by_id, parents_of, order, new_id, resolve)
+
+
+def _json_value(value: Any) -> str:
+    """A decoded JSON value that is not a string, for an error message: a number or a literal as it
+    is, anything else by its type (an array or an object may be of any size)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return shorten(repr(value), 40)
+    return _json_type(value)
+
+
+def _json_type(value: Any) -> str:
+    """What a decoded JSON value is, as JSON names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    names = {str: "a string", int: "a number", float: "a number", list: "an array", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _describe(node_id: int, item: dict[str, Any]) -> str:
+    name = item.get("name")
+    return f"{node_id} ({name})" if name else str(node_id)
+
+
+def _assemble(
+    doc: dict[str, Any],
+    version: list[int],
+    by_id: dict[int, dict[str, Any]],
+    parents_of: dict[int, list[int]],
+    order: list[int],
+    new_id: dict[int, int],
+    resolve: Any,
+) -> Graph:
+    major, minor = version
+    tags: list[str] = []
+    op_index: dict[str, int] = {}
+    counts: list[int] = []
+    parents: list[int] = []
+    values: list[float] = []
+    grads: list[float] = []
+    names: dict[int, str] = {}
+    attrs: dict[int, dict[str, Any]] = {}
+    arrays: dict[int, np.ndarray] = {}
+    grad_arrays: dict[int, np.ndarray] = {}
+    # the grads column exists when some node has a scalar gradient (a tensor's is an object)
+    has_grads = any("grad" in item and not isinstance(item["grad"], dict) for item in by_id.values())
+    for old in order:
+        item = by_id[old]
+        node = new_id[old]
+        op = item.get("op")
+        if not isinstance(op, str) or not op:
+            raise FormatError(f"node {old}: op must be a non-empty string")
+        if op not in op_index and len(op_index) == MAX_OPS:
+            raise FormatError(f"the graph uses more than {MAX_OPS:,} op tags, the most the format holds")
+        op_index.setdefault(op, len(op_index))
+        tags.append(op)
+        parents.extend(new_id[p] for p in parents_of[old])
+        counts.append(len(parents_of[old]))
+        for key, column, tensors in (("value", values, arrays), ("grad", grads, grad_arrays)):
+            raw = item.get(key, "nan")
+            if isinstance(raw, dict):
+                if major < JSON_TENSOR_VERSION[0]:  # as a 1.x msgpack file holds no arrays
+                    raise FormatError(
+                        f"node {old}: {key} is an array object, which needs JSON version 2.0 "
+                        f"(the document's version is {major}.{minor})"
+                    )
+                tensors[node] = sealed(_array_in(raw, f"node {old}: {key}"))
+                raw = "nan"
+            column.append(_float_in(raw, f"node {old}: {key}"))
+        if item.get("name") is not None:
+            names[node] = item["name"]
+        if "attrs" in item:
+            if not isinstance(item["attrs"], dict):
+                raise FormatError(f"node {old}: attrs must be an object, not {_json_type(item['attrs'])}")
+            if item["attrs"]:  # an empty object is no attributes (FORMAT.md §5)
+                attrs[node] = item["attrs"]
+    raw_outputs = doc.get("outputs", [])
+    if not isinstance(raw_outputs, list):
+        raise FormatError("outputs must be a list")
+    outputs: list[int] = []
+    for ref in raw_outputs:
+        old = resolve(ref, "outputs")
+        if old not in new_id:
+            raise FormatError(f"output {ref!r} does not exist")
+        outputs.append(new_id[old])
+    metadata = doc.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise FormatError("metadata must be an object")
+    raw_ops = doc.get("ops", {})
+    if not isinstance(raw_ops, dict):
+        raise FormatError("ops must be an object")
+    for tag, entry in raw_ops.items():  # every entry, used or not, as the msgpack reader checks its op table
+        where = f"ops[{quoted(tag)}]"  # a tag is the file's text, of any length
+        if not isinstance(entry, dict):
+            raise FormatError(f"{where} must be an object, not {_json_type(entry)}")
+        for key in ("plugin", "version"):
+            if not isinstance(entry.get(key), (str, type(None))):
+                raise FormatError(f"{where}.{key} must be a string or null, not {_json_value(entry[key])}")
+    op_table = list(op_index)
+    sources = {}
+    for tag in op_table:
+        entry = raw_ops.get(tag, {})
+        sources[tag] = OpSource(entry.get("plugin"), entry.get("version"))
+    graph = graph_from_lists(
+        tags,
+        counts,
+        parents,
+        values,
+        grads=np.array(grads, dtype=FLOAT_DTYPE) if has_grads else None,
+        names=names,
+        attrs=attrs,
+        outputs=outputs,
+        metadata=metadata,
+        op_sources=sources,
+        arrays=arrays,
+        grad_arrays=grad_arrays,
+    )
+    graph.check()
+    if "outputs" not in doc:  # left out: the sinks, as GraphBuilder.build() defaults them
+        graph.outputs = [int(s) for s in graph.sinks()]
+    return graph
+
+
+def _array_in(raw: dict[str, Any], where: str) -> np.ndarray:
+    """A tensor object ``{"dtype", "shape", "data"}``: data nested exactly as the shape says."""
+    name = raw.get("dtype")
+    dtype = JSON_DTYPES.get(name) if isinstance(name, str) else None
+    if dtype is None:
+        raise FormatError(f'{where}: dtype must be "float64", "float32" or "int64", not {shorten(repr(name), 40)}')
+    shape = raw.get("shape")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise FormatError(f"{where}: shape must be a list of non-negative integers")
+    if len(shape) > MAX_DIMENSIONS:
+        raise FormatError(f"{where}: the shape has {counted(len(shape), 'dimension')}, more than {MAX_DIMENSIONS}")
+    if math.prod(d or 1 for d in shape) * dtype.itemsize > MAX_ARRAY_BYTES:  # as numpy counts, empty too
+        raise FormatError(f"{where}: the shape {shorten(str(shape), 80)} is too large (more than 2**63 - 1 bytes)")
+    if "data" not in raw:
+        raise FormatError(f"{where}: the array has no data")
+    level: list[Any] = [raw["data"]]
+    for depth, size in enumerate(shape):  # level by level, so the items stay in C order
+        if not all(isinstance(item, list) and len(item) == size for item in level):
+            raise FormatError(f"{where}: data does not have the shape {shorten(str(shape), 80)} (at depth {depth})")
+        level = [x for item in level for x in item]
+    if dtype.kind == "i":
+        for x in level:
+            if type(x) is not int or not _INT64_RANGE[0] <= x <= _INT64_RANGE[1]:
+                raise FormatError(f"{where}: an int64 array holds {shorten(repr(x), 40)}, not an integer of 64 bits")
+        return np.array(level, dtype=np.int64).reshape(shape)
+    wide = np.array([_float_in(x, f"{where}: an item") for x in level], dtype=np.float64)
+    if dtype.itemsize == 8:
+        return wide.reshape(shape)
+    with np.errstate(over="ignore"):
+        narrow = wide.astype(np.float32)
+    overflow = np.flatnonzero(np.isinf(narrow) & np.isfinite(wide))
+    if len(overflow):
+        raise FormatError(f"{where}: the item {float(wide[overflow[0]])!r} is too large for a float32")
+    return narrow.reshape(shape)

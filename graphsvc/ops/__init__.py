@@ -1,0 +1,703 @@
+"""The op contract and the op registry.
+
+An op is a forward function with its derivative, given in one of two forms.
+
+*Elementwise* ops give their local derivatives, the way micrograd writes them side by side::
+
+    Op("mul", 2, forward=lambda x, y: x * y, derivatives=lambda x, y, out: (y, x))
+
+Any op may instead give a *vector-Jacobian product*, the contract of autograd's ``defvjp``, JAX's
+``custom_vjp`` and PyTorch's ``autograd.Function.backward``::
+
+    Op("matmul", 2, forward=np.matmul, vjp=lambda g, out, x, y: (g @ y.T, x.T @ g))
+
+- ``vjp(g, out, *inputs, **attrs)`` returns one cotangent per input: the gradient of the loss with
+  respect to that input, given ``g``, its gradient with respect to the output (same shape as
+  ``out``). ``None`` marks an input that gets no gradient (an int64 index input). On tensor nodes
+  graphsvc calls ``vjp`` when an op has one; an elementwise op's ``derivatives`` are turned into
+  a VJP (``g * partial``, broadcast dimensions summed back: :func:`graphsvc.replay.arrays.unbroadcast`).
+  An op with only a ``vjp`` works on tensor graphs (a graph of scalars that uses it is replayed as
+  one, node by node, with 0-d arrays). A ``vjp`` that declares a parameter ``needs_input_grad`` is
+  given a tuple of bools, one per input (PyTorch's ``ctx.needs_input_grad``): an input whose entry
+  is False gets no gradient (data: a ``const`` array, what is computed from consts alone), and its
+  cotangent may be ``None``; a ``vjp`` without it computes every cotangent and graphsvc drops those
+  nobody needs.
+- ``forward_with_residuals(*inputs, **attrs) -> (output, residuals)``, optional, for a ``vjp`` that
+  declares a parameter ``residuals``: a replay that goes on to a backward pass computes the node
+  with it and passes what it kept to the ``vjp`` (JAX's residuals, PyTorch's
+  ``ctx.save_for_backward``); a backward from stored values passes ``residuals=None``. Arrays
+  among the residuals are made read-only: they must be the op's own, not a buffer it reuses.
+- ``variadic=True``: a node may have ``arity`` or more inputs (``concatenate``), and at most
+  ``max_arity`` when that is given (an optional input: conv2d's bias, ``max_arity=3``); a replay
+  refuses a node with another number before anything runs.
+- ``samples(rng)``, optional, returns ``[(inputs, attrs), ...]``: points where ``graphsvc
+  gradcheck`` checks an op given by its ``vjp`` (an elementwise op is checked at scalar points
+  without them). Without samples such an op is listed as not checked.
+
+- ``forward(*inputs, **attrs)`` returns the output.
+- ``derivatives(*inputs, out, **attrs)`` returns a tuple (or list) with one partial derivative
+  ``d out / d input_i`` per input. It receives the output too, so ``tanh`` can use ``1 - out**2`` and
+  ``exp`` can use ``out``.
+- Attributes stored with a node (``{"exponent": 2.0}`` on a ``pow`` node) are passed as keyword
+  arguments to both functions. Which ones an op takes is read from ``forward``'s signature
+  (:attr:`Op.attributes`): a replay refuses a node giving others, or lacking one without a default.
+- A *vectorized* op (the default) receives float64 numpy arrays holding every node of that op at once
+  (one-element arrays along a deep chain, where nodes are replayed one at a time) and may return an
+  array or a scalar (a scalar is broadcast: ``add`` returns ``(1.0, 1.0)``). During replay the input
+  arrays are read-only: return a new array, do not write into them.
+  An op with ``vectorized=False`` receives Python floats and returns floats; the engine calls it
+  once per element.
+- nan and inf are values, not errors: numpy warnings are silenced while an op runs. An exception
+  (any ``BaseException``: ``sys.exit``, a ``KeyboardInterrupt`` the op raises itself, ``MemoryError``),
+  an output of the wrong shape, or an output that is not a number (``None``, a string, an object
+  array, an integer beyond float64's range) is a :class:`~graphsvc.errors.ReplayError` naming the op
+  and its plugin. Only the user's own Ctrl-C stops a replay as an interrupt (see
+  :func:`interrupts_told_apart`).
+- ``forward`` must accept ``arity`` positional arguments (a variadic op's ``max_arity``, when
+  given) and ``derivatives`` ``arity + 1``; an op whose functions cannot is refused when it is
+  registered (functions without an inspectable signature, and ``*args``, are taken on trust).
+- Arity 0 is for the leaf tags (``leaf``, ``const``): their values come from the file, so they
+  have no functions.
+
+The registry owns the table of ops: registering a name twice is an :class:`~graphsvc.errors.OpError`
+naming both plugins, and nothing is ever overridden. Plugins do not touch the registry directly;
+they call the ``register`` callback of the ``graphsvc_register_ops`` hook (see
+:mod:`graphsvc.hookspecs` and :mod:`graphsvc.pluginhost`).
+"""
+
+from __future__ import annotations
+
+import _signal
+import dataclasses
+import inspect
+import numbers
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from types import FrameType
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from graphsvc.errors import OpError, ReplayError, UnknownOpError
+from graphsvc.text import counted, listed, shorten
+
+__all__ = [
+    "Attributes",
+    "Op",
+    "OpRegistry",
+    "UserInterrupt",
+    "check_op_declaration",
+    "describe_source",
+    "evaluate",
+    "evaluate_node",
+    "interrupts_told_apart",
+    "local_derivatives",
+]
+
+#: Longest part of a plugin's exception text that goes into a message.
+EXCEPTION_CHARS = 200
+#: The plugin graphsvc's own ops (:mod:`graphsvc.ops.builtin`) are registered as.
+BUILTIN_PLUGIN = "graphsvc"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op: its tag, arity, forward function and local derivatives. See the module docstring."""
+
+    #: The tag nodes of this op carry in graph files.
+    name: str
+    #: How many inputs (parents) a node of this op has; 0 for the leaf tags.
+    arity: int
+    #: ``forward(*inputs, **attrs) -> output``; None for the leaf tags.
+    forward: Callable[..., Any] | None
+    #: ``derivatives(*inputs, out, **attrs) -> (d out/d input_0, ...)`` for an elementwise op;
+    #: None for the leaf tags and for ops given by their ``vjp``.
+    derivatives: Callable[..., Sequence[Any]] | None = None
+    #: The version of this op's definition, recorded in files next to the plugin's version.
+    version: str = "1"
+    #: False: the functions accept only Python floats, and the engine calls them per element.
+    vectorized: bool = True
+    #: One line for ``graphsvc ops``, then anything a user should know (domain, ties, attributes).
+    doc: str = ""
+    #: Optional: the name of a compiled primitive (:data:`graphsvc.native.PRIMITIVES`) that
+    #: computes exactly what ``forward`` and ``derivatives`` compute, so large graphs replay these
+    #: nodes in compiled code. Only for ops that match a primitive bit for bit.
+    kernel: str | None = None
+    #: ``vjp(g, out, *inputs, **attrs) -> (cotangent of input_0, ...)``, ``None`` for an input that
+    #: gets no gradient; optional for an elementwise op (derived from ``derivatives``).
+    vjp: Callable[..., Sequence[Any]] | None = None
+    #: True: a node may have ``arity`` or more inputs (``concatenate``); its functions then take
+    #: as many positional inputs as the node has.
+    variadic: bool = False
+    #: The most inputs a node of a variadic op may have (an optional input: conv2d's bias makes
+    #: 3); ``None``: no limit. Keyword-only, so the fields after it keep their positions.
+    max_arity: int | None = dataclasses.field(default=None, kw_only=True)
+    #: ``samples(rng) -> [(inputs, attrs), ...]``: where gradcheck checks a vjp op (optional).
+    samples: Callable[[np.random.Generator], Sequence[tuple[Sequence[Any], Mapping[str, Any]]]] | None = None
+    #: ``forward_with_residuals(*inputs, **attrs) -> (output, residuals)`` (optional, for a vjp op):
+    #: called instead of ``forward`` by a replay that goes on to a backward pass, which keeps
+    #: ``residuals`` (whatever the VJP wants again: im2col columns, a mask) and passes them to the
+    #: ``vjp`` as its keyword ``residuals`` (``None`` when this replay did not compute the node).
+    forward_with_residuals: Callable[..., tuple[Any, Any]] | None = None
+    #: The distribution (or module) that registered the op; filled in by the registry.
+    plugin: str | None = None
+    #: That distribution's version, when known; filled in by the registry.
+    plugin_version: str | None = None
+
+    @property
+    def source(self) -> str:
+        """Who registered the op, for messages: ``"graphsvc 0.1.0"``, ``"myplugin"``."""
+        return describe_source(self.plugin, self.plugin_version)
+
+    @property
+    def builtin(self) -> bool:
+        """One of graphsvc's own ops (:mod:`graphsvc.ops.builtin`)."""
+        return self.plugin == BUILTIN_PLUGIN
+
+    def message_name(self, function: str) -> str:
+        """How messages name the op's ``function`` that ran: a builtin op's ``forward_with_residuals``
+        is its ``forward`` (its users do not choose between the two; a plugin's author wrote both)."""
+        return "forward" if function == "forward_with_residuals" and self.builtin else function
+
+    def arity_problem(self, count: int) -> str | None:
+        """Why a node of this op cannot have ``count`` inputs, as messages say it (``"takes at most 3
+        inputs"``, ``"takes at least 1 input"``, ``"takes 2 inputs"``), or ``None`` if it can."""
+        if not self.variadic:
+            return None if count == self.arity else f"takes {counted(self.arity, 'input')}"
+        if count < self.arity:
+            return f"takes at least {counted(self.arity, 'input')}"
+        if self.max_arity is not None and count > self.max_arity:
+            return f"takes at most {counted(self.max_arity, 'input')}"
+        return None
+
+    @property
+    def kind(self) -> str:
+        """How the op computes, as ``graphsvc ops`` lists it: ``"leaf tag"`` (no inputs), ``"vjp"``
+        (given by its vector-Jacobian product), ``"vectorized"`` (an elementwise op on arrays) or
+        ``"per element"`` (an elementwise op called on Python floats)."""
+        if self.arity == 0:
+            return "leaf tag"
+        if self.vjp is not None:
+            return "vjp"
+        return "vectorized" if self.vectorized else "per element"
+
+    @cached_property
+    def attributes(self) -> Attributes:
+        """The attributes a node of this op may and must give, read from its ``forward``'s signature
+        on first use and kept with the op (a replay checks every node's against them)."""
+        return Attributes.of(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields, without what :attr:`tensor_vjp` cached (a closure for a derived VJP)."""
+        state = dict(self.__dict__)
+        state.pop("tensor_vjp", None)
+        return state
+
+    @cached_property
+    def tensor_vjp(self) -> VJP:
+        """What the tensor replay calls for this op's gradient: its ``vjp``, or one derived from its
+        ``derivatives`` (:func:`graphsvc.replay.arrays.elementwise_vjp`), with the keywords it declares;
+        worked out on first use and kept with the op (reading a signature costs more than many a
+        VJP)."""
+        if self.vjp is not None:
+            return VJP.of(self.vjp)
+        from graphsvc.ops.vjp import elementwise_vjp  # vjp builds on this module
+
+        return VJP.of(elementwise_vjp(self))
+
+
+class Attributes(NamedTuple):
+    """The attributes an op takes: the keyword parameters of its ``forward`` after its inputs."""
+
+    #: Their names; ``None`` when it takes any (``**kwargs``, or a signature that cannot be read).
+    names: frozenset[str] | None
+    #: Those without a default, in the signature's order: every node of the op gives them.
+    required: tuple[str, ...]
+
+    @classmethod
+    def of(cls, op: Op) -> Attributes:
+        """Read from ``op.forward``'s signature: the parameters that can be given by keyword, less the
+        first ``arity`` positional ones, or ``max_arity`` (its inputs; a variadic op's further
+        positional ones are never required, more inputs may fill them)."""
+        try:
+            parameters = list(inspect.signature(op.forward).parameters.values())  # type: ignore[arg-type]
+        except Exception:  # no forward (a leaf tag), builtins without a signature, odd callables
+            return cls(None, ())
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        inputs = 0
+        most = op.arity if op.max_arity is None else op.max_arity
+        while inputs < min(most, len(parameters)) and parameters[inputs].kind in positional:
+            inputs += 1
+        keywords = [
+            p
+            for p in parameters[inputs:]
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        ]
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        required = tuple(
+            p.name
+            for p in keywords
+            if p.default is inspect.Parameter.empty
+            and not (op.variadic and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        )
+        return cls(None if takes_any else frozenset(p.name for p in keywords), required)
+
+    def problem(self, op: Op, attrs: Mapping[str, Any]) -> str | None:
+        """What is wrong with a node's ``attrs`` for ``op``, the op's attributes: ``op 'nll_loss'
+        (graphsvc 0.1.0) has no attribute 'weight' (it takes: ignore_index, reduction)``, or
+        ``None``. Names from a file are quoted by ``repr`` (which escapes what cannot be printed)."""
+        names = self.names
+        unknown = [] if names is None else [name for name in attrs if name not in names]
+        if unknown:
+            takes = f"it takes: {', '.join(sorted(names))}" if names else "it takes none"
+            return f"op {op.name!r} ({op.source}) has no {_attribute_names(unknown)} ({takes})"
+        missing = [name for name in self.required if name not in attrs]
+        if missing:
+            gives = f"the node gives: {listed(sorted(attrs), quoted=True)}" if attrs else "the node gives none"
+            return f"op {op.name!r} ({op.source}) needs {_attribute_names(missing)} ({gives})"
+        return None
+
+
+def _attribute_names(names: list[str]) -> str:
+    """``attribute 'weight'`` or ``attributes 'a', 'b'`` (names from a file: quoted as ``repr``
+    writes them, which escapes what cannot be printed)."""
+    return f"attribute{'s' if len(names) > 1 else ''} {listed(sorted(names), quoted=True)}"
+
+
+#: The keyword by which a VJP is told which inputs need a cotangent (PyTorch's
+#: ``ctx.needs_input_grad``): passed to a ``vjp`` that declares a parameter of this name.
+NEEDS_INPUT_GRAD = "needs_input_grad"
+#: The keyword by which a VJP gets what its op's ``forward_with_residuals`` kept for the node
+#: (JAX's residuals, PyTorch's ``ctx.saved_tensors``): passed to a ``vjp`` that declares it.
+RESIDUALS = "residuals"
+
+
+class VJP(NamedTuple):
+    """An op's VJP as the tensor replay calls it."""
+
+    #: ``vjp(g, out, *inputs, **attrs)``: the op's own, or derived from its ``derivatives``.
+    function: Callable[..., Sequence[Any]]
+    #: It declares :data:`NEEDS_INPUT_GRAD`: it is told which inputs need a cotangent.
+    takes_needs: bool
+    #: It declares :data:`RESIDUALS`: it gets what ``forward_with_residuals`` kept for the node.
+    takes_residuals: bool
+
+    @classmethod
+    def of(cls, function: Callable[..., Sequence[Any]]) -> VJP:
+        """``function`` and the keywords its signature declares (neither, if it has none to read)."""
+        try:
+            parameters = inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            return cls(function, False, False)
+        return cls(function, NEEDS_INPUT_GRAD in parameters, RESIDUALS in parameters)
+
+
+def describe_source(plugin: str | None, version: str | None) -> str:
+    """``"name version"``, ``"name"`` or ``"an unnamed plugin"``."""
+    if plugin is None:
+        return "an unnamed plugin"
+    return plugin if version is None else f"{plugin} {version}"
+
+
+def check_op_declaration(op: object) -> Op:
+    """Return ``op`` if it is a well-formed :class:`Op`, else raise :class:`OpError` saying what is wrong."""
+    if not isinstance(op, Op):
+        raise OpError(f"register() expects a graphsvc.ops.Op, not {type(op).__name__}")
+    if not isinstance(op.name, str) or not op.name:
+        raise OpError(f"an op's name must be a non-empty string, not {op.name!r}")
+    if not isinstance(op.arity, int) or isinstance(op.arity, bool) or op.arity < 0:
+        raise OpError(f"op {op.name!r}: arity must be a non-negative integer, not {op.arity!r}")
+    if op.arity == 0:
+        if op.forward is not None or op.derivatives is not None or op.vjp is not None or op.variadic:
+            raise OpError(
+                f"op {op.name!r}: arity 0 is for leaf tags, whose values come from the file, "
+                "so forward, derivatives and vjp must be None"
+            )
+    else:
+        if not callable(op.forward):
+            raise OpError(f"op {op.name!r}: forward must be a function, not {op.forward!r}")
+        if op.derivatives is None and op.vjp is None:
+            raise OpError(f"op {op.name!r}: give derivatives (an elementwise op) or vjp")
+        for field in ("derivatives", "vjp"):
+            if getattr(op, field) is not None and not callable(getattr(op, field)):
+                raise OpError(f"op {op.name!r}: {field} must be a function, not {getattr(op, field)!r}")
+    if op.samples is not None and not callable(op.samples):
+        raise OpError(f"op {op.name!r}: samples must be a function, not {op.samples!r}")
+    if op.forward_with_residuals is not None:
+        if not callable(op.forward_with_residuals):
+            raise OpError(
+                f"op {op.name!r}: forward_with_residuals must be a function, not {op.forward_with_residuals!r}"
+            )
+        if op.vjp is None or not op.tensor_vjp.takes_residuals:
+            raise OpError(
+                f"op {op.name!r}: forward_with_residuals is given, but no vjp that takes `residuals` to receive them"
+            )
+    if not isinstance(op.variadic, bool):
+        raise OpError(f"op {op.name!r}: variadic must be True or False, not {op.variadic!r}")
+    if op.variadic and op.derivatives is not None:
+        raise OpError(f"op {op.name!r}: a variadic op gives vjp, not derivatives")
+    if op.max_arity is not None:
+        if not isinstance(op.max_arity, int) or isinstance(op.max_arity, bool):
+            raise OpError(f"op {op.name!r}: max_arity must be an integer or None, not {op.max_arity!r}")
+        if not op.variadic:
+            raise OpError(f"op {op.name!r}: max_arity is given, but the op is not variadic (give variadic=True)")
+        if op.max_arity <= op.arity:
+            raise OpError(f"op {op.name!r}: max_arity must be more than arity {op.arity}, not {op.max_arity}")
+    if not op.vectorized and op.vjp is not None:
+        raise OpError(f"op {op.name!r}: an op with a vjp works on arrays, so it must be vectorized")
+    if not isinstance(op.version, str) or not op.version:
+        raise OpError(f"op {op.name!r}: version must be a non-empty string, not {op.version!r}")
+    if not isinstance(op.vectorized, bool):
+        raise OpError(f"op {op.name!r}: vectorized must be True or False, not {op.vectorized!r}")
+    if not isinstance(op.doc, str):
+        raise OpError(f"op {op.name!r}: doc must be a string, not {op.doc!r}")
+    if op.kernel is not None:
+        from graphsvc.native import PRIMITIVE_ARITY
+
+        if op.derivatives is None:
+            raise OpError(f"op {op.name!r}: a kernel stands for an elementwise op, which gives derivatives")
+        if not isinstance(op.kernel, str) or PRIMITIVE_ARITY.get(op.kernel) != op.arity:
+            known = ", ".join(PRIMITIVE_ARITY)
+            raise OpError(f"op {op.name!r}: kernel {op.kernel!r} is not a primitive of arity {op.arity} ({known})")
+    if op.arity > 0:
+        most = op.arity if op.max_arity is None else op.max_arity  # a variadic op's most, when known
+        _check_positionals(op, "forward", op.forward, most, "its inputs")
+        if op.derivatives is not None:
+            _check_positionals(op, "derivatives", op.derivatives, op.arity + 1, "its inputs and out")
+        if op.vjp is not None:
+            _check_positionals(op, "vjp", op.vjp, most + 2, "g, out and its inputs")
+    return op
+
+
+def _check_positionals(op: Op, field: str, function: Any, count: int, what: str) -> None:
+    """Refuse a function that cannot take ``count`` positional arguments (``*args`` and functions
+    without an inspectable signature, such as some builtins, are taken on trust)."""
+    try:
+        signature = inspect.signature(function)
+    except Exception:  # builtins without a signature (TypeError, ValueError), odd callables
+        return
+    try:
+        signature.bind_partial(*range(count))
+    except TypeError:
+        source = f" ({op.source})" if op.plugin is not None else ""
+        maximum = f", max_arity {op.max_arity}" if op.max_arity is not None else ""
+        raise OpError(
+            f"op {op.name!r}{source}: {field}{shorten(str(signature), 80)} cannot take {what} as "
+            f"{counted(count, 'positional argument')} (arity {op.arity}{maximum})"
+        ) from None
+
+
+class OpRegistry:
+    """The table of ops, keyed by name. Registering a name twice is an error; nothing is overridden."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, Op] = {}
+
+    def register(self, op: Op, *, plugin: str | None = None, plugin_version: str | None = None) -> None:
+        """Add ``op``, recording the plugin that registered it (when given, it replaces ``op.plugin``).
+
+        Raises :class:`OpError` for a malformed op or a name that is already registered; the
+        message names both plugins, and the registry is left unchanged.
+        """
+        if plugin is not None and isinstance(op, Op):
+            op = dataclasses.replace(op, plugin=plugin, plugin_version=plugin_version)
+        check_op_declaration(op)
+        existing = self._ops.get(op.name)
+        if existing is not None:
+            raise OpError(duplicate_message(existing, op))
+        self._ops[op.name] = op
+
+    def get(self, name: str) -> Op:
+        """The op called ``name``; :class:`OpError` naming it when no plugin registered it."""
+        try:
+            return self._ops[name]
+        except (KeyError, TypeError):
+            close = self.closest(name)
+            guess = f"; did you mean {close!r}?" if close is not None else ""
+            raise UnknownOpError(
+                f"unknown op {name!r}: no loaded plugin registers it{guess} (see `graphsvc ops`)"
+            ) from None
+
+    def closest(self, name: object) -> str | None:
+        """The registered name most like ``name`` (:func:`difflib.get_close_matches`), if one is
+        close enough to be a likely misspelling of it; ``None`` otherwise."""
+        if not isinstance(name, str):
+            return None
+        import difflib
+
+        close = difflib.get_close_matches(name, list(self._ops), n=1)
+        return close[0] if close else None
+
+    def record_sources(self, graph: Any) -> None:
+        """Give each op tag of ``graph`` that names no plugin the plugin and version this registry
+        replays it with (tags it does not know keep none: a file then says "unknown")."""
+        from graphsvc.graph import OpSource
+
+        for tag in graph.op_table:
+            if tag in self and not (graph.op_sources.get(tag) or OpSource()).plugin:
+                op = self.get(tag)
+                graph.op_sources[tag] = OpSource(op.plugin, op.plugin_version)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ops
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter([self._ops[name] for name in sorted(self._ops)])
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def __repr__(self) -> str:
+        return f"<OpRegistry of {counted(len(self._ops), 'op')}>"
+
+
+def duplicate_message(first: Op, second: Op) -> str:
+    """The error for a second registration of ``first.name``: it names both plugins."""
+    if (first.plugin, first.plugin_version) == (second.plugin, second.plugin_version):
+        return f"op {first.name!r} is registered twice by {first.source} (the first one is kept)"
+    return f"op {first.name!r} is registered by both {first.source} and {second.source} (the first one is kept)"
+
+
+# -- telling the user's Ctrl-C from a KeyboardInterrupt that plugin code raises ------------------
+class UserInterrupt(KeyboardInterrupt):
+    """The user's Ctrl-C (SIGINT) while :func:`interrupts_told_apart` was active: it stops the tool,
+    where a ``KeyboardInterrupt`` that plugin code raises itself is that plugin's failure."""
+
+
+def _raise_user_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise UserInterrupt
+
+
+class interrupts_told_apart:  # a context manager, named as the function it was
+    """While plugin code runs, make SIGINT raise :class:`UserInterrupt`.
+
+    A ``KeyboardInterrupt`` raised synchronously by a plugin (at import, in its hook, in an op) is
+    then a plugin failure like any other exception, while the user's Ctrl-C still stops the tool.
+    It acts only in the main thread (the only one Python delivers signals to) and only when SIGINT
+    has Python's default handler; nested uses cost a lookup. Without it (another handler installed),
+    a plain ``KeyboardInterrupt`` is taken to be the user's, never swallowed.
+
+    Every tensor replay enters it twice, so it calls ``_signal``'s functions: ``signal.signal`` and
+    ``signal.getsignal`` are the same calls wrapped in enum conversions that cost ~4 us each.
+    """
+
+    __slots__ = ("_installed",)
+
+    def __init__(self) -> None:
+        self._installed: bool | None = None  # None: not entered
+
+    def __enter__(self) -> None:
+        if self._installed is not None:
+            raise RuntimeError("interrupts_told_apart() is entered once; make a new one for each with-block")
+        self._installed = (
+            threading.current_thread() is threading.main_thread()
+            and _signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        )
+        if self._installed:
+            _signal.signal(signal.SIGINT, _raise_user_interrupt)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._installed:
+            _signal.signal(signal.SIGINT, signal.default_int_handler)
+        self._installed = None
+
+
+def is_user_interrupt(exc: BaseException) -> bool:
+    """Did ``exc``, raised while plugin code ran, come from the user's Ctrl-C? Everything else
+    (``SystemExit``, ``GeneratorExit``, a ``KeyboardInterrupt`` the plugin raised, any exception) is
+    the plugin's failure."""
+    if isinstance(exc, UserInterrupt):
+        return True
+    if not isinstance(exc, KeyboardInterrupt) or threading.current_thread() is not threading.main_thread():
+        return False
+    return signal.getsignal(signal.SIGINT) is not _raise_user_interrupt  # nobody told them apart
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"ValueError: text"`` for a message, the text cut to :data:`EXCEPTION_CHARS`."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(its message cannot be printed)"
+    name = type(exc).__name__
+    return f"{name}: {shorten(text, EXCEPTION_CHARS)}" if text else name
+
+
+# -- calling an op over many nodes at once -------------------------------------------------------
+def evaluate(op: Op, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    """Run ``op.forward`` on ``m`` nodes at once.
+
+    ``inputs`` holds ``op.arity`` float64 arrays of the same length ``m``; the result is a float64
+    array of length ``m``. It may be read-only or share memory with an input (a scalar result is
+    broadcast), so do not change it in place. Raises :class:`ReplayError` naming the op and its plugin.
+    """
+    m = _length(op, inputs)
+    with np.errstate(all="ignore"), interrupts_told_apart():
+        if op.vectorized:
+            result = _call(op, "forward", inputs, attrs)
+            return _as_column(op, "forward", result, m)
+        column = np.empty(m, dtype=np.float64)
+        forward = op.forward
+        assert forward is not None
+        for i, args in enumerate(zip(*(x.tolist() for x in inputs), strict=True)):
+            column[i] = _as_float(op, "forward", _call_one(op, "forward", forward, args, attrs))
+        return column
+
+
+def evaluate_node(op: Op, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> float:
+    """:func:`evaluate` for one node: ``inputs`` are one-element float64 arrays; returns its value.
+
+    A vectorized op gets the same call as for a group of nodes (one-element arrays, never numpy
+    scalars: numpy computes ``x ** 3.0`` with libm's ``pow`` for a scalar but with its own SIMD loop
+    for an array on some CPUs, and the two can differ in the last bit), so a node replayed on its
+    own gets the bits it gets in a group. Only the fast path's checks are inline. The caller holds
+    ``np.errstate(all="ignore")`` and :func:`interrupts_told_apart` (replay does, once per replay).
+    """
+    forward = op.forward
+    assert forward is not None
+    vectorized = op.vectorized
+    try:  # _call_one, inlined: this runs once per node along a deep chain
+        result = forward(*inputs, **attrs) if vectorized else forward(*[float(x[0]) for x in inputs], **attrs)
+    except BaseException as exc:
+        if is_user_interrupt(exc):
+            raise
+        raise _call_failure(op, "forward", exc) from exc
+    if not vectorized:
+        return _as_float(op, "forward", result)
+    if type(result) is np.ndarray and result.dtype == _FLOAT64 and result.shape == (1,):
+        return result[0]
+    return _as_column(op, "forward", result, 1)[0]
+
+
+def local_derivatives(
+    op: Op, inputs: Sequence[np.ndarray], out: np.ndarray, attrs: Mapping[str, Any]
+) -> list[np.ndarray]:
+    """Run ``op.derivatives`` on ``m`` nodes at once: ``op.arity`` float64 arrays of length ``m``.
+
+    Entry ``i`` holds ``d out / d input_i`` for every node. The same rules as :func:`evaluate` apply.
+    """
+    m = _length(op, inputs)
+    with np.errstate(all="ignore"), interrupts_told_apart():
+        if op.vectorized:
+            result = _call(op, "derivatives", [*inputs, out], attrs)
+            return [_as_column(op, "derivatives", d, m) for d in _partials(op, result)]
+        columns = [np.empty(m, dtype=np.float64) for _ in range(op.arity)]
+        derivatives = op.derivatives
+        assert derivatives is not None
+        for i, args in enumerate(zip(*(x.tolist() for x in inputs), out.tolist(), strict=True)):
+            partials = _partials(op, _call_one(op, "derivatives", derivatives, args, attrs))
+            for column, d in zip(columns, partials, strict=True):
+                column[i] = _as_float(op, "derivatives", d)
+        return columns
+
+
+_FLOAT64 = np.dtype(np.float64)
+#: numpy kinds that are real numbers: bool, signed and unsigned integers, floats.
+_REAL_KINDS = frozenset("biuf")
+
+
+def _length(op: Op, inputs: Sequence[np.ndarray]) -> int:
+    if op.arity == 0 or op.forward is None:
+        raise ReplayError(f"op {op.name!r} ({op.source}) is a leaf tag: it has no forward or derivatives")
+    if op.derivatives is None:
+        raise ReplayError(f"op {op.name!r} ({op.source}) gives a vjp, not elementwise derivatives")
+    if len(inputs) != op.arity:
+        raise ReplayError(f"op {op.name!r} ({op.source}) takes {counted(op.arity, 'input')}, got {len(inputs)}")
+    return len(inputs[0])
+
+
+def _call(op: Op, what: str, args: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    function = op.forward if what == "forward" else op.derivatives
+    assert function is not None
+    return _call_one(op, what, function, args, attrs)
+
+
+def _call_one(op: Op, what: str, function: Callable[..., Any], args: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    try:
+        return function(*args, **attrs)
+    except BaseException as exc:  # sys.exit and a KeyboardInterrupt of the plugin's own are its failures too
+        if is_user_interrupt(exc):
+            raise
+        raise _call_failure(op, what, exc) from exc
+
+
+def _call_failure(op: Op, what: str, exc: BaseException) -> ReplayError:
+    return ReplayError(f"op {op.name!r} ({op.source}): {op.message_name(what)} raised {describe_exception(exc)}")
+
+
+def _partials(op: Op, result: Any) -> Sequence[Any]:
+    # A bare array is refused: for a unary op it would be read as one partial per node.
+    if not isinstance(result, (tuple, list)):
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): derivatives returned {type(result).__name__}, "
+            f"expected a tuple of {op.arity} partial derivatives"
+        )
+    if len(result) != op.arity:
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): derivatives returned {len(result)} partial derivatives, expected {op.arity}"
+        )
+    return result
+
+
+def _as_column(op: Op, what: str, result: Any, m: int) -> np.ndarray:
+    if type(result) is np.ndarray and result.dtype == _FLOAT64:
+        array = result
+    else:
+        # numpy would parse a string ("1.5") and call float() on objects if asked for float64
+        # directly; only arrays (and scalars) of real numbers are results.
+        try:
+            array = np.asarray(result)
+            if array.dtype.kind not in _REAL_KINDS:
+                raise TypeError(array.dtype)
+            array = array.astype(np.float64, copy=False)
+        except Exception:  # ragged lists, objects numpy cannot convert, complex, strings
+            if isinstance(result, int) and not isinstance(result, bool):
+                raise ReplayError(
+                    f"op {op.name!r} ({op.source}): {what} returned an integer out of float64's range"
+                ) from None
+            kind = f"ndarray of {result.dtype}" if isinstance(result, np.ndarray) else type(result).__name__
+            raise ReplayError(f"op {op.name!r} ({op.source}): {what} returned {kind}, not real numbers") from None
+    if array.shape == (m,):
+        return array
+    if array.ndim == 0 or array.shape == (1,):
+        return np.broadcast_to(array.reshape(()), (m,))
+    raise ReplayError(
+        f"op {op.name!r} ({op.source}): {what} returned an array of shape {array.shape}, expected ({m},) or a scalar"
+    )
+
+
+def _as_float(op: Op, what: str, value: Any) -> float:
+    if type(value) is float:
+        return value
+    real = isinstance(value, (numbers.Real, np.bool_)) or (
+        isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in _REAL_KINDS
+    )
+    if real:
+        try:
+            return float(value)
+        except OverflowError:
+            raise ReplayError(
+                f"op {op.name!r} ({op.source}): {what} returned a number out of float64's range"
+            ) from None
+        except Exception:  # a numbers.Real whose __float__ fails
+            pass
+    raise ReplayError(
+        f"op {op.name!r} ({op.source}): {what} returned {type(value).__name__}, not a float "
+        "(a per-element op returns Python floats)"
+    )
+
+
+def expect_registry(registry: object) -> None:
+    """The TypeError of a public function given a ``registry`` that is neither None nor an
+    :class:`OpRegistry` (a tuple: :func:`graphsvc.load_registry`'s pair, not unpacked)."""
+    if registry is None or isinstance(registry, OpRegistry):
+        return
+    hint = (
+        ": graphsvc.load_registry() returns a pair, registry, problems = graphsvc.load_registry()"
+        if isinstance(registry, tuple)
+        else ""
+    )
+    raise TypeError(f"registry must be an OpRegistry, not {type(registry).__name__}{hint}")

@@ -1,0 +1,733 @@
+"""Replay of tensor graphs: nodes that hold arrays, one op call per node, backward by VJPs.
+
+A graph is replayed here when it holds a tensor node or uses an op given only by its ``vjp`` (see
+:func:`graphsvc.replay.run.tensor_replay_needed`); graphs of float64 scalars keep the column engine of
+:mod:`graphsvc.replay.columns`.
+Scalar nodes take part as 0-d float64 arrays, under numpy's promotion rules: a float32 array times
+a float64 scalar node is float64 (a constant given as ``np.float32(2.0)`` keeps float32). Every
+node is one call of its op on whole arrays, so Python's cost per node is small next to the
+arithmetic of a layer.
+
+Backward follows autograd and PyTorch: the output (a scalar: the loss) is seeded with 1, the
+output's ancestors are visited in decreasing id order (a reverse topological order), and each node
+maps its gradient to its inputs' with the op's VJP. An elementwise op's ``derivatives`` become a
+VJP through :func:`elementwise_vjp`, which sums broadcast dimensions back with :func:`unbroadcast`.
+Every replay starts from zero gradients. Gradients go where PyTorch's ``requires_grad`` sends them
+(:func:`requires_grad`): to ``leaf`` nodes, scalar consts and what is computed from them; a
+``const`` array is data and gets none, nor does what is computed from consts alone, nor an int64
+node (indices). A VJP that declares ``needs_input_grad`` is told which of its inputs need one.
+Every value and gradient a replay keeps is read-only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import numpy as np
+
+from graphsvc.errors import ReplayError, UsageError
+from graphsvc.graph import FLOAT_DTYPE, LEAF, MAX_DIMENSIONS, TENSOR_DTYPES, Graph, sealed
+from graphsvc.native import Engine
+from graphsvc.ops import (
+    NEEDS_INPUT_GRAD,
+    RESIDUALS,
+    VJP,
+    Op,
+    describe_exception,
+    interrupts_told_apart,
+    is_user_interrupt,
+)
+from graphsvc.ops.vjp import per_element
+from graphsvc.replay import memory
+from graphsvc.replay.compare import differences
+from graphsvc.text import counted, escape
+from graphsvc.topo import ancestors
+
+__all__ = [
+    "Replayed",
+    "Step",
+    "TensorComparison",
+    "TensorNonFinite",
+    "backward",
+    "compare",
+    "cotangent_for",
+    "cotangents_error",
+    "describe",
+    "first_nonfinite",
+    "forward",
+    "node_cells",
+    "replay",
+    "requires_grad",
+    "store",
+    "summary",
+    "tensor_result",
+    "vjp_of",
+]
+
+#: The values (or gradients) of a replayed tensor graph: one array per node (0-d for scalars),
+#: ``None`` where a node has none (an int64 node's gradient, a node the replay did not reach).
+Replayed = list[np.ndarray | None]
+
+_NO_ATTRS: Mapping[str, Any] = {}
+_INDEX_DTYPE = np.dtype(np.int64)
+
+
+#: What replay needs of a node computed by an op: the op, its parents' ids and its attributes
+#: (``None`` for a leaf or a const, whose value comes from the graph).
+_Call = tuple[Op, list[int], Mapping[str, Any]]
+
+
+def _initial_values(graph: Graph, calls: Sequence[_Call | None], overrides: Mapping[int, Any]) -> Replayed:
+    """Each leaf's stored value as a read-only array, with ``overrides`` applied."""
+    values: Replayed = [None] * graph.num_nodes
+    column = graph.values
+    for node, call in enumerate(calls):
+        if call is None:
+            array = graph.arrays.get(node)
+            values[node] = _read_only(np.asarray(column[node]) if array is None else array)
+    for node, value in overrides.items():
+        graph.check_settable(node)
+        values[node] = _read_only(np.asarray(value))
+    return values
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """``array`` through a read-only view (itself when it is read-only already)."""
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """A result to keep, made read-only in place (an op's or a VJP's own array object; its inputs
+    were read-only already). Every value and gradient a replay keeps is read-only, so ops and VJPs
+    receive them as they are, and a plugin that returns a buffer of its own and writes into it
+    later fails instead of changing a kept result."""
+    array.setflags(write=False)
+    return array
+
+
+def _calls(graph: Graph, ops: Sequence[Op | None]) -> list[_Call | None]:
+    codes = graph.op_codes.tolist()
+    offsets = graph.parent_offsets.tolist()
+    parents = graph.parent_indices.tolist()
+    attrs = graph.attrs
+    return [
+        None
+        if ops[code] is None
+        else (ops[code], parents[offsets[node] : offsets[node + 1]], attrs.get(node, _NO_ATTRS))
+        for node, code in enumerate(codes)
+    ]
+
+
+def forward(
+    graph: Graph,
+    ops: Sequence[Op | None],
+    overrides: Mapping[int, Any] | None = None,
+    residuals: dict[int, Any] | None = None,
+    *,
+    keep: Sequence[bool] | np.ndarray | None = None,
+) -> Replayed:
+    """Every node's value, recomputed in id order from the leaves (``overrides`` replace leaf
+    values first). The caller resolved ``ops`` (:func:`graphsvc.replay.columns.resolve_ops`). Given a
+    dict ``residuals`` (a backward pass follows), the nodes of an op with a
+    ``forward_with_residuals`` are computed by it, and what it keeps goes into ``residuals`` by
+    node, for :func:`backward`. ``keep`` (a mask by node id: the ancestors of the output the
+    backward pass starts from, :func:`graphsvc.topo.ancestors`) limits that to the nodes it marks:
+    the others are computed by ``forward``, and no memory is held for a VJP that will not run."""
+    calls = _calls(graph, ops)
+    with _replaying():
+        return _forward(graph, calls, overrides or {}, residuals, keep)
+
+
+def replay(
+    graph: Graph,
+    ops: Sequence[Op | None],
+    output: int | None = None,
+    overrides: Mapping[int, Any] | None = None,
+    steps: list[Step] | None = None,
+    engine: Engine | None = None,
+) -> tuple[Replayed, Replayed | None]:
+    """:func:`forward`, then, given ``output``, :func:`backward` from it (else no gradients): the
+    one replay graphsvc.backward runs. The nodes' calls are worked out once for both passes, the
+    residuals of the output's ancestors kept from one to the other, and the passes run inside one
+    :func:`_replaying` (each costs tens of microseconds after a large matrix product). ``engine``:
+    the caller's for the graph's sweeps (:func:`graphsvc.topo.ancestors`), else the one its size gets."""
+    calls = _calls(graph, ops)
+    keep = None if output is None else ancestors(graph, output, engine)
+    residuals: dict[int, Any] | None = None if output is None else {}
+    with _replaying():
+        values = _forward(graph, calls, overrides or {}, residuals, keep)
+        if output is None:
+            return values, None
+        return values, _backward(graph, calls, output, values, steps, residuals, keep)
+
+
+@contextmanager
+def _replaying() -> Iterator[None]:
+    """Where a pass runs: numpy's floating-point warnings off (a nan is a result; the caller
+    reports it), the user's Ctrl-C told apart from a plugin's KeyboardInterrupt, memory reused from
+    pass to pass (:mod:`graphsvc.replay.memory`)."""
+    with np.errstate(all="ignore"), interrupts_told_apart(), memory.reuse():
+        yield
+
+
+def _forward(
+    graph: Graph,
+    calls: list[_Call | None],
+    overrides: Mapping[int, Any],
+    residuals: dict[int, Any] | None,
+    keep: Sequence[bool] | np.ndarray | None,
+) -> Replayed:
+    """:func:`forward`'s pass, inside :func:`_replaying`, on the nodes' ``calls`` (:func:`_calls`)."""
+    values = _initial_values(graph, calls, overrides)
+    kept = None if keep is None else np.asarray(keep, dtype=bool).tolist()
+    wanted = residuals is not None
+    keeping: dict[int, Any] = {} if residuals is None else residuals
+    for node, call in enumerate(calls):
+        if call is None:
+            continue
+        op, parents, attrs = call
+        inputs = [values[p] for p in parents]
+        producer = op.forward_with_residuals if wanted and (kept is None or kept[node]) else None
+        try:  # the op's call inline: this loop is the engine's cost per node
+            if producer is None:
+                what = "forward"
+                function = op.forward if op.vectorized else per_element(op, "forward")
+                assert function is not None  # a computed node's op has one (not cast(): it costs 1 µs a call)
+                result = function(*inputs, **attrs)
+            else:
+                what = "forward_with_residuals"
+                result, keeping[node] = output_and_residuals(op, producer(*inputs, **attrs))
+        except BaseException as exc:
+            _failed(graph, node, op, what, exc)
+        values[node] = _frozen(_as_tensor(graph, node, op, what, result))
+    return values
+
+
+def output_and_residuals(op: Op, pair: Any) -> tuple[Any, Any]:
+    """What ``forward_with_residuals`` returned, checked to be ``(output, residuals)``. Every array
+    among the residuals (the residuals themselves, or held in tuples, lists and dicts of them, however
+    nested) is made read-only: a plugin that keeps a buffer it writes into again (a per-shape scratch
+    buffer) fails at that write, instead of handing its VJP another node's numbers."""
+    if not isinstance(pair, tuple) or len(pair) != 2:
+        got = f"a tuple of {counted(len(pair), 'item')}" if isinstance(pair, tuple) else type(pair).__name__
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): forward_with_residuals returned {got}, expected a pair (output, residuals)"
+        )
+    pending, seen = [pair[1]], set()
+    while pending:  # iterative, and each container once (one may hold itself)
+        item = pending.pop()
+        if isinstance(item, np.ndarray):
+            item.flags.writeable = False
+        elif isinstance(item, (tuple, list, dict)) and id(item) not in seen:
+            seen.add(id(item))
+            pending.extend(item.values() if isinstance(item, dict) else item)
+    return pair
+
+
+@dataclass(frozen=True)
+class Step:
+    """One node of the backward pass: what its gradient is, and what it sends each parent
+    (``None`` for an input that gets no gradient)."""
+
+    node: int
+    grad: np.ndarray
+    cotangents: list[tuple[int, np.ndarray | None]]
+
+
+def backward(
+    graph: Graph,
+    ops: Sequence[Op | None],
+    output: int,
+    values: Replayed,
+    steps: list[Step] | None = None,
+    residuals: dict[int, Any] | None = None,
+    *,
+    reached: np.ndarray | None = None,
+) -> Replayed:
+    """d(output)/d(node) for every node that :func:`requires_grad` (zeros where the output does not
+    depend on it), ``None`` for the others (int64 nodes, const arrays and what is computed from them
+    alone), from the output seeded with 1. The output must hold a single number. When ``steps`` is
+    a list, each node's :class:`Step` is appended to it, in the order of the sweep. A VJP that
+    takes :data:`RESIDUALS` gets what :func:`forward` kept in ``residuals`` for its node, or None;
+    each is let go once its VJP ran, and the dict is empty when the sweep is over. ``reached``: the
+    output's ancestors (:func:`graphsvc.topo.ancestors`), when the caller has them already (the
+    forward pass's ``keep``)."""
+    calls = _calls(graph, ops)
+    with _replaying():
+        return _backward(graph, calls, output, values, steps, residuals, reached)
+
+
+def _backward(
+    graph: Graph,
+    calls: list[_Call | None],
+    output: int,
+    values: Replayed,
+    steps: list[Step] | None,
+    residuals: dict[int, Any] | None,
+    reached: np.ndarray | None,
+) -> Replayed:
+    """:func:`backward`'s sweep, inside :func:`_replaying`, on the nodes' ``calls`` (:func:`_calls`)."""
+    out = values[output]
+    assert out is not None
+    if out.size != 1:
+        raise UsageError(
+            f"backward starts from a scalar (a loss), but node {graph.label(output)} holds {describe(out)}: "
+            "reduce it first (sum, mean) or choose another output"
+        )
+    if out.dtype == _INDEX_DTYPE:
+        raise UsageError(f"node {graph.label(output)} holds integers (int64): it has no gradient")
+    requires = requires_grad(graph, calls, values)
+    grads: Replayed = [None] * graph.num_nodes
+    summed: set[int] = set()  # nodes whose gradient is a sum this sweep made (and may add to in place)
+    if requires[output]:
+        grads[output] = _frozen(np.ones_like(out))
+    reached = ancestors(graph, output) if reached is None else reached
+    for node in np.flatnonzero(reached)[::-1].tolist():
+        call, g = calls[node], grads[node]
+        if g is None:
+            continue
+        if node in summed:  # every consumer has added its part: the sum is final
+            _frozen(g)
+        if call is None:  # a leaf: where the gradient ends
+            if steps is not None:
+                steps.append(Step(node, g, []))
+            continue
+        op, parents, attrs = call
+        vjp = op.tensor_vjp
+        needs = tuple([requires[p] for p in parents])
+        if vjp.takes_needs or vjp.takes_residuals:
+            kept = None if residuals is None else residuals.pop(node, None)
+            attrs = vjp_keywords(vjp, attrs, needs, kept)
+        inputs = [values[p] for p in parents]
+        try:  # inline, as in forward
+            cotangents = vjp.function(g, values[node], *inputs, **attrs)
+        except BaseException as exc:
+            _failed(graph, node, op, "vjp", exc)
+        sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads, summed)
+        if steps is not None:
+            steps.append(Step(node, g, list(zip(parents, sent, strict=True))))
+    if residuals is not None:  # those of nodes the sweep did not reach
+        residuals.clear()
+    for node, value in enumerate(values):
+        if requires[node] and grads[node] is None:  # not reached: zero
+            assert value is not None
+            grads[node] = _frozen(np.zeros_like(value))
+    return grads
+
+
+def requires_grad(graph: Graph, calls: Sequence[_Call | None], values: Replayed) -> list[bool]:
+    """Which nodes get a gradient, PyTorch's ``requires_grad``: ``leaf`` nodes, scalar ``const``
+    nodes (a number in the columns, as micrograd's ``Value(2.0)``: every node of a graph of scalars
+    gets one) and every node computed from one of these; not ``const`` arrays (data: inputs, masks,
+    the ``eps`` of a layer norm), not what is computed from them alone, never int64 nodes."""
+    requires = [False] * graph.num_nodes
+    leaf = graph.op_table.index(LEAF) if LEAF in graph.op_table else -1
+    codes = graph.op_codes.tolist()
+    arrays = graph.arrays
+    for node, call in enumerate(calls):
+        value = values[node]
+        assert value is not None
+        if value.dtype == _INDEX_DTYPE:
+            continue
+        if call is not None:
+            requires[node] = True in [requires[p] for p in call[1]]
+        elif codes[node] == leaf:
+            requires[node] = True
+        else:  # const (or a tag replay does not know): a number in the columns gets one
+            requires[node] = node not in arrays and value.shape == ()
+    return requires
+
+
+def vjp_keywords(
+    vjp: VJP, attrs: Mapping[str, Any], needs: tuple[bool, ...] | None, residuals: Any
+) -> Mapping[str, Any]:
+    """A node's attributes plus what its VJP declares: ``needs_input_grad`` (when ``needs`` is
+    given) and ``residuals``."""
+    if vjp.takes_needs and needs is not None:
+        attrs = {**attrs, NEEDS_INPUT_GRAD: needs}
+    if vjp.takes_residuals:
+        attrs = {**attrs, RESIDUALS: residuals}
+    return attrs
+
+
+def vjp_of(op: Op) -> VJP:
+    """``op``'s VJP (derived from its ``derivatives`` when it gives none), whether it takes
+    :data:`~graphsvc.ops.NEEDS_INPUT_GRAD` (it declares a parameter of that name; the derived VJPs
+    do) and whether it takes :data:`~graphsvc.ops.RESIDUALS`: :attr:`graphsvc.ops.Op.tensor_vjp`."""
+    return op.tensor_vjp
+
+
+def _accumulate(
+    graph: Graph,
+    node: int,
+    op: Op,
+    parents: list[int],
+    inputs: list[np.ndarray | None],
+    needs: Sequence[bool],
+    cotangents: Any,
+    grads: Replayed,
+    summed: set[int],
+) -> list[np.ndarray | None]:
+    """Add each cotangent to the gradient of a parent that needs one; return what each received.
+    A parent's second cotangent makes a new array, the sum (its first may be a VJP's own result, or
+    ``g`` itself); later ones are added into that sum in place. Parents in ``summed`` hold such sums."""
+    if not isinstance(cotangents, (tuple, list)) or len(cotangents) != len(parents):
+        raise _at(graph, node, cotangents_error(op, "vjp", cotangents, len(parents)))
+    sent: list[np.ndarray | None] = []
+    for position, parent in enumerate(parents):
+        cotangent = cotangents[position]
+        if cotangent is None or not needs[position]:
+            sent.append(None)
+            continue
+        x = inputs[position]
+        assert x is not None
+        ct = cotangent
+        if type(ct) is not np.ndarray or ct.shape != x.shape or ct.dtype != x.dtype:
+            try:
+                ct = cotangent_for(op, "vjp", position, ct, x)
+            except ReplayError as exc:
+                raise _at(graph, node, exc) from None
+        ct = _frozen(ct)
+        previous = grads[parent]
+        if previous is None:
+            grads[parent] = ct
+        elif parent in summed:
+            np.add(previous, ct, out=previous)
+        else:
+            grads[parent] = np.asarray(previous + ct)  # 0-d + 0-d: a scalar
+            summed.add(parent)
+        sent.append(ct)
+    return sent
+
+
+def _failed(graph: Graph, node: int, op: Op, what: str, exc: BaseException) -> NoReturn:
+    """Raise what ``exc``, raised by ``op``'s ``what`` at ``node``, becomes: the user's Ctrl-C
+    itself; else a ReplayError naming the node (the op's own checks, whose messages name the op
+    already) or naming the op, its plugin and the exception."""
+    if isinstance(exc, ReplayError):
+        raise ReplayError(f"node {graph.label(node)}: {exc}") from exc.__cause__
+    if is_user_interrupt(exc):
+        raise exc
+    raise ReplayError(
+        f"node {graph.label(node)}: op {op.name!r} ({op.source}): {op.message_name(what)} raised "
+        f"{describe_exception(exc)}"
+    ) from exc
+
+
+def _as_tensor(graph: Graph, node: int, op: Op, what: str, result: Any) -> np.ndarray:
+    """:func:`tensor_result` at ``node``: its error names the node too."""
+    if type(result) is np.ndarray and result.dtype in TENSOR_DTYPES and result.ndim <= MAX_DIMENSIONS:
+        return result
+    try:
+        return tensor_result(op, what, result)
+    except ReplayError as exc:
+        raise _at(graph, node, exc) from None
+
+
+def _at(graph: Graph, node: int, error: ReplayError) -> ReplayError:
+    """``error``, raised by an op's result at ``node``, naming the node first."""
+    return ReplayError(f"node {graph.label(node)}: {error}")
+
+
+# An op's results, checked where a replay uses them and where graphsvc.testing checks an op: one
+# wording for both (each a ReplayError naming the op; a replay adds the node).
+def tensor_result(op: Op, what: str, result: Any) -> np.ndarray:
+    """What ``op``'s ``what`` (``"forward"``, ``"vjp"``...) returned, as an array a graph holds: one
+    of :data:`TENSOR_DTYPES`, of at most :data:`MAX_DIMENSIONS` dimensions (a replay's result is
+    saved with ``--write``); anything else is a ReplayError naming the op."""
+    try:
+        array = np.asarray(result)
+    except Exception:
+        array = None
+    if array is not None and array.dtype in TENSOR_DTYPES:
+        if array.ndim <= MAX_DIMENSIONS:
+            return array
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): {op.message_name(what)} returned an array "
+            f"of {counted(array.ndim, 'dimension')}, more than {MAX_DIMENSIONS}"
+        )
+    kind = f"an array of {result.dtype}" if isinstance(result, np.ndarray) else type(result).__name__
+    raise ReplayError(
+        f"op {op.name!r} ({op.source}): {op.message_name(what)} returned {kind}, "
+        "not an array of float64, float32 or int64"
+    )
+
+
+def cotangents_error(op: Op, what: str, cotangents: Any, count: int) -> ReplayError:
+    """The error for a ``vjp`` (``what``) that returned ``cotangents`` where it owes ``count``, one per input."""
+    got = counted(len(cotangents), "cotangent") if isinstance(cotangents, (tuple, list)) else type(cotangents).__name__
+    return ReplayError(f"op {op.name!r} ({op.source}): {what} returned {got}, expected one per input ({count})")
+
+
+def cotangent_for(op: Op, what: str, position: int, cotangent: Any, x: np.ndarray) -> np.ndarray:
+    """The cotangent a ``vjp`` (``what``) gave input ``position`` (``x``), as that input's gradient:
+    an array of :func:`tensor_result`'s dtypes in ``x``'s shape, cast to ``x``'s dtype; anything
+    else is a ReplayError naming the op."""
+    ct = cotangent if type(cotangent) is np.ndarray else tensor_result(op, what, cotangent)
+    if ct.shape != x.shape:
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): {what} returned a cotangent of shape {list(ct.shape)} for input "
+            f"{position}, whose shape is {list(x.shape)}"
+        )
+    if ct.dtype != x.dtype:
+        ct = tensor_result(op, what, ct).astype(x.dtype)
+    return ct
+
+
+#: Short names of the dtypes, as listings show them (``f32[128,10]``).
+SHORT_DTYPE = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", np.dtype(np.int64): "i64"}
+
+
+def describe(array: np.ndarray) -> str:
+    """``f32[128,10]``: an array's dtype and shape, as listings and messages show it."""
+    return f"{SHORT_DTYPE.get(array.dtype) or array.dtype}[{','.join(map(str, array.shape))}]"
+
+
+def store(graph: Graph, values: Replayed, grads: Replayed | None) -> Graph:
+    """A copy of ``graph`` holding replayed ``values`` (and ``grads``): float64 0-d results go to
+    the scalar columns, every other array to ``arrays`` / ``grad_arrays`` (C-contiguous, read-only)."""
+    result = graph.copy(arrays=False)
+    result.values = np.full(graph.num_nodes, np.nan, dtype=FLOAT_DTYPE)
+    result.arrays = {}
+    _split(values, result.values, result.arrays, keep=graph.arrays)
+    result.grad_arrays = {}
+    if grads is None:
+        result.grads = None
+    else:
+        result.grads = np.full(graph.num_nodes, np.nan, dtype=FLOAT_DTYPE)
+        _split(grads, result.grads, result.grad_arrays, keep=graph.arrays)
+    return result
+
+
+def _split(
+    arrays: Replayed, column: np.ndarray, tensors: dict[int, np.ndarray], keep: Mapping[int, np.ndarray]
+) -> None:
+    """Scalars into ``column``, the rest into ``tensors``. An array is copied only when the graph
+    given (``keep``: its arrays) could still change it (it views a writable array of that graph: one
+    a caller made with :meth:`Graph.copy`), is not C-contiguous, or is a view holding on to a much
+    larger array; the result is then independent of the graph given. A built graph's arrays are
+    read-only views of read-only memory: a leaf's value is shared, through a view of its own, not
+    copied. Every array kept is a read-only view (:func:`graphsvc.graph.sealed`), which no caller
+    can make writable to update in place. (A loaded graph's views of its file's buffer are copied:
+    they fail the size rule.)"""
+    given = {id(a) for a in keep.values()} | {id(a.base) for a in keep.values() if a.base is not None}
+    for node, array in enumerate(arrays):
+        if array is None:
+            continue
+        if array.ndim == 0 and array.dtype == FLOAT_DTYPE and node not in keep:
+            column[node] = array
+            continue
+        root = array.base if isinstance(array.base, np.ndarray) else array
+        if (
+            array.flags.c_contiguous
+            and (read_only_memory(array) or (id(root) not in given and id(array) not in given))
+            and (root is array or (root.base is None and root.nbytes <= 2 * array.nbytes))
+        ):
+            # a view, which no one can make writable: of the graph's own array, or of a replay's
+            # array, which other nodes' results may share (an add's VJP hands ``g`` to both inputs)
+            tensor = array.view()
+            tensor.flags.writeable = False
+        else:
+            tensor = sealed(np.array(array, order="C"))
+        tensors[node] = tensor
+
+
+def read_only_memory(array: np.ndarray) -> bool:
+    """Whether nothing can write into ``array``'s memory: it is read-only, and so is every array it
+    views, down to the memory's owner, an array or a ``bytes`` object. A buffer that only reads (a
+    read-only memoryview, a file mapped for reading) says nothing of the memory behind it: a
+    bytearray, a file another process rewrites. numpy lets an owner be made writable again; only
+    its holder's deliberate act does."""
+    base: object = array
+    while True:
+        if isinstance(base, np.ndarray):
+            if base.flags.writeable:
+                return False
+            base = base.base
+        elif isinstance(base, memoryview):
+            base = base.obj
+        else:
+            return base is None or type(base) is bytes
+
+
+# -- looking at replayed tensors: summaries, comparisons, the first nan or inf -------------------
+def summary(array: np.ndarray, gradient: bool = False) -> str:
+    """One short cell for a listing: ``f32[128,10] mean=0.0123 max|x|=1.5`` (``max|g|`` for a
+    gradient; ``min``/``max`` for integers); a 0-d array is its dtype and number (``f32[] 3.5``),
+    a float64 one the ``repr`` of the float, as scalar nodes are listed."""
+    if array.ndim == 0 and array.dtype == FLOAT_DTYPE:
+        return repr(float(array))
+    head = describe(array)
+    if array.ndim == 0:  # one number: shown as numpy prints it (shortest for its dtype)
+        return f"{head} {array[()]!s}"
+    if array.size == 0:
+        return head
+    if array.dtype == _INDEX_DTYPE:
+        return f"{head} min={int(array.min())} max={int(array.max())}"
+    with np.errstate(all="ignore"):
+        mean = float(np.mean(array, dtype=np.float64))
+        largest = float(np.max(np.abs(array)))
+    return f"{head} mean={mean:.6g} max|{'g' if gradient else 'x'}|={largest:.6g}"
+
+
+def norm(array: np.ndarray) -> float:
+    """The Euclidean norm of all elements, in float64."""
+    with np.errstate(all="ignore"):
+        return float(np.sqrt(np.sum(np.square(array, dtype=np.float64))))
+
+
+Element = tuple[int, tuple[int, ...]]  # a node and an index into its array (``()`` for a scalar)
+
+
+@dataclass(frozen=True)
+class TensorComparison:
+    """How far replayed arrays are from stored ones, element by element.
+
+    A node mismatches when any element has ``|replayed - stored| > atol + rtol * |stored|`` or the
+    shapes differ; nodes with nothing stored (no array, nan in the column) are counted apart.
+    """
+
+    what: str
+    worst_abs: float
+    worst_abs_at: Element | None
+    worst_rel: float
+    worst_rel_at: Element | None
+    mismatches: int
+    unstored: int
+    nodes: int
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatches == 0
+
+
+def stored(graph: Graph, node: int, gradients: bool = False) -> np.ndarray | None:
+    """The value (or gradient) a file stores for ``node``; ``None`` when it stores none."""
+    array = (graph.grad_arrays if gradients else graph.arrays).get(node)
+    if array is not None:
+        return array
+    column = graph.grads if gradients else graph.values
+    if column is None or np.isnan(column[node]):
+        return None
+    return np.asarray(column[node])
+
+
+def compare(what: str, graph: Graph, replayed: Replayed, rtol: float, atol: float) -> TensorComparison:
+    """Compare replayed values (``what="values"``) or gradients with what ``graph`` stores, element
+    by element with :func:`graphsvc.replay.compare.differences` (the column comparison's rule)."""
+    worst_abs, worst_rel = 0.0, 0.0
+    worst_abs_at: Element | None = None
+    worst_rel_at: Element | None = None
+    mismatches = unstored = 0
+    for node, array in enumerate(replayed):
+        expected = stored(graph, node, what == "grads")
+        if array is None or expected is None:
+            unstored += 1
+            continue
+        if array.shape != expected.shape:
+            mismatches += 1
+            worst_abs, worst_abs_at, worst_rel, worst_rel_at = math.inf, (node, ()), math.inf, (node, ())
+            continue
+        got, want = array.astype(np.float64), expected.astype(np.float64)
+        diff, rel = differences(got, want)
+        if not np.all(np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)):
+            mismatches += 1
+        if diff.size:
+            at = int(np.argmax(diff))
+            if worst_abs_at is None or diff.flat[at] > worst_abs:
+                worst_abs, worst_abs_at = float(diff.flat[at]), (node, _index(at, diff.shape))
+            at = int(np.argmax(rel))
+            if worst_rel_at is None or rel.flat[at] > worst_rel:
+                worst_rel, worst_rel_at = float(rel.flat[at]), (node, _index(at, rel.shape))
+    return TensorComparison(what, worst_abs, worst_abs_at, worst_rel, worst_rel_at, mismatches, unstored, len(replayed))
+
+
+@dataclass(frozen=True)
+class TensorNonFinite:
+    """The first nan or inf: its node and index, its value, and how many nodes hold one.
+
+    First means the lowest id for values (where the forward pass meets it first) and the highest
+    for gradients (the backward sweep runs in decreasing id order); within a node, the first
+    element in C order."""
+
+    what: str
+    node: int
+    index: tuple[int, ...]
+    value: float
+    count: int
+
+
+def first_nonfinite(what: str, replayed: Replayed, *, backward: bool = False) -> TensorNonFinite | None:
+    """Where nan or inf first appears in replayed values or gradients, or None."""
+    from graphsvc.console.tensor_listing import finite  # all arrays at once (it imports this module)
+
+    bad = [node for node, ok in enumerate(finite(replayed)) if not ok]
+    if not bad:
+        return None
+    node = bad[-1] if backward else bad[0]
+    array = replayed[node]
+    assert array is not None
+    at = int(np.argmax(~np.isfinite(array)))
+    return TensorNonFinite(what, node, _index(at, array.shape), float(array.flat[at]), len(bad))
+
+
+def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat, shape))
+
+
+def node_cells(graph: Graph, node: int, values: Replayed, grads: Replayed | None) -> list[str]:
+    """A listing row of a tensor graph: id, name, op, parents (as the scalar listing writes them),
+    then the value's :func:`summary` and, with gradients, the gradient's (``-`` for none)."""
+    parents = ",".join(map(str, graph.parents(node))) or "-"
+    name = graph.names.get(node)
+    cells = [str(node), "-" if name is None else escape(name), escape(graph.op(node)), parents]
+    value = values[node]
+    cells.append("-" if value is None else summary(value))
+    if grads is not None:
+        grad = grads[node]
+        cells.append("-" if grad is None else summary(grad, gradient=True))
+    return cells
+
+
+def json_cell(array: np.ndarray | None, data: bool) -> Any:
+    """A value or gradient in a ``--json`` listing, what :func:`summary` shows: a float for a float64
+    scalar (nan and the infinities as strings), else ``{"dtype", "shape", "mean", "max_abs"}``
+    (``"min"`` and ``"max"`` for integers; neither for an empty array) and, with ``data``,
+    ``"data"`` as nested lists."""
+    from graphsvc.format.jsonio import json_float
+
+    if array is None:
+        return None
+    if array.ndim == 0 and array.dtype == FLOAT_DTYPE:
+        return json_float(float(array))
+    cell: dict[str, Any] = {"dtype": str(array.dtype), "shape": list(array.shape)}
+    if array.size and array.dtype == _INDEX_DTYPE:
+        cell["min"], cell["max"] = int(array.min()), int(array.max())
+    elif array.size:
+        with np.errstate(all="ignore"):
+            cell["mean"] = json_float(float(np.mean(array, dtype=np.float64)))
+            cell["max_abs"] = json_float(float(np.max(np.abs(array))))
+    if data:
+        cell["data"] = _json_data(array)
+    return cell
+
+
+def _json_data(array: np.ndarray) -> Any:
+    from graphsvc.format.jsonio import json_float
+
+    if array.dtype == _INDEX_DTYPE or array.size == 0:
+        return array.tolist()
+    flat = [json_float(x) for x in array.astype(np.float64).ravel().tolist()]
+    if array.ndim == 0:
+        return flat[0]
+    nested: Any = flat
+    for size in reversed(array.shape[1:]):
+        nested = [nested[i : i + size] for i in range(0, len(nested), size)]
+    return nested
