@@ -15,7 +15,7 @@ Any op may instead give a *vector-Jacobian product*, the contract of autograd's 
   respect to that input, given ``g``, its gradient with respect to the output (same shape as
   ``out``). ``None`` marks an input that gets no gradient (an int64 index input). On tensor nodes
   graphsvc calls ``vjp`` when an op has one; an elementwise op's ``derivatives`` are turned into
-  a VJP (``g * partial``, broadcast dimensions summed back: :func:`graphsvc.replay.arrays.unbroadcast`).
+  a VJP (``g * partial``, broadcast dimensions summed back: :func:`graphsvc.ops.vjp.unbroadcast`).
   An op with only a ``vjp`` works on tensor graphs (a graph of scalars that uses it is replayed as
   one, node by node, with 0-d arrays). A ``vjp`` that declares a parameter ``needs_input_grad`` is
   given a tuple of bools, one per input (PyTorch's ``ctx.needs_input_grad``): an input whose entry
@@ -199,7 +199,7 @@ class Op:
     @cached_property
     def tensor_vjp(self) -> VJP:
         """What the tensor replay calls for this op's gradient: its ``vjp``, or one derived from its
-        ``derivatives`` (:func:`graphsvc.replay.arrays.elementwise_vjp`), with the keywords it declares;
+        ``derivatives`` (:func:`graphsvc.ops.vjp.elementwise_vjp`), with the keywords it declares;
         worked out on first use and kept with the op (reading a signature costs more than many a
         VJP)."""
         if self.vjp is not None:
