@@ -760,16 +760,6 @@ def test_a_save_lays_out_the_tensor_table_once(tmp_path: Path, monkeypatch: pyte
     assert (tmp_path / "g.msgpack").read_bytes() == (V2_DIR / "tensor_kinds.msgpack").read_bytes()
 
 
-def test_a_native_contiguous_array_is_written_from_its_own_memory() -> None:
-    array = np.arange(6, dtype=np.float32).reshape(2, 3)
-    payload = document.little_endian_bytes(array)
-    assert payload.obj is array and bytes(payload) == array.tobytes()
-    assert bytes(document.little_endian_bytes(np.zeros((0, 3), dtype=np.float64))) == b""
-    assert bytes(document.little_endian_bytes(np.float64(1.5) * np.ones(()))) == b"\x00\x00\x00\x00\x00\x00\xf8?"
-    transposed = np.arange(4, dtype=np.int64).reshape(2, 2).T
-    assert bytes(document.little_endian_bytes(transposed)) == np.array([0, 2, 1, 3], dtype="<i8").tobytes()
-
-
 def test_a_load_checks_the_arrays_once_in_the_tensor_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "kinds.msgpack"
     path.write_bytes((V2_DIR / "tensor_kinds.msgpack").read_bytes())
