@@ -19,7 +19,7 @@ from graphsvc.console import listing, terminal
 from graphsvc.errors import GraphStructureError
 from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.topo import topological_sort
-from tests.conftest import with_terminal_stderr
+from tests.conftest import seed004_graph, with_terminal_stderr
 
 runner = CliRunner()
 PIPED = {"GRAPHSVC_FORCE_TERMINAL": "0"}
@@ -40,13 +40,7 @@ SHOWN = [shown for _, shown in NAMES]
 
 
 def hostile_graph() -> Graph:
-    b = GraphBuilder()
-    a, bb, c = (b.leaf(v, name=NAMES[i][0]) for i, v in enumerate((2.0, 3.0, 1.0)))
-    ab = b.add("mul", [a, bb], name=NAMES[3][0], value=6.0)
-    abc = b.add("add", [ab, c], name=NAMES[4][0], value=7.0)
-    apb = b.add("add", [a, bb], name=NAMES[5][0], value=5.0)
-    b.add("mul", [abc, apb], name=NAMES[6][0], value=35.0)
-    return b.build()
+    return seed004_graph(names=tuple(name for name, _ in NAMES), values=True)
 
 
 @pytest.fixture

@@ -6,9 +6,7 @@ from __future__ import annotations
 import copy
 import gc
 import hashlib
-import importlib.util
 import io
-import json
 import os
 import stat
 import struct
@@ -29,21 +27,14 @@ from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.format import codec, jsonio
 from graphsvc.graph import Graph, GraphBuilder, OpSource
 from graphsvc.value import Value, trace
+from tests.conftest import as_json_view, json_schema, make_golden
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
 GOLDEN_DIR = SCHEMAS / "examples"
 
 
-def _import_golden() -> Any:
-    spec = importlib.util.spec_from_file_location("make_golden", GOLDEN_DIR / "make_golden.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-golden = _import_golden()
+golden = make_golden()
 
 #: sha256 of each committed golden file. A change here is a change of the format.
 GOLDEN_SHA256 = {
@@ -77,22 +68,9 @@ def worked_bytes() -> bytes:
     return fmt.dumps(golden.worked())
 
 
-def as_json_view(value: Any) -> Any:
-    """The decoded document with each bin payload as ``{"$bin": hex}`` (FORMAT.md, JSON Schema)."""
-    if isinstance(value, bytes):
-        return {"$bin": value.hex()}
-    if isinstance(value, dict):
-        return {key: as_json_view(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [as_json_view(item) for item in value]
-    return value
-
-
 @pytest.fixture(scope="module")
 def schema_validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads((SCHEMAS / "graphsvc-v1.schema.json").read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return json_schema("graphsvc-v1.schema.json")
 
 
 def bits(array: np.ndarray | None) -> list[int] | None:
