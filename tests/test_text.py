@@ -138,3 +138,31 @@ def test_digits_is_exact_at_every_power_of_ten() -> None:
         assert text._digits(10**k - 1) == k
         assert text._digits(10**k) == k + 1
     assert text._digits(1) == 1
+
+
+def _escape_by_pattern(text: str) -> str:
+    """graphsvc.text.escape as it was: one pattern over the whole text, whatever it holds."""
+    from graphsvc import text as text_module
+
+    return text_module._unsafe().sub(text_module._escaped, text)
+
+
+def test_escape_and_one_line_skip_the_pattern_only_where_it_would_change_nothing() -> None:
+    """escape() and one_line() return printable text without a backslash untouched without running
+    their pattern; every code point gives what the pattern gives."""
+    from graphsvc.text import escape, one_line
+
+    everything = [chr(code) for code in range(0x110000)]
+    assert [escape(char) for char in everything] == [_escape_by_pattern(char) for char in everything]
+    controls = [char for char in everything if _escape_by_pattern(char) != char and char != "\\"]
+    # C0, DEL + C1, U+061C, LRM/RLM, U+2028-U+202E, U+2066-9, the surrogates U+D800-U+DFFF
+    assert len(controls) == 0x20 + 0x21 + 1 + 2 + 7 + 4 + 0x800
+    assert not any(char.isprintable() for char in controls)  # what the fast path relies on
+    assert "\x85" in controls and "\u202e" in controls and "\u2069" in controls and "\udc80" in controls
+    from graphsvc import text as text_module
+
+    by_pattern = [text_module._control().sub(text_module._escaped, char) for char in everything]
+    assert [one_line(char) for char in everything] == by_pattern
+    assert escape("a\\b\tc\u202e\xa0d") == "a\\\\b\\tc\\u202e\xa0d"  # NBSP: unprintable, left as it is
+    assert one_line("C:\\dir\tx\u2028y\xa0") == "C:\\dir\\tx\\u2028y\xa0"  # backslashes left alone
+    assert escape("plain name") == "plain name" and one_line("plain") == "plain"
