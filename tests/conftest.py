@@ -9,6 +9,7 @@ import pty
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -34,6 +35,21 @@ SEED004_BACKWARD_PLAIN = (
     "1\tb\tleaf\t-\t3.0\t17.0\n"
     "0\ta\tleaf\t-\t2.0\t22.0\n"
 )
+
+
+def python_m_graphsvc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m graphsvc --disable-plugins ARGS`` run from the checkout, its output piped and
+    captured as text; ``GRAPHSVC_FORCE_TERMINAL`` unset, then ``env`` added."""
+    environment = {k: v for k, v in os.environ.items() if k != "GRAPHSVC_FORCE_TERMINAL"}
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "graphsvc", "--disable-plugins", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=False,
+    )
 
 
 def with_terminal_stderr(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
@@ -192,6 +208,20 @@ def seed004_graph(
     apb = g.add("add", [na, nb], name=names[5], **value(a + b))
     g.add("mul", [abc, apb], name=names[6], **value((a * b + c) * (a + b)))
     return g.build()
+
+
+class MicrogradNode:
+    """micrograd's Value as graphsvc.from_micrograd sees it (it duck-types): data, grad, _op and _prev,
+    here a list (its order is the set order), so the importer's tests run without micrograd."""
+
+    def __init__(self, data: Any, prev: Iterable[Any] = (), op: Any = "", grad: Any = 0.0) -> None:
+        self.data = data
+        self.grad = grad
+        self._prev = list(prev)
+        self._op = op
+
+    def __repr__(self) -> str:
+        return f"Value(data={self.data}, grad={self.grad})"
 
 
 # -- the golden files' generator and their JSON view ------------------------------------------------------

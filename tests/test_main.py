@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import os
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -15,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from graphsvc.__main__ import main
-from tests.conftest import ROOT, SEED004_BACKWARD_PLAIN
+from tests.conftest import SEED004_BACKWARD_PLAIN, python_m_graphsvc
 
 
 def fake_cli(name: str, calls: list[str]) -> types.ModuleType:
@@ -62,19 +60,6 @@ def test_a_module_missing_inside_the_packaged_cli_is_not_hidden(monkeypatch: pyt
         main()
     assert info.value.name == "typer"
     assert calls == []
-
-
-def python_m_graphsvc(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHSVC_", "_TYPER"))}
-    env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "graphsvc", "--disable-plugins", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        check=False,
-    )
 
 
 def test_python_m_graphsvc_lists_seed_000_in_reverse_topological_order() -> None:

@@ -27,11 +27,9 @@ from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.format import codec, jsonio
 from graphsvc.graph import Graph, GraphBuilder, OpSource
 from graphsvc.value import Value, trace
-from tests.conftest import as_json_view, json_schema, make_golden
+from tests.conftest import GOLDEN_DIR, ROOT, as_json_view, json_schema, make_golden
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
-GOLDEN_DIR = SCHEMAS / "examples"
 
 
 golden = make_golden()

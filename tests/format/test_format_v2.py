@@ -30,11 +30,9 @@ from graphsvc.format import document, fastload, jsonio
 from graphsvc.format import layout as file_layout
 from graphsvc.graph import MAX_DIMENSIONS, Graph, GraphBuilder
 from graphsvc.pluginhost import load_registry
-from tests.conftest import as_json_view, import_script, json_schema, make_golden
+from tests.conftest import GOLDEN_DIR, ROOT, as_json_view, import_script, json_schema, make_golden
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
-GOLDEN_DIR = SCHEMAS / "examples"
 V2_DIR = GOLDEN_DIR / "v2"
 
 
