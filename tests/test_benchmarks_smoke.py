@@ -26,7 +26,7 @@ from graphsvc.native import PRIMITIVE_ARITY, PRIMITIVES
 from graphsvc.ops import opmath
 from graphsvc.replay import columns as replay
 from graphsvc.topo import levels, reverse_topological_order
-from tests.conftest import same_bits
+from tests.conftest import ROOT, same_bits
 
 
 def test_dag_has_exactly_n_nodes_one_output_and_small_depth():
@@ -160,7 +160,6 @@ def test_torch_expression_matches(registry):
 
 
 # -- every benchmark script runs --------------------------------------------------------------------
-ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 #: The scripts with a command line of options: each answers --help.
 WITH_HELP = [

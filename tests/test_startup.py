@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SEED004_BACKWARD_PLAIN
+from tests.conftest import ROOT, SEED004_BACKWARD_PLAIN
 
-ROOT = Path(__file__).resolve().parents[1]
 SEED = "examples/seed004.msgpack"
 
 #: Writes one module name a line (not JSON: the wrapper itself must not import json).

@@ -25,9 +25,8 @@ from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.format import jsonio
 from graphsvc.graph import Graph, GraphBuilder
+from tests.conftest import ROOT
 from tests.format.test_format_v2 import BAD_TABLES, V2_DIR, V2_SAMPLES, mutated
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def tensor_graph() -> Graph:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -16,10 +15,7 @@ from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.format import jsonio
 from graphsvc.graph import GraphBuilder
-from tests.conftest import json_schema, make_golden
-
-ROOT = Path(__file__).resolve().parents[2]
-
+from tests.conftest import ROOT, json_schema, make_golden
 
 golden = make_golden()
 EXACT_IN_JSON = ["worked", "seed000", "grads", "attrs_metadata"]

@@ -17,9 +17,7 @@ import pytest
 import graphsvc.native as kernels
 from graphsvc.ops import opmath
 from graphsvc.ops.opmath import RULES, Rule
-from tests.conftest import require_compiled, require_native, same_bits
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT, require_compiled, require_native, same_bits
 
 SUBNORMAL = 2.0**-1060
 SPECIAL = [
