@@ -38,7 +38,8 @@ ELSEWHERE = {
     "replay/compare.py": "replay/test_checks.py",
     # forward and backward as the library's users call them: the API
     "replay/run.py": "replay/test_api.py",
-    # the compiled kernels' loader and dispatch: what every kernel is checked against
+    # the Engine (compiled kernels or the references) and its primitives: the kernels' tests
+    # (tests/native/test_native.py is about the C extensions being built)
     "native/__init__.py": "native/test_kernels.py",
 }
 
