@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import pty
 import shutil
 import subprocess
+import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NoReturn
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NoReturn
 
+import numpy as np
 import pytest
 
+if TYPE_CHECKING:
+    from graphsvc.graph import Graph
+    from graphsvc.ops import Op, OpRegistry
+
 ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+GOLDEN_DIR = ROOT / "schemas" / "examples"
 
 #: ``graphsvc backward examples/seed004.msgpack``, piped: L = (a*b + c)*(a + b) at a=2, b=3, c=1.
 SEED004_BACKWARD_PLAIN = (
@@ -23,6 +35,21 @@ SEED004_BACKWARD_PLAIN = (
     "1\tb\tleaf\t-\t3.0\t17.0\n"
     "0\ta\tleaf\t-\t2.0\t22.0\n"
 )
+
+
+def python_m_graphsvc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m graphsvc --disable-plugins ARGS`` run from the checkout, its output piped and
+    captured as text; ``GRAPHSVC_FORCE_TERMINAL`` unset, then ``env`` added."""
+    environment = {k: v for k, v in os.environ.items() if k != "GRAPHSVC_FORCE_TERMINAL"}
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "graphsvc", "--disable-plugins", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=False,
+    )
 
 
 def with_terminal_stderr(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
@@ -129,3 +156,109 @@ def installed_plugins(monkeypatch: pytest.MonkeyPatch, no_installed_plugins: Non
     """The machine's real entry points (the installed example plugins), for the tests about them;
     it runs after :func:`no_installed_plugins`, so it wins in a module that uses both."""
     monkeypatch.setattr(_plugins, "_entry_points", _REAL_ENTRY_POINTS)
+
+
+# -- the builtin ops -------------------------------------------------------------------------------------
+def builtin_registry() -> OpRegistry:
+    """The registry of graphsvc's own ops, no plugin's (a new one on each call: a test may add to it)."""
+    registry, problems = _plugins.load_registry(disable_third_party=True)
+    assert problems == []
+    return registry
+
+
+@pytest.fixture(scope="module")
+def registry() -> OpRegistry:
+    """:func:`builtin_registry`, made once per test module."""
+    return builtin_registry()
+
+
+def primitive_ops() -> list[Op]:
+    """The builtin ops whose kernel is one of the C primitives (graphsvc.native.PRIMITIVES)."""
+    return [op for op in builtin_registry() if op.kernel is not None]
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """The same shape and every float64 bit the same, signed zeros too; nan payloads and signs aside
+    (numpy does not promise them, and C may differ in a nan's sign bit), any nan equals any nan."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return a.shape == b.shape and bool(np.all((a.view(np.uint64) == b.view(np.uint64)) | (np.isnan(a) & np.isnan(b))))
+
+
+# -- graphs the tests share ------------------------------------------------------------------------------
+#: Seed 004's node names in id order: L = (a*b + c)*(a + b).
+SEED004_NAMES = ("a", "b", "c", "ab", "abc", "apb", "L")
+
+
+def seed004_graph(
+    a: float = 2.0, b: float = 3.0, c: float = 1.0, *, names: tuple[str, ...] = SEED004_NAMES, values: bool = False
+) -> Graph:
+    """Seed 004 (examples/seed004.msgpack) built node for node: a, b, c, ab = a*b, abc = ab + c,
+    apb = a + b, L = abc * apb. ``values``: the op nodes carry their values (35.0 at L for 2, 3, 1);
+    otherwise only the leaves have values."""
+    from graphsvc.graph import GraphBuilder
+
+    g = GraphBuilder()
+    na, nb, nc = g.leaf(a, name=names[0]), g.leaf(b, name=names[1]), g.leaf(c, name=names[2])
+
+    def value(v: float) -> dict[str, float]:
+        return {"value": v} if values else {}
+
+    ab = g.add("mul", [na, nb], name=names[3], **value(a * b))
+    abc = g.add("add", [ab, nc], name=names[4], **value(a * b + c))
+    apb = g.add("add", [na, nb], name=names[5], **value(a + b))
+    g.add("mul", [abc, apb], name=names[6], **value((a * b + c) * (a + b)))
+    return g.build()
+
+
+class MicrogradNode:
+    """micrograd's Value as graphsvc.from_micrograd sees it (it duck-types): data, grad, _op and _prev,
+    here a list (its order is the set order), so the importer's tests run without micrograd."""
+
+    def __init__(self, data: Any, prev: Iterable[Any] = (), op: Any = "", grad: Any = 0.0) -> None:
+        self.data = data
+        self.grad = grad
+        self._prev = list(prev)
+        self._op = op
+
+    def __repr__(self) -> str:
+        return f"Value(data={self.data}, grad={self.grad})"
+
+
+# -- the golden files' generator and their JSON view ------------------------------------------------------
+def import_script(path: Path) -> ModuleType:
+    """The Python file at ``path`` imported as a module named after it (registered in sys.modules,
+    so that dataclasses and pickling in it can find it)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(path.stem, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def make_golden() -> ModuleType:
+    """schemas/examples/make_golden.py, which makes the golden files (imported once)."""
+    return import_script(GOLDEN_DIR / "make_golden.py")
+
+
+def json_schema(name: str) -> Any:
+    """A validator of schemas/NAME (a JSON Schema, draft 2020-12, itself checked first)."""
+    import json
+
+    import jsonschema
+
+    schema = json.loads((ROOT / "schemas" / name).read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def as_json_view(value: Any) -> Any:
+    """A decoded document with each bin payload as ``{"$bin": hex}`` (FORMAT.md, the JSON Schemas)."""
+    if isinstance(value, bytes):
+        return {"$bin": value.hex()}
+    if isinstance(value, dict):
+        return {key: as_json_view(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [as_json_view(item) for item in value]
+    return value

@@ -24,14 +24,9 @@ import graphsvc
 from benchmarks import graphs as G
 from graphsvc.native import PRIMITIVE_ARITY, PRIMITIVES
 from graphsvc.ops import opmath
-from graphsvc.pluginhost import load_registry
 from graphsvc.replay import columns as replay
 from graphsvc.topo import levels, reverse_topological_order
-
-
-@pytest.fixture(scope="module")
-def registry():
-    return load_registry(disable_third_party=True)[0]
+from tests.conftest import ROOT, same_bits
 
 
 def test_dag_has_exactly_n_nodes_one_output_and_small_depth():
@@ -165,7 +160,6 @@ def test_torch_expression_matches(registry):
 
 
 # -- every benchmark script runs --------------------------------------------------------------------
-ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 #: The scripts with a command line of options: each answers --help.
 WITH_HELP = [
@@ -309,12 +303,6 @@ def test_numba_math_is_generated_from_the_current_table(jit) -> None:  # type: i
 
 SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.5, 0.5, 3.0, 1e-310, 1e308, -1e308, 710.0, -745.5, 1e-20])
 SPECIAL = np.concatenate([SPECIAL, [np.inf, -np.inf, np.nan]])
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    """Equal bit for bit, any nan equal to any nan (C and numba may differ in a nan's sign bit)."""
-    nan = np.isnan(a)
-    return bool(np.array_equal(nan, np.isnan(b)) and np.array_equal(a[~nan].view(np.uint64), b[~nan].view(np.uint64)))
 
 
 @pytest.mark.parametrize("op", PRIMITIVES)

@@ -40,9 +40,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import graphviz_missing
+from tests.conftest import ROOT, graphviz_missing
 
-ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = (
     "README.md",
     "docs/tutorial.md",

@@ -4,7 +4,6 @@ tables on a terminal and in error messages, and exactly as json.dumps writes the
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import sys
@@ -15,11 +14,11 @@ from typer.testing import CliRunner
 
 from cli import app
 from graphsvc import format as fmt
-from graphsvc.console import listing, terminal
+from graphsvc.console import listing
 from graphsvc.errors import GraphStructureError
 from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.topo import topological_sort
-from tests.conftest import with_terminal_stderr
+from tests.conftest import seed004_graph
 
 runner = CliRunner()
 PIPED = {"GRAPHSVC_FORCE_TERMINAL": "0"}
@@ -40,13 +39,7 @@ SHOWN = [shown for _, shown in NAMES]
 
 
 def hostile_graph() -> Graph:
-    b = GraphBuilder()
-    a, bb, c = (b.leaf(v, name=NAMES[i][0]) for i, v in enumerate((2.0, 3.0, 1.0)))
-    ab = b.add("mul", [a, bb], name=NAMES[3][0], value=6.0)
-    abc = b.add("add", [ab, c], name=NAMES[4][0], value=7.0)
-    apb = b.add("add", [a, bb], name=NAMES[5][0], value=5.0)
-    b.add("mul", [abc, apb], name=NAMES[6][0], value=35.0)
-    return b.build()
+    return seed004_graph(names=tuple(name for name, _ in NAMES), values=True)
 
 
 @pytest.fixture
@@ -200,22 +193,6 @@ def test_order_table_shows_escaped_names(hostile_file: Path) -> None:
     ]
 
 
-def test_print_table_escapes_control_characters_left_in_cells(monkeypatch: pytest.MonkeyPatch) -> None:
-    out = io.StringIO()
-    monkeypatch.setattr(sys, "stdout", out)
-    monkeypatch.setenv("GRAPHSVC_FORCE_TERMINAL", "0")
-    terminal.print_table([("name", "left"), ("n", "right")], [["a\x1b]0;t\x07 \\ " + MARKUP, "1"]], show_header=False)
-    assert out.getvalue().rstrip() == "a\\x1b]0;t\\x07 \\ " + MARKUP + "   1"
-
-
-def test_progress_description_is_escaped() -> None:
-    script = "from graphsvc.console.terminal import progress\nwith progress('loading /tmp/\\x1b]0;pwned\\x07x'): pass"
-    code, stdout, tty = with_terminal_stderr(sys.executable, "-c", script, env={"GRAPHSVC_PROGRESS_DELAY": "0"})
-    assert (code, stdout) == (0, "")
-    assert "loading /tmp/\\x1b]0;pwned\\x07x" in tty
-    assert "\x1b]0;" not in tty
-
-
 # -- messages --------------------------------------------------------------------------------------
 def test_a_long_cycle_is_cut_and_its_nodes_escaped() -> None:
     ring = {i: [(i - 1) % 25] for i in range(25)}
@@ -226,14 +203,6 @@ def test_a_long_cycle_is_cut_and_its_nodes_escaped() -> None:
         topological_sort({0: [1], 1: [0]}, {0: "0 (a\nb\x1b[2J)", 1: "1 (" + "x" * 100 + ")"})
     long = "1 (" + "x" * 37 + "... (104 characters)"
     assert str(info.value) == f"the graph has a cycle: 0 (a\\nb\\x1b[2J) -> {long} -> 0 (a\\nb\\x1b[2J)"
-
-
-def test_shorten_counts_what_it_cut_in_characters() -> None:
-    from graphsvc.text import shorten
-
-    assert shorten("abc", 3) == "abc"
-    assert shorten("x" * 1234, 30) == "xxxxxxxx... (1,234 characters)"
-    assert shorten("a", 0) == "a... (1 character)"  # never less than one character of the text
 
 
 def test_a_cycle_of_exactly_ten_nodes_is_shown_whole() -> None:

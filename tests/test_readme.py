@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
 
 
 def bash_blocks() -> list[str]:

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SEED004_BACKWARD_PLAIN
+from tests.conftest import ROOT, SEED004_BACKWARD_PLAIN
 
-ROOT = Path(__file__).resolve().parents[1]
 SEED = "examples/seed004.msgpack"
 
 #: Writes one module name a line (not JSON: the wrapper itself must not import json).
@@ -129,32 +128,6 @@ def test_json_output_does_import_json(tmp_path: Path) -> None:
 
 
 # -- the fast paths of graphsvc.text and graphsvc.pluginhost' entry points ---------------------------------
-def _escape_by_pattern(text: str) -> str:
-    """graphsvc.text.escape as it was: one pattern over the whole text, whatever it holds."""
-    from graphsvc import text as text_module
-
-    return text_module._unsafe().sub(text_module._escaped, text)
-
-
-def test_escape_and_one_line_skip_the_pattern_only_where_it_would_change_nothing() -> None:
-    """escape() and one_line() return printable text without a backslash untouched without running
-    their pattern; every code point gives what the pattern gives."""
-    from graphsvc.text import escape, one_line
-
-    everything = [chr(code) for code in range(0x110000)]
-    assert [escape(char) for char in everything] == [_escape_by_pattern(char) for char in everything]
-    controls = [char for char in everything if _escape_by_pattern(char) != char and char != "\\"]
-    # C0, DEL + C1, U+061C, LRM/RLM, U+2028-U+202E, U+2066-9, the surrogates U+D800-U+DFFF
-    assert len(controls) == 0x20 + 0x21 + 1 + 2 + 7 + 4 + 0x800
-    assert not any(char.isprintable() for char in controls)  # what the fast path relies on
-    assert "\x85" in controls and "\u202e" in controls and "\u2069" in controls and "\udc80" in controls
-    from graphsvc import text as text_module
-
-    by_pattern = [text_module._control().sub(text_module._escaped, char) for char in everything]
-    assert [one_line(char) for char in everything] == by_pattern
-    assert escape("a\\b\tc\u202e\xa0d") == "a\\\\b\\tc\\u202e\xa0d"  # NBSP: unprintable, left as it is
-    assert one_line("C:\\dir\tx\u2028y\xa0") == "C:\\dir\\tx\\u2028y\xa0"  # backslashes left alone
-    assert escape("plain name") == "plain name" and one_line("plain") == "plain"
 
 
 def test_an_entry_point_value_loads_its_module_and_attribute_or_says_it_is_malformed() -> None:

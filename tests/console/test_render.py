@@ -15,8 +15,8 @@ from graphsvc.console import render
 from graphsvc.errors import GraphFileError, RenderError, UsageError
 from graphsvc.format import load
 from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, GraphBuilder
+from tests.conftest import EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SEED004 = EXAMPLES / "seed004.msgpack"
 # Rendering is tested for real where Graphviz is installed; without it these tests are skipped, except
 # in CI (.ci/run sets GRAPHSVC_REQUIRE_GRAPHVIZ=1), where they fail. See tests/conftest.py.

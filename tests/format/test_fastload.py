@@ -16,8 +16,8 @@ from fuzz.property import general_outcome
 from graphsvc import format as fmt
 from graphsvc.format import codec, fastload
 from graphsvc.graph import GraphBuilder
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_FILES = sorted((ROOT / "schemas" / "examples").glob("*.msgpack")) + sorted((ROOT / "examples").glob("*.msgpack"))
 COLUMNS = ("op_codes", "parent_offsets", "parent_indices", "values")
 

@@ -6,11 +6,8 @@ from __future__ import annotations
 import copy
 import gc
 import hashlib
-import importlib.util
 import io
-import json
 import os
-import random
 import stat
 import struct
 import sys
@@ -27,24 +24,15 @@ from hypothesis import strategies as st
 
 from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphFileError
-from graphsvc.format import codec, document, jsonio
+from graphsvc.format import codec, jsonio
 from graphsvc.graph import Graph, GraphBuilder, OpSource
 from graphsvc.value import Value, trace
+from tests.conftest import GOLDEN_DIR, ROOT, as_json_view, json_schema, make_golden
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
-GOLDEN_DIR = SCHEMAS / "examples"
 
 
-def _import_golden() -> Any:
-    spec = importlib.util.spec_from_file_location("make_golden", GOLDEN_DIR / "make_golden.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-golden = _import_golden()
+golden = make_golden()
 
 #: sha256 of each committed golden file. A change here is a change of the format.
 GOLDEN_SHA256 = {
@@ -78,22 +66,9 @@ def worked_bytes() -> bytes:
     return fmt.dumps(golden.worked())
 
 
-def as_json_view(value: Any) -> Any:
-    """The decoded document with each bin payload as ``{"$bin": hex}`` (FORMAT.md, JSON Schema)."""
-    if isinstance(value, bytes):
-        return {"$bin": value.hex()}
-    if isinstance(value, dict):
-        return {key: as_json_view(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [as_json_view(item) for item in value]
-    return value
-
-
 @pytest.fixture(scope="module")
 def schema_validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads((SCHEMAS / "graphsvc-v1.schema.json").read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return json_schema("graphsvc-v1.schema.json")
 
 
 def bits(array: np.ndarray | None) -> list[int] | None:
@@ -184,33 +159,6 @@ def test_golden_contents() -> None:
 
 
 # -- canonical encoding --------------------------------------------------------------------------
-def test_canonical_msgpack_types() -> None:
-    b = GraphBuilder()
-    b.leaf(1.0)
-    g = b.build(metadata={"small": 7, "neg": -3, "big": 70000, "float": 0.5, "whole": 2.0, "text": "é", "raw": b"\x00"})
-    packed = fmt.dumps(g)
-    tail = packed[packed.index(b"\xa8metadata") + 9 :]
-    assert tail == bytes.fromhex(
-        "87"
-        "a5736d616c6c07"  # "small": positive fixint
-        "a36e6567fd"  # "neg": negative fixint
-        "a3626967ce00011170"  # "big": uint32, the smallest that fits
-        "a5666c6f6174cb3fe0000000000000"  # "float": always float64
-        "a577686f6c65cb4000000000000000"  # "whole": a float stays a float64
-        "a474657874a2c3a9"  # "text": str type, UTF-8
-        "a3726177c40100"  # "raw": bin type
-    )
-
-
-def test_attribute_keys_are_sorted() -> None:
-    def build(attrs: dict[str, Any]) -> bytes:
-        b = GraphBuilder()
-        x = b.leaf()
-        b.add("f", [x], attrs=attrs)
-        return fmt.dumps(b.build())
-
-    assert build({"b": 1, "a": 2}) == build({"a": 2, "b": 1})
-    assert fmt.loads(build({"b": 1, "a": 2})).attrs == {1: {"a": 2, "b": 1}}
 
 
 def test_saving_the_same_graph_twice_gives_identical_bytes(tmp_path: Path) -> None:
@@ -227,22 +175,6 @@ def test_saving_the_same_graph_twice_gives_identical_bytes(tmp_path: Path) -> No
 def test_dumps_equals_packb_of_the_document() -> None:
     data = (GOLDEN_DIR / "grads.msgpack").read_bytes()
     assert msgpack.packb(msgpack.unpackb(data), use_bin_type=True) == data
-
-
-def test_large_columns_use_bin16_and_bin32_headers() -> None:
-    n = 9000  # values: 72,000 bytes -> bin32; op codes: 18,000 bytes -> bin16
-    g = Graph(
-        op_table=["leaf"],
-        op_codes=np.zeros(n, dtype="<u2"),
-        parent_offsets=np.zeros(n + 1, dtype="<i8"),
-        parent_indices=np.zeros(0, dtype="<i4"),
-        values=np.arange(n, dtype="<f8"),
-    )
-    data = fmt.dumps(g)
-    assert b"\xa4data\xc5\x46\x50" in data
-    assert b"\xa4data\xc6\x00\x01\x19\x40" in data
-    assert msgpack.packb(msgpack.unpackb(data), use_bin_type=True) == data
-    assert np.array_equal(fmt.loads(data).values, g.values)
 
 
 # -- round trips ----------------------------------------------------------------------------------
@@ -844,71 +776,7 @@ def test_an_op_table_of_more_than_65536_entries_is_refused() -> None:
     assert str(info.value) == "too many ops: 65537 (at most 65536)"
 
 
-# -- the document checks' fast paths ------------------------------------------------------------------
-NESTED: list[tuple[Any, bool]] = [
-    ({"axis": -1, "keepdims": True, "shape": [8, 64], "eps": 1e-5, "name": "x", "none": None}, True),
-    ({"a": [[{"b": 1}]]}, True),  # 4 levels below the map: the limit
-    ({"a": [[[[1]]]]}, False),  # 5 levels below the map: deeper than the limit 4
-    ({"a": {1: 2}}, False),  # a key that is not a string
-    ({"a": 2**64}, False),  # outside msgpack's integers
-    ({"a": (1, 2)}, False),  # a tuple: for check_nesting to judge
-    ({"a": "x" * 100}, False),  # longer than the string limit below allows
-    ({"x" * 100: 1}, False),
-]
-
-
-@pytest.mark.parametrize(("value", "ok"), NESTED)
-def test_nesting_is_checked_a_level_at_a_time_and_any_doubt_left_to_check_nesting(value: Any, ok: bool) -> None:
-    assert document._nesting_ok([value], 4, string_limit=200) is ok
-    if ok:
-        document.check_nesting(value, 4, "v", string_limit=200)
-
-
-def test_the_op_table_of_a_file_is_read_at_once_one_source_per_plugin() -> None:
-    doc = {
-        "ops": [
-            {"tag": "leaf", "plugin": "graphsvc", "version": "0.1"},
-            {"tag": "add", "plugin": "graphsvc", "version": "0.1"},
-            {"tag": "conv2d", "plugin": "graphsvc-conv", "version": None},
-        ]
-    }
-    table, sources = document._read_ops(doc)
-    assert table == ["leaf", "add", "conv2d"]
-    assert sources == {
-        "leaf": OpSource("graphsvc", "0.1"),
-        "add": OpSource("graphsvc", "0.1"),
-        "conv2d": OpSource("graphsvc-conv", None),
-    }
-    assert sources["leaf"] is sources["add"]
-    doc["ops"][2]["tag"] = "add"
-    with pytest.raises(FormatError) as info:
-        document._read_ops(doc)
-    assert str(info.value) == "ops lists the tag 'add' twice"
-
-
-@pytest.mark.parametrize(
-    ("entries", "message"),
-    [
-        ([[0, "a"], [2, "b"]], None),
-        ([[2, "a"], [0, "b"]], "names[1]: node 0 is listed out of order (ids must increase)"),
-        ([[0, "a"], [0, "b"]], "names[1]: node 0 is listed twice"),
-        ([[0, "a"], [3, "b"]], "names[1] refers to node 3, which does not exist (the graph has 3 nodes)"),
-        ([[0, 1]], "names[0][1] must be a string, not an integer"),
-        ([[True, "a"]], "names[0][0] must be an integer, not a boolean"),
-        ([[0, "a", 1]], "names[0] must be an array [node id, name]"),
-    ],
-)
-def test_sparse_entries_are_read_at_once_and_a_broken_rule_worded_entry_by_entry(
-    entries: list[Any], message: str | None
-) -> None:
-    if message is None:
-        assert document._read_sparse({"names": entries}, "names", str, 3) == {0: "a", 2: "b"}
-        return
-    with pytest.raises(FormatError) as info:
-        document._read_sparse({"names": entries}, "names", str, 3)
-    assert str(info.value) == message
-
-
+# -- loading and saving: the compiled check, the garbage collector ------------------------------------
 def test_a_loaded_graph_gets_the_compiled_structure_check_whatever_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
     import graphsvc.native as kernels
     from tests.conftest import require_compiled
@@ -971,78 +839,3 @@ def test_saving_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> N
             assert gc.isenabled() is enabled
     finally:
         gc.enable()
-
-
-def test_attribute_entries_sort_each_maps_keys_and_leave_out_empty_maps() -> None:
-    b = GraphBuilder()
-    x = b.leaf(2.0)
-    for attrs in ({"b": 1, "a": [2]}, {}, {"only": 3.0}, {"z": None, "y": "s", "x": 1}):
-        b.add("f", [x], attrs=attrs)
-    entries = document.attrs_entries(b.build())
-    assert entries == [[1, {"a": [2], "b": 1}], [3, {"only": 3.0}], [4, {"x": 1, "y": "s", "z": None}]]
-    assert [list(entry[1]) for entry in entries] == [["a", "b"], ["only"], ["x", "y", "z"]]  # the keys' order
-    one_key = GraphBuilder()
-    y = one_key.leaf(1.0)
-    for node in range(3):
-        one_key.add("pow", [y], attrs={"exponent": float(node)})
-    assert document.attrs_entries(one_key.build()) == [[node + 1, {"exponent": float(node)}] for node in range(3)]
-
-
-def _nesting_ok_an_item_at_a_time(items: list[Any], limit: int, string_limit: int | None) -> bool:
-    """document._nesting_ok as it was written before its checks went a level at a time in C."""
-    level, longest = 0, None if string_limit is None else string_limit // 4
-    while items:
-        if level > limit:
-            return False
-        nested: list[Any] = []
-        for item in items:
-            kind = type(item)
-            if kind is str:
-                if longest is not None and len(item) > longest:
-                    return False
-            elif kind is dict:
-                if item and (set(map(type, item)) != {str} or (longest is not None and max(map(len, item)) > longest)):
-                    return False
-                nested.extend(item.values())
-            elif kind is list:
-                nested.extend(item)
-            elif kind is int:
-                if not -(1 << 63) <= item < 1 << 64:
-                    return False
-            elif kind not in {str, float, bool, type(None), bytes}:
-                return False
-        items = nested
-        level += 1
-    return True
-
-
-class _Text(str):
-    pass
-
-
-def _random_value(rng: random.Random, depth: int) -> Any:
-    leaves: list[Any] = [
-        1.5, -0.0, True, None, b"\x00", "", "x" * 60, "é" * 3, 0, -(2**63), 2**64 - 1, 2**64, -(2**63) - 1,
-        (1, 2), _Text("t"), 3 + 0j,
-    ]  # fmt: skip
-    if depth == 0 or rng.random() < 0.3:
-        return rng.choice(leaves)
-    if rng.random() < 0.5:
-        return [_random_value(rng, depth - 1) for _ in range(rng.randrange(4))]
-    keys: list[Any] = ["a", "b", "k" * 60, 1, b"k", _Text("s")]
-    return {
-        rng.choice(keys) if rng.random() < 0.1 else f"k{i}": _random_value(rng, depth - 1)
-        for i in range(rng.randrange(4))
-    }
-
-
-def test_nesting_checked_a_level_at_a_time_judges_as_an_item_at_a_time() -> None:
-    rng = random.Random(7)
-    judged = set()
-    for _ in range(3000):
-        items = [_random_value(rng, rng.randrange(7)) for _ in range(rng.randrange(1, 6))]
-        for limit, string_limit in ((4, 200), (6, None), (2, 100)):
-            expected = _nesting_ok_an_item_at_a_time(items, limit, string_limit)
-            assert document._nesting_ok(items, limit, string_limit) is expected, (items, limit, string_limit)
-            judged.add(expected)
-    assert judged == {True, False}

@@ -23,11 +23,10 @@ from hypothesis import strategies as st
 
 from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphFileError
-from graphsvc.format import codec, fastload, jsonio
+from graphsvc.format import jsonio
 from graphsvc.graph import Graph, GraphBuilder
+from tests.conftest import ROOT
 from tests.format.test_format_v2 import BAD_TABLES, V2_DIR, V2_SAMPLES, mutated
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def tensor_graph() -> Graph:
@@ -254,36 +253,6 @@ def test_a_1_0_file_maps_to_the_same_graph_and_keeps_no_mapping(tmp_path: Path) 
 
 
 # -- the tensor table, stepped over by msgpack ----------------------------------------------------
-def many_arrays(count: int) -> Graph:
-    b = GraphBuilder()
-    for k in range(count):
-        b.leaf(np.array([k], dtype=np.int64))
-    return b.build()
-
-
-def test_a_table_of_20_000_entries_reads_the_fast_way() -> None:
-    # walked in Python, 20,000 entries (160,000 msgpack items) went past the walk's budget
-    data = fmt.dumps(many_arrays(20_000))
-    document = codec.decode_fast(fastload.BytesSource(data), fmt.DEFAULT_LIMITS)
-    assert isinstance(document["data"], np.ndarray) and len(document["tensors"]) == 20_000
-    graph = fmt.loads(data)
-    assert graph.value(19_999).tolist() == [19_999] and fmt.dumps(graph) == data
-
-
-@pytest.mark.parametrize(
-    "value", [[0] * 200_000, {"k": [1.5, "s" * 70_000, b"b" * 70_000]}, [[[[{"deep": [None, True]}]]]]]
-)
-def test_value_end_finds_where_a_value_ends(value: Any) -> None:
-    data = b"\xc0" + msgpack.packb(value, use_bin_type=True) + b"\xc0"
-    assert codec.value_end(fastload.BytesSource(data), 1) == len(data) - 1
-
-
-@pytest.mark.parametrize(
-    "data", [b"\x92\x01\xc1", b"\x92\x01", b"\xdb\xff\xff\xff\xff"], ids=["reserved-byte", "truncated", "long-string"]
-)
-def test_value_end_leaves_what_it_cannot_step_over_to_the_general_reader(data: bytes) -> None:
-    with pytest.raises(fastload.NotCanonical):
-        codec.value_end(fastload.BytesSource(data), 0)
 
 
 def test_an_ext_type_in_the_table_is_stepped_over_then_refused_by_the_decoder() -> None:

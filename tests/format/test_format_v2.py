@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import io
 import itertools
 import json
-import sys
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -32,39 +30,19 @@ from graphsvc.format import document, fastload, jsonio
 from graphsvc.format import layout as file_layout
 from graphsvc.graph import MAX_DIMENSIONS, Graph, GraphBuilder
 from graphsvc.pluginhost import load_registry
+from tests.conftest import GOLDEN_DIR, ROOT, as_json_view, import_script, json_schema, make_golden
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
-GOLDEN_DIR = SCHEMAS / "examples"
 V2_DIR = GOLDEN_DIR / "v2"
 
 
-def _import(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, GOLDEN_DIR / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-golden = _import("make_golden")
+golden = make_golden()
 
 #: sha256 of each committed 2.0 golden file. A change here is a change of the format.
 GOLDEN_SHA256 = {
     "tensor_worked": "55e821ec68891d2b38b8c3a9046b3faa05a96d8c17c7fcce4a6f21e7999e0f1e",
     "tensor_kinds": "c2695246dd0baf5d865f98e0d70d606a7f29117242cc25bd2d1106371a4022b0",
 }
-
-
-def as_json_view(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return {"$bin": value.hex()}
-    if isinstance(value, dict):
-        return {key: as_json_view(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [as_json_view(item) for item in value]
-    return value
 
 
 def bits(array: np.ndarray) -> list[int]:
@@ -104,7 +82,7 @@ def test_golden_names_cover_make_golden() -> None:
 def test_the_spec_hex_dump_is_the_encoder_output() -> None:
     text = (SCHEMAS / "FORMAT.md").read_text()
     block = text.split("<!-- tensor-example-hexdump")[1].split("```text\n")[1].split("```")[0]
-    annotate = _import("annotate_worked")
+    annotate = import_script(GOLDEN_DIR / "annotate_worked.py")
     data = fmt.dumps(golden.tensor_worked())
     assert block == annotate.dump(data, annotate.tensor_notes()) + "\n"
     assert len(data) == 502
@@ -113,16 +91,14 @@ def test_the_spec_hex_dump_is_the_encoder_output() -> None:
 
 @pytest.fixture(scope="module")
 def schema_validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads((SCHEMAS / "graphsvc-v2.schema.json").read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return json_schema("graphsvc-v2.schema.json")
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_SHA256))
 def test_files_validate_against_the_schema(name: str, schema_validator: jsonschema.Draft202012Validator) -> None:
     document = msgpack.unpackb((V2_DIR / f"{name}.msgpack").read_bytes())
     schema_validator.validate(as_json_view(document))
-    v1 = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "graphsvc-v1.schema.json").read_text()))
+    v1 = json_schema("graphsvc-v1.schema.json")
     assert [list(e.absolute_path) for e in v1.iter_errors(as_json_view(document))] == [["version", 0]]
 
 
@@ -758,16 +734,6 @@ def test_a_save_lays_out_the_tensor_table_once(tmp_path: Path, monkeypatch: pyte
     fmt.save(graph, tmp_path / "g.msgpack")
     assert len(calls) == 1
     assert (tmp_path / "g.msgpack").read_bytes() == (V2_DIR / "tensor_kinds.msgpack").read_bytes()
-
-
-def test_a_native_contiguous_array_is_written_from_its_own_memory() -> None:
-    array = np.arange(6, dtype=np.float32).reshape(2, 3)
-    payload = document.little_endian_bytes(array)
-    assert payload.obj is array and bytes(payload) == array.tobytes()
-    assert bytes(document.little_endian_bytes(np.zeros((0, 3), dtype=np.float64))) == b""
-    assert bytes(document.little_endian_bytes(np.float64(1.5) * np.ones(()))) == b"\x00\x00\x00\x00\x00\x00\xf8?"
-    transposed = np.arange(4, dtype=np.int64).reshape(2, 2).T
-    assert bytes(document.little_endian_bytes(transposed)) == np.array([0, 2, 1, 3], dtype="<i8").tobytes()
 
 
 def test_a_load_checks_the_arrays_once_in_the_tensor_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

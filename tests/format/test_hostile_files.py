@@ -34,8 +34,8 @@ from graphsvc.graph import GraphBuilder, OpSource
 from graphsvc.pluginhost import load_registry
 from graphsvc.replay import columns as replay
 from graphsvc.topo import reverse_topological_order
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_FILES = sorted((ROOT / "schemas" / "examples").glob("*.msgpack")) + sorted((ROOT / "examples").glob("*.msgpack"))
 SAMPLES = [path.read_bytes() for path in SAMPLE_FILES]
 REGISTRY, _ = load_registry(disable_third_party=True)

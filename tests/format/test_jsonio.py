@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -17,27 +15,15 @@ from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.format import jsonio
 from graphsvc.graph import GraphBuilder
+from tests.conftest import ROOT, json_schema, make_golden
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _import_golden() -> Any:
-    spec = importlib.util.spec_from_file_location("make_golden", ROOT / "schemas" / "examples" / "make_golden.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-golden = _import_golden()
+golden = make_golden()
 EXACT_IN_JSON = ["worked", "seed000", "grads", "attrs_metadata"]
 
 
 @pytest.fixture(scope="module")
 def validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads((ROOT / "schemas" / "graphsvc-json-v1.schema.json").read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return json_schema("graphsvc-json-v1.schema.json")
 
 
 @pytest.mark.parametrize("name", EXACT_IN_JSON)

@@ -24,8 +24,8 @@ from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.format import codec, fastload, jsonio
 from graphsvc.format import document as doc_module
 from graphsvc.graph import Graph
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 GRADS = ROOT / "schemas" / "examples" / "grads.msgpack"
 
 

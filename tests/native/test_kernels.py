@@ -9,8 +9,7 @@ import pytest
 
 import graphsvc.native as kernels
 from graphsvc.ops import Op, evaluate, local_derivatives
-from graphsvc.pluginhost import load_registry
-from tests.conftest import require_compiled
+from tests.conftest import primitive_ops, require_compiled, same_bits
 
 SPECIAL = [-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1.0, -1.0, 2.5, -3.0, 5e-324, -5e-324, 1e308, -1e-300, 7.0]
 
@@ -20,18 +19,8 @@ def jit():  # type: ignore[no-untyped-def]
     return require_compiled()
 
 
-def primitive_ops() -> list[Op]:
-    registry, _ = load_registry(disable_third_party=True)
-    return [op for op in registry if op.kernel is not None]
-
-
 def test_every_primitive_is_used_by_the_builtin_op_of_its_name() -> None:
     assert sorted((op.name, op.kernel) for op in primitive_ops()) == sorted((p, p) for p in kernels.PRIMITIVES)
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    # nan payloads aside (numpy itself does not promise them), every bit must agree: signed zeros too
-    return bool(np.all((a.view(np.uint64) == b.view(np.uint64)) | (np.isnan(a) & np.isnan(b))))
 
 
 @pytest.mark.parametrize("op", primitive_ops(), ids=lambda op: op.name)

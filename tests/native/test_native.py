@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import native_missing, require_native
+from tests.conftest import ROOT, native_missing, require_native
 
-ROOT = Path(__file__).resolve().parents[2]
 NAMES = sorted(path.stem for path in (ROOT / "csrc").glob("*.c"))
 
 

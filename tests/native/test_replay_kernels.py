@@ -18,10 +18,9 @@ from graphsvc.errors import OpError
 from graphsvc.graph import LEAF_TAGS, Graph, GraphBuilder
 from graphsvc.native import REFERENCE, Engine
 from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
-from graphsvc.pluginhost import load_registry
 from graphsvc.replay import columns as replay
 from graphsvc.topo import ancestors
-from tests.conftest import require_compiled, require_native
+from tests.conftest import primitive_ops, require_compiled, require_native, same_bits
 
 NAMES = (
     "backward_sweep",
@@ -43,13 +42,6 @@ SPECIAL = [
 
 
 @pytest.fixture(scope="module")
-def registry() -> OpRegistry:
-    registry, problems = load_registry(disable_third_party=True)
-    assert problems == []
-    return registry
-
-
-@pytest.fixture(scope="module")
 def native() -> Any:
     """The compiled kernels, with every replay sweep from C."""
     compiled = require_compiled()
@@ -64,17 +56,6 @@ def test_the_replay_sweeps_in_use_are_the_c_ones(native: Any) -> None:
     assert sorted(_replay_kernels.__all__) == sorted(NAMES)
     assert native.backward_sweep.__module__ == "graphsvc.native.replay_kernels"
     assert native.backward_sweep is _replay_kernels.backward_sweep
-
-
-def same_bits(a: Any, b: Any) -> bool:
-    # nan payloads aside (numpy itself does not promise them), every bit must agree: signed zeros too
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return a.shape == b.shape and bool(np.all((a.view(np.uint64) == b.view(np.uint64)) | (np.isnan(a) & np.isnan(b))))
-
-
-def primitive_ops() -> list[Op]:
-    registry, _ = load_registry(disable_third_party=True)
-    return [op for op in registry if op.kernel is not None]
 
 
 def one_node_per_pair(arity: int, pairs: list[tuple[float, ...]]) -> tuple[np.ndarray, ...]:

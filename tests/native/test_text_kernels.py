@@ -17,9 +17,8 @@ from graphsvc import format as fmt
 from graphsvc.console import listing
 from graphsvc.graph import Graph
 from graphsvc.topo import reverse_topological_order
-from tests.conftest import require_native
+from tests.conftest import ROOT, require_native
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted([*(ROOT / "examples").glob("*.msgpack"), *(ROOT / "schemas" / "examples").glob("*.msgpack")])
 
 

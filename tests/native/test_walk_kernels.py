@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -27,7 +27,7 @@ from graphsvc.collector import gc_paused
 from graphsvc.errors import GraphStructureError
 from graphsvc.graph import Graph
 from graphsvc.value import Value, default_registry, zero_grad
-from tests.conftest import require_native
+from tests.conftest import MicrogradNode, require_native
 
 micrograd_engine = pytest.importorskip("micrograd.engine", reason="the test extra installs micrograd")
 MicroValue: Any = micrograd_engine.Value
@@ -184,23 +184,17 @@ def test_micrograd_chain_of_a_million_nodes(native: ModuleType) -> None:
     assert graph.values.sum() == 500_000.0  # 1.0 in the first leaf and every +, 0.0 in the constants
 
 
-class Node:
-    """micrograd's Value as the importer sees it, with _prev in a list (its order is the set order)."""
-
-    def __init__(self, data: Any, prev: Iterable[Any] = (), op: Any = "", grad: Any = 0.0) -> None:
-        self.data = data
-        self.grad = grad
-        self._prev = list(prev)
-        self._op = op
-
-    def __repr__(self) -> str:
-        return f"Node(data={self.data})"
-
-
 def errors_of(call: Callable[[], object]) -> tuple[type[BaseException], str]:
     with pytest.raises(Exception) as caught:
         call()
     return caught.type, str(caught.value)
+
+
+class Node(MicrogradNode):
+    """The stand-in for micrograd's Value, shown as ``Node(data=...)`` in the messages below."""
+
+    def __repr__(self) -> str:
+        return f"Node(data={self.data})"
 
 
 def cycle() -> Node:

@@ -13,15 +13,7 @@ import pytest
 import graphsvc
 from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
 from graphsvc.ops import builtin as builtin_ops
-from graphsvc.pluginhost import load_registry
 from graphsvc.testing import ulp_distance
-
-
-@pytest.fixture(scope="module")
-def registry() -> OpRegistry:
-    registry, problems = load_registry(disable_third_party=True)
-    assert problems == []
-    return registry
 
 
 def derivatives_at(op: Op, point: Sequence[float], attrs: Mapping[str, Any] | None = None) -> list[float]:

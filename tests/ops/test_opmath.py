@@ -17,9 +17,7 @@ import pytest
 import graphsvc.native as kernels
 from graphsvc.ops import opmath
 from graphsvc.ops.opmath import RULES, Rule
-from tests.conftest import require_compiled, require_native
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT, require_compiled, require_native, same_bits
 
 SUBNORMAL = 2.0**-1060
 SPECIAL = [
@@ -29,12 +27,6 @@ SPECIAL = [
 ]
 #: Exponents pow is checked with.
 EXPONENTS = [2.0, 3.0, -1.0, -2.0, 0.5, -0.5, 0.0, 1.0, 2.5, -3.0, 1e-3, 1e300, math.inf, math.nan]
-
-
-def same_bits(a: Any, b: Any) -> bool:
-    # nan payloads and signs aside (numpy does not promise them), every bit must agree: signed zeros too
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return a.shape == b.shape and bool(np.all((a.view(np.uint64) == b.view(np.uint64)) | (np.isnan(a) & np.isnan(b))))
 
 
 def points(arity: int) -> list[np.ndarray]:

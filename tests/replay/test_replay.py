@@ -25,24 +25,7 @@ from graphsvc.pluginhost import load_registry
 from graphsvc.replay import columns as replay
 from graphsvc.replay import compare as checks
 from graphsvc.topo import ancestors
-from tests.conftest import require_compiled
-
-
-@pytest.fixture(scope="module")
-def registry() -> OpRegistry:
-    registry, problems = load_registry(disable_third_party=True)
-    assert problems == []
-    return registry
-
-
-def seed004(a: float = 2.0, b: float = 3.0, c: float = 1.0) -> Graph:
-    g = GraphBuilder()
-    na, nb, nc = g.leaf(a, name="a"), g.leaf(b, name="b"), g.leaf(c, name="c")
-    ab = g.add("mul", [na, nb], name="ab")
-    abc = g.add("add", [ab, nc], name="abc")
-    apb = g.add("add", [na, nb], name="apb")
-    g.add("mul", [abc, apb], name="L")
-    return g.build()
+from tests.conftest import require_compiled, same_bits, seed004_graph
 
 
 def grads_by_name(graph: Graph, registry: OpRegistry, overrides: dict[int, float] | None = None) -> dict[str, float]:
@@ -52,7 +35,7 @@ def grads_by_name(graph: Graph, registry: OpRegistry, overrides: dict[int, float
 
 
 def test_seed004_gradients_are_22_17_5(registry: OpRegistry) -> None:
-    graph = seed004()
+    graph = seed004_graph()
     values = replay.forward(graph, registry)
     assert values[graph.node_id("L")] == 35.0
     grads = grads_by_name(graph, registry)
@@ -62,7 +45,7 @@ def test_seed004_gradients_are_22_17_5(registry: OpRegistry) -> None:
 
 def test_set_changes_the_result_as_worked_out_by_hand(registry: OpRegistry) -> None:
     # a=3: L = (3*3 + 1)*(3 + 3) = 60; dL/da = b(a+b) + (ab+c) = 18 + 10; dL/db = a(a+b) + (ab+c) = 28
-    graph = seed004()
+    graph = seed004_graph()
     values = replay.forward(graph, registry, {graph.node_id("a"): 3.0})
     assert values[graph.node_id("L")] == 60.0
     grads = grads_by_name(graph, registry, {graph.node_id("a"): 3.0})
@@ -117,7 +100,7 @@ def test_max_routes_the_gradient_to_the_larger_input(registry: OpRegistry) -> No
 
 
 def test_every_replay_starts_from_zero_gradients(registry: OpRegistry) -> None:
-    graph = seed004()
+    graph = seed004_graph()
     graph.values = replay.forward(graph, registry)
     graph.grads = np.full(graph.num_nodes, 100.0)  # stale gradients stored in the file
     first = replay.backward(graph, registry, graph.node_id("L"))
@@ -138,7 +121,7 @@ def test_nodes_the_output_does_not_depend_on_get_zero(registry: OpRegistry) -> N
 
 
 def test_backward_steps_show_each_contribution(registry: OpRegistry) -> None:
-    graph = seed004()
+    graph = seed004_graph()
     values = replay.forward(graph, registry)
     grads, steps = replay.backward_steps(graph, registry, graph.node_id("L"), values)
     first = steps[0]
@@ -431,7 +414,7 @@ def test_an_op_that_raises_is_named_with_its_plugin_and_node() -> None:
 
 
 def test_only_leaves_can_be_set(registry: OpRegistry) -> None:
-    graph = seed004()
+    graph = seed004_graph()
     with pytest.raises(UsageError, match=r"^node ab is a mul node, not a leaf: only leaves can be set$"):
         replay.forward(graph, registry, {graph.node_id("ab"): 1.0})
 
@@ -511,10 +494,6 @@ def random_graph(n: int, seed: int) -> Graph:
         else:
             g.add("pow", [p], attrs={"exponent": float(rng.choice([2.0, 3.0]))})
     return g.build()
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return bool(np.all((a.view(np.uint64) == b.view(np.uint64)) | (np.isnan(a) & np.isnan(b))))
 
 
 @pytest.mark.parametrize("seed", [1, 12, 17, 18])

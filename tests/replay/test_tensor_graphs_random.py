@@ -25,8 +25,7 @@ import pytest
 
 import graphsvc
 from graphsvc.graph import Graph, GraphBuilder
-from graphsvc.ops import OpRegistry
-from graphsvc.pluginhost import load_registry
+from tests.conftest import builtin_registry
 
 pytestmark = pytest.mark.usefixtures("no_installed_plugins")
 
@@ -35,13 +34,7 @@ MAX_NODES = 14
 MARGIN = 0.02  # how far a value stays from a kink (0 for relu and abs, a tie for max, min, amax)
 
 
-def builtins() -> OpRegistry:
-    registry, problems = load_registry(disable_third_party=True)
-    assert not problems
-    return registry
-
-
-REGISTRY = builtins()
+REGISTRY = builtin_registry()
 
 
 # -- the recipe of a random graph -----------------------------------------------------------------

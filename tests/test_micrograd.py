@@ -8,7 +8,6 @@ they run without micrograd; the MLP test needs the real thing (``pip install mic
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -19,19 +18,7 @@ from graphsvc.errors import GraphStructureError
 from graphsvc.micrograd import from_micrograd
 from graphsvc.replay import columns as replay
 from graphsvc.value import default_registry
-
-
-class Node:
-    """micrograd's Value as the importer sees it: data, grad, _op and _prev (any iterable)."""
-
-    def __init__(self, data: float, prev: Iterable[Node] = (), op: str = "", grad: float = 0.0) -> None:
-        self.data = data
-        self.grad = grad
-        self._prev = list(prev)
-        self._op = op
-
-    def __repr__(self) -> str:
-        return f"Value(data={self.data}, grad={self.grad})"
+from tests.conftest import MicrogradNode as Node
 
 
 def replayed(graph: Any) -> tuple[np.ndarray, np.ndarray]:
