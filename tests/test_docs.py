@@ -1,9 +1,9 @@
-"""Every fenced code block in README.md, docs/tutorial.md, docs/plugins.md and the example plugins'
-READMEs runs as written.
+"""Every fenced code block in README.md, every docs/*.md page, benchmarks/README.md and the example
+plugins' READMEs runs as written.
 
-Each document gets a fresh temporary directory (README.md's with a copy of examples/), and its blocks run
-there in order, in subprocesses, with this environment's ``python`` and ``graphsvc`` first on PATH. By
-language:
+Each document gets a fresh temporary directory (README.md's and docs/cli.md's with a copy of
+examples/), and its blocks run there in order, in subprocesses, with this environment's ``python`` and
+``graphsvc`` first on PATH. By language:
 
 - ``python``: a block whose first line is ``# NAME.py`` shows a file: it is written to NAME.py, for the
   blocks after it to run. A block whose first line is ``# from PATH`` quotes the repository file PATH:
@@ -45,14 +45,14 @@ from tests.conftest import graphviz_missing
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = (
     "README.md",
-    "docs/tutorial.md",
-    "docs/plugins.md",
+    *sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "docs").glob("*.md")),
+    "benchmarks/README.md",
     "plugins/graphsvc-activations/README.md",
     "plugins/graphsvc-binary/README.md",
     "plugins/graphsvc-conv/README.md",
 )
 #: What each document's directory starts with, copied from the checkout.
-COPIED = {"README.md": ("examples",)}
+COPIED = {"README.md": ("examples",), "docs/cli.md": ("examples",)}
 
 #: Commands (a whole console command, or one part of a bash `a && b` line) that never run, and why.
 SKIPPED_COMMANDS = {
