@@ -79,7 +79,12 @@ SKIPPED_COMMANDS = {
 
 #: ```text blocks, by document and the start of their first line, and why they never run.
 NEVER_RUN = {
-    ("README.md", "cli.py                the Typer app"): "the map of the source tree, not a command",
+    ("docs/architecture.md", "layers, top to bottom"): "the layers of the package drawn in text, not a command",
+    ("docs/architecture.md", "cli.py                      the Typer app"): "the map of the source tree, not a command",
+    ("benchmarks/README.md", "pip install -e '.[bench]'"): (
+        "the benchmarks' commands: each installs the tools compared or times for minutes "
+        "(tests/test_benchmarks_smoke.py runs the generators and run.py on a tiny graph)"
+    ),
 }
 
 IMAGE_OUTPUT = re.compile(r"-o\s+\S+\.(?:svg|png|pdf)\b")
