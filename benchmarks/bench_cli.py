@@ -6,7 +6,7 @@ Needs micrograd (``pip install micrograd==0.1.0``). Writes benchmarks/results/be
 part updates its own keys) and the tables benchmarks/results/bench_cli_startup.md and
 benchmarks/results/bench_cli_listing.md. ``--nodes 0`` leaves out the random DAG.
 
-Start-up (issue 13: any command on a graph under 10,000 nodes at most 2x ``python -c "import typer"``,
+Start-up (targets: any command on a graph under 10,000 nodes at most 2x ``python -c "import typer"``,
 ``graphsvc --help`` at most 1.5x):
 
 * ``python -c "import typer"``, ``python -c "import typer, numpy"`` (the floor of any command that

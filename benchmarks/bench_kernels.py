@@ -16,7 +16,7 @@ To add a group of kernels: write its cases below as functions and add a list of 
 
 Graphs (benchmarks/graphs.py): the 1,000,000-node random DAG and micrograd's MLP(W, [W, W, 1]);
 then, on the 10,000,000-node DAG, the depth-first order alone, next to numpy's own gather
-``values[parent_indices]`` in the same rounds (issue 13: the order within 3x of that gather's time).
+``values[parent_indices]`` in the same rounds (target: the order within 3x of that gather's time).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Storage of tensor graphs (issue 14): graphsvc's save and load next to safetensors and torch, in one run.
+"""Storage of tensor graphs: graphsvc's save and load next to safetensors and torch, in one run.
 
     python benchmarks/bench_storage.py [--rounds K] [--passes P] [--models mlp cnn transformer] [--dir D]
                                        [--no-cold] [--no-memory] [--no-processes] [--no-write]
@@ -108,7 +108,7 @@ LOADS = (
 )
 #: Which file each tool reads and writes (by suffix).
 SUFFIX = {"graphsvc": ".msgpack", "safetensors": ".safetensors", "torch": ".pt"}
-#: The ratios reported (numerator, denominator) and issue 14's goal for the median, if any.
+#: The ratios reported (numerator, denominator) and the goal for the median, if any.
 SAVE_RATIOS: tuple[tuple[str, str, float | None], ...] = (
     ("graphsvc.save without fsync", "safetensors.numpy.save_file", 1.0),
     ("graphsvc.save without fsync", "torch.save", 1 / 3),
@@ -136,7 +136,7 @@ PROCESS_RATIOS: tuple[tuple[str, str, float | None], ...] = (
     ("graphsvc.load", "torch.load", None),
     ("graphsvc.load", "python -c 'import numpy'", None),
 )
-#: Issue 14: a load's peak memory at most this many times the arrays' own bytes.
+#: The goal: a load's peak memory at most this many times the arrays' own bytes.
 PEAK_GOAL = 1.1
 #: The loads whose peak is measured; "then every array read" also touches every byte of the arrays.
 TOUCHED = ", then every array read"

@@ -1,4 +1,4 @@
-"""Tensor graphs (issue 14): graphsvc's replay next to hand-written numpy and PyTorch, in one run.
+"""Tensor graphs: graphsvc's replay next to hand-written numpy and PyTorch, in one run.
 
     python benchmarks/bench_tensors.py [--rounds K] [--threads T] [--models mlp cnn transformer]
         [--isolate | --keep-freed-memory]
@@ -93,7 +93,7 @@ from graphsvc.replay import arrays as tensors  # noqa: E402
 from graphsvc.replay import columns as replay  # noqa: E402
 
 RESULTS = HERE / "results"
-#: Issue 14's goal: graphsvc's replay within this factor of the hand-written numpy floor.
+#: The goal: graphsvc's replay within this factor of the hand-written numpy floor.
 GOAL = 1.05
 ALTERNATIVES = ("graphsvc replay", "graphsvc.backward", "op calls alone", "numpy by hand", "PyTorch")
 #: The ratios reported, as (numerator, denominator) times.

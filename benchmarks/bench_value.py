@@ -13,7 +13,7 @@ benchmarks/results/bench_value.json. What is timed, and how:
   are checked equal. Target: graphsvc at most 1.5x micrograd. Then ``backward()`` on each graph
   (micrograd: build_topo and each value's closure; graphsvc: trace to columns, one replay, and the
   gradients added back to the values), the gradients checked equal in the first round.
-  Targets (issue 13): building and ``backward()`` each at most 0.5x micrograd's, with the garbage
+  Targets: building and ``backward()`` each at most 0.5x micrograd's, with the garbage
   collector running.
 * **from_micrograd + save**: ``graphsvc.from_micrograd`` of micrograd's differentiated MLP and
   ``graphsvc.save`` of the result to a file (with its fsyncs), next to micrograd's own ``backward()``
@@ -57,7 +57,7 @@ from graphsvc.micrograd import from_micrograd  # noqa: E402
 from graphsvc.value import Value, trace  # noqa: E402
 
 RESULTS = HERE / "results"
-#: Issue 13's targets, graphsvc time / micrograd time: building the MLP, backward() on it (both
+#: The targets, graphsvc time / micrograd time: building the MLP, backward() on it (both
 #: with graphsvc.Value), and from_micrograd + save against micrograd's backward().
 TARGETS = {"build": 0.5, "backward": 0.5, "import_save": 1.0}
 

@@ -16,7 +16,7 @@ Three graphs (all with one output, the last node):
   a uniformly random earlier node; then a balanced tree of adds sums the last layer into the
   output (a loss). Depth is about 9 + log2(n / 11), so 26 at a million nodes.
 
-Two more graphs of ops beyond micrograd 0.1.0's (issue 14's scalar targets: every builtin op
+Two more graphs of ops beyond micrograd 0.1.0's (the scalar targets: every builtin op
 compiled), with micrograd's ``Value`` given the ``tanh`` of its lecture (:func:`micrograd_tanh`):
 
 * ``tanh_chain``: ``x = tanh(x * w + b)`` repeated ``steps`` times (``w = 0.9``, ``b = 0.1``, from

@@ -1,5 +1,5 @@
-"""The numba-compiled graph sweeps graphsvc used before its C kernels (``csrc/``), kept to measure
-the C ones against (benchmarks/bench_kernels.py, bench_replay_kernels.py); needs ``pip install numba``.
+"""Numba-compiled versions of graphsvc's graph sweeps (its C kernels are in ``csrc/``), kept to
+measure the C ones against (benchmarks/bench_kernels.py, bench_replay_kernels.py); needs ``pip install numba``.
 
 Arguments are the graph's columns: ``offsets`` (int64, N + 1) and ``parents`` (int32, E). The replay
 sweeps and the elementwise loops take the arguments of graphsvc.native.replay_kernels, ``params`` (each

@@ -1,6 +1,6 @@
 """The models of :mod:`benchmarks.tensor_models` written by hand: numpy, and PyTorch.
 
-The numpy versions are the floor issue 14 sets for a numpy engine: the forward pass keeps what the
+The numpy versions are the floor for a numpy engine: the forward pass keeps what the
 backward pass needs, and the backward pass is each layer's vector-Jacobian product written out
 (no engine, no graph), as one would write it for a single model. They compute the gradients of the
 parameters only (not of the input ``x``, which nothing needs), and fold log_softmax and the label

@@ -72,11 +72,11 @@ RESULTS = HERE / "results"
 STEPS = ("save", "load", "validate", "order", "forward", "backward")
 MEMORY_LIMIT = 150  # bytes per node at 10N
 SETTLE = 0.25  # seconds of rest before every timed run
-MEMORY_STEPS = ("save", "load", "validate", "order", "backward")  # the steps issue 5 holds to MEMORY_LIMIT
+MEMORY_STEPS = ("save", "load", "validate", "order", "backward")  # the steps held to MEMORY_LIMIT
 
 
 # -- timing ---------------------------------------------------------------------------------------
-#: Scaling (issue 13): a step's time may grow at most this many times as much as numpy's own
+#: Scaling: a step's time may grow at most this many times as much as numpy's own
 #: ``values[parent_indices]`` gather grows between the same two sizes in the same run.
 GATHER_SCALING_FACTOR = 1.5
 #: ... and the depth-first order at the largest size takes at most this many times that gather.
@@ -420,7 +420,7 @@ def run_pow_chain(bench: Bench, n: int, workdir: Path, registry: Any, result: di
 
 
 def run_scalar_ops(bench: Bench, n: int, registry: Any, result: dict[str, Any]) -> None:
-    """Issue 14's scalar graphs of ops beyond micrograd 0.1.0's (graphs.py): a chain of ``n`` steps
+    """The scalar graphs of ops beyond micrograd 0.1.0's (graphs.py): a chain of ``n`` steps
     ``x = tanh(x * w + b)`` and an ``n``-node random DAG mixing add, mul and tanh; forward against
     micrograd building the same graph, backward against micrograd's ``backward()``."""
     chain = G.tanh_chain(n)
@@ -856,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
         result["scaling"] = []
         pairs = list(zip(names, sizes, strict=True)) if relu else []
         for (a, sa), (b_, sb) in itertools.pairwise(pairs):
-            # the team's rule (issue 13): a step may grow at most 1.5x as much as numpy's own random
+            # the rule: a step may grow at most 1.5x as much as numpy's own random
             # gather grows between the same sizes in the same run (and never need be under 1.2x linear)
             gather_ratio = result["gather"][b_]["median"] / result["gather"][a]["median"]
             limit = max(GATHER_SCALING_FACTOR * gather_ratio, 1.2 * sb / sa)

@@ -1,4 +1,4 @@
-"""The three tensor models of issue 14 as graphsvc graphs, built with GraphBuilder and builtin ops.
+"""Three tensor models (an MLP, a CNN, a transformer block) as graphsvc graphs, built with GraphBuilder and builtin ops.
 
 Each builder returns a :class:`TensorModel`: the graph (its loss node is named ``loss``), the
 parameter arrays by name (the graph's ``leaf`` nodes, named the same) and the data (``x``, a const

@@ -1,7 +1,7 @@
 """One exception hierarchy, rooted at :class:`GraphsvcError`.
 
 Library code raises these; only the CLI turns them into ``Error: ...`` and an exit code.
-Each class carries the exit code the CLI uses for it (see the README's table).
+Each class carries the exit code the CLI uses for it (see the table in docs/cli.md).
 """
 
 from __future__ import annotations

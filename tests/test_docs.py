@@ -1,9 +1,9 @@
-"""Every fenced code block in README.md, docs/tutorial.md, docs/plugins.md and the example plugins'
-READMEs runs as written.
+"""Every fenced code block in README.md, every docs/*.md page, benchmarks/README.md and the example
+plugins' READMEs runs as written.
 
-Each document gets a fresh temporary directory (README.md's with a copy of examples/), and its blocks run
-there in order, in subprocesses, with this environment's ``python`` and ``graphsvc`` first on PATH. By
-language:
+Each document gets a fresh temporary directory (README.md's and docs/cli.md's with a copy of
+examples/), and its blocks run there in order, in subprocesses, with this environment's ``python`` and
+``graphsvc`` first on PATH. By language:
 
 - ``python``: a block whose first line is ``# NAME.py`` shows a file: it is written to NAME.py, for the
   blocks after it to run. A block whose first line is ``# from PATH`` quotes the repository file PATH:
@@ -44,14 +44,14 @@ from tests.conftest import ROOT, graphviz_missing
 
 DOCUMENTS = (
     "README.md",
-    "docs/tutorial.md",
-    "docs/plugins.md",
+    *sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "docs").glob("*.md")),
+    "benchmarks/README.md",
     "plugins/graphsvc-activations/README.md",
     "plugins/graphsvc-binary/README.md",
     "plugins/graphsvc-conv/README.md",
 )
 #: What each document's directory starts with, copied from the checkout.
-COPIED = {"README.md": ("examples",)}
+COPIED = {"README.md": ("examples",), "docs/cli.md": ("examples",)}
 
 #: Commands (a whole console command, or one part of a bash `a && b` line) that never run, and why.
 SKIPPED_COMMANDS = {
@@ -78,7 +78,12 @@ SKIPPED_COMMANDS = {
 
 #: ```text blocks, by document and the start of their first line, and why they never run.
 NEVER_RUN = {
-    ("README.md", "cli.py                the Typer app"): "the map of the source tree, not a command",
+    ("docs/architecture.md", "layers, top to bottom"): "the layers of the package drawn in text, not a command",
+    ("docs/architecture.md", "cli.py                      the Typer app"): "the map of the source tree, not a command",
+    ("benchmarks/README.md", "pip install -e '.[bench]'"): (
+        "the benchmarks' commands: each installs the tools compared or times for minutes "
+        "(tests/test_benchmarks_smoke.py runs the generators and run.py on a tiny graph)"
+    ),
 }
 
 IMAGE_OUTPUT = re.compile(r"-o\s+\S+\.(?:svg|png|pdf)\b")

@@ -6,6 +6,7 @@
 * micrograd_mlp.svg: the neighbourhood of the loss of a small micrograd MLP (``examples/micrograd_mlp.msgpack``,
   written here too, from ``micrograd.nn.MLP(3, [4, 4, 1])`` on the four samples of micrograd's demo, with the
   parameters named ``w{layer}.{neuron}.{input}`` and ``b{layer}.{neuron}``, the predictions ``ypred{i}``).
+* rooms.svg: the packages of graphsvc and their layers (docs/architecture.md), drawn from ``rooms.dot``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from graphsvc.console.render import render
+from graphsvc.console.render import draw, render
 from graphsvc.format import load, save
 from graphsvc.micrograd import from_micrograd
 from graphsvc.pluginhost import load_registry
@@ -49,6 +50,11 @@ def micrograd_mlp() -> Path:
     return path
 
 
+def rooms() -> None:
+    """The picture of docs/architecture.md, drawn from the DOT text written by hand beside it."""
+    (IMAGES / "rooms.svg").write_bytes(draw((IMAGES / "rooms.dot").read_text(), "svg"))
+
+
 def main() -> None:
     seed004 = load(ROOT / "examples" / "seed004.msgpack")
     registry, _ = load_registry(disable_third_party=True)
@@ -56,6 +62,7 @@ def main() -> None:
     seed004.grads = replay.backward(seed004, registry, replay.default_output(seed004), values)
     render(seed004, IMAGES / "seed004.svg")
     render(load(micrograd_mlp()), IMAGES / "micrograd_mlp.svg", around="loss", depth=3)
+    rooms()
 
 
 if __name__ == "__main__":

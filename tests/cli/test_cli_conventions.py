@@ -347,7 +347,7 @@ def test_progress_covers_from_micrograd() -> None:
     ],
 )
 def test_usage_errors_are_one_line_with_where_to_look(words: list[str], expected: str) -> None:
-    """As every error (README: one line, ``Error: ...``, exit 2 for usage), not Click's usage and hint."""
+    """As every error (docs/cli.md: one line, ``Error: ...``, exit 2 for usage), not Click's usage and hint."""
     assert invoke(*words) == (2, "", expected)
 
 

@@ -357,7 +357,7 @@ def test_an_attribute_the_op_does_not_take_is_one_line_under_forward_and_backwar
 
 
 def test_exit_codes_for_attributes_are_the_readme_s(tmp_path: Path) -> None:
-    """README: a node's attribute its op does not take, or one it needs and lacks, exits 4 (checked
+    """docs/cli.md: a node's attribute its op does not take, or one it needs and lacks, exits 4 (checked
     before the replay); a value the op refuses is the op's own error as it runs, exit 1."""
     b = GraphBuilder()
     logp, target = b.leaf(np.zeros((2, 3)), name="logp"), b.const(np.array([0, 1]), name="target")
