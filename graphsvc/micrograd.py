@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-import graphsvc
+from graphsvc import _version
 from graphsvc.errors import GraphStructureError
 from graphsvc.graph import (
     FLOAT_DTYPE,
@@ -118,7 +118,7 @@ def _from_micrograd(roots: Sequence[Any], names: Mapping[Any, str] | None, nativ
     op_table, op_codes, offsets, parents, values, grads, attrs, root_ids, named_ids = native.micrograd(
         tuple(roots), _translate, _prev, GraphStructureError, named, name_keys
     )
-    source = OpSource("graphsvc", graphsvc.__version__)
+    source = OpSource("graphsvc", _version.__version__)
     graph = graph_from_buffers(
         op_table,
         op_codes,
@@ -226,7 +226,7 @@ def _columns(
     outputs: Sequence[int],
 ) -> Graph:
     tags = [ops[i][0] for i in order]
-    source = OpSource("graphsvc", graphsvc.__version__)
+    source = OpSource("graphsvc", _version.__version__)
     return graph_from_lists(
         tags,
         (len(ordered_parents[i]) for i in order),

@@ -98,13 +98,16 @@ def require_native(name: str) -> Any:
 
 def require_compiled() -> Any:
     """The compiled kernels (graphsvc.native), for tests of them: skipped where the C extensions
-    were not built (no C compiler at install), except with ``GRAPHSVC_REQUIRE_NATIVE=1`` (as
-    ``.ci/run`` sets it), where that fails them."""
+    were not built (no C compiler at install) or not from this op table (a checkout not rebuilt),
+    except with ``GRAPHSVC_REQUIRE_NATIVE=1`` (as ``.ci/run`` sets it), where that fails them."""
     import graphsvc.native as kernels
+    from graphsvc.ops import opmath
 
     compiled = kernels._compiled()
-    if compiled is not None:
+    if compiled is not None and opmath.compiled_primitives():
         return compiled
+    if compiled is not None:
+        native_missing("graphsvc.native._creplay was built from another op table: run `python hatch_build.py`")
     native_missing("graphsvc's C extensions were not built here (pip builds them at install with a C compiler)")
 
 

@@ -22,8 +22,8 @@ import pytest
 
 import graphsvc
 from benchmarks import graphs as G
-from graphsvc.native import PRIMITIVE_ARITY, PRIMITIVES
 from graphsvc.ops import opmath
+from graphsvc.ops.opmath import PRIMITIVE_ARITY, PRIMITIVES
 from graphsvc.pluginhost import load_registry
 from graphsvc.replay import columns as replay
 from graphsvc.topo import levels, reverse_topological_order

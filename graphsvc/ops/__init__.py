@@ -122,7 +122,7 @@ class Op:
     vectorized: bool = True
     #: One line for ``graphsvc ops``, then anything a user should know (domain, ties, attributes).
     doc: str = ""
-    #: Optional: the name of a compiled primitive (:data:`graphsvc.native.PRIMITIVES`) that
+    #: Optional: the name of a compiled primitive (:data:`graphsvc.ops.opmath.PRIMITIVES`) that
     #: computes exactly what ``forward`` and ``derivatives`` compute, so large graphs replay these
     #: nodes in compiled code. Only for ops that match a primitive bit for bit.
     kernel: str | None = None
@@ -355,7 +355,7 @@ def check_op_declaration(op: object) -> Op:
     if not isinstance(op.doc, str):
         raise OpError(f"op {op.name!r}: doc must be a string, not {op.doc!r}")
     if op.kernel is not None:
-        from graphsvc.native import PRIMITIVE_ARITY
+        from graphsvc.ops.opmath import PRIMITIVE_ARITY
 
         if op.derivatives is None:
             raise OpError(f"op {op.name!r}: a kernel stands for an elementwise op, which gives derivatives")
