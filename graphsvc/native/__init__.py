@@ -6,10 +6,12 @@ run time) into the module ``graphsvc.native._cNAME``, one of :data:`EXTENSIONS`:
 memory cache of tensor replays), ``replay`` (the replay sweeps), ``table`` (a file header's walk and
 its tensor table's check), ``text`` (the listings), ``topo`` (orderings and the structure check) and
 ``walk`` (the walks over :class:`~graphsvc.value.Value` and micrograd objects). Every module that
-runs one gets it from :func:`extension`, which gives None where it was not built (no C compiler at
-install), cannot be loaded, or where ``GRAPHSVC_NATIVE=0`` turns all of them off: the caller then
-runs the pure-Python twin it keeps beside it, with the same results (the tests hold each pair to
-the same bits). ``graphsvc --version`` says which run.
+runs one gets it from :func:`extension` (of :mod:`graphsvc.native.loader`, re-exported here with
+the rest of the loader), which gives None where it was not built (no C compiler at install),
+cannot be loaded, or where ``GRAPHSVC_NATIVE=0`` turns all of them off: the caller then runs the
+pure-Python twin it keeps beside it, with the same results (the tests hold each pair to the same
+bits; only the ops that call libm may differ in their last bits without the replay extension, see
+:mod:`graphsvc.replay.columns`). ``graphsvc --version`` says which run.
 
 The sweeps' engine is chosen once at the top of a replay (:func:`engine_for`) and handed down to
 every sweep it makes in :mod:`graphsvc.replay.columns`, :mod:`graphsvc.topo` and
@@ -27,17 +29,28 @@ None of these sweeps recurses: each keeps an explicit stack in an array.
 
 from __future__ import annotations
 
-import importlib
-import os
 from functools import cache
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
-#: graphsvc's C extensions: ``csrc/NAME.c`` is the module ``graphsvc.native._cNAME``.
-EXTENSIONS = ("memory", "replay", "table", "text", "topo", "walk")
+from graphsvc.native.loader import EXTENSIONS, SWITCH, built, enabled, extension, opmath_digest
 
-#: The environment variable that turns every extension off when set to ``0``.
-SWITCH = "GRAPHSVC_NATIVE"
+__all__ = [
+    "EXTENSIONS",
+    "NARROW_LEVEL",
+    "NATIVE_THRESHOLD",
+    "REFERENCE",
+    "SWITCH",
+    "Engine",
+    "built",
+    "compiled_checks",
+    "compiled_elementwise",
+    "compiled_table",
+    "enabled",
+    "engine_for",
+    "extension",
+    "opmath_digest",
+]
 
 #: Graphs with fewer nodes use the pure-Python references (as fast there, and the oracle every
 #: compiled path is tested against).
@@ -46,43 +59,6 @@ NATIVE_THRESHOLD = 1_000
 #: Forward replay computes levels narrower than this node by node (one Python call each), wider
 #: ones one numpy call per (op, attributes) group: a deep chain is all narrow levels, an MLP layer wide.
 NARROW_LEVEL = 32
-
-
-def enabled() -> bool:
-    """False where ``GRAPHSVC_NATIVE=0`` turns the extensions off (read once per process, by the
-    first :func:`extension` call of each)."""
-    return os.environ.get(SWITCH, "1") != "0"
-
-
-@cache
-def extension(name: str) -> ModuleType | None:
-    """The C extension ``graphsvc.native._cNAME`` (``name`` one of :data:`EXTENSIONS`), loaded once;
-    None where it was not built here, cannot be loaded (built for another Python or numpy) or all
-    are turned off (``GRAPHSVC_NATIVE=0``)."""
-    if name not in EXTENSIONS:
-        raise ValueError(f"graphsvc has no C extension {name!r} (it has {', '.join(EXTENSIONS)})")
-    if not enabled():
-        return None
-    try:
-        return importlib.import_module(f"{__name__}._c{name}")
-    except Exception:  # not built, or not loadable here (the memory handler needs numpy 1.22 or later)
-        return None
-
-
-def built() -> list[str]:
-    """The names of the extensions built here, on or off, found without loading any (for
-    ``graphsvc --version``, which imports no numpy)."""
-    import importlib.util
-
-    return [name for name in EXTENSIONS if importlib.util.find_spec(f"{__name__}._c{name}") is not None]
-
-
-def opmath_digest() -> str | None:
-    """The checksum of the op table the replay extension was built from (``OPMATH_DIGEST`` of the
-    generated ``csrc/opmath.h``), or None where that extension is not in use.
-    :func:`graphsvc.ops.opmath.compiled_primitives` compares it with the table's own."""
-    replay = extension("replay")
-    return None if replay is None else str(replay.opmath_digest)
 
 
 @cache

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from graphsvc.native import extension
+from graphsvc.native.loader import extension
 
 #: The extension module (no stub: its functions take buffers and return None or an int, as below).
 _creplay: Any = extension("replay")
