@@ -17,9 +17,10 @@ micrograd keeps a node's parents in a ``set``, which loses two things:
 
 A node whose parents lead back to itself (a ``_prev`` changed into a cycle) is refused.
 
-The walk runs in C (``csrc/walk.c``, the module ``graphsvc.native._cwalk``) where that extension was built;
-:func:`_from_micrograd_reference` below is the same walk in Python, which runs where it was not, and
-which the tests compare the C walk with: the same graph, bit for bit, and the same errors.
+The walk runs in C (``csrc/walk.c``, the module ``graphsvc.native._cwalk``) where that extension is
+in use (built, and not turned off by ``GRAPHSVC_NATIVE=0``); :func:`_from_micrograd_reference` below
+is the same walk in Python, which runs where it is not, and which the tests compare the C walk
+with: the same graph, bit for bit, and the same errors.
 
 Tags: ``+`` -> ``add``, ``*`` -> ``mul``, ``**k`` -> ``pow`` with attribute ``exponent = float(k)``,
 ``ReLU`` -> ``relu``, ``tanh`` and ``exp`` (from the lecture's version of micrograd) -> ``tanh``

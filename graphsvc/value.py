@@ -22,8 +22,9 @@ any registered op, plugin ops included.
 it traces the graph (:func:`trace`) and runs :func:`graphsvc.replay.columns.backward` with the op registry's
 derivative table, the one used everywhere in graphsvc. There is no recursion limit, and a value
 used several times gets the sum of its contributions. The walk that reads the values into columns,
-and the one that adds the gradients back, run in C (``csrc/walk.c``) where that extension was built,
-else in Python (:func:`_postorder`, :func:`_graph`: the reference the tests compare the C walk with).
+and the one that adds the gradients back, run in C (``csrc/walk.c``) where that extension is in use
+(:func:`native_walk`), else in Python (:func:`_postorder`, :func:`_graph`: the reference the tests
+compare the C walk with).
 
 **The zero-gradient trap.** Like micrograd and PyTorch, ``backward`` *adds* to ``.grad``: calling
 it twice without resetting doubles every gradient. Call :func:`zero_grad` (or set ``.grad = 0``)
