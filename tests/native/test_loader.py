@@ -119,7 +119,6 @@ def test_replays_loads_and_listings_are_the_same_with_the_extensions_off(tmp_pat
         ["-m", "graphsvc", "-q", "forward", str(big), "--json"],
         ["-m", "graphsvc", "-q", "order", str(big)],
         ["-m", "graphsvc", "inspect", str(big)],
-        ["-m", "graphsvc", "validate", str(big)],
     ]
     for args in runs:
         on, off = _run(args, None), _run(args, "0")
