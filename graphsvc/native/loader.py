@@ -38,8 +38,7 @@ def extension(name: str) -> ModuleType | None:
 
 
 def built() -> list[str]:
-    """The names of the extensions built here, on or off, found without loading any (for
-    ``graphsvc --version``, which imports no numpy)."""
+    """The names of the extensions built here, on or off, found without loading any."""
     import importlib.util
 
     return [name for name in EXTENSIONS if importlib.util.find_spec(f"graphsvc.native._c{name}") is not None]
