@@ -10,8 +10,8 @@ as the reference's does.
 
 ``csrc/opmath.h``, the math of the builtin ops that ``csrc/replay.c`` compiles, is generated from
 ``graphsvc/ops/opmath.py`` and committed: after a change to that table, ``python -m graphsvc.ops.opmath``
-writes it again (tests/ops/test_opmath.py checks that it matches, and graphsvc does not use an
-extension built from another table).
+writes it again (tests/ops/test_opmath.py checks that it matches, and graphsvc runs no compiled
+primitive of an extension built from another table).
 
 For development, ``python hatch_build.py [NAME...]`` rebuilds extensions into the checkout (what
 an editable install does).
