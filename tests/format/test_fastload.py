@@ -515,7 +515,9 @@ def test_a_table_extension_built_from_older_sources_is_not_used(monkeypatch: pyt
     import types
 
     import graphsvc.native as kernels
+    from tests.conftest import require_native
 
+    require_native("table")
     stale = types.ModuleType("graphsvc.native._ctable")
     stale.tensor_views = lambda *args: None  # type: ignore[attr-defined]  # what an older build had
     monkeypatch.setitem(sys.modules, "graphsvc.native._ctable", stale)
