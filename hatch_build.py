@@ -2,15 +2,16 @@
 
 Each extension is optional. Where one cannot be built (no C compiler, no Python headers), the
 install goes on with a warning and graphsvc runs the pure-Python reference of what it would have
-done, with the same results, more slowly (``graphsvc --version`` says which run). They are compiled
-for the baseline of the machine's architecture (no ``-march=native``), so a wheel runs on any CPU of
-that architecture, and with floating-point contraction off, so every operation rounds as the
-reference's does.
+done, with the same results, more slowly (``graphsvc --version`` says which run;
+``GRAPHSVC_NATIVE=0`` turns the built ones off, the one switch of :mod:`graphsvc.native`). They are
+compiled for the baseline of the machine's architecture (no ``-march=native``), so a wheel runs on
+any CPU of that architecture, and with floating-point contraction off, so every operation rounds
+as the reference's does.
 
 ``csrc/opmath.h``, the math of the builtin ops that ``csrc/replay.c`` compiles, is generated from
 ``graphsvc/ops/opmath.py`` and committed: after a change to that table, ``python -m graphsvc.ops.opmath``
-writes it again (tests/ops/test_opmath.py checks that it matches, and graphsvc does not use an
-extension built from another table).
+writes it again (tests/ops/test_opmath.py checks that it matches, and graphsvc runs no compiled
+primitive of an extension built from another table).
 
 For development, ``python hatch_build.py [NAME...]`` rebuilds extensions into the checkout (what
 an editable install does).

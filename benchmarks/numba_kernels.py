@@ -22,8 +22,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from graphsvc.native import PRIMITIVES
 from graphsvc.ops import opmath
+from graphsvc.ops.opmath import PRIMITIVES
 
 #: The kernels, by name (the same names, arguments and results as graphsvc.native.KERNELS).
 KERNELS = (
@@ -257,7 +257,7 @@ def first_arity_mismatch(codes, offsets, arity):  # type: ignore[no-untyped-def]
 
 
 # -- primitive ops ----------------------------------------------------------------------------------
-# The primitives of graphsvc.native.PRIMITIVES (code: position + 1; 0: not a primitive), every one
+# The primitives of graphsvc.ops.opmath.PRIMITIVES (code: position + 1; 0: not a primitive), every one
 # the C kernels know: their math is generated below from graphsvc/ops/opmath.py's table, as csrc/opmath.h
 # is, out of the words of its rule language. Each word as its C spelling (opmath.WORDS[...].c)
 # computes it: IEEE results (error_model="numpy": 1/0 is inf, never an exception), libm's exp, log,

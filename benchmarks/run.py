@@ -224,13 +224,13 @@ def machine() -> dict[str, Any]:
         "msgpack": _version("msgpack"),
         "graphsvc": graphsvc.__version__,
         "commit": commit,
-        "jit": os.environ.get("GRAPHSVC_JIT", "1") != "0",
+        "native": os.environ.get("GRAPHSVC_NATIVE", "1") != "0",
     }
 
 
 # -- the benchmark -----------------------------------------------------------------------------------
 def warm_up(registry: Any, workdir: Path) -> None:
-    """Run every graphsvc step once on a graph above the JIT threshold (compile or load the cache)."""
+    """Run every graphsvc step once on a graph above the native threshold."""
     g = G.dag(60_000)
     path = workdir / "warmup.graphsvc"
     graphsvc.save(g, path)
@@ -647,7 +647,8 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; {m['os']}; Python {m['python']}, "
         f"numpy {m['numpy']}, torch {m['torch']}, micrograd {m['micrograd']}, "
-        f"msgpack {m['msgpack']}; graphsvc {m['graphsvc']} at {m['commit']} (JIT {'on' if m['jit'] else 'off'}).",
+        f"msgpack {m['msgpack']}; graphsvc {m['graphsvc']} at {m['commit']} "
+        f"(C extensions {'on' if m['native'] else 'off'}).",
         "",
         "## Graphs",
         "",

@@ -2,7 +2,7 @@
  * source; tests/ops/test_opmath.py checks this file against it).
  *
  * opmath_forward(code, x, y, p) and opmath_partials(code, x, y, out, p, &dx, &dy) of every builtin
- * elementwise op, by its code (graphsvc.native.PRIMITIVES: position + 1). Unary ops ignore y (and
+ * elementwise op, by its code (graphsvc.ops.opmath.PRIMITIVES: position + 1). Unary ops ignore y (and
  * dy); p is the op's one attribute (pow's exponent), else ignored. Compile with -ffp-contract=off:
  * each operation rounds as it does in numpy and in Python. */
 #ifndef GRAPHSVC_OPMATH_H

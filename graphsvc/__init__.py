@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from graphsvc._version import __version__
 
 __all__ = [
     "CONST",
@@ -75,7 +75,7 @@ _HOME = {
     "reverse_topological_order": "graphsvc.topo",
     "save": "graphsvc.value",
     "trace": "graphsvc.value",
-    "use_registry": "graphsvc.value",
+    "use_registry": "graphsvc.pluginhost",
     "zero_grad": "graphsvc.value",
 }
 
@@ -86,10 +86,10 @@ if TYPE_CHECKING:
     from graphsvc.hookspecs import hookimpl
     from graphsvc.micrograd import from_micrograd
     from graphsvc.ops import Op, OpRegistry
-    from graphsvc.pluginhost import PluginProblem, load_registry
+    from graphsvc.pluginhost import PluginProblem, load_registry, use_registry
     from graphsvc.replay.run import backward, forward
     from graphsvc.topo import reverse_topological_order
-    from graphsvc.value import Value, save, trace, use_registry, zero_grad
+    from graphsvc.value import Value, save, trace, zero_grad
 
 
 def __getattr__(name: str) -> Any:

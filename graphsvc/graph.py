@@ -305,8 +305,8 @@ class Graph:
                 f"column grads has {counted(len(self.grads), 'entry', plural='entries')}, expected {n}"
             )
         leaf_codes = _leaf_codes(self)
-        jit = (engine or engine_for(n)).kernels
-        if jit is None or not jit.structure_ok(
+        compiled = (engine or engine_for(n)).kernels
+        if compiled is None or not compiled.structure_ok(
             self.parent_offsets, self.parent_indices, self.op_codes, len(self.op_table), _leaf_mask(self, leaf_codes)
         ):
             self._check_columns(n, e, leaf_codes)  # names the first broken rule

@@ -17,9 +17,10 @@ micrograd keeps a node's parents in a ``set``, which loses two things:
 
 A node whose parents lead back to itself (a ``_prev`` changed into a cycle) is refused.
 
-The walk runs in C (``csrc/walk.c``, the module ``graphsvc.native._cwalk``) where that extension was built;
-:func:`_from_micrograd_reference` below is the same walk in Python, which runs where it was not, and
-which the tests compare the C walk with: the same graph, bit for bit, and the same errors.
+The walk runs in C (``csrc/walk.c``, the module ``graphsvc.native._cwalk``) where that extension is
+in use (built, and not turned off by ``GRAPHSVC_NATIVE=0``); :func:`_from_micrograd_reference` below
+is the same walk in Python, which runs where it is not, and which the tests compare the C walk
+with: the same graph, bit for bit, and the same errors.
 
 Tags: ``+`` -> ``add``, ``*`` -> ``mul``, ``**k`` -> ``pow`` with attribute ``exponent = float(k)``,
 ``ReLU`` -> ``relu``, ``tanh`` and ``exp`` (from the lecture's version of micrograd) -> ``tanh``
@@ -36,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-import graphsvc
+from graphsvc import _version
 from graphsvc.errors import GraphStructureError
 from graphsvc.graph import (
     FLOAT_DTYPE,
@@ -118,7 +119,7 @@ def _from_micrograd(roots: Sequence[Any], names: Mapping[Any, str] | None, nativ
     op_table, op_codes, offsets, parents, values, grads, attrs, root_ids, named_ids = native.micrograd(
         tuple(roots), _translate, _prev, GraphStructureError, named, name_keys
     )
-    source = OpSource("graphsvc", graphsvc.__version__)
+    source = OpSource("graphsvc", _version.__version__)
     graph = graph_from_buffers(
         op_table,
         op_codes,
@@ -226,7 +227,7 @@ def _columns(
     outputs: Sequence[int],
 ) -> Graph:
     tags = [ops[i][0] for i in order]
-    source = OpSource("graphsvc", graphsvc.__version__)
+    source = OpSource("graphsvc", _version.__version__)
     return graph_from_lists(
         tags,
         (len(ordered_parents[i]) for i in order),

@@ -49,8 +49,8 @@ from graphsvc.ops import (
     evaluate,
     interrupts_told_apart,
     local_derivatives,
+    per_element,
 )
-from graphsvc.ops.vjp import per_element
 from graphsvc.pluginhost import running_plugin_code
 from graphsvc.replay.arrays import (
     cotangent_for,
@@ -534,7 +534,7 @@ def _reversed(x: np.ndarray) -> np.ndarray:
 def _cotangents(
     op: Op, g: np.ndarray, out: np.ndarray, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]
 ) -> list[np.ndarray | None]:
-    """The op's vjp, or its elementwise derivatives as one (graphsvc.ops.vjp.elementwise_vjp, as
+    """The op's vjp, or its elementwise derivatives as one (graphsvc.ops.elementwise_vjp, as
     replay does), each checked against its input's shape."""
     what = "vjp" if op.vjp is not None else "derivatives"
     given = _vjp_call(op, g, out, inputs, attrs, None)

@@ -49,14 +49,14 @@ def reverse_topological_order(
     if algorithm not in ALGORITHMS:
         raise UsageError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
     start_array = graph.sinks() if output is None else np.array([graph.node_id(output)], dtype=np.int64)
-    jit = (engine or engine_for(graph.num_nodes)).kernels
-    if jit is not None:
+    compiled = (engine or engine_for(graph.num_nodes)).kernels
+    if compiled is not None:
         # scratch arrays from numpy, which asks for huge pages: fewer TLB misses on random access
         n, offsets, parents = graph.num_nodes, graph.parent_offsets, graph.parent_indices
         pairs, seen = np.empty(2 * n, dtype=np.int32), np.empty(n, dtype=np.bool_)
         if algorithm == "dfs":
-            return jit.dfs_postorder(start_array, offsets, parents, pairs, seen)[::-1]
-        return jit.child_count_order(start_array, offsets, parents, pairs, np.empty(n, dtype=np.int64), seen)
+            return compiled.dfs_postorder(start_array, offsets, parents, pairs, seen)[::-1]
+        return compiled.child_count_order(start_array, offsets, parents, pairs, np.empty(n, dtype=np.int64), seen)
     starts = start_array.tolist()
     offsets = graph.parent_offsets.tolist()
     parents = graph.parent_indices.tolist()
@@ -139,9 +139,9 @@ def _unique(items: Sequence[int]) -> list[int]:
 
 def levels(graph: Graph, engine: Engine | None = None) -> npt.NDArray[np.int64]:
     """Each node's level: 0 for a node without parents, else one more than its highest parent."""
-    jit = (engine or engine_for(graph.num_nodes)).kernels
-    if jit is not None:
-        return jit.levels(graph.parent_offsets, graph.parent_indices, graph.num_nodes)
+    compiled = (engine or engine_for(graph.num_nodes)).kernels
+    if compiled is not None:
+        return compiled.levels(graph.parent_offsets, graph.parent_indices, graph.num_nodes)
     level = [0] * graph.num_nodes
     offsets = graph.parent_offsets.tolist()
     parents = graph.parent_indices.tolist()
@@ -154,9 +154,9 @@ def levels(graph: Graph, engine: Engine | None = None) -> npt.NDArray[np.int64]:
 
 def ancestors(graph: Graph, output: int, engine: Engine | None = None) -> npt.NDArray[np.bool_]:
     """Mask of ``output`` and every node it depends on."""
-    jit = (engine or engine_for(graph.num_nodes)).kernels
-    if jit is not None:
-        return jit.ancestors(graph.parent_offsets, graph.parent_indices, output, graph.num_nodes)
+    compiled = (engine or engine_for(graph.num_nodes)).kernels
+    if compiled is not None:
+        return compiled.ancestors(graph.parent_offsets, graph.parent_indices, output, graph.num_nodes)
     mask = bytearray(graph.num_nodes)
     mask[output] = 1
     offsets = graph.parent_offsets.tolist()

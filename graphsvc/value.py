@@ -22,22 +22,23 @@ any registered op, plugin ops included.
 it traces the graph (:func:`trace`) and runs :func:`graphsvc.replay.columns.backward` with the op registry's
 derivative table, the one used everywhere in graphsvc. There is no recursion limit, and a value
 used several times gets the sum of its contributions. The walk that reads the values into columns,
-and the one that adds the gradients back, run in C (``csrc/walk.c``) where that extension was built,
-else in Python (:func:`_postorder`, :func:`_graph`: the reference the tests compare the C walk with).
+and the one that adds the gradients back, run in C (``csrc/walk.c``) where that extension is in use
+(:func:`native_walk`), else in Python (:func:`_postorder`, :func:`_graph`: the reference the tests
+compare the C walk with).
 
 **The zero-gradient trap.** Like micrograd and PyTorch, ``backward`` *adds* to ``.grad``: calling
 it twice without resetting doubles every gradient. Call :func:`zero_grad` (or set ``.grad = 0``)
 before each backward pass. One difference from micrograd: the output's own ``.grad`` accumulates
 too (micrograd resets it to 1), so the rule has no exception.
 
-The registry is the one :func:`graphsvc.pluginhost.load_registry` returns (builtins plus installed
-plugins and ``GRAPHSVC_PLUGINS``), loaded on first use; :func:`use_registry` replaces it.
+The registry is :func:`graphsvc.pluginhost.default_registry`, the one
+:func:`graphsvc.pluginhost.load_registry` returns (builtins plus installed plugins and
+``GRAPHSVC_PLUGINS``), loaded on first use; :func:`use_registry` replaces it (both are re-exported here).
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from numbers import Real
@@ -52,6 +53,7 @@ from graphsvc.ops.opmath import python_forward
 if TYPE_CHECKING:
     from graphsvc.graph import Graph
     from graphsvc.ops import OpRegistry
+    from graphsvc.pluginhost import default_registry, use_registry
 
 __all__ = ["Value", "default_registry", "save", "trace", "use_registry", "zero_grad"]
 
@@ -259,6 +261,7 @@ class Value:
         import numpy as np
 
         from graphsvc.ops import evaluate
+        from graphsvc.pluginhost import default_registry
 
         op = default_registry().get(op_name)
         parents = (self, *(o if isinstance(o, Value) else _const(o) for o in others))
@@ -283,6 +286,7 @@ class Value:
 
         Gradients accumulate: see the module docstring on the zero-gradient trap.
         """
+        from graphsvc.pluginhost import default_registry
         from graphsvc.replay.columns import backward
 
         registry = default_registry()
@@ -316,49 +320,24 @@ def _const(number: object) -> Value:
 
 
 # -- the registry -------------------------------------------------------------------------------
-_registry: OpRegistry | None = None
+def __getattr__(name: str) -> Any:
+    """:func:`default_registry` and :func:`use_registry`, :mod:`graphsvc.pluginhost`'s (where the
+    default registry is kept), imported when first asked for: importing this module imports
+    neither numpy nor the plugin host."""
+    if name in ("default_registry", "use_registry"):
+        from graphsvc import pluginhost
 
-
-def default_registry() -> OpRegistry:
-    """The registry :class:`Value` uses, loaded with :func:`graphsvc.pluginhost.load_registry` on first use.
-
-    :func:`graphsvc.forward` and :func:`graphsvc.backward` use it too. A plugin that fails to load
-    is reported as a :class:`RuntimeWarning` of one line, not an error.
-    """
-    global _registry
-    if _registry is None:
-        from graphsvc.pluginhost import load_registry
-        from graphsvc.text import one_line
-
-        registry, problems = load_registry()
-        for problem in problems:
-            warnings.warn(one_line(str(problem)), RuntimeWarning, stacklevel=2)
-        _registry = registry
-    return _registry
-
-
-def use_registry(registry: OpRegistry | None) -> None:
-    """Make :class:`Value` use ``registry`` (``None``: load the default again on next use).
-
-    >>> from graphsvc.pluginhost import load_registry
-    >>> registry, problems = load_registry(["myops.py"])  # doctest: +SKIP
-    >>> use_registry(registry)  # doctest: +SKIP
-    """
-    from graphsvc.ops import expect_registry
-
-    expect_registry(registry)
-    global _registry
-    _registry = registry
+        return getattr(pluginhost, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- walking the graph ----------------------------------------------------------------------------
 def native_walk() -> ModuleType | None:
-    """The C walks (``graphsvc.native._cwalk``, from ``csrc/walk.c``), or None where that extension was not built."""
-    try:
-        from graphsvc.native import _cwalk
-    except ImportError:
-        return None
-    return _cwalk
+    """The C walks (``graphsvc.native._cwalk``, from ``csrc/walk.c``), or None where that extension
+    is not in use (not built, or ``GRAPHSVC_NATIVE=0``)."""
+    from graphsvc.native import extension
+
+    return extension("walk")
 
 
 def _traced(
@@ -492,6 +471,8 @@ def trace(*outputs: Value, registry: OpRegistry | None = None) -> Graph:
         if not isinstance(output, Value):
             raise TypeError(f"trace() takes Values, not {type(output).__name__}")
     if registry is None:  # not `registry or ...`: an empty registry is falsy
+        from graphsvc.pluginhost import default_registry
+
         registry = default_registry()
     else:
         from graphsvc.ops import expect_registry

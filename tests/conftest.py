@@ -111,27 +111,43 @@ def native_missing(reason: str) -> NoReturn:
 
 
 def require_native(name: str) -> Any:
-    """The C extension ``graphsvc.native._cNAME``, for tests of it: skipped where it was not built, failed
-    under ``GRAPHSVC_REQUIRE_NATIVE=1`` (as for :func:`require_compiled`)."""
+    """The C extension ``graphsvc.native._cNAME`` as graphsvc.native's loader gives it, for tests of
+    it: skipped where ``GRAPHSVC_NATIVE=0`` turns the extensions off, and where it was not built,
+    which fails under ``GRAPHSVC_REQUIRE_NATIVE=1`` (as for :func:`require_compiled`)."""
     import importlib
 
+    from graphsvc import native
+
+    module = native.extension(name)
+    if module is not None:
+        return module
+    if not native.enabled():
+        pytest.skip(f"{native.SWITCH}=0 turns graphsvc's C extensions off")
     try:
-        return importlib.import_module(f"graphsvc.native._c{name}")
-    except ImportError as exc:
-        native_missing(
-            f"graphsvc.native._c{name} was not built here ({exc}; pip builds it at install with a C compiler)"
-        )
+        importlib.import_module(f"graphsvc.native._c{name}")
+    except Exception as exc:
+        reason = str(exc)
+    else:
+        reason = "it loads, but not through graphsvc.native.extension"
+    native_missing(
+        f"graphsvc.native._c{name} was not built here ({reason}; pip builds it at install with a C compiler)"
+    )
 
 
 def require_compiled() -> Any:
     """The compiled kernels (graphsvc.native), for tests of them: skipped where the C extensions
-    were not built (no C compiler at install), except with ``GRAPHSVC_REQUIRE_NATIVE=1`` (as
-    ``.ci/run`` sets it), where that fails them."""
+    were not built (no C compiler at install) or not from this op table (a checkout not rebuilt),
+    except with ``GRAPHSVC_REQUIRE_NATIVE=1`` (as ``.ci/run`` sets it), where that fails them."""
     import graphsvc.native as kernels
+    from graphsvc.ops import opmath
 
+    if not kernels.enabled():
+        pytest.skip(f"{kernels.SWITCH}=0 turns graphsvc's C extensions off")
     compiled = kernels._compiled()
-    if compiled is not None:
+    if compiled is not None and opmath.compiled_primitives():
         return compiled
+    if compiled is not None:
+        native_missing("graphsvc.native._creplay was built from another op table: run `python hatch_build.py`")
     native_missing("graphsvc's C extensions were not built here (pip builds them at install with a C compiler)")
 
 

@@ -26,11 +26,11 @@ hold the two to the same bytes. Names and op tags are escaped here in Python eit
 from __future__ import annotations
 
 from collections.abc import Iterator
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from graphsvc.native import extension
 from graphsvc.text import escape, json_escaped, needs_escape
 
 if TYPE_CHECKING:  # only in annotations: the CLI's start-up does not import numpy.typing or json
@@ -42,15 +42,9 @@ if TYPE_CHECKING:  # only in annotations: the CLI's start-up does not import num
 CHUNK = 1 << 16
 
 
-def _native() -> ModuleType | None:
-    try:
-        from graphsvc.native import _ctext
-    except ImportError:  # not built (no C compiler at install): the references below run
-        return None
-    return _ctext
-
-
-_ctext = _native()
+#: ``graphsvc.native._ctext``, or None where it is not in use (not built, or ``GRAPHSVC_NATIVE=0``):
+#: the references below run.
+_ctext = extension("text")
 
 #: Do :func:`text` and :func:`json_objects` run the C extension (else the pure-Python references)?
 NATIVE = _ctext is not None

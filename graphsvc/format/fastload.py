@@ -436,7 +436,8 @@ def _native_scan(
     return Layout(rest, rest_entries, count, tuple(ColumnSpan(*column) for column in columns), data)
 
 
-#: ``graphsvc.native._ctable``, whose ``scan`` is :func:`_walk`'s C twin, or None where it was not built.
+#: ``graphsvc.native._ctable``, whose ``scan`` is :func:`_walk`'s C twin, or None where it is not in use
+#: (:func:`graphsvc.native.compiled_table`).
 _ctable = compiled_table()
 #: The keys the C walk looks for, as msgpack holds them: nodes, count, tensors, pad, data; a
 #: column's fields.

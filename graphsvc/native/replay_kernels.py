@@ -1,11 +1,11 @@
 """The compiled replay sweeps (C, in ``csrc/replay.c``), as their callers in :mod:`graphsvc.replay.columns`
 call them, each the twin of a pure-Python reference there: each allocates its results with numpy
 and runs the C loop. Import only through :mod:`graphsvc.native`; raises ImportError where the
-extension was not built.
+extension is not in use (not built, or turned off).
 
 Arguments are the graph's columns: ``offsets`` (int64, N + 1), ``parents`` (int32, E), ``codes``
 (uint16, N), ``values`` (float64, N); ``table`` (int8) maps an op code to its primitive and ``kinds``
-(int8, N) gives each node's (0: not a primitive; codes in :data:`graphsvc.native.PRIMITIVES`);
+(int8, N) gives each node's (0: not a primitive; codes in :data:`graphsvc.ops.opmath.PRIMITIVES`);
 ``params`` (float64, N, or None when no node needs one) holds each node's parameter, for the
 primitives that take one (``pow``'s exponent).
 
@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from graphsvc.native import _creplay as _extension
+from graphsvc.native.loader import extension
 
 #: The extension module (no stub: its functions take buffers and return None or an int, as below).
-_creplay: Any = _extension
-#: The checksum of the op table the extension was built from (:func:`graphsvc.ops.opmath.digest`).
-OPMATH_DIGEST: str = _creplay.opmath_digest
+_creplay: Any = extension("replay")
+if _creplay is None:
+    raise ImportError("graphsvc.native._creplay is not in use here (not built, or GRAPHSVC_NATIVE=0)")
 
 __all__ = [
     "backward_primitives",

@@ -2,7 +2,8 @@
 :mod:`graphsvc.topo`, :mod:`graphsvc.graph` and :mod:`graphsvc.replay.columns` call them: each allocates its
 results (and the scratch its caller does not pass) with numpy and runs the C loop. Each is the
 twin of a pure-Python reference beside its caller (the tests compare the two). Import only through
-:mod:`graphsvc.native`; raises ImportError where the extension was not built.
+:mod:`graphsvc.native`; raises ImportError where the extension is not in use (not built, or
+turned off).
 
 The C loops check every length and every index they follow: broken columns raise ValueError,
 never read outside the arrays.
@@ -15,10 +16,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from graphsvc.native import _ctopo as _extension
+from graphsvc.native.loader import extension
 
 #: The extension module (no stub: its functions take buffers, and return None, an int or a bool).
-_ctopo: Any = _extension
+_ctopo: Any = extension("topo")
+if _ctopo is None:
+    raise ImportError("graphsvc.native._ctopo is not in use here (not built, or GRAPHSVC_NATIVE=0)")
 
 __all__ = [
     "ancestors",

@@ -15,7 +15,7 @@ Any op may instead give a *vector-Jacobian product*, the contract of autograd's 
   respect to that input, given ``g``, its gradient with respect to the output (same shape as
   ``out``). ``None`` marks an input that gets no gradient (an int64 index input). On tensor nodes
   graphsvc calls ``vjp`` when an op has one; an elementwise op's ``derivatives`` are turned into
-  a VJP (``g * partial``, broadcast dimensions summed back: :func:`graphsvc.ops.vjp.unbroadcast`).
+  a VJP (``g * partial``, broadcast dimensions summed back: :func:`unbroadcast`; :func:`elementwise_vjp`).
   An op with only a ``vjp`` works on tensor graphs (a graph of scalars that uses it is replayed as
   one, node by node, with 0-d arrays). A ``vjp`` that declares a parameter ``needs_input_grad`` is
   given a tuple of bools, one per input (PyTorch's ``ctx.needs_input_grad``): an input whose entry
@@ -91,10 +91,13 @@ __all__ = [
     "UserInterrupt",
     "check_op_declaration",
     "describe_source",
+    "elementwise_vjp",
     "evaluate",
     "evaluate_node",
     "interrupts_told_apart",
     "local_derivatives",
+    "per_element",
+    "unbroadcast",
 ]
 
 #: Longest part of a plugin's exception text that goes into a message.
@@ -122,7 +125,7 @@ class Op:
     vectorized: bool = True
     #: One line for ``graphsvc ops``, then anything a user should know (domain, ties, attributes).
     doc: str = ""
-    #: Optional: the name of a compiled primitive (:data:`graphsvc.native.PRIMITIVES`) that
+    #: Optional: the name of a compiled primitive (:data:`graphsvc.ops.opmath.PRIMITIVES`) that
     #: computes exactly what ``forward`` and ``derivatives`` compute, so large graphs replay these
     #: nodes in compiled code. Only for ops that match a primitive bit for bit.
     kernel: str | None = None
@@ -199,13 +202,11 @@ class Op:
     @cached_property
     def tensor_vjp(self) -> VJP:
         """What the tensor replay calls for this op's gradient: its ``vjp``, or one derived from its
-        ``derivatives`` (:func:`graphsvc.ops.vjp.elementwise_vjp`), with the keywords it declares;
+        ``derivatives`` (:func:`elementwise_vjp`), with the keywords it declares;
         worked out on first use and kept with the op (reading a signature costs more than many a
         VJP)."""
         if self.vjp is not None:
             return VJP.of(self.vjp)
-        from graphsvc.ops.vjp import elementwise_vjp  # vjp builds on this module
-
         return VJP.of(elementwise_vjp(self))
 
 
@@ -355,7 +356,7 @@ def check_op_declaration(op: object) -> Op:
     if not isinstance(op.doc, str):
         raise OpError(f"op {op.name!r}: doc must be a string, not {op.doc!r}")
     if op.kernel is not None:
-        from graphsvc.native import PRIMITIVE_ARITY
+        from graphsvc.ops.opmath import PRIMITIVE_ARITY
 
         if op.derivatives is None:
             raise OpError(f"op {op.name!r}: a kernel stands for an elementwise op, which gives derivatives")
@@ -701,3 +702,93 @@ def expect_registry(registry: object) -> None:
         else ""
     )
     raise TypeError(f"registry must be an OpRegistry, not {type(registry).__name__}{hint}")
+
+
+# -- the VJPs derived from an op's derivatives, and broadcasting undone -----------------------------------
+def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``g`` over the dimensions that broadcasting added to or stretched in an input of ``shape``
+    (autograd's ``unbroadcast``): the gradient of that input."""
+    if g.shape == shape:
+        return g
+    extra = g.ndim - len(shape)
+    if extra > 0:
+        g = g.sum(axis=tuple(range(extra)))
+    stretched = tuple(axis for axis, size in enumerate(shape) if size == 1 and g.shape[axis] != 1)
+    if stretched:
+        g = g.sum(axis=stretched, keepdims=True)
+    return g
+
+
+def elementwise_vjp(op: Op) -> Callable[..., Sequence[Any]]:
+    """The VJP of an elementwise op from its local derivatives: ``g * d out/d input_i``, summed
+    back to each input's shape."""
+    derivatives = op.derivatives
+    assert derivatives is not None
+    over_arrays = None if op.vectorized else per_element(op, "derivatives")
+    from graphsvc.ops import opmath  # the op table: imported by the first op whose VJP is derived
+
+    # An op whose kernel is a primitive with constant derivatives (add, sub, neg) computes what that
+    # primitive computes: its partials are those numbers, and need no call per node.
+    constants = opmath.constant_partials(op.kernel) if op.kernel in opmath.RULES and op.vectorized else None
+
+    def vjp(
+        g: np.ndarray,
+        out: np.ndarray,
+        *inputs: np.ndarray,
+        needs_input_grad: Sequence[bool] | None = None,
+        **attrs: Any,
+    ) -> list[np.ndarray | None]:
+        partials: Any
+        if constants is not None and not attrs and len(inputs) == len(constants):
+            partials = constants
+        elif over_arrays is None:  # a failure is a ReplayError naming the op, as in the column engine
+            partials = _call_one(op, "derivatives", derivatives, [*inputs, out], attrs)
+        else:
+            partials = over_arrays(*inputs, out, **attrs)
+        if not isinstance(partials, (tuple, list)) or len(partials) != len(inputs):
+            count = len(partials) if isinstance(partials, (tuple, list)) else type(partials).__name__
+            raise ReplayError(
+                f"op {op.name!r} ({op.source}): derivatives returned {count}, "
+                f"expected a tuple of {len(inputs)} partial derivatives"
+            )
+        wanted = needs_input_grad or (True,) * len(inputs)
+        return [
+            unbroadcast(_times(g, d), x.shape) if want else None
+            for d, x, want in zip(partials, inputs, wanted, strict=True)
+        ]
+
+    return vjp
+
+
+def _times(g: np.ndarray, partial: Any) -> np.ndarray:
+    """``g * partial`` in ``g``'s dtype: a partial of 1.0 (``add``) or a float64 array (``max``'s
+    tie rule) must not turn a float32 gradient into float64."""
+    if isinstance(partial, (int, float)):
+        if partial == 1:
+            return g
+        if partial == -1:
+            return -g
+        return g * partial
+    if partial.dtype == g.dtype or partial.dtype == bool:  # the product is in g's dtype already
+        return np.multiply(g, partial)
+    return np.multiply(g, partial, dtype=g.dtype)
+
+
+def per_element(op: Op, what: str) -> Callable[..., Any]:
+    """A per-element op's ``forward`` (``what="forward"``) or ``derivatives`` over arrays that
+    broadcast: the elements go through :func:`graphsvc.ops.evaluate` / ``local_derivatives`` (the
+    column engine's per-element loop and its checks of what the op returns), the results come back
+    in the inputs' shape and float dtype (float32 stays float32; integers give float64)."""
+
+    def over_arrays(*args: np.ndarray, **attrs: Any) -> Any:
+        floats = [a.dtype for a in args if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+        dtype = np.result_type(*floats) if floats else np.dtype(np.float64)
+        arrays = np.broadcast_arrays(*args)
+        shape = arrays[0].shape
+        columns = [np.array(a, dtype=np.float64).reshape(-1) for a in arrays]
+        if what == "forward":
+            return evaluate(op, columns, attrs).reshape(shape).astype(dtype)
+        partials = local_derivatives(op, columns[:-1], columns[-1], attrs)
+        return tuple(np.asarray(d).reshape(shape).astype(dtype) for d in partials)
+
+    return over_arrays

@@ -7,10 +7,11 @@ from that table (:func:`graphsvc.ops.opmath.numpy_functions`), as are the compil
 them (each op's ``kernel`` is its own name) and :class:`graphsvc.value.Value`'s arithmetic. The
 derivatives receive the inputs, then the output ``out``, then the node's attributes as keywords, and
 return one partial derivative per input. They work on numpy arrays (every node of an op at once),
-with broadcasting. Where the C extension is built, the float64 forward and derivatives of the ops
-that are not correctly rounded (exp, log, pow, sin, cos, tanh, sigmoid) run through its elementwise
-loop (:func:`graphsvc.native.replay_kernels.elementwise`), the code the compiled sweeps run, so a node gets
-the same bits on every path; other dtypes (float32 tensors) use numpy.
+with broadcasting. Where the C extension is in use (and built from this table), the float64 forward
+and derivatives of the ops that are not correctly rounded (exp, log, pow, sin, cos, tanh, sigmoid)
+run through its elementwise loop (:func:`graphsvc.native.replay_kernels.elementwise`), the code the
+compiled sweeps run, so a node gets the same bits on every path; other dtypes (float32 tensors) use
+numpy.
 
 The tensor ops (numpy's names and semantics) come after them, each with its vector-Jacobian
 product ``vjp(g, out, *inputs, **attrs)`` (see :mod:`graphsvc.ops`). ``amax`` with several maxima
@@ -52,10 +53,10 @@ def _through_c(name: str, numpy_function: Callable[..., Any], *, partials: bool 
 
     @functools.wraps(numpy_function)
     def run(*inputs: Any, **attrs: Any) -> Any:
-        jit = kernels.compiled_elementwise()
+        compiled = kernels.compiled_elementwise() if opmath.compiled_primitives() else None
         param = attrs.get(rule.attrs[0], None) if rule.attrs else 0.0
         if (
-            jit is None
+            compiled is None
             or len(attrs) != len(rule.attrs)
             or not isinstance(param, Real)
             or isinstance(param, bool)
@@ -67,8 +68,8 @@ def _through_c(name: str, numpy_function: Callable[..., Any], *, partials: bool 
         columns = [np.ascontiguousarray(x).reshape(-1) for x in arrays]
         x, y = columns[0], columns[1 if rule.arity == 2 else 0]
         if not partials:
-            return jit.elementwise(code, x, y, float(param)).reshape(shape)
-        dx, dy = jit.elementwise_partials(code, x, y, columns[-1], float(param))
+            return compiled.elementwise(code, x, y, float(param)).reshape(shape)
+        dx, dy = compiled.elementwise_partials(code, x, y, columns[-1], float(param))
         return (dx.reshape(shape), dy.reshape(shape)) if rule.arity == 2 else (dx.reshape(shape),)
 
     return run
@@ -174,7 +175,7 @@ def _matmul_vjp(
     y2 = y[:, np.newaxis] if y.ndim == 1 else y
     g2 = np.expand_dims(g, -2) if x.ndim == 1 else g
     g2 = np.expand_dims(g2, -1) if y.ndim == 1 else g2
-    from graphsvc.ops.vjp import unbroadcast  # here: a graph of scalars never loads it
+    from graphsvc.ops import unbroadcast  # here: a graph of scalars never loads it
 
     gx = unbroadcast(g2 @ np.swapaxes(y2, -1, -2), x2.shape).reshape(x.shape) if need_x else None
     gy = unbroadcast(np.swapaxes(x2, -1, -2) @ g2, y2.shape).reshape(y.shape) if need_y else None
@@ -182,7 +183,7 @@ def _matmul_vjp(
 
 
 def _broadcast_to_vjp(g: np.ndarray, out: np.ndarray, x: np.ndarray, shape: Sequence[int]) -> tuple[np.ndarray]:
-    from graphsvc.ops.vjp import unbroadcast
+    from graphsvc.ops import unbroadcast
 
     return (unbroadcast(g, x.shape),)
 

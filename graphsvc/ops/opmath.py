@@ -9,7 +9,8 @@ these ops is derived from the table:
 * the numpy functions of :mod:`graphsvc.ops.builtin` (:func:`numpy_functions`), on arrays;
 * the compiled kernels: ``python -m graphsvc.ops.opmath`` writes ``csrc/opmath.h`` (:func:`c_header`),
   the switch of every op's forward and derivatives that the sweeps of ``csrc/replay.c`` use;
-  ``tests/ops/test_opmath.py`` checks that the committed header is what the table gives;
+  ``tests/ops/test_opmath.py`` checks that the committed header is what the table gives, and
+  :func:`compiled_primitives` that the built extension is (else no primitive runs compiled);
 * the Python float arithmetic of :class:`graphsvc.value.Value` (:func:`python_forward`).
 
 Each word is defined once per backend (numpy, C, Python floats), with IEEE results everywhere:
@@ -38,6 +39,8 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from graphsvc import native
 
 if TYPE_CHECKING:
     import ast
@@ -93,6 +96,17 @@ RULES: dict[str, Rule] = {
 
 #: The ops in order: position + 1 is an op's code in the compiled kernels (0: not compiled).
 CODES: dict[str, int] = {name: code for code, name in enumerate(RULES, start=1)}
+
+#: The primitives the compiled replay knows, by the name an op gives as its ``kernel``, with the
+#: number of inputs of each: the ops of :data:`RULES`. An op may name one only if its forward and
+#: derivatives compute exactly what the primitive computes (the builtin ops of the same names do:
+#: they are derived from this table). A primitive with an attribute (``pow``'s ``exponent``) takes it
+#: as a per-node parameter.
+PRIMITIVE_ARITY: dict[str, int] = {name: rule.arity for name, rule in RULES.items()}
+#: The same names in order: position + 1 is the primitive's code (:data:`CODES`, ``csrc/opmath.h``).
+PRIMITIVES: tuple[str, ...] = tuple(RULES)
+#: The attributes each primitive takes, as per-node parameters (at most one: ``pow``'s ``exponent``).
+PRIMITIVE_ATTRS: dict[str, tuple[str, ...]] = {name: rule.attrs for name, rule in RULES.items()}
 
 
 # -- the words, once per backend -----------------------------------------------------------------
@@ -464,6 +478,16 @@ def digest() -> str:
     return f"{zlib.crc32(text.encode()):08x}"
 
 
+@cache
+def compiled_primitives() -> bool:
+    """Whether the compiled kernels compute this table's primitives: the replay extension is in use
+    (:func:`graphsvc.native.extension`) and was built from this table (its checksum,
+    :func:`graphsvc.native.opmath_digest`, is :func:`digest`). Where it was built from another table
+    (a checkout not rebuilt after the table changed), no primitive runs compiled: the replay's
+    sweeps call every op's functions and the builtin ops run numpy's loops, as with the extension off."""
+    return native.opmath_digest() == digest()
+
+
 def c_header() -> str:
     """The text of ``csrc/opmath.h``."""
     lines = [
@@ -471,7 +495,7 @@ def c_header() -> str:
         " * source; tests/ops/test_opmath.py checks this file against it).",
         " *",
         " * opmath_forward(code, x, y, p) and opmath_partials(code, x, y, out, p, &dx, &dy) of every builtin",
-        " * elementwise op, by its code (graphsvc.native.PRIMITIVES: position + 1). Unary ops ignore y (and",
+        " * elementwise op, by its code (graphsvc.ops.opmath.PRIMITIVES: position + 1). Unary ops ignore y (and",
         " * dy); p is the op's one attribute (pow's exponent), else ignored. Compile with -ffp-contract=off:",
         " * each operation rounds as it does in numpy and in Python. */",
         "#ifndef GRAPHSVC_OPMATH_H",
@@ -545,7 +569,7 @@ def c_header() -> str:
     return "\n".join(lines)
 
 
-HEADER = Path(__file__).resolve().parent.parent / "csrc" / "opmath.h"
+HEADER = Path(__file__).resolve().parents[2] / "csrc" / "opmath.h"
 
 
 def main(argv: list[str]) -> int:

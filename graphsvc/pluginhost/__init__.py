@@ -23,6 +23,10 @@ registered it; its ops are staged and committed only if the hook returns without
 (an import that fails, a hook that raises, a hook with the wrong signature, a malformed op, an op
 name that is already taken) are returned as :class:`PluginProblem`; with ``strict=True`` the first
 one raises :class:`~graphsvc.errors.PluginError` (exit code 4).
+
+The registry used where none is given (:class:`~graphsvc.value.Value`, :func:`graphsvc.forward`,
+:func:`graphsvc.backward`) is :func:`default_registry`, ``load_registry()``'s, loaded on first use;
+:func:`use_registry` replaces it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import os
 import re
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -44,6 +49,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import pluggy
 
+from graphsvc import _version
 from graphsvc.errors import OpError, PluginError
 from graphsvc.ops import (
     BUILTIN_PLUGIN,
@@ -52,12 +58,21 @@ from graphsvc.ops import (
     check_op_declaration,
     describe_exception,
     duplicate_message,
+    expect_registry,
     interrupts_told_apart,
     is_user_interrupt,
 )
-from graphsvc.text import counted, listed, shorten
+from graphsvc.text import counted, listed, one_line, shorten
 
-__all__ = ["ENTRY_POINT_GROUP", "PluginProblem", "load_registry", "plugin_output_to_stderr", "running_plugin_code"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PluginProblem",
+    "default_registry",
+    "load_registry",
+    "plugin_output_to_stderr",
+    "running_plugin_code",
+    "use_registry",
+]
 
 #: The entry-point group third-party distributions declare their plugin module in.
 ENTRY_POINT_GROUP = "graphsvc"
@@ -108,7 +123,6 @@ def load_registry(
     found (empty when everything loaded). With ``strict=True`` the first problem raises
     :class:`~graphsvc.errors.PluginError` instead.
     """
-    import graphsvc
     from graphsvc import hookspecs
     from graphsvc.ops import builtin as builtin_ops
 
@@ -117,11 +131,41 @@ def load_registry(
     manager.add_hookspecs(hookspecs)
     loader = _Loader(manager, OpRegistry(), strict)
     with running_plugin_code():
-        loader.load(_Candidate("graphsvc", lambda: builtin_ops, BUILTIN_PLUGIN, graphsvc.__version__))
+        loader.load(_Candidate("graphsvc", lambda: builtin_ops, BUILTIN_PLUGIN, _version.__version__))
         if not (disable_third_party or os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUE):
             for candidate in _third_party(extra):
                 loader.load(candidate)
     return loader.registry, loader.problems
+
+
+# -- the default registry ---------------------------------------------------------------------------
+_registry: OpRegistry | None = None
+
+
+def default_registry() -> OpRegistry:
+    """The registry used where none is given (:class:`graphsvc.value.Value`, :func:`graphsvc.forward`,
+    :func:`graphsvc.backward`): :func:`load_registry`'s, loaded on first use, until
+    :func:`use_registry` replaces it. A plugin that fails to load is reported as a
+    :class:`RuntimeWarning` of one line, not an error."""
+    global _registry
+    if _registry is None:
+        registry, problems = load_registry()
+        for problem in problems:
+            warnings.warn(one_line(str(problem)), RuntimeWarning, stacklevel=2)
+        _registry = registry
+    return _registry
+
+
+def use_registry(registry: OpRegistry | None) -> None:
+    """Make ``registry`` the default (``None``: load the default again on next use).
+
+    >>> from graphsvc.pluginhost import load_registry
+    >>> registry, problems = load_registry(["myops.py"])  # doctest: +SKIP
+    >>> use_registry(registry)  # doctest: +SKIP
+    """
+    expect_registry(registry)
+    global _registry
+    _registry = registry
 
 
 @contextlib.contextmanager

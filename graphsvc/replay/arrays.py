@@ -40,8 +40,8 @@ from graphsvc.ops import (
     describe_exception,
     interrupts_told_apart,
     is_user_interrupt,
+    per_element,
 )
-from graphsvc.ops.vjp import per_element
 from graphsvc.replay import memory
 from graphsvc.replay.compare import differences
 from graphsvc.text import counted, escape

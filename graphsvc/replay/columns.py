@@ -29,7 +29,7 @@ on every CPU numpy dispatches to, compiled or not. The others (``exp``, ``log``,
 for float64 arrays through its elementwise loop, the code the compiled sweeps run, so every path
 gives the same bits on one machine, and :class:`~graphsvc.value.Value` (libm through ``math``) gives
 them too. What is not promised: those ops' last bits from one machine (libm) to another, or with the
-extension off (``GRAPHSVC_JIT=0``: numpy's loops) against with it on; and nan's sign and payload.
+extension off (``GRAPHSVC_NATIVE=0``: numpy's loops) against with it on; and nan's sign and payload.
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ import numpy.typing as npt
 
 from graphsvc.errors import MissingOpsError, OpError, ReplayError, UsageError
 from graphsvc.graph import LEAF_TAGS, Graph
-from graphsvc.native import PRIMITIVE_ATTRS, PRIMITIVES, Engine, engine_for
+from graphsvc.native import Engine, engine_for
 from graphsvc.ops import Op, OpRegistry, evaluate, evaluate_node, local_derivatives
+from graphsvc.ops.opmath import PRIMITIVE_ATTRS, PRIMITIVES, compiled_primitives
 from graphsvc.pluginhost import running_plugin_code
 from graphsvc.text import ITEM_CHARS, counted, escape, listed, shorten
 from graphsvc.topo import ancestors, levels
@@ -92,9 +93,9 @@ def resolve_ops(graph: Graph, registry: OpRegistry, engine: Engine | None = None
     # One pass over the nodes: each node's expected parent count by its op code (leaves: their
     # count, which Graph.check already holds at 0).
     arity_of_code = np.array([-1 if op is None or op.variadic else op.arity for op in ops], dtype=np.int64)
-    jit = (engine or engine_for(graph.num_nodes)).kernels
-    if jit is not None:
-        node = int(jit.first_arity_mismatch(graph.op_codes, graph.parent_offsets, arity_of_code))
+    compiled = (engine or engine_for(graph.num_nodes)).kernels
+    if compiled is not None:
+        node = int(compiled.first_arity_mismatch(graph.op_codes, graph.parent_offsets, arity_of_code))
     else:
         arity = arity_of_code[graph.op_codes]
         wrong = np.flatnonzero((arity >= 0) & (arity != graph.parent_counts()))
@@ -234,6 +235,13 @@ class PrimitivePlan(NamedTuple):
 
     params: FloatArray | None
     excluded: npt.NDArray[np.int64]
+
+
+def _primitive_kernels(engine: Engine) -> Any:
+    """``engine``'s compiled kernels where they may run the primitives, else None: None for the
+    references, and where the replay extension was built from another op table
+    (:func:`graphsvc.ops.opmath.compiled_primitives`; then only the sweeps that know no op run compiled)."""
+    return engine.kernels if engine.kernels is not None and compiled_primitives() else None
 
 
 def _primitive_params(graph: Graph, table: npt.NDArray[np.int8]) -> PrimitivePlan:
@@ -397,16 +405,16 @@ def forward(
     for node, value in (overrides or {}).items():
         graph.check_settable(node)
         values[node] = value
-    jit = engine.kernels
+    kernels = _primitive_kernels(engine)
     kinds, params = None, None
-    if jit is not None:
+    if kernels is not None:
         table = _primitive_table(ops)
         plan = _primitive_params(graph, table) if plan is None else plan
         params = plan.params
         if _all_primitives(graph, ops, table, plan):
             # Every op is a compiled primitive: one sweep in id order (a topological order).
             offsets, parents = graph.parent_offsets, graph.parent_indices
-            jit.forward_all_primitives(graph.op_codes, table, offsets, parents, values, params)
+            kernels.forward_all_primitives(graph.op_codes, table, offsets, parents, values, params)
             return values
         kinds = _primitive_kinds(graph, ops, plan)
     computed = np.flatnonzero(graph.parent_counts() > 0)
@@ -438,8 +446,9 @@ def forward(
 class _NarrowReplay:
     """Node-by-node forward replay, for stretches of levels too narrow for numpy to pay off.
 
-    With ``kinds`` (the compiled engine), runs of compiled primitives go through the compiled sweep
-    (with ``params``, their parameters) and only the other nodes are Python calls.
+    With ``kinds`` (the compiled engine, when its primitives are this op table's), runs of compiled
+    primitives go through the compiled sweep (with ``params``, their parameters) and only the other
+    nodes are Python calls.
     """
 
     def __init__(
@@ -452,7 +461,7 @@ class _NarrowReplay:
     ) -> None:
         self.graph = graph
         self.ops = ops
-        self.jit = engine.kernels
+        self.compiled = engine.kernels
         self.kinds = kinds
         self.params = params
         self.codes = graph.op_codes.tolist()
@@ -461,17 +470,17 @@ class _NarrowReplay:
         self.readonly: FloatArray = np.empty(0)  # run() sets it: a read-only view of the values
 
     def run(self, nodes: npt.NDArray[np.int64], values: FloatArray) -> None:
-        jit = self.jit
+        compiled = self.compiled
         self.readonly = values.view()
         self.readonly.flags.writeable = False
         with np.errstate(all="ignore"):
-            if self.kinds is None or jit is None:
+            if self.kinds is None or compiled is None:
                 for node in nodes.tolist():
                     self._one(node, values)
                 return
             graph, position, count = self.graph, 0, len(nodes)
             while position < count:
-                position = jit.forward_primitives(
+                position = compiled.forward_primitives(
                     nodes, self.kinds, graph.parent_offsets, graph.parent_indices, values, position, self.params
                 )
                 if position < count:
@@ -542,12 +551,12 @@ def _edge_derivatives(
     if nodes is None:
         nodes = np.arange(graph.num_nodes, dtype=np.int64)
     nodes = nodes[graph.parent_counts()[nodes] > 0]
-    jit = engine.kernels
-    if jit is not None:
+    kernels = _primitive_kernels(engine)
+    if kernels is not None:
         plan = plan or _primitive_params(graph, _primitive_table(ops))
         kinds = _primitive_kinds(graph, ops, plan)
         offsets, parents = graph.parent_offsets, graph.parent_indices
-        jit.primitive_derivatives(nodes, kinds, offsets, parents, values, local, plan.params)
+        kernels.primitive_derivatives(nodes, kinds, offsets, parents, values, local, plan.params)
         nodes = nodes[kinds[nodes] == 0]
     for group in _groups(graph, ops, nodes):
         starts = graph.parent_offsets[group.nodes]
@@ -583,20 +592,24 @@ def backward(
     reference's bits."""
     values = graph.values if values is None else values
     engine, ops = _engine_and_ops(graph, registry, engine, ops)
-    jit = engine.kernels
-    if jit is not None:
+    kernels = _primitive_kernels(engine)
+    if kernels is not None:
         table = _primitive_table(ops)
         plan = _primitive_params(graph, table) if plan is None else plan
         if _all_primitives(graph, ops, table, plan):  # every op compiled: one fused pass
             grads = np.empty(graph.num_nodes, dtype=np.float64)
             both, reached = _backward_scratch(output)
             codes, offsets, parents = graph.op_codes, graph.parent_offsets, graph.parent_indices
-            jit.backward_primitives(offsets, parents, codes, table, values, output, both, reached, grads, plan.params)
+            kernels.backward_primitives(
+                offsets, parents, codes, table, values, output, both, reached, grads, plan.params
+            )
             return grads
     nodes = np.flatnonzero(ancestors(graph, output, engine))
     local = _edge_derivatives(graph, ops, values, nodes, engine, plan)
-    if jit is not None:
-        return jit.backward_sweep(graph.parent_offsets, graph.parent_indices, local, nodes, output, graph.num_nodes)
+    if engine.kernels is not None:  # knows no op: runs whatever table the extension was built from
+        return engine.kernels.backward_sweep(
+            graph.parent_offsets, graph.parent_indices, local, nodes, output, graph.num_nodes
+        )
     return reference_sweep(graph, output, local, nodes)
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import ModuleType
+
+from graphsvc.native import extension
 
 __all__ = ["LIMIT", "available", "release", "reuse", "set_limit", "stats"]
 
@@ -28,15 +29,9 @@ __all__ = ["LIMIT", "available", "release", "reuse", "set_limit", "stats"]
 LIMIT = 256 * 1024 * 1024
 
 
-def _native() -> ModuleType | None:
-    try:
-        from graphsvc.native import _cmemory
-    except Exception:  # not built, a numpy without memory handlers or one it cannot read: numpy's serves
-        return None
-    return _cmemory
-
-
-_cmemory = _native()
+#: ``graphsvc.native._cmemory``, or None where it is not in use (not built, a numpy without memory
+#: handlers or one it cannot read, or ``GRAPHSVC_NATIVE=0``): numpy's allocator serves.
+_cmemory = extension("memory")
 if _cmemory is not None:
     _cmemory.set_limit(LIMIT)
 

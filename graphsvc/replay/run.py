@@ -257,7 +257,7 @@ def _registry(registry: OpRegistry | None) -> OpRegistry:
     expect_registry(registry)
     if registry is not None:  # not `registry or ...`: an empty registry is falsy
         return registry
-    from graphsvc.value import default_registry
+    from graphsvc.pluginhost import default_registry
 
     return default_registry()
 

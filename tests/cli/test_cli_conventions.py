@@ -75,10 +75,14 @@ def test_quiet_and_strict_plugins_work_after_the_command(tmp_path: Path) -> None
 
 
 def test_version_prints_the_packages_version() -> None:
+    from graphsvc import native
+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     names = sorted(path.stem for path in (ROOT / "csrc").glob("*.c"))  # one extension per C file
     built = [n for n in names if importlib.util.find_spec(f"graphsvc.native._c{n}") is not None]
     runs = f"compiled: {', '.join(built)}" if built else "compiled: none, pure Python (no C compiler at install)"
+    if built and not native.enabled():  # GRAPHSVC_NATIVE=0
+        runs += "; off with GRAPHSVC_NATIVE=0: pure Python"
     assert invoke("--version") == (0, f"graphsvc {project['version']} ({runs})\n", "")
 
 

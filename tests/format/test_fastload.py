@@ -515,12 +515,19 @@ def test_a_table_extension_built_from_older_sources_is_not_used(monkeypatch: pyt
     import types
 
     import graphsvc.native as kernels
+    from tests.conftest import require_native
 
+    require_native("table")
     stale = types.ModuleType("graphsvc.native._ctable")
     stale.tensor_views = lambda *args: None  # type: ignore[attr-defined]  # what an older build had
     monkeypatch.setitem(sys.modules, "graphsvc.native._ctable", stale)
     monkeypatch.setattr(kernels, "_ctable", stale, raising=False)
-    assert kernels.compiled_table.__wrapped__() is None
-    del stale.tensor_views
-    stale.scan = lambda *args: None  # type: ignore[attr-defined]
-    assert kernels.compiled_table.__wrapped__() is stale
+    kernels.extension.cache_clear()
+    try:
+        assert kernels.compiled_table() is None
+        del stale.tensor_views
+        stale.scan = lambda *args: None  # type: ignore[attr-defined]
+        assert kernels.compiled_table() is stale
+    finally:
+        monkeypatch.undo()
+        kernels.extension.cache_clear()

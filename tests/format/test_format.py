@@ -794,7 +794,7 @@ def test_a_loaded_graph_gets_the_compiled_structure_check_whatever_its_size(monk
     monkeypatch.setattr(compiled, "structure_ok", counted)
     graph = fmt.loads(data)
     assert calls == [graph.num_nodes] == [6]  # far below the threshold of a replay's compiled sweeps
-    assert kernels.JIT_THRESHOLD > 6
+    assert kernels.NATIVE_THRESHOLD > 6
 
 
 def test_loading_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import graphsvc.native as kernels
-from graphsvc.ops import Op, evaluate, local_derivatives
+from graphsvc.ops import Op, evaluate, local_derivatives, opmath
 from tests.conftest import primitive_ops, require_compiled, same_bits
 
 SPECIAL = [-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1.0, -1.0, 2.5, -3.0, 5e-324, -5e-324, 1e308, -1e-300, 7.0]
@@ -20,7 +20,7 @@ def jit():  # type: ignore[no-untyped-def]
 
 
 def test_every_primitive_is_used_by_the_builtin_op_of_its_name() -> None:
-    assert sorted((op.name, op.kernel) for op in primitive_ops()) == sorted((p, p) for p in kernels.PRIMITIVES)
+    assert sorted((op.name, op.kernel) for op in primitive_ops()) == sorted((p, p) for p in opmath.PRIMITIVES)
 
 
 @pytest.mark.parametrize("op", primitive_ops(), ids=lambda op: op.name)
@@ -37,7 +37,7 @@ def test_compiled_primitive_matches_the_numpy_op_bit_for_bit(op: Op, jit) -> Non
     # one graph: the inputs as leaves, then one node of the op per pair
     kinds = np.zeros(m * op.arity + m, dtype=np.int8)
     nodes = np.arange(m * op.arity, m * op.arity + m, dtype=np.int64)
-    kinds[nodes] = kernels.PRIMITIVES.index(op.kernel) + 1  # type: ignore[arg-type]
+    kinds[nodes] = opmath.PRIMITIVES.index(op.kernel) + 1  # type: ignore[arg-type]
     offsets = np.zeros(len(kinds) + 1, dtype=np.int64)
     offsets[nodes + 1] = op.arity
     offsets = np.cumsum(offsets)
@@ -165,18 +165,18 @@ def test_the_structure_check_every_load_runs_is_compiled_from_the_threshold(
     jit, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
     """The C kernels cost nothing to start, so the structure check is compiled for every graph of
-    JIT_THRESHOLD nodes or more (numba's start-up once kept it in numpy below 5,000,000 nodes)."""
+    NATIVE_THRESHOLD nodes or more (numba's start-up once kept it in numpy below 5,000,000 nodes)."""
     calls: list[int] = []
     real = jit.structure_ok
     monkeypatch.setattr(jit, "structure_ok", lambda *args: calls.append(1) or real(*args))
-    random_columns(kernels.JIT_THRESHOLD - 1, 0).check()
+    random_columns(kernels.NATIVE_THRESHOLD - 1, 0).check()
     assert calls == []
-    random_columns(kernels.JIT_THRESHOLD, 0).check()
+    random_columns(kernels.NATIVE_THRESHOLD, 0).check()
     assert calls == [1]
 
 
 def test_the_engine_is_chosen_from_the_graphs_size(jit) -> None:  # type: ignore[no-untyped-def]
-    assert kernels.JIT_THRESHOLD == 1_000
+    assert kernels.NATIVE_THRESHOLD == 1_000
     assert kernels.engine_for(999) is kernels.REFERENCE
     assert kernels.engine_for(0) is kernels.REFERENCE
     compiled = kernels.engine_for(1_000)

@@ -17,7 +17,7 @@ import graphsvc.native as kernels
 from graphsvc.errors import OpError
 from graphsvc.graph import LEAF_TAGS, Graph, GraphBuilder
 from graphsvc.native import REFERENCE, Engine
-from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives
+from graphsvc.ops import Op, OpRegistry, evaluate, local_derivatives, opmath
 from graphsvc.replay import columns as replay
 from graphsvc.topo import ancestors
 from tests.conftest import primitive_ops, require_compiled, require_native, same_bits
@@ -81,7 +81,7 @@ def primitive_cases() -> list[tuple[Op, dict[str, float]]]:
     cases: list[tuple[Op, dict[str, float]]] = []
     for op in primitive_ops():
         assert op.kernel is not None
-        names = kernels.PRIMITIVE_ATTRS[op.kernel]
+        names = opmath.PRIMITIVE_ATTRS[op.kernel]
         cases += [(op, {names[0]: k}) for k in EXPONENTS] if names else [(op, {})]
     return cases
 
@@ -104,7 +104,7 @@ def test_every_primitive_on_special_values_matches_numpy_on_every_path(
             np.broadcast_to(d, (m,)).astype(np.float64) for d in local_derivatives(op, inputs, expected, attrs)
         ]
     assert op.kernel is not None
-    code = kernels.PRIMITIVES.index(op.kernel) + 1
+    code = opmath.PRIMITIVES.index(op.kernel) + 1
     kinds = np.zeros(n, dtype=np.int8)
     kinds[nodes] = code
     codes = (kinds != 0).astype(np.uint16)
@@ -166,10 +166,10 @@ def test_signed_zeros_and_nan_go_where_numpy_puts_them(native: Any) -> None:
         ("add", 0.0, -0.0, 0.0, (1.0, 1.0)),
     ]
     for name, x, y, value, (dx, dy) in cases:
-        arity = kernels.PRIMITIVE_ARITY[name]
+        arity = opmath.PRIMITIVE_ARITY[name]
         offsets, parents, values, nodes = one_node_per_pair(arity, [(x, y)[:arity]])
         kinds = np.zeros(len(values), dtype=np.int8)
-        kinds[nodes] = kernels.PRIMITIVES.index(name) + 1
+        kinds[nodes] = opmath.PRIMITIVES.index(name) + 1
         native.forward_primitives(nodes, kinds, offsets, parents, values, 0)
         assert same_bits(values[-1], value), (name, x, y, values[-1])
         if name == "abs":
@@ -181,7 +181,7 @@ def test_signed_zeros_and_nan_go_where_numpy_puts_them(native: Any) -> None:
     abs_of_nan[0] = -np.nan
     native.forward_primitives(
         np.array([1]),
-        np.array([0, kernels.PRIMITIVES.index("abs") + 1], dtype=np.int8),
+        np.array([0, opmath.PRIMITIVES.index("abs") + 1], dtype=np.int8),
         np.array([0, 0, 1]),
         np.array([0], dtype=np.int32),
         abs_of_nan,
@@ -364,7 +364,7 @@ def test_a_chain_a_million_deep_through_the_c_sweeps(native: Any, registry: OpRe
 
 
 def test_forward_primitives_resumes_where_it_stopped(native: Any) -> None:
-    neg, relu = kernels.PRIMITIVES.index("neg") + 1, kernels.PRIMITIVES.index("relu") + 1
+    neg, relu = opmath.PRIMITIVES.index("neg") + 1, opmath.PRIMITIVES.index("relu") + 1
     kinds = np.array([0, neg, 0, relu], dtype=np.int8)  # leaf, neg, (something else), relu
     offsets = np.array([0, 0, 1, 2, 3], dtype=np.int64)
     parents = np.array([0, 1, 2], dtype=np.int32)
@@ -435,7 +435,7 @@ def test_pow_nodes_replay_compiled_with_their_exponent_as_a_parameter(
     still goes through its op's functions; both replay like the reference, bit for bit."""
     g = GraphBuilder()
     x = g.leaf(0.7, name="x")
-    for i in range(kernels.JIT_THRESHOLD):
+    for i in range(kernels.NATIVE_THRESHOLD):
         x = g.add("tanh", [g.add("pow", [x], attrs={"exponent": [2.0, 3.0, -0.5, 1.5][i % 4]})])
     g.add("pow", [x], attrs={"exponent": 2.0})
     graph = g.build()
@@ -462,7 +462,7 @@ def test_pow_nodes_replay_compiled_with_their_exponent_as_a_parameter(
 
 
 def test_a_primitive_with_a_parameter_needs_the_params(native: Any) -> None:
-    pow_ = kernels.PRIMITIVES.index("pow") + 1
+    pow_ = opmath.PRIMITIVES.index("pow") + 1
     offsets, parents, values, nodes = one_node_per_pair(1, [(3.0,)])
     kinds = np.array([0, pow_], dtype=np.int8)
     with pytest.raises(ValueError, match=r"^params: node 1 is a primitive with a parameter \(code 6\), but no params"):

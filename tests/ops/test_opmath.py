@@ -57,24 +57,50 @@ def test_the_built_extension_comes_from_this_table() -> None:
 
 
 def test_an_extension_built_from_another_table_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    require_compiled()
+    """With the replay extension built from another table, no primitive runs compiled: neither the
+    primitive sweeps of a replay on the compiled engine nor the builtin ops' elementwise loop (the
+    compiled orderings and the plain backward sweep, which know no op, still run)."""
+    from graphsvc.graph import GraphBuilder
+    from graphsvc.pluginhost import load_registry
+    from graphsvc.replay import columns
+
+    compiled = require_compiled()
+    registry, _ = load_registry(disable_third_party=True)
+    b = GraphBuilder()
+    x = b.leaf(0.5, name="x")
+    graph = b.build([b.add("tanh", [b.add("mul", [x, b.leaf(3.0)])])])
+    engine = kernels.Engine(compiled)
+    expected = columns.forward(graph, registry, engine=engine)
+    expected_grads = columns.backward(graph, registry, 3, expected, engine=engine)
+    calls: list[str] = []
+    for name in ("forward_all_primitives", "forward_primitives", "primitive_derivatives", "backward_primitives"):
+        kernel = getattr(compiled, name)
+        monkeypatch.setattr(compiled, name, lambda *args, name=name, kernel=kernel: calls.append(name) or kernel(*args))
+    for name in ("elementwise", "elementwise_partials"):
+        monkeypatch.setattr(compiled, name, lambda *args, name=name: calls.append(name))
     monkeypatch.setattr(opmath, "RULES", {**RULES, "double": Rule(1, "x + x", ("2",), "2x")})
-    kernels._compiled.cache_clear()
+    opmath.compiled_primitives.cache_clear()
     try:
-        assert kernels._compiled() is None
+        assert opmath.compiled_primitives() is False
+        values = columns.forward(graph, registry, engine=engine)
+        grads = columns.backward(graph, registry, 3, values, engine=engine)
+        assert calls == []  # numpy's tanh, not libm's through the C loop: the last bit may differ
+        np.testing.assert_allclose(values, expected, rtol=1e-12)
+        np.testing.assert_allclose(grads, expected_grads, rtol=1e-12)
     finally:
         monkeypatch.undo()
-        kernels._compiled.cache_clear()
-    assert kernels._compiled() is not None
+        opmath.compiled_primitives.cache_clear()
+    assert opmath.compiled_primitives() is True
+    assert kernels.opmath_digest() == opmath.digest()
 
 
 def test_the_primitives_are_the_table_in_order() -> None:
-    assert kernels.PRIMITIVES == (
+    assert opmath.PRIMITIVES == (
         *("add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt"),
         *("sin", "cos", "tanh", "relu", "sigmoid", "abs", "max", "min"),
     )
-    assert kernels.PRIMITIVE_ARITY == {name: rule.arity for name, rule in RULES.items()}
-    assert {name: attrs for name, attrs in kernels.PRIMITIVE_ATTRS.items() if attrs} == {"pow": ("exponent",)}
+    assert opmath.PRIMITIVE_ARITY == {name: rule.arity for name, rule in RULES.items()}
+    assert {name: attrs for name, attrs in opmath.PRIMITIVE_ATTRS.items() if attrs} == {"pow": ("exponent",)}
     assert opmath.CODES["add"] == 1 and opmath.CODES["min"] == 17
 
 

@@ -339,20 +339,19 @@ def test_a_run_of_scalars_never_loads_the_tensor_engine() -> None:
 
 def test_plugin_problems_are_one_line_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     import graphsvc.pluginhost as plugins
-    from graphsvc import value
 
     def broken(*args: object, **kwargs: object) -> tuple[OpRegistry, list[PluginProblem]]:
         registry, _ = load_registry(disable_third_party=True)
         return registry, [PluginProblem("bad_plugin", "failed\nto import")]
 
     monkeypatch.setattr(plugins, "load_registry", broken)
-    monkeypatch.setattr(value, "_registry", None)
+    monkeypatch.setattr(plugins, "_registry", None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert graphsvc.backward(seed004()).grad("a") == 22.0
     assert [str(w.message) for w in caught] == ["plugin bad_plugin: failed\\nto import"]
     assert caught[0].category is RuntimeWarning
-    monkeypatch.setattr(value, "_registry", None)  # the next user loads the real one
+    monkeypatch.setattr(plugins, "_registry", None)  # the next user loads the real one
 
 
 def test_import_graphsvc_stays_lazy() -> None:

@@ -20,7 +20,7 @@ import graphsvc.native as kernels
 from graphsvc.errors import MissingOpsError, OpError, ReplayError, UsageError
 from graphsvc.graph import LEAF_TAGS, Graph, GraphBuilder, OpSource
 from graphsvc.native import REFERENCE, Engine
-from graphsvc.ops import Op, OpRegistry
+from graphsvc.ops import Op, OpRegistry, opmath
 from graphsvc.pluginhost import load_registry
 from graphsvc.replay import columns as replay
 from graphsvc.replay import compare as checks
@@ -201,7 +201,7 @@ def test_a_large_graph_names_the_same_node_with_the_wrong_parent_count(registry:
     """The compiled arity check (large graphs) finds the first bad node, as the vectorized one does."""
     g = GraphBuilder()
     x = g.leaf(1.0)
-    for i in range(kernels.JIT_THRESHOLD + 10):
+    for i in range(kernels.NATIVE_THRESHOLD + 10):
         g.add("neg", [x], name=f"n{i}")
     g.add("add", [x], name="short")  # one parent for a binary op
     g.add("neg", [x, x], name="long")
@@ -234,7 +234,7 @@ def test_a_variadic_ops_node_must_have_from_arity_to_max_arity_inputs(
     bounded.register(mix, plugin="demo")
     g = GraphBuilder()
     x = g.leaf(1.0)
-    for i in range(kernels.JIT_THRESHOLD + 10):
+    for i in range(kernels.NATIVE_THRESHOLD + 10):
         g.add("neg", [x], name=f"n{i}")
     for tag, count, name in nodes:
         g.add(tag, [x] * count, name=name)
@@ -280,7 +280,7 @@ def test_a_nodes_attributes_are_those_its_op_takes(
     and the attributes the op takes (read from its forward's signature), not as Python's TypeError."""
     g = GraphBuilder()
     x = g.leaf(2.0)
-    for i in range(kernels.JIT_THRESHOLD + 10):  # large enough for the compiled sweeps
+    for i in range(kernels.NATIVE_THRESHOLD + 10):  # large enough for the compiled sweeps
         x = g.add("pow", [x], attrs={"exponent": 1.0}, name=f"p{i}")
     g.add(tag, [x], attrs=attrs, name="bad")
     g.add("exp", [x], attrs={"other": 1}, name="later")  # the first wrong node is named
@@ -293,7 +293,7 @@ def test_a_pow_node_without_its_exponent_is_refused_not_raised_to_the_power_0(re
     for first in ({"exponent": 2.0}, None):
         g = GraphBuilder()
         x = g.leaf(3.0)
-        for _ in range(kernels.JIT_THRESHOLD):
+        for _ in range(kernels.NATIVE_THRESHOLD):
             x = g.add("add", [x, g.const(0.0)])
         g.add("pow", [g.add("pow", [x], attrs=first, name="q")], name="p")
         with pytest.raises(OpError) as info:
@@ -336,7 +336,7 @@ def reference_primitive_params(graph: Graph, table: np.ndarray) -> replay.Primit
         code = int(table[graph.op_codes[node]])
         if code == 0 or graph.parent_offsets[node + 1] == graph.parent_offsets[node]:
             continue
-        names = kernels.PRIMITIVE_ATTRS[kernels.PRIMITIVES[code - 1]]
+        names = opmath.PRIMITIVE_ATTRS[opmath.PRIMITIVES[code - 1]]
         value = node_attrs.get(names[0]) if len(names) == 1 and len(node_attrs) == 1 else None
         if not isinstance(value, numbers_module.Real) or isinstance(value, bool):
             excluded.append(node)
@@ -605,7 +605,7 @@ def test_a_deep_chain_mixing_primitives_and_other_ops_replays_like_the_reference
     """x = tanh(x * w + b), repeated: narrow levels, compiled runs of mul and add between tanh calls."""
     g = GraphBuilder()
     x, w, b = g.leaf(0.3, name="x"), g.leaf(0.9, name="w"), g.leaf(0.05, name="b")
-    steps = kernels.JIT_THRESHOLD // 3 + 10
+    steps = kernels.NATIVE_THRESHOLD // 3 + 10
     for _ in range(steps):
         x = g.add("tanh", [g.add("add", [g.add("mul", [x, w]), b])])
     graph = g.build()
@@ -688,7 +688,7 @@ def test_the_promises_hold_with_numpys_other_cpu_dispatch(tmp_path: Path) -> Non
     dispatched = [feature for feature in __cpu_dispatch__ if __cpu_features__.get(feature)]
     script = tmp_path / "bits.py"
     script.write_text(BITS_SCRIPT, encoding="utf-8")
-    env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": " ".join(dispatched), "GRAPHSVC_JIT": "0"}
+    env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": " ".join(dispatched), "GRAPHSVC_NATIVE": "0"}
     result = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=Path(__file__).parents[2]
     )

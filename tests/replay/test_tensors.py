@@ -19,8 +19,7 @@ import pytest
 import graphsvc
 from graphsvc.errors import GraphStructureError, OpError, ReplayError, UsageError
 from graphsvc.graph import Graph, GraphBuilder
-from graphsvc.ops import Op, OpRegistry
-from graphsvc.ops.vjp import elementwise_vjp, unbroadcast
+from graphsvc.ops import Op, OpRegistry, elementwise_vjp, unbroadcast
 from graphsvc.pluginhost import load_registry
 from graphsvc.replay.arrays import describe, read_only_memory
 

@@ -1,4 +1,4 @@
-"""graphsvc.ops.vjp: unbroadcast (autograd's), the VJP of an elementwise op built from its local
+"""graphsvc.ops: unbroadcast (autograd's), the VJP of an elementwise op built from its local
 derivatives, and a per-element op carried over arrays. Every number below is worked by hand."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from graphsvc.errors import ReplayError
-from graphsvc.ops import Op, OpRegistry
-from graphsvc.ops.vjp import _times, elementwise_vjp, per_element, unbroadcast
+from graphsvc.ops import Op, OpRegistry, _times, elementwise_vjp, per_element, unbroadcast
 
 G = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
 
