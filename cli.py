@@ -21,9 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from typer._click.exceptions import NoArgsIsHelpError  # typer pinned <0.29
-from typer._click.exceptions import UsageError as ClickUsageError
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from graphsvc.errors import GraphsvcError, UsageError
 
@@ -33,26 +31,19 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The global options (see ``main``), which may also follow the command: (option words, takes a value).
-GLOBAL_OPTIONS = {
-    "--plugin": True,
-    "--strict-plugins": False,
-    "--disable-plugins": False,
-    "--debug": False,
-    "--quiet": False,
-    "-q": False,
-}
+#: Click's UsageError (an unknown option, a missing argument...). typer 0.28 vendors Click as its
+#: private ``typer._click`` (the ``click`` package, when installed, is another copy, whose classes
+#: typer never raises) and exports one subclass of it, BadParameter: its base is UsageError.
+CLICK_USAGE_ERROR: type[Exception] = typer.BadParameter.__mro__[1]
 
 
 class _Group(TyperGroup):
-    """The app's group: moves global options given after the command to before it, so
-    ``graphsvc backward F -q`` works as ``graphsvc -q backward F`` does (as pip and gh allow), and
-    says Click's usage errors (an unknown option, a missing argument) in one line, as every error."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, _globals_first(args, self))
+    """The app's group: says Click's usage errors (an unknown option, a missing argument) in one
+    line, as every error."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        if not args and self.no_args_is_help:  # `graphsvc` alone prints the help, as Click shows it
+            return super().make_context(info_name, args, parent=parent, **extra)
         with _usage_in_one_line():
             return super().make_context(info_name, args, parent=parent, **extra)
 
@@ -61,8 +52,11 @@ class _Group(TyperGroup):
             return super().invoke(ctx)
 
 
-class _OneLineUsageError(ClickUsageError):
+class _OneLineUsageError(typer.BadParameter):
     """A usage error said as graphsvc says every error: one line, ``Error: ...`` (exit code 2)."""
+
+    def format_message(self) -> str:
+        return self.message
 
     def show(self, file: Any = None) -> None:
         from graphsvc.text import one_line
@@ -75,55 +69,54 @@ class _OneLineUsageError(ClickUsageError):
 def _usage_in_one_line() -> Iterator[None]:
     try:
         yield
-    except ClickUsageError as exc:
-        if isinstance(exc, (_OneLineUsageError, NoArgsIsHelpError)):  # `graphsvc` alone prints the help
+    except CLICK_USAGE_ERROR as exc:
+        if isinstance(exc, _OneLineUsageError):
             raise
-        raise _OneLineUsageError(exc.format_message(), exc.ctx) from None
+        usage: Any = exc
+        raise _OneLineUsageError(usage.format_message(), usage.ctx) from None
 
 
-def _globals_first(args: list[str], group: Any) -> list[str]:
-    """``args`` with the global options that follow the command name moved in front of it.
+def _global_options() -> list[TyperOption]:
+    """``main``'s options once more, hidden, for every command: Click parses them after the command
+    too, so ``graphsvc backward F -q`` works as ``graphsvc -q backward F`` does (as pip and gh
+    allow). Each adds to what ``main`` set: --plugin's modules to those before the command, a flag
+    turns on. A word that is the value of one of the command's options (``--output -q`` names a
+    node ``-q``) or follows ``--`` is not one of them: Click's parser tells them apart."""
 
-    The words after ``--`` and the value of an option of the command (``--output -q`` names a node
-    ``-q``) stay where they are.
-    """
-    position = 0
-    while position < len(args) and args[position].startswith("-"):
-        position += 2 if GLOBAL_OPTIONS.get(args[position]) else 1  # a global option, with its value
-    if position >= len(args):
-        return args
-    command = group.commands.get(args[position])
-    if command is None:
-        return args
-    takes_value = {
-        name
-        for param in command.params
-        if param.param_type_name == "option" and not getattr(param, "is_flag", False)
-        for name in param.opts
-    }
-    moved: list[str] = []
-    kept: list[str] = []
-    rest = iter(args[position + 1 :])
-    for word in rest:
-        if word == "--":
-            kept.append(word)
-            kept.extend(rest)
-            break
-        name = word.split("=", 1)[0]
-        is_global = name in GLOBAL_OPTIONS and name not in takes_value
-        needs_value = GLOBAL_OPTIONS[name] if is_global else word in takes_value
-        value = next(rest, None) if needs_value and "=" not in word else None
-        if is_global and needs_value and value is None and "=" not in word:
-            is_global = False  # `--plugin` with nothing after it: leave it for Click to report
-        taken = moved if is_global else kept
-        taken.append(word)
-        if value is not None:
-            taken.append(value)
-    return [*args[:position], *moved, args[position], *kept] if moved else args
+    def flag(name: str) -> Callable[[Any, Any, bool], None]:
+        def given(ctx: Any, param: Any, value: bool) -> None:
+            if value:
+                setattr(STATE, name, True)
+
+        return given
+
+    def plugins(ctx: Any, param: Any, value: tuple[str, ...]) -> None:
+        STATE.plugins += tuple(value)
+
+    def hidden(*words: str, **options: Any) -> TyperOption:
+        return TyperOption(param_decls=list(words), hidden=True, expose_value=False, **options)
+
+    return [
+        hidden("--plugin", multiple=True, metavar="MODULE_OR_PATH", callback=plugins),
+        *(
+            hidden(*words, is_flag=True, callback=flag(name))
+            for name, words in (
+                ("strict_plugins", ("--strict-plugins",)),
+                ("disable_plugins", ("--disable-plugins",)),
+                ("debug", ("--debug",)),
+                ("quiet", ("--quiet", "-q")),
+            )
+        ),
+    ]
 
 
 class _Command(TyperCommand):
-    """A command whose help names its arguments plainly (``FILE``, not ``{file}`` and ``<path>``)."""
+    """A command whose help names its arguments plainly (``FILE``, not ``{file}`` and ``<path>``),
+    and which takes the global options after its name too (:func:`_global_options`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.extend(_global_options())
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar or ""]
