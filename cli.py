@@ -167,7 +167,8 @@ def command(*, name: str | None = None) -> Callable[[F], F]:
 
 
 class _State:
-    """Global options, set by the callback before any command runs."""
+    """Global options, set by the callback before any command runs (and by the same options after
+    the command's name, as Click parses them: see _global_options)."""
 
     debug = False
     plugins: tuple[str, ...] = ()
@@ -352,92 +353,24 @@ FileArg = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
 
-#: Shell completion reads node names from graph files up to this size (a bigger file would stall the shell).
-COMPLETION_MAX_BYTES = 64 << 20
 
-
-def _completion_graph(ctx: typer.Context) -> Graph | None:
-    """The graph named by the command's FILE argument, when completing one of its options."""
-    import stat
-
-    from graphsvc.format import load
-
-    file = ctx.params.get("file") or _completion_file(ctx)
-    if file is None:
-        return None
-    info = Path(file).stat()
-    # only a regular file of bounded size: a FIFO, a device or standard input could block the shell
-    if not stat.S_ISREG(info.st_mode) or info.st_size > COMPLETION_MAX_BYTES:
-        return None
-    return load(file)
-
-
-def _completion_file(ctx: typer.Context) -> str | None:
-    """FILE from the words being completed, when the parse stopped short of it.
-
-    Completing ``graphsvc backward FILE --output <TAB>``, Click parses the words with the option's
-    value missing and gives up before it assigns FILE; so find it among the words the shell sent
-    (Typer's completion scripts put them in ``_TYPER_COMPLETE_ARGS`` or bash's ``COMP_WORDS``).
-    """
-    import os
-    import shlex
-
-    words = shlex.split(os.environ.get("_TYPER_COMPLETE_ARGS") or os.environ.get("COMP_WORDS") or "")
-    if ctx.info_name not in words:
-        return None
-    takes_value = {
-        name
-        for param in ctx.command.params
-        if param.param_type_name == "option" and not getattr(param, "is_flag", False)
-        for name in param.opts
-    }
-    skip = False
-    for word in words[words.index(ctx.info_name) + 1 :]:
-        if skip:
-            skip = False
-        elif word.startswith("-"):
-            skip = word in takes_value
-        else:
-            return word
-    return None
-
-
+# Shell completion (graphsvc.console.completion, imported when the shell asks, not at every start).
 def _complete_node(ctx: typer.Context, incomplete: str) -> list[str]:
-    """Node names from FILE that start with what was typed; nothing on any error."""
-    try:
-        graph = _completion_graph(ctx)
-        if graph is None:
-            return []
-        return [name for _, name in sorted(graph.names.items()) if name.startswith(incomplete)]
-    except Exception:
-        return []
+    from graphsvc.console.completion import node_names
+
+    return node_names(ctx, incomplete)
 
 
 def _complete_assignment(ctx: typer.Context, incomplete: str) -> list[str]:
-    """``NAME=`` for every named leaf or const (what --set can change: not a node of another op
-    without parents, which the replay refuses); nothing on any error."""
-    try:
-        from graphsvc.graph import LEAF_TAGS
+    from graphsvc.console.completion import assignments
 
-        graph = _completion_graph(ctx)
-        if graph is None or "=" in incomplete:
-            return []
-        settable = (graph.names[i] for i in graph.leaves().tolist() if i in graph.names and graph.op(i) in LEAF_TAGS)
-        return [f"{name}=" for name in settable if name.startswith(incomplete)]
-    except Exception:
-        return []
+    return assignments(ctx, incomplete)
 
 
 def _complete_op(incomplete: str) -> list[str]:
-    """Names of the registered ops that take inputs; nothing on any error."""
-    try:
-        from graphsvc.pluginhost import load_registry
+    from graphsvc.console.completion import op_names
 
-        with _plugin_code():
-            registry, _ = load_registry()
-        return [op.name for op in registry if op.arity > 0 and op.name.startswith(incomplete)]
-    except Exception:
-        return []
+    return op_names(incomplete)
 
 
 def _load(path: Path) -> Graph:
@@ -458,13 +391,6 @@ def _is_stdio(path: Path | None) -> bool:
 
 def _shown(path: Path) -> str:
     return "standard input" if _is_stdio(path) else str(path)
-
-
-def _wrote(path: Path, nodes: int) -> None:
-    """What every command that writes a file says, on stderr."""
-    from graphsvc.text import counted, one_line
-
-    typer.echo(one_line(f"wrote {_shown(path)} ({counted(nodes, 'node', thousands=True)})"), err=True)
 
 
 def _progress(description: str) -> Any:
@@ -549,12 +475,9 @@ def validate(file: FileArg) -> None:
     Example: graphsvc validate examples/seed002.msgpack
     """
     graph = _load(file)
-    from graphsvc.text import counted, escape
+    from graphsvc.console.views import validity_line
 
-    typer.echo(
-        f"{escape(_shown(file))}: valid graphsvc graph, {counted(graph.num_nodes, 'node')}, "
-        f"{counted(graph.num_edges, 'edge')}"
-    )
+    typer.echo(validity_line(_shown(file), graph))
 
 
 @command()
@@ -585,54 +508,11 @@ def convert(
 
     Example: graphsvc convert examples/seed004.msgpack -o seed004.json
     """
-    from graphsvc import format as fmt
-    from graphsvc.format import jsonio
+    from graphsvc.console import convert as converting
 
-    form = _form_of(out) if to is None else Form.parse("--to", to)
-    target = out if out is not None else Path("-") if form is Form.json else _msgpack_name(file)
-    if not _is_stdio(target) and not _is_stdio(file) and target.resolve() == file.resolve():
-        raise UsageError(f"refusing to overwrite the input {file}; give --out")
-    if form is Form.msgpack and _is_stdio(target) and sys.stdout.isatty():
-        raise UsageError("msgpack is binary: not written to a terminal; give --out or redirect standard output")
-    graph = _load(file)
-    if form is Form.msgpack and not _is_stdio(target):
-        with _progress(f"writing {target}"):
-            fmt.save(graph, target)
-        _wrote(target, graph.num_nodes)
-        return
-    with _progress(f"converting to {form.value}"):
-        data = jsonio.dumps(graph).encode() if form is Form.json else fmt.dumps(graph)
-    if _is_stdio(target):
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-        return
-    _write_bytes_atomically(target, data)
-    _wrote(target, graph.num_nodes)
-
-
-#: The form each file extension stands for, when convert's --to is not given.
-FORMS = {".json": Form.json, ".msgpack": Form.msgpack, ".mpk": Form.msgpack, ".msgpk": Form.msgpack}
-
-
-def _form_of(out: Path | None) -> Form:
-    form = None if out is None else FORMS.get(out.suffix.lower())
-    if form is None:
-        where = "" if out is None else f" ({out} has no .json or .msgpack extension)"
-        raise UsageError(f"say which form to write: --to json or --to msgpack{where}")
-    return form
-
-
-def _msgpack_name(file: Path) -> Path:
-    if _is_stdio(file):
-        raise UsageError("reading standard input: say where to write with --out (- for standard output)")
-    return file.with_suffix(".msgpack")
-
-
-def _write_bytes_atomically(path: Path, data: bytes) -> None:
-    from graphsvc.format.atomic import atomic_writer
-
-    with atomic_writer(path, "wb") as stream:
-        stream.write(data)
+    form = converting.form_of(out) if to is None else Form.parse("--to", to).value
+    target = converting.target_of(file, form, out)
+    converting.write(_load(file), form, target, STATE.quiet)
 
 
 # -- replay commands -----------------------------------------------------------------------------
@@ -688,19 +568,16 @@ def _replay(
 ) -> None:
     """forward, or ``backward`` from ``output``: load, replay (graphsvc.replay.run.replay_values), save
     with --write, print the report (graphsvc.console.report); exit 1 when --check finds differences."""
-    from graphsvc.console.report import print_report, set_notes
+    from graphsvc.console.printing import wrote
+    from graphsvc.console.report import check_options, check_stored, print_report, set_notes
     from graphsvc.format import save
     from graphsvc.replay.run import replay_values, resolve_set, set_from_text
 
     rtol, atol = tolerances
-    _check_options(check, rtol, atol, as_json, data)
-    if _is_stdio(write):
-        raise UsageError("--write -: standard output holds the listing; give a file name")
+    check_options(check, rtol, atol, as_json, data, write)
     graph = _load(file)
-    if check and not backward and not graph.has_computed_values:
-        raise UsageError("--check: the file stores no value of a computed node to compare with")
-    if check and backward and not graph.has_grads:
-        raise UsageError("--check: the file stores no gradients to compare with")
+    if check:
+        check_stored(graph, backward)
     registry = _registry()
     start = _output_node(graph, output) if backward else None
     overrides = resolve_set(graph, set_from_text(set_ or (), "--set"), "--set")
@@ -712,27 +589,10 @@ def _replay(
     if write is not None:
         replayed = result.replayed()
         save(replayed, write)
-        _wrote(write, replayed.num_nodes)
+        wrote(write, replayed.num_nodes)
     print_report(result, as_json, data, STATE.quiet)
     if not result.ok:
         raise typer.Exit(1)
-
-
-def _check_options(check: bool, rtol: float | None, atol: float | None, as_json: bool, data: bool) -> None:
-    """Refuse --rtol/--atol without --check or out of range, and --data without --json: options
-    that would otherwise be taken and do nothing."""
-    from graphsvc.replay.compare import tolerance_problem
-
-    for option, value, what in (("--rtol", rtol, "relative"), ("--atol", atol, "absolute")):
-        if value is None:
-            continue
-        if not check:
-            raise UsageError(f"{option} goes with --check: it is the {what} tolerance of that comparison")
-        problem = tolerance_problem(option, value)
-        if problem is not None:
-            raise UsageError(problem)
-    if data and not as_json:
-        raise UsageError("--data goes with --json: it adds every array's elements to the JSON")
 
 
 def _output_node(graph: Graph, output: str | None) -> int:
@@ -851,10 +711,7 @@ def render(
     """
     from graphsvc.console import render as drawing
 
-    if depth is not None and around is None:
-        raise UsageError("--depth goes with --around NODE: it limits the picture to the nodes near that one")
-    if depth is not None and depth < 0:
-        raise UsageError(f"--depth must be 0 or more, not {depth}")
+    within = drawing.depth_of(around, depth)
     graph = _load(file)
     if replay_first:
         from graphsvc.replay import run as api
@@ -865,14 +722,7 @@ def render(
             graph = api.backward(graph, start, registry=registry)
     elif output is not None:
         raise UsageError("--output chooses the node to differentiate: it needs --replay")
-    depth = 2 if depth is None else depth
-    if _is_stdio(out):  # the DOT text, for a pipe into dot or another tool: no limit, dot is not run here
-        nodes = drawing.select(graph, around, depth, None)
-        typer.echo(drawing.to_dot(graph, nodes, None if around is None else graph.node_id(around)), nl=False)
-        return
-    with _progress(f"drawing {out}"):
-        drawn = drawing.render(graph, out, around=around, depth=depth)
-    _wrote(out, drawn)
+    drawing.picture(graph, out, around, within, STATE.quiet)
 
 
 # -- op and plugin commands ----------------------------------------------------------------------

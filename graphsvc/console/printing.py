@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -19,13 +20,16 @@ __all__ = [
     "echo_chunks",
     "echo_lines",
     "echo_listing",
+    "is_stdio",
     "json_text",
     "jsonable",
     "print_json",
     "print_json_listing",
     "print_rows",
     "print_table",
+    "shown",
     "wants_table",
+    "wrote",
 ]
 
 #: Table columns (header, justification) of a node line, as graphsvc.console.listing.rows gives them.
@@ -119,3 +123,20 @@ def print_rows(columns: Iterable[tuple[str, str]], rows: Sequence[Sequence[str]]
     else:
         for row in rows:
             typer.echo("\t".join(row))
+
+
+def is_stdio(path: Path | None) -> bool:
+    """Is ``path`` ``-``: standard input or output?"""
+    return path is not None and str(path) == "-"
+
+
+def shown(path: Path) -> str:
+    """A file as messages name it (``standard input`` for ``-``), not yet escaped."""
+    return "standard input" if is_stdio(path) else str(path)
+
+
+def wrote(path: Path, nodes: int) -> None:
+    """What every command that writes a file says, on stderr: ``wrote OUT (N nodes)``."""
+    from graphsvc.text import counted, one_line
+
+    typer.echo(one_line(f"wrote {shown(path)} ({counted(nodes, 'node', thousands=True)})"), err=True)

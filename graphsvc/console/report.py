@@ -26,6 +26,8 @@ import typer
 from graphsvc.console import printing
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from graphsvc.graph import Graph
     from graphsvc.replay.compare import Comparison, Element, NonFinite
     from graphsvc.replay.run import ReplayRun
@@ -36,6 +38,8 @@ __all__ = [
     "ColumnCells",
     "cells",
     "check_item",
+    "check_options",
+    "check_stored",
     "comparison_line",
     "element",
     "nonfinite_item",
@@ -44,6 +48,39 @@ __all__ = [
     "set_notes",
     "step_lines",
 ]
+
+
+def check_options(
+    check: bool, rtol: float | None, atol: float | None, as_json: bool, data: bool, write: Path | None = None
+) -> None:
+    """Refuse --rtol/--atol without --check or out of range, and --data without --json: options
+    that would otherwise be taken and do nothing; and --write -, standard output (it holds the report)."""
+    from graphsvc.errors import UsageError
+    from graphsvc.replay.compare import tolerance_problem
+
+    for option, value, what in (("--rtol", rtol, "relative"), ("--atol", atol, "absolute")):
+        if value is None:
+            continue
+        if not check:
+            raise UsageError(f"{option} goes with --check: it is the {what} tolerance of that comparison")
+        problem = tolerance_problem(option, value)
+        if problem is not None:
+            raise UsageError(problem)
+    if data and not as_json:
+        raise UsageError("--data goes with --json: it adds every array's elements to the JSON")
+    if write is not None and str(write) == "-":
+        raise UsageError("--write -: standard output holds the listing; give a file name")
+
+
+def check_stored(graph: Graph, backward: bool) -> None:
+    """Refuse --check when ``graph`` stores nothing to compare with: no value of a computed node
+    (forward), no gradients (``backward``)."""
+    from graphsvc.errors import UsageError
+
+    if not backward and not graph.has_computed_values:
+        raise UsageError("--check: the file stores no value of a computed node to compare with")
+    if backward and not graph.has_grads:
+        raise UsageError("--check: the file stores no gradients to compare with")
 
 
 def print_report(result: ReplayRun, as_json: bool, data: bool = False, quiet: bool = False) -> None:

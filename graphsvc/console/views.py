@@ -31,6 +31,7 @@ __all__ = [
     "print_ops",
     "print_order",
     "tensor_info_text",
+    "validity_line",
 ]
 
 
@@ -49,6 +50,16 @@ def print_order(
         printing.print_table(printing.NODE_COLUMNS, listing.all_rows(graph, nodes))
     else:
         printing.echo_listing(listing.text(graph, nodes), len(nodes), quiet)
+
+
+# -- validate -------------------------------------------------------------------------------------
+def validity_line(file: str, graph: Graph) -> str:
+    """``validate``'s line: ``FILE: valid graphsvc graph, N nodes, M edges`` (``file`` as shown, escaped here)."""
+    from graphsvc.text import counted, escape
+
+    return (
+        f"{escape(file)}: valid graphsvc graph, {counted(graph.num_nodes, 'node')}, {counted(graph.num_edges, 'edge')}"
+    )
 
 
 # -- inspect --------------------------------------------------------------------------------------
