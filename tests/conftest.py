@@ -129,3 +129,22 @@ def installed_plugins(monkeypatch: pytest.MonkeyPatch, no_installed_plugins: Non
     """The machine's real entry points (the installed example plugins), for the tests about them;
     it runs after :func:`no_installed_plugins`, so it wins in a module that uses both."""
     monkeypatch.setattr(_plugins, "_entry_points", _REAL_ENTRY_POINTS)
+
+
+@pytest.fixture
+def seed004_graph() -> Any:
+    """examples/seed004.msgpack: L = (a*b + c)*(a + b) at a=2, b=3, c=1 (L = 35; gradients a=22,
+    b=17, c=5), with its values and gradients stored."""
+    from graphsvc.format import load
+
+    return load(ROOT / "examples" / "seed004.msgpack")
+
+
+@pytest.fixture
+def builtin_registry() -> Any:
+    """graphsvc's own ops only (no installed or named plugin)."""
+    from graphsvc.pluginhost import load_registry
+
+    registry, problems = load_registry(disable_third_party=True)
+    assert problems == []
+    return registry
