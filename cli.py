@@ -1,6 +1,9 @@
-"""The graphsvc command line: parse arguments, call the graphsvc API, print text or ``--json``.
+"""The graphsvc command line: each command declares its arguments and options (Typer parses them)
+and calls the library: graphsvc for the work, graphsvc.console for what is printed, as text or
+``--json`` (graphsvc.console.report for forward and backward, graphsvc.console.views for order,
+inspect, ops and gradcheck).
 
-No graph logic lives here. Library code raises :class:`graphsvc.errors.GraphsvcError`; this module
+No graph logic and no formatting live here. Library code raises :class:`graphsvc.errors.GraphsvcError`; this module
 turns it into one line ``Error: ...`` on stderr and the error's exit code:
 
     0 success · 1 anything else · 2 usage error · 3 a missing, unreadable or invalid graph file

@@ -6,7 +6,7 @@ comparison here (:func:`compare`, :func:`first_nonfinite`) and the array one
 (:func:`graphsvc.replay.arrays.compare`, :func:`graphsvc.replay.arrays.first_nonfinite`) both give
 them, a scalar's index being ``()``. :func:`differences` is the one element rule they share;
 :func:`finite` looks for nan and inf in many arrays at once, grouped by :class:`ArrayGroups`
-(which the tensor listings of :mod:`graphsvc.console.tensor_listing` stack the same way).
+(which the CLI's tensor listings stack the same way).
 """
 
 from __future__ import annotations

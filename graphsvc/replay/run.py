@@ -99,8 +99,8 @@ def backward(
 class ReplayRun(NamedTuple):
     """What one replay found (:func:`replay_values`), whichever engine ran it: the numbers, the
     backward pass step by step, where nan or inf first appeared and how far the numbers are from
-    those the file stores. The CLI's ``forward`` and ``backward`` print it
-    (:mod:`graphsvc.console.report`); :meth:`replayed` is the graph holding it. (A NamedTuple, not
+    those the file stores. The CLI's ``forward`` and ``backward`` print it (the console room's
+    report); :meth:`replayed` is the graph holding it. (A NamedTuple, not
     a dataclass: cheap for the CLI to build.)
 
     The engine is a strategy (:func:`tensor_replay_needed`): a graph of scalars is replayed a float64
