@@ -1,7 +1,5 @@
 """The graphsvc command line: each command declares its arguments and options (Typer parses them)
-and calls the library: graphsvc for the work, graphsvc.console for what is printed, as text or
-``--json`` (graphsvc.console.report for forward and backward, graphsvc.console.views for order,
-inspect, ops and gradcheck).
+and calls the library: graphsvc for the work, graphsvc.console for what is printed (text or --json).
 
 No graph logic and no formatting live here. Library code raises :class:`graphsvc.errors.GraphsvcError`; this module
 turns it into one line ``Error: ...`` on stderr and the error's exit code:
@@ -9,8 +7,7 @@ turns it into one line ``Error: ...`` on stderr and the error's exit code:
     0 success · 1 anything else · 2 usage error · 3 a missing, unreadable or invalid graph file
     4 an op or plugin problem
 
-numpy, msgpack and the plugins are imported inside the commands that need them, so ``--help`` is
-fast.
+numpy, msgpack and the plugins are imported inside the commands that need them: ``--help`` is fast.
 """
 
 from __future__ import annotations
