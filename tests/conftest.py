@@ -278,3 +278,12 @@ def as_json_view(value: Any) -> Any:
     if isinstance(value, list):
         return [as_json_view(item) for item in value]
     return value
+
+
+@pytest.fixture
+def seed004_file() -> Graph:
+    """examples/seed004.msgpack: L = (a*b + c)*(a + b) at a=2, b=3, c=1 (L = 35; gradients a=22,
+    b=17, c=5), with its values and gradients stored."""
+    from graphsvc.format import load
+
+    return load(EXAMPLES / "seed004.msgpack")

@@ -45,14 +45,6 @@ LAYERS: list[tuple[str, ...]] = [
 #: Entries of LAYERS with no module yet.
 FUTURE = {"graphsvc.torch", "graphsvc.diff", "graphsvc.view"}
 
-#: Imports that break the layering today, each being removed by work under way. The tests check
-#: that each is still made: once one is gone, delete its entry here. (module, module it imports)
-KNOWN_VIOLATIONS = {
-    # first_nonfinite reads console.tensor_listing's `finite`, which moves down into replay.
-    # (replay.arrays -> format.jsonio is not listed: format lies below replay.)
-    ("graphsvc.replay.arrays", "graphsvc.console.tensor_listing"),
-}
-
 
 class Import(NamedTuple):
     """One import statement of one graphsvc module."""
@@ -172,30 +164,17 @@ def _layer(module: str) -> str:
     return f"layer {index} ({', '.join(LAYERS[index])})" if index is not None else "no layer"
 
 
-def _known(edge: Import) -> bool:
-    return (edge.module, edge.target) in KNOWN_VIOLATIONS
-
-
 # -- the tests -----------------------------------------------------------------------------------------
 def test_no_module_imports_a_layer_above_its_own() -> None:
-    wrong = [edge for edge in layering_violations(imports(ROOT)) if not _known(edge)]
+    wrong = [edge for edge in layering_violations(imports(ROOT))]
     assert not wrong, "imports of a higher layer (see LAYERS in tests/test_architecture.py):\n" + "\n".join(
         f"{edge}: {_layer(edge.module)} imports {_layer(edge.target)}" for edge in wrong
     )
 
 
 def test_no_import_cycle() -> None:
-    found = [edge for edge in imports(ROOT) if not _known(edge)]
-    closed = cycle(found)
+    closed = cycle(imports(ROOT))
     assert closed is None, "an import cycle:\n" + "\n".join(map(str, closed or []))
-
-
-def test_the_known_violations_are_still_made() -> None:
-    """Each entry of KNOWN_VIOLATIONS is a real import that breaks the layering; delete an entry
-    once its import is gone."""
-    wrong = {(edge.module, edge.target) for edge in layering_violations(imports(ROOT))}
-    fixed = sorted(KNOWN_VIOLATIONS - wrong)
-    assert not fixed, f"no longer imported against the layering, delete from KNOWN_VIOLATIONS: {fixed}"
 
 
 def test_the_package_top_imports_only_the_base_at_run_time() -> None:

@@ -196,6 +196,33 @@ def draw(dot_text: str, kind: str) -> bytes:
 
 
 # -- label text --------------------------------------------------------------------------------
+def depth_of(around: str | None, depth: int | None) -> int:
+    """``render --depth`` (default 2); a UsageError when it is given without ``--around`` or below 0."""
+    if depth is not None and around is None:
+        raise UsageError("--depth goes with --around NODE: it limits the picture to the nodes near that one")
+    if depth is not None and depth < 0:
+        raise UsageError(f"--depth must be 0 or more, not {depth}")
+    return 2 if depth is None else depth
+
+
+def picture(graph: Graph, out: Path, around: str | None, depth: int, quiet: bool = False) -> None:
+    """``graphsvc render``'s output: the DOT text of :func:`select`'s nodes on standard output for
+    ``out`` ``-`` (any size: dot is not run here), else :func:`render` to ``out`` under a progress
+    bar (none with ``quiet``), said on stderr."""
+    import typer
+
+    from graphsvc.console import printing
+    from graphsvc.console.terminal import progress
+
+    if printing.is_stdio(out):  # the DOT text, for a pipe into dot or another tool
+        nodes = select(graph, around, depth, None)
+        typer.echo(to_dot(graph, nodes, None if around is None else graph.node_id(around)), nl=False)
+        return
+    with progress(f"drawing {out}", quiet=quiet):
+        drawn = render(graph, out, around=around, depth=depth)
+    printing.wrote(out, drawn)
+
+
 def _number(x: float) -> str:
     return f"{x:.6g}"
 

@@ -1,11 +1,11 @@
 """Listings of replayed tensor graphs, a chunk of nodes at a time: each array's summary, its
-``--json`` cell, the norms of ``--steps`` and which arrays hold a nan or an inf, for many arrays at once.
+``--json`` cell and the norms of ``--steps``, for many arrays at once.
 
-:func:`graphsvc.replay.arrays.summary`, :func:`~graphsvc.replay.arrays.json_cell` and
-:func:`~graphsvc.replay.arrays.norm` look at one array; called once a node, numpy's overhead a call made a
-listing of a million small arrays cost about 200 µs a node. Here the arrays are grouped by dtype and
-shape, a group's elements stacked into one matrix, an array a row, and each statistic is one
-reduction along the rows; the numbers are then written as the one-array functions write them, so
+:func:`summary`, :func:`json_cell` and :func:`norm` look at one array; called once a node, numpy's
+overhead a call made a listing of a million small arrays cost about 200 µs a node. Here the arrays
+are grouped by dtype and shape (:class:`graphsvc.replay.compare.ArrayGroups`, which also finds the
+nan and inf of a replay), a group's elements stacked into one matrix, an array a row, and each
+statistic is one reduction along the rows; the numbers are then written as the one-array functions write them, so
 the text is the same, byte for byte (tests/console/test_tensor_listing.py holds the two to it).
 
 The same bits, not only the same text: a row's sum is numpy's pairwise sum of the same elements in
@@ -20,61 +20,35 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from graphsvc.collector import gc_paused
 from graphsvc.console import listing
 from graphsvc.format.jsonio import json_float
-from graphsvc.graph import FLOAT_DTYPE, TENSOR_DTYPES, Graph
-from graphsvc.replay.arrays import describe, json_cell, norm, summary
+from graphsvc.graph import FLOAT_DTYPE, Graph
+from graphsvc.replay.arrays import describe
+from graphsvc.replay.compare import ArrayGroups
 from graphsvc.text import escape, json_escaped
 
-__all__ = ["descriptions", "finite", "json_cells", "json_objects", "norms", "rows", "summaries", "text"]
+__all__ = [
+    "descriptions",
+    "json_cell",
+    "json_cells",
+    "json_objects",
+    "node_cells",
+    "norm",
+    "norms",
+    "rows",
+    "summaries",
+    "summary",
+    "text",
+]
 
 Arrays = Sequence[np.ndarray | None]
 
 _INDEX_DTYPE = np.dtype(np.int64)
-
-#: Most elements stacked into one matrix: bounds the memory a listing holds besides the arrays.
-BATCH_ELEMENTS = 1 << 20
-
-
-class _Groups:
-    """The positions in a list of arrays, those that can be stacked grouped by dtype and shape,
-    the others (:attr:`alone`) apart; ``None`` in neither."""
-
-    def __init__(self, arrays: Arrays) -> None:
-        limit = np.getbufsize()
-        self.alone: list[int] = []
-        alone = self.alone
-        # a dtype and shape's list, or ``alone`` itself for one that is never stacked: decided once
-        by_kind: dict[tuple[np.dtype, tuple[int, ...]], list[int]] = {}
-        for position, array in enumerate(arrays):
-            if array is None:
-                continue
-            key = (array.dtype, array.shape)
-            positions = by_kind.get(key)
-            if positions is None:
-                stackable = 0 < array.size <= limit and array.dtype in TENSOR_DTYPES
-                positions = by_kind[key] = [] if stackable else alone
-            if array.flags.c_contiguous:
-                positions.append(position)
-            else:
-                alone.append(position)
-        self.by_kind = {key: positions for key, positions in by_kind.items() if positions is not alone and positions}
-
-    def stacked(self, arrays: Arrays) -> Iterator[tuple[np.dtype, tuple[int, ...], list[int], np.ndarray]]:
-        """Each group a batch at a time: its dtype and shape, the batch's positions and its arrays
-        as the rows of one matrix (a copy of their elements: read-only, C order)."""
-        for (dtype, shape), positions in self.by_kind.items():
-            size = math.prod(shape)
-            step = max(1, BATCH_ELEMENTS // size)
-            for start in range(0, len(positions), step):
-                batch = positions[start : start + step]
-                # a C-contiguous array's buffer is its elements in order; a group holds no None
-                joined = b"".join([arrays[p] for p in batch])  # type: ignore[misc]
-                yield dtype, shape, batch, np.frombuffer(joined, dtype=dtype).reshape(len(batch), size)
 
 
 def _means(matrix: np.ndarray) -> list[float]:
@@ -88,9 +62,9 @@ def _largest(matrix: np.ndarray) -> list[float]:
 
 
 def summaries(arrays: Arrays, gradient: bool = False) -> list[str]:
-    """:func:`graphsvc.replay.arrays.summary` of each array (``-`` for ``None``, as a listing shows it)."""
+    """:func:`summary` of each array (``-`` for ``None``, as a listing shows it)."""
     cells = ["-"] * len(arrays)
-    groups = _Groups(arrays)
+    groups = ArrayGroups(arrays)
     bound = "max|g|=" if gradient else "max|x|="
     with np.errstate(all="ignore"):
         for dtype, shape, batch, matrix in groups.stacked(arrays):
@@ -123,10 +97,10 @@ def _json_numbers(numbers: list[float]) -> list[str]:
 
 
 def json_cells(arrays: Arrays) -> list[str]:
-    """The JSON text of :func:`graphsvc.replay.arrays.json_cell` of each array, without its elements
+    """The JSON text of :func:`json_cell` of each array, without its elements
     (``null`` for ``None``), as ``json.dumps(..., separators=(",", ":"))`` writes it."""
     cells = ["null"] * len(arrays)
-    groups = _Groups(arrays)
+    groups = ArrayGroups(arrays)
     with np.errstate(all="ignore"):
         for dtype, shape, batch, matrix in groups.stacked(arrays):
             if not shape and dtype == FLOAT_DTYPE:
@@ -151,9 +125,9 @@ def _json_text(document: object) -> str:
 
 
 def norms(arrays: Arrays) -> list[float]:
-    """:func:`graphsvc.replay.arrays.norm` of each array (nan for ``None``)."""
+    """:func:`norm` of each array (nan for ``None``)."""
     result = [math.nan] * len(arrays)
-    groups = _Groups(arrays)
+    groups = ArrayGroups(arrays)
     with np.errstate(all="ignore"):
         for _, _, batch, matrix in groups.stacked(arrays):
             sums = np.add.reduce(np.square(matrix.astype(np.float64)), axis=1)
@@ -182,25 +156,82 @@ def descriptions(arrays: Arrays) -> list[str | None]:
     return result
 
 
-def finite(arrays: Arrays) -> list[bool]:
-    """Whether each array holds only finite numbers (``np.all(np.isfinite(array))``; ``True`` for
-    ``None``, for an int64 array and for an empty one)."""
-    result = [True] * len(arrays)
-    groups = _Groups(arrays)
-    for dtype, _, batch, matrix in groups.stacked(arrays):
-        if dtype != _INDEX_DTYPE:
-            for position, ok in zip(batch, np.isfinite(matrix).all(axis=1).tolist(), strict=True):
-                result[position] = ok
-    for position in groups.alone:
-        array = arrays[position]
-        assert array is not None
-        result[position] = array.dtype == _INDEX_DTYPE or bool(np.all(np.isfinite(array)))
-    return result
+# -- one array at a time: what the batched functions above are held to -------------------------------
+def summary(array: np.ndarray, gradient: bool = False) -> str:
+    """One short cell for a listing: ``f32[128,10] mean=0.0123 max|x|=1.5`` (``max|g|`` for a
+    gradient; ``min``/``max`` for integers); a 0-d array is its dtype and number (``f32[] 3.5``),
+    a float64 one the ``repr`` of the float, as scalar nodes are listed."""
+    if array.ndim == 0 and array.dtype == FLOAT_DTYPE:
+        return repr(float(array))
+    head = describe(array)
+    if array.ndim == 0:  # one number: shown as numpy prints it (shortest for its dtype)
+        return f"{head} {array[()]!s}"
+    if array.size == 0:
+        return head
+    if array.dtype == _INDEX_DTYPE:
+        return f"{head} min={int(array.min())} max={int(array.max())}"
+    with np.errstate(all="ignore"):
+        mean = float(np.mean(array, dtype=np.float64))
+        largest = float(np.max(np.abs(array)))
+    return f"{head} mean={mean:.6g} max|{'g' if gradient else 'x'}|={largest:.6g}"
+
+
+def norm(array: np.ndarray) -> float:
+    """The Euclidean norm of all elements, in float64."""
+    with np.errstate(all="ignore"):
+        return float(np.sqrt(np.sum(np.square(array, dtype=np.float64))))
+
+
+def node_cells(graph: Graph, node: int, values: Arrays, grads: Arrays | None) -> list[str]:
+    """A listing row of a tensor graph: id, name, op, parents (as the scalar listing writes them),
+    then the value's :func:`summary` and, with gradients, the gradient's (``-`` for none)."""
+    parents = ",".join(map(str, graph.parents(node))) or "-"
+    name = graph.names.get(node)
+    cells = [str(node), "-" if name is None else escape(name), escape(graph.op(node)), parents]
+    value = values[node]
+    cells.append("-" if value is None else summary(value))
+    if grads is not None:
+        grad = grads[node]
+        cells.append("-" if grad is None else summary(grad, gradient=True))
+    return cells
+
+
+def json_cell(array: np.ndarray | None, data: bool) -> Any:
+    """A value or gradient in a ``--json`` listing, what :func:`summary` shows: a float for a float64
+    scalar (nan and the infinities as strings), else ``{"dtype", "shape", "mean", "max_abs"}``
+    (``"min"`` and ``"max"`` for integers; neither for an empty array) and, with ``data``,
+    ``"data"`` as nested lists."""
+    if array is None:
+        return None
+    if array.ndim == 0 and array.dtype == FLOAT_DTYPE:
+        return json_float(float(array))
+    cell: dict[str, Any] = {"dtype": str(array.dtype), "shape": list(array.shape)}
+    if array.size and array.dtype == _INDEX_DTYPE:
+        cell["min"], cell["max"] = int(array.min()), int(array.max())
+    elif array.size:
+        with np.errstate(all="ignore"):
+            cell["mean"] = json_float(float(np.mean(array, dtype=np.float64)))
+            cell["max_abs"] = json_float(float(np.max(np.abs(array))))
+    if data:
+        cell["data"] = _json_data(array)
+    return cell
+
+
+def _json_data(array: np.ndarray) -> Any:
+    if array.dtype == _INDEX_DTYPE or array.size == 0:
+        return array.tolist()
+    flat = [json_float(x) for x in array.astype(np.float64).ravel().tolist()]
+    if array.ndim == 0:
+        return flat[0]
+    nested: Any = flat
+    for size in reversed(array.shape[1:]):
+        nested = [nested[i : i + size] for i in range(0, len(nested), size)]
+    return nested
 
 
 # -- the listings: graphsvc.console.listing's node cells, then the arrays' --------------------------------
 def rows(graph: Graph, nodes: Sequence[int], values: Arrays, grads: Arrays | None) -> Iterator[list[tuple[str, ...]]]:
-    """The text cells of ``nodes``, a chunk at a time, as :func:`graphsvc.replay.arrays.node_cells` gives
+    """The text cells of ``nodes``, a chunk at a time, as :func:`node_cells` gives
     them: id, name, op, parents, then the value's :func:`summary` and, with ``grads``, the gradient's."""
     tags = list(map(escape, graph.op_table))  # once, not a chunk at a time
     for ids in listing.chunks(nodes):

@@ -3,7 +3,9 @@
 :mod:`graphsvc.replay.run` is the entry point (:func:`~graphsvc.replay.run.forward`,
 :func:`~graphsvc.replay.run.backward`, the CLI's replays); behind it, :mod:`graphsvc.replay.columns`
 replays graphs of float64 scalars a column at a time and :mod:`graphsvc.replay.arrays` replays
-graphs of arrays one op call per node. :mod:`graphsvc.replay.compare` holds replayed numbers
-against stored ones and finds where nan or inf first appears; :mod:`graphsvc.replay.memory` keeps
+graphs of arrays one op call per node; either way the result is one
+:class:`~graphsvc.replay.run.ReplayRun`, its steps :class:`~graphsvc.replay.step.Step`.
+:mod:`graphsvc.replay.compare` holds replayed numbers against stored ones (one ``Comparison``) and
+finds where nan or inf first appears (one ``NonFinite``); :mod:`graphsvc.replay.memory` keeps
 freed blocks for the next pass of a tensor replay.
 """

@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy as np
@@ -43,15 +42,13 @@ from graphsvc.ops import (
     per_element,
 )
 from graphsvc.replay import memory
-from graphsvc.replay.compare import differences
-from graphsvc.text import counted, escape
+from graphsvc.replay.compare import Comparison, Element, NonFinite, differences, finite
+from graphsvc.replay.step import Step
+from graphsvc.text import counted
 from graphsvc.topo import ancestors
 
 __all__ = [
     "Replayed",
-    "Step",
-    "TensorComparison",
-    "TensorNonFinite",
     "backward",
     "compare",
     "cotangent_for",
@@ -59,11 +56,9 @@ __all__ = [
     "describe",
     "first_nonfinite",
     "forward",
-    "node_cells",
     "replay",
     "requires_grad",
     "store",
-    "summary",
     "tensor_result",
     "vjp_of",
 ]
@@ -231,16 +226,6 @@ def output_and_residuals(op: Op, pair: Any) -> tuple[Any, Any]:
     return pair
 
 
-@dataclass(frozen=True)
-class Step:
-    """One node of the backward pass: what its gradient is, and what it sends each parent
-    (``None`` for an input that gets no gradient)."""
-
-    node: int
-    grad: np.ndarray
-    cotangents: list[tuple[int, np.ndarray | None]]
-
-
 def backward(
     graph: Graph,
     ops: Sequence[Op | None],
@@ -312,7 +297,7 @@ def _backward(
             _failed(graph, node, op, "vjp", exc)
         sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads, summed)
         if steps is not None:
-            steps.append(Step(node, g, list(zip(parents, sent, strict=True))))
+            steps.append(Step(node, g, [(p, None, c) for p, c in zip(parents, sent, strict=True)]))
     if residuals is not None:  # those of nodes the sweep did not reach
         residuals.clear()
     for node, value in enumerate(values):
@@ -557,57 +542,7 @@ def read_only_memory(array: np.ndarray) -> bool:
             return base is None or type(base) is bytes
 
 
-# -- looking at replayed tensors: summaries, comparisons, the first nan or inf -------------------
-def summary(array: np.ndarray, gradient: bool = False) -> str:
-    """One short cell for a listing: ``f32[128,10] mean=0.0123 max|x|=1.5`` (``max|g|`` for a
-    gradient; ``min``/``max`` for integers); a 0-d array is its dtype and number (``f32[] 3.5``),
-    a float64 one the ``repr`` of the float, as scalar nodes are listed."""
-    if array.ndim == 0 and array.dtype == FLOAT_DTYPE:
-        return repr(float(array))
-    head = describe(array)
-    if array.ndim == 0:  # one number: shown as numpy prints it (shortest for its dtype)
-        return f"{head} {array[()]!s}"
-    if array.size == 0:
-        return head
-    if array.dtype == _INDEX_DTYPE:
-        return f"{head} min={int(array.min())} max={int(array.max())}"
-    with np.errstate(all="ignore"):
-        mean = float(np.mean(array, dtype=np.float64))
-        largest = float(np.max(np.abs(array)))
-    return f"{head} mean={mean:.6g} max|{'g' if gradient else 'x'}|={largest:.6g}"
-
-
-def norm(array: np.ndarray) -> float:
-    """The Euclidean norm of all elements, in float64."""
-    with np.errstate(all="ignore"):
-        return float(np.sqrt(np.sum(np.square(array, dtype=np.float64))))
-
-
-Element = tuple[int, tuple[int, ...]]  # a node and an index into its array (``()`` for a scalar)
-
-
-@dataclass(frozen=True)
-class TensorComparison:
-    """How far replayed arrays are from stored ones, element by element.
-
-    A node mismatches when any element has ``|replayed - stored| > atol + rtol * |stored|`` or the
-    shapes differ; nodes with nothing stored (no array, nan in the column) are counted apart.
-    """
-
-    what: str
-    worst_abs: float
-    worst_abs_at: Element | None
-    worst_rel: float
-    worst_rel_at: Element | None
-    mismatches: int
-    unstored: int
-    nodes: int
-
-    @property
-    def ok(self) -> bool:
-        return self.mismatches == 0
-
-
+# -- replayed tensors against stored ones, the first nan or inf -----------------------------------
 def stored(graph: Graph, node: int, gradients: bool = False) -> np.ndarray | None:
     """The value (or gradient) a file stores for ``node``; ``None`` when it stores none."""
     array = (graph.grad_arrays if gradients else graph.arrays).get(node)
@@ -619,9 +554,11 @@ def stored(graph: Graph, node: int, gradients: bool = False) -> np.ndarray | Non
     return np.asarray(column[node])
 
 
-def compare(what: str, graph: Graph, replayed: Replayed, rtol: float, atol: float) -> TensorComparison:
+def compare(what: str, graph: Graph, replayed: Replayed, rtol: float, atol: float) -> Comparison:
     """Compare replayed values (``what="values"``) or gradients with what ``graph`` stores, element
-    by element with :func:`graphsvc.replay.compare.differences` (the column comparison's rule)."""
+    by element with :func:`graphsvc.replay.compare.differences` (the column comparison's rule): a
+    node mismatches when an element is beyond tolerance or the shapes differ; nodes with nothing
+    stored (no array, nan in the column) are counted apart."""
     worst_abs, worst_rel = 0.0, 0.0
     worst_abs_at: Element | None = None
     worst_rel_at: Element | None = None
@@ -646,28 +583,12 @@ def compare(what: str, graph: Graph, replayed: Replayed, rtol: float, atol: floa
             at = int(np.argmax(rel))
             if worst_rel_at is None or rel.flat[at] > worst_rel:
                 worst_rel, worst_rel_at = float(rel.flat[at]), (node, _index(at, rel.shape))
-    return TensorComparison(what, worst_abs, worst_abs_at, worst_rel, worst_rel_at, mismatches, unstored, len(replayed))
+    return Comparison(what, worst_abs, worst_abs_at, worst_rel, worst_rel_at, mismatches, unstored, len(replayed))
 
 
-@dataclass(frozen=True)
-class TensorNonFinite:
-    """The first nan or inf: its node and index, its value, and how many nodes hold one.
-
-    First means the lowest id for values (where the forward pass meets it first) and the highest
-    for gradients (the backward sweep runs in decreasing id order); within a node, the first
-    element in C order."""
-
-    what: str
-    node: int
-    index: tuple[int, ...]
-    value: float
-    count: int
-
-
-def first_nonfinite(what: str, replayed: Replayed, *, backward: bool = False) -> TensorNonFinite | None:
-    """Where nan or inf first appears in replayed values or gradients, or None."""
-    from graphsvc.console.tensor_listing import finite  # all arrays at once (it imports this module)
-
+def first_nonfinite(what: str, replayed: Replayed, *, backward: bool = False) -> NonFinite | None:
+    """Where nan or inf first appears in replayed values or gradients (see
+    :class:`graphsvc.replay.compare.NonFinite`; its index into the node's array too), or None."""
     bad = [node for node, ok in enumerate(finite(replayed)) if not ok]
     if not bad:
         return None
@@ -675,59 +596,8 @@ def first_nonfinite(what: str, replayed: Replayed, *, backward: bool = False) ->
     array = replayed[node]
     assert array is not None
     at = int(np.argmax(~np.isfinite(array)))
-    return TensorNonFinite(what, node, _index(at, array.shape), float(array.flat[at]), len(bad))
+    return NonFinite(what, node, float(array.flat[at]), len(bad), _index(at, array.shape))
 
 
 def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, shape))
-
-
-def node_cells(graph: Graph, node: int, values: Replayed, grads: Replayed | None) -> list[str]:
-    """A listing row of a tensor graph: id, name, op, parents (as the scalar listing writes them),
-    then the value's :func:`summary` and, with gradients, the gradient's (``-`` for none)."""
-    parents = ",".join(map(str, graph.parents(node))) or "-"
-    name = graph.names.get(node)
-    cells = [str(node), "-" if name is None else escape(name), escape(graph.op(node)), parents]
-    value = values[node]
-    cells.append("-" if value is None else summary(value))
-    if grads is not None:
-        grad = grads[node]
-        cells.append("-" if grad is None else summary(grad, gradient=True))
-    return cells
-
-
-def json_cell(array: np.ndarray | None, data: bool) -> Any:
-    """A value or gradient in a ``--json`` listing, what :func:`summary` shows: a float for a float64
-    scalar (nan and the infinities as strings), else ``{"dtype", "shape", "mean", "max_abs"}``
-    (``"min"`` and ``"max"`` for integers; neither for an empty array) and, with ``data``,
-    ``"data"`` as nested lists."""
-    from graphsvc.format.jsonio import json_float
-
-    if array is None:
-        return None
-    if array.ndim == 0 and array.dtype == FLOAT_DTYPE:
-        return json_float(float(array))
-    cell: dict[str, Any] = {"dtype": str(array.dtype), "shape": list(array.shape)}
-    if array.size and array.dtype == _INDEX_DTYPE:
-        cell["min"], cell["max"] = int(array.min()), int(array.max())
-    elif array.size:
-        with np.errstate(all="ignore"):
-            cell["mean"] = json_float(float(np.mean(array, dtype=np.float64)))
-            cell["max_abs"] = json_float(float(np.max(np.abs(array))))
-    if data:
-        cell["data"] = _json_data(array)
-    return cell
-
-
-def _json_data(array: np.ndarray) -> Any:
-    from graphsvc.format.jsonio import json_float
-
-    if array.dtype == _INDEX_DTYPE or array.size == 0:
-        return array.tolist()
-    flat = [json_float(x) for x in array.astype(np.float64).ravel().tolist()]
-    if array.ndim == 0:
-        return flat[0]
-    nested: Any = flat
-    for size in reversed(array.shape[1:]):
-        nested = [nested[i : i + size] for i in range(0, len(nested), size)]
-    return nested

@@ -51,6 +51,7 @@ from graphsvc.native import Engine, engine_for
 from graphsvc.ops import Op, OpRegistry, evaluate, evaluate_node, local_derivatives
 from graphsvc.ops.opmath import PRIMITIVE_ATTRS, PRIMITIVES, compiled_primitives
 from graphsvc.pluginhost import running_plugin_code
+from graphsvc.replay.step import Step
 from graphsvc.text import ITEM_CHARS, counted, escape, listed, shorten
 from graphsvc.topo import ancestors, levels
 
@@ -652,14 +653,6 @@ def reference_sweep(
             span = range(offsets[node], offsets[node + 1])
             steps.append(Step(node, grad, [(parents[s], local_list[s], grad * local_list[s]) for s in span]))
     return np.array(grads, dtype=np.float64)
-
-
-class Step(NamedTuple):
-    """One node of the backward pass: its gradient and what it adds to each parent."""
-
-    node: int
-    grad: float
-    contributions: list[tuple[int, float, float]]  # (parent, local derivative, grad * local)
 
 
 @_runs_plugin_code

@@ -1,43 +1,66 @@
 """Replayed numbers against stored ones (``--check``), and where nan or inf first appears: the
 comparing that :mod:`graphsvc.replay.columns` does not do (it only replays).
 
-:func:`differences` is the one element rule, shared by the column comparison here (:func:`compare`)
-and the array one (:func:`graphsvc.replay.arrays.compare`).
+One :class:`Comparison` and one :class:`NonFinite`, whichever engine replayed: the column
+comparison here (:func:`compare`, :func:`first_nonfinite`) and the array one
+(:func:`graphsvc.replay.arrays.compare`, :func:`graphsvc.replay.arrays.first_nonfinite`) both give
+them, a scalar's index being ``()``. :func:`differences` is the one element rule they share;
+:func:`finite` looks for nan and inf in many arrays at once, grouped by :class:`ArrayGroups`
+(which the CLI's tensor listings stack the same way).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+from graphsvc.graph import TENSOR_DTYPES
 
 if TYPE_CHECKING:  # annotations only: numpy.typing is not imported at run time
     import numpy.typing as npt
 
     FloatArray = npt.NDArray[np.float64]
 
-__all__ = ["Comparison", "NonFinite", "compare", "differences", "first_nonfinite", "tolerance_problem"]
+__all__ = [
+    "ArrayGroups",
+    "Comparison",
+    "Element",
+    "NonFinite",
+    "compare",
+    "differences",
+    "finite",
+    "first_nonfinite",
+    "tolerance_problem",
+]
+
+#: A node and an index into its array (``()`` for a scalar): where a difference or a nan is.
+Element = tuple[int, tuple[int, ...]]
 
 
 class Comparison(NamedTuple):
-    """How far replayed numbers are from stored ones.
+    """How far replayed numbers are from stored ones, values or gradients (``what``).
 
-    A stored nan is the format's "no stored value" (FORMAT.md: values not computed yet, no gradient),
-    so those nodes are counted in ``unstored`` and not compared; ``inf`` equals ``inf``. The worst
-    differences are over the compared nodes (``None`` nodes when none was compared).
+    A node mismatches when any of its elements has ``|replayed - stored| > atol + rtol * |stored|``
+    (or, for arrays, the shapes differ). A stored nan is the format's "no stored value" (FORMAT.md:
+    values not computed yet, no gradient), as is a node with no stored array: those nodes are
+    counted in ``unstored`` and not compared; ``inf`` equals ``inf``. The worst differences are
+    over the compared elements, each at a node and an index into its array (``()`` for a scalar;
+    ``None`` when nothing was compared).
     """
 
     what: str
     worst_abs: float
-    worst_abs_node: int | None
+    worst_abs_at: Element | None
     worst_rel: float
-    worst_rel_node: int | None
+    worst_rel_at: Element | None
     mismatches: int
     #: How many nodes have no stored number (nan in the file): not compared, not mismatches.
     unstored: int = 0
-    #: How many nodes the columns hold (``nodes - unstored`` were compared).
+    #: How many nodes were replayed (``nodes - unstored`` were compared).
     nodes: int = 0
 
     @property
@@ -50,15 +73,14 @@ class Comparison(NamedTuple):
         return self.nodes - self.unstored
 
     @property
-    def worst_abs_at(self) -> tuple[int, tuple[int, ...]] | None:
-        """Where the worst absolute difference is, as :class:`graphsvc.replay.arrays.TensorComparison`
-        says it: (node, index into its array), the index ``()`` for a scalar."""
-        return None if self.worst_abs_node is None else (self.worst_abs_node, ())
+    def worst_abs_node(self) -> int | None:
+        """The node of the worst absolute difference (None when nothing was compared)."""
+        return None if self.worst_abs_at is None else self.worst_abs_at[0]
 
     @property
-    def worst_rel_at(self) -> tuple[int, tuple[int, ...]] | None:
-        """Where the worst relative difference is: (node, ``()``)."""
-        return None if self.worst_rel_node is None else (self.worst_rel_node, ())
+    def worst_rel_node(self) -> int | None:
+        """The node of the worst relative difference."""
+        return None if self.worst_rel_at is None else self.worst_rel_at[0]
 
 
 def differences(replayed: FloatArray, stored: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -100,9 +122,9 @@ def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, at
     return Comparison(
         what=what,
         worst_abs=float(diff[abs_node]) if abs_node is not None else 0.0,
-        worst_abs_node=abs_node,
+        worst_abs_at=None if abs_node is None else (abs_node, ()),
         worst_rel=float(rel[rel_node]) if rel_node is not None else 0.0,
-        worst_rel_node=rel_node,
+        worst_rel_at=None if rel_node is None else (rel_node, ()),
         mismatches=int(np.count_nonzero(~close)),
         unstored=unstored,
         nodes=n,
@@ -111,23 +133,97 @@ def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, at
 
 @dataclass(frozen=True)
 class NonFinite:
-    """Where nan or inf first appears in a column of replayed numbers.
+    """Where nan or inf first appears in replayed values or gradients (``what``): its node, its
+    value, how many nodes hold one, and where in the node's array (``()`` for a scalar).
 
-    For values that is the lowest id (node ids are a topological order, so the forward pass meets
-    it first); for gradients the highest id (the backward sweep runs in decreasing id order).
-    A nan or inf is a finding, not an error: replay goes on and the exit code does not change.
+    First means the lowest id for values (node ids are a topological order, so the forward pass
+    meets it first) and the highest for gradients (the backward sweep runs in decreasing id order);
+    within an array, the first element in C order. A nan or inf is a finding, not an error: replay
+    goes on and the exit code does not change.
     """
 
     what: str
     node: int
     value: float
     count: int
+    index: tuple[int, ...] = ()
 
 
 def first_nonfinite(what: str, column: FloatArray, *, backward: bool = False) -> NonFinite | None:
-    """The first node of ``column`` holding nan or inf (see :class:`NonFinite`), or None."""
+    """The first node of a float64 ``column`` holding nan or inf (see :class:`NonFinite`), or None."""
     bad = np.flatnonzero(~np.isfinite(column))
     if not len(bad):
         return None
     node = int(bad[-1] if backward else bad[0])
     return NonFinite(what, node, float(column[node]), len(bad))
+
+
+# -- many arrays at once ---------------------------------------------------------------------------
+Arrays = Sequence[np.ndarray | None]
+
+_INDEX_DTYPE = np.dtype(np.int64)
+
+#: Most elements stacked into one matrix: bounds the memory a batch holds besides the arrays.
+BATCH_ELEMENTS = 1 << 20
+
+
+class ArrayGroups:
+    """The positions in a list of arrays, those that can be stacked grouped by dtype and shape,
+    the others (:attr:`alone`) apart; ``None`` in neither.
+
+    numpy's overhead a call makes one call an array cost about 200 µs a node over a million small
+    arrays; a group's elements stacked into one matrix, an array a row, make each statistic one
+    reduction along the rows. Two kinds of array are never stacked, where a row's result could
+    differ in its last bits from the array's own: one that is not C-contiguous (numpy sums it in
+    its memory order), and one of more than ``np.getbufsize()`` elements (numpy's float64 sum of a
+    float32 array adds up buffers of that many cast elements)."""
+
+    def __init__(self, arrays: Arrays) -> None:
+        limit = np.getbufsize()
+        self.alone: list[int] = []
+        alone = self.alone
+        # a dtype and shape's list, or ``alone`` itself for one that is never stacked: decided once
+        by_kind: dict[tuple[np.dtype, tuple[int, ...]], list[int]] = {}
+        for position, array in enumerate(arrays):
+            if array is None:
+                continue
+            key = (array.dtype, array.shape)
+            positions = by_kind.get(key)
+            if positions is None:
+                stackable = 0 < array.size <= limit and array.dtype in TENSOR_DTYPES
+                positions = by_kind[key] = [] if stackable else alone
+            if array.flags.c_contiguous:
+                positions.append(position)
+            else:
+                alone.append(position)
+        self.by_kind = {key: positions for key, positions in by_kind.items() if positions is not alone and positions}
+
+    def stacked(self, arrays: Arrays) -> Iterator[tuple[np.dtype, tuple[int, ...], list[int], np.ndarray]]:
+        """Each group a batch at a time (at most :data:`BATCH_ELEMENTS` elements): its dtype and
+        shape, the batch's positions and its arrays as the rows of one matrix (a copy of their
+        elements: read-only, C order)."""
+        for (dtype, shape), positions in self.by_kind.items():
+            size = math.prod(shape)
+            step = max(1, BATCH_ELEMENTS // size)
+            for start in range(0, len(positions), step):
+                batch = positions[start : start + step]
+                # a C-contiguous array's buffer is its elements in order; a group holds no None
+                joined = b"".join([arrays[p] for p in batch])  # type: ignore[misc]
+                yield dtype, shape, batch, np.frombuffer(joined, dtype=dtype).reshape(len(batch), size)
+
+
+def finite(arrays: Arrays) -> list[bool]:
+    """Whether each array holds only finite numbers (``np.all(np.isfinite(array))``; ``True`` for
+    ``None``, for an int64 array and for an empty one), worked out a group at a time
+    (:class:`ArrayGroups`)."""
+    result = [True] * len(arrays)
+    groups = ArrayGroups(arrays)
+    for dtype, _, batch, matrix in groups.stacked(arrays):
+        if dtype != _INDEX_DTYPE:
+            for position, ok in zip(batch, np.isfinite(matrix).all(axis=1).tolist(), strict=True):
+                result[position] = ok
+    for position in groups.alone:
+        array = arrays[position]
+        assert array is not None
+        result[position] = array.dtype == _INDEX_DTYPE or bool(np.all(np.isfinite(array)))
+    return result

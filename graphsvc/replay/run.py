@@ -29,17 +29,20 @@ from graphsvc.text import counted, shown_number
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
 
-    from graphsvc.replay.arrays import TensorComparison, TensorNonFinite
     from graphsvc.replay.compare import Comparison, NonFinite
+    from graphsvc.replay.step import Step
 
 __all__ = [
     "ReplayRun",
     "backward",
+    "comparisons",
     "forward",
+    "nonfinite_findings",
     "replay_values",
     "replayed_graph",
     "replayed_tensor_graph",
     "resolve_set",
+    "set_from_text",
 ]
 
 
@@ -64,8 +67,7 @@ def forward(
     expect_graph("forward", graph)
     assignments = _assignments(set)
     registry = _registry(registry)
-    run = replay_values(graph, registry, resolve_set(graph, assignments), engine=engine)
-    return run.replayed(graph, registry)
+    return replay_values(graph, registry, resolve_set(graph, assignments), engine=engine).replayed()
 
 
 def backward(
@@ -91,68 +93,93 @@ def backward(
     assignments = _assignments(set)
     registry = _registry(registry)
     start = default_output(graph, "output=") if output is None else graph.node_id(output)
-    run = replay_values(graph, registry, resolve_set(graph, assignments), start, engine=engine)
-    return run.replayed(graph, registry)
+    return replay_values(graph, registry, resolve_set(graph, assignments), start, engine=engine).replayed()
 
 
 class ReplayRun(NamedTuple):
-    """What :func:`replay_values` computed, in the form of the engine that ran.
+    """What one replay found (:func:`replay_values`), whichever engine ran it: the numbers, the
+    backward pass step by step, where nan or inf first appeared and how far the numbers are from
+    those the file stores. The CLI's ``forward`` and ``backward`` print it (the console room's
+    report); :meth:`replayed` is the graph holding it. (A NamedTuple, not
+    a dataclass: cheap for the CLI to build.)
 
-    Its methods are what a caller does with the numbers, each on the right engine's helpers:
-    :meth:`replayed` (a graph holding them), :meth:`nonfinite` (where nan or inf first appears)
-    and :meth:`compare` (against the numbers a file stores). A graph of scalars never imports the
-    tensor engine through them. (A NamedTuple, not a dataclass: cheap for the CLI to build.)
+    The engine is a strategy (:func:`tensor_replay_needed`): a graph of scalars is replayed a float64
+    column at a time (:mod:`graphsvc.replay.columns`), a graph that holds arrays, or uses an op given
+    only by a VJP, one array per node (:mod:`graphsvc.replay.arrays`). Either way the steps are
+    :class:`~graphsvc.replay.step.Step`, the findings :class:`~graphsvc.replay.compare.NonFinite` and
+    the checks :class:`~graphsvc.replay.compare.Comparison`; only the container of the numbers
+    differs, which :attr:`arrays` says, for what lists or saves them.
     """
 
-    #: True: graphsvc.replay.arrays ran (one array per node, ``None`` where a node has none); False:
-    #: the column engine (float64 columns).
-    tensor: bool
+    #: The graph replayed, as given: the checks compare with the numbers it stores.
+    graph: Graph
+    #: The ops it was replayed with: :meth:`replayed` records the plugin of each.
+    registry: OpRegistry
+    #: The node the backward pass started from; None without one.
+    output: int | None
+    #: The values: a float64 column (one number a node), or one array a node (:attr:`arrays`).
     values: Any
-    #: ``None`` without a backward pass.
+    #: The gradients, as the values; ``None`` without a backward pass.
     grads: Any
-    #: The backward pass step by step (``replay.Step`` or ``tensors.Step``), when asked for.
-    steps: list[Any] | None
+    #: The backward pass step by step, in the sweep's order, when asked for; else None.
+    steps: list[Step] | None
+    #: Where nan or inf first appears: ``{"values": finding or None}``, with ``"grads"`` too when
+    #: there are gradients; empty unless asked for (``find_nonfinite``).
+    nonfinite: Mapping[str, NonFinite | None]
+    #: How far the numbers are from those ``graph`` stores, values then gradients (when both sides
+    #: have some), when asked for (``check``); else empty.
+    comparisons: tuple[Comparison, ...]
+    #: True: the numbers are one array per node (``None`` where a node has none); False: float64 columns.
+    arrays: bool
 
-    def replayed(self, graph: Graph, registry: OpRegistry) -> Graph:
-        """A copy of ``graph`` (the graph that was replayed) holding these numbers, each op attributed
-        to the plugin that replayed it: :func:`replayed_graph` or :func:`replayed_tensor_graph`,
-        whichever fits the engine that ran."""
-        if self.tensor:
-            return replayed_tensor_graph(graph, registry, self.values, self.grads)
-        return replayed_graph(graph, registry, self.values, self.grads)
+    @property
+    def ok(self) -> bool:
+        """Every check within tolerance (True when there was none)."""
+        return all(c.ok for c in self.comparisons)
 
-    def nonfinite(self) -> dict[str, NonFinite | TensorNonFinite | None]:
-        """Where nan or inf first appears: ``{"values": finding or None}``, with ``"grads"`` too
-        when there are gradients (:func:`graphsvc.replay.compare.first_nonfinite`, or
-        :func:`graphsvc.replay.arrays.first_nonfinite`, which also says where in the array)."""
-        first: Callable[..., NonFinite | TensorNonFinite | None]
-        if self.tensor:  # imported only for arrays: a graph of scalars never loads the tensor engine
-            from graphsvc.replay.arrays import first_nonfinite as first
-        else:
-            from graphsvc.replay.compare import first_nonfinite as first
-        found = {"values": first("values", self.values)}
-        if self.grads is not None:
-            found["grads"] = first("grads", self.grads, backward=True)
-        return found
+    def replayed(self) -> Graph:
+        """A copy of :attr:`graph` holding these numbers, each op attributed to the plugin that
+        replayed it: :func:`replayed_graph`, or :func:`replayed_tensor_graph` for arrays."""
+        if self.arrays:
+            return replayed_tensor_graph(self.graph, self.registry, self.values, self.grads)
+        return replayed_graph(self.graph, self.registry, self.values, self.grads)
 
-    def compare(self, graph: Graph, rtol: float, atol: float) -> list[Comparison | TensorComparison]:
-        """How far these numbers are from those ``graph`` stores (``--check``): the values, then the
-        gradients when there are some on both sides (:func:`graphsvc.replay.compare.compare`, or
-        :func:`graphsvc.replay.arrays.compare` for arrays)."""
-        results: list[Comparison | TensorComparison]
-        if self.tensor:
-            from graphsvc.replay import arrays as tensors
 
-            results = [tensors.compare("values", graph, self.values, rtol, atol)]
-            if self.grads is not None:
-                results.append(tensors.compare("grads", graph, self.grads, rtol, atol))
-            return results
-        from graphsvc.replay import compare as checks
+def nonfinite_findings(arrays: bool, values: Any, grads: Any) -> dict[str, NonFinite | None]:
+    """Where nan or inf first appears in ``values`` (and ``grads``; ``arrays``: one array per node,
+    else float64 columns), as :attr:`ReplayRun.nonfinite` holds it: the column search
+    (:func:`graphsvc.replay.compare.first_nonfinite`) or the array one
+    (:func:`graphsvc.replay.arrays.first_nonfinite`, which also says where in the array)."""
+    first: Callable[..., NonFinite | None]
+    if arrays:  # imported only for arrays: a graph of scalars never loads the tensor engine
+        from graphsvc.replay.arrays import first_nonfinite as first
+    else:
+        from graphsvc.replay.compare import first_nonfinite as first
+    found = {"values": first("values", values)}
+    if grads is not None:
+        found["grads"] = first("grads", grads, backward=True)
+    return found
 
-        results = [checks.compare("values", self.values, graph.values, rtol, atol)]
-        if self.grads is not None and graph.grads is not None:  # a file without gradients has none to compare
-            results.append(checks.compare("grads", self.grads, graph.grads, rtol, atol))
-        return results
+
+def comparisons(
+    arrays: bool, graph: Graph, values: Any, grads: Any, rtol: float, atol: float
+) -> tuple[Comparison, ...]:
+    """How far ``values`` (and ``grads``; ``arrays`` as for :func:`nonfinite_findings`) are from those
+    ``graph`` stores, as :attr:`ReplayRun.comparisons` holds it: the values, then the
+    gradients when there are some on both sides (:func:`graphsvc.replay.compare.compare`, or
+    :func:`graphsvc.replay.arrays.compare` for arrays, element by element)."""
+    if arrays:
+        from graphsvc.replay import arrays as tensors
+
+        if grads is None:
+            return (tensors.compare("values", graph, values, rtol, atol),)
+        return tensors.compare("values", graph, values, rtol, atol), tensors.compare("grads", graph, grads, rtol, atol)
+    from graphsvc.replay import compare as checks
+
+    found = checks.compare("values", values, graph.values, rtol, atol)
+    if grads is None or graph.grads is None:  # a file without gradients has none to compare
+        return (found,)
+    return found, checks.compare("grads", grads, graph.grads, rtol, atol)
 
 
 def tensor_replay_needed(graph: Graph, registry: OpRegistry, overrides: Mapping[int, Any] | None = None) -> bool:
@@ -173,32 +200,48 @@ def replay_values(
     output: int | None = None,
     *,
     steps: bool = False,
+    find_nonfinite: bool = False,
+    check: tuple[float, float] | None = None,
     engine: Engine | None = None,
 ) -> ReplayRun:
-    """Replay forward, then (``output`` given) backward from ``output``, on the engine the graph
-    needs (:func:`tensor_replay_needed`): the one place that chooses, for :func:`forward`,
-    :func:`backward` and the CLI, which also wants the raw numbers and the steps; the
-    :class:`ReplayRun` returned carries the choice to what is done with them next. ``overrides``
-    are node ids (:func:`resolve_set`); ``steps`` records the backward pass."""
+    """Replay forward, then (``output`` given) backward from ``output``: the one replay, for
+    :func:`forward`, :func:`backward` and the CLI. ``overrides`` are node ids (:func:`resolve_set`);
+    ``steps`` records the backward pass; ``find_nonfinite`` looks for the first nan or inf;
+    ``check``, ``(rtol, atol)``, compares the numbers with those ``graph`` stores.
+
+    The engine is the one the graph needs (:func:`tensor_replay_needed`); the :class:`ReplayRun`
+    returned is the same type either way."""
     from graphsvc.replay import columns as replay
 
     engine = engine or engine_for(graph.num_nodes)  # one engine for every sweep of this replay
     step_list: list[Any] | None = [] if steps else None
     tensor = tensor_replay_needed(graph, registry, overrides)
     ops = replay.resolve_ops(graph, registry, engine)  # once, for the forward and the backward pass
+    values: Any
+    grads: Any
     if tensor:
         from graphsvc.replay import arrays as tensors
 
-        arrays, gradients = tensors.replay(graph, ops, output, overrides, step_list, engine)
-        return ReplayRun(True, arrays, gradients, step_list)
-    plan = None if engine.kernels is None else replay.primitive_plan(graph, ops)  # once, likewise
-    values = replay.forward(graph, registry, overrides, engine, ops=ops, plan=plan)
-    grads = None
-    if output is not None and steps:
-        grads, step_list = replay.backward_steps(graph, registry, output, values, engine, ops=ops, plan=plan)
-    elif output is not None:
-        grads = replay.backward(graph, registry, output, values, engine, ops=ops, plan=plan)
-    return ReplayRun(False, values, grads, step_list)
+        values, grads = tensors.replay(graph, ops, output, overrides, step_list, engine)
+    else:
+        plan = None if engine.kernels is None else replay.primitive_plan(graph, ops)  # once, likewise
+        values = replay.forward(graph, registry, overrides, engine, ops=ops, plan=plan)
+        grads = None
+        if output is not None and steps:
+            grads, step_list = replay.backward_steps(graph, registry, output, values, engine, ops=ops, plan=plan)
+        elif output is not None:
+            grads = replay.backward(graph, registry, output, values, engine, ops=ops, plan=plan)
+    return ReplayRun(
+        graph=graph,
+        registry=registry,
+        output=output,
+        values=values,
+        grads=grads,
+        steps=step_list,
+        nonfinite=nonfinite_findings(tensor, values, grads) if find_nonfinite else {},
+        comparisons=() if check is None else comparisons(tensor, graph, values, grads, *check),
+        arrays=tensor,
+    )
 
 
 def replayed_graph(
@@ -302,6 +345,62 @@ def resolve_set(
             raise UsageError(f"{option} gives node {escape(graph.label(node))} two values")
         result[node] = value
     return result
+
+
+def set_from_text(assignments: Iterable[str], option: str = "--set") -> list[tuple[str, float | int | np.ndarray]]:
+    """``NAME=VALUE`` texts (the CLI's ``--set``, named ``option`` in errors) as the (node, value)
+    pairs :func:`resolve_set` takes: a number, or an array read from a ``.npy`` file. A whole number
+    is kept an int (exact, for an int64 leaf; resolve_set makes it a float elsewhere), except 0 (-0
+    keeps its sign) and one past int64's range (a float, inf past float's). Anything else is a
+    :class:`~graphsvc.errors.UsageError`."""
+    pairs: list[tuple[str, float | int | np.ndarray]] = []
+    for text in assignments:
+        ref, sep, number = text.partition("=")
+        if not sep or not ref:
+            raise UsageError(f"{option} expects NAME=VALUE, not {text!r}")
+        if number.endswith(".npy"):
+            pairs.append((ref, read_npy(ref, number, option)))
+            continue
+        value: float | int
+        try:
+            value = int(number)
+            if not -(2**63) <= value < 2**63 or value == 0:
+                value = float(number)
+        except ValueError:
+            try:
+                value = float(number)
+            except ValueError:
+                raise UsageError(f"{option} {ref}: {number!r} is not a number or a .npy file") from None
+        pairs.append((ref, value))
+    return pairs
+
+
+def read_npy(ref: str, path: str, option: str = "--set") -> np.ndarray:
+    """An array from a ``.npy`` file (never pickled objects), its own shape (0-d stays 0-d), for
+    ``option`` ``ref``=``path``; :func:`resolve_set` copies it as a tensor leaf takes it (C order,
+    native byte order). A file that is not a regular file, cannot be read or does not hold float64,
+    float32 or int64 numbers is a :class:`~graphsvc.errors.UsageError`."""
+    import os
+    import stat
+
+    from graphsvc.graph import TENSOR_DTYPES
+    from graphsvc.text import escape, one_line
+
+    where = f"{option} {escape(ref)}: {escape(path)}"
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would wait for a writer forever
+            raise UsageError(f"{where} is not a regular file")
+        array = np.load(path, allow_pickle=False)
+    except OSError as exc:
+        raise UsageError(f"{where} cannot be read: {one_line(exc.strerror or str(exc))}") from None
+    except (ValueError, EOFError, MemoryError):  # numpy's own words suggest pickle: not repeated
+        raise UsageError(f"{where} is not a .npy file of numbers (without pickled objects)") from None
+    if not isinstance(array, np.ndarray):
+        raise UsageError(f"{where} is not a .npy file of numbers (without pickled objects)")
+    dtype = array.dtype.newbyteorder("=")  # big-endian float64 is fine: resolve_set makes it native
+    if dtype not in TENSOR_DTYPES:
+        raise UsageError(f"{where} holds {dtype}; float64, float32 or int64 arrays only")
+    return array
 
 
 def _float(number: Real, where: str) -> float:

@@ -1,6 +1,7 @@
 """graphsvc.console.tensor_listing: the listings of tensor graphs, the numbers of many arrays worked out at
-once, held to the one-array functions of graphsvc.replay.arrays (summary, json_cell, norm, describe, the
-nan/inf test) text for text and bit for bit, and the CLI's listings to rows built with those."""
+once, held to its one-array functions (summary, json_cell, norm; graphsvc.replay.arrays.describe; the
+nan/inf test of graphsvc.replay.compare.finite) text for text and bit for bit, and the CLI's listings to
+rows built with those."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ from typer.testing import CliRunner
 from cli import app
 from graphsvc import format as fmt
 from graphsvc.console import listing, tensor_listing
+from graphsvc.console.tensor_listing import json_cell, node_cells, norm, summary
 from graphsvc.graph import GraphBuilder
 from graphsvc.pluginhost import load_registry
-from graphsvc.replay.arrays import describe, json_cell, node_cells, norm, summary
+from graphsvc.replay import compare
+from graphsvc.replay.arrays import describe
 from graphsvc.replay.run import replay_values
 
 pytestmark = pytest.mark.usefixtures("no_installed_plugins")
@@ -84,7 +87,7 @@ def bufsize(size: int) -> Iterator[None]:
 def test_the_numbers_of_many_arrays_are_those_of_one_array_at_a_time(
     seed: int, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tensor_listing, "BATCH_ELEMENTS", batch)
+    monkeypatch.setattr(compare, "BATCH_ELEMENTS", batch)
     arrays = random_arrays(np.random.default_rng(seed), 1500)
     assert tensor_listing.summaries(arrays) == ["-" if a is None else summary(a) for a in arrays]
     gradients = tensor_listing.summaries(arrays, gradient=True)
@@ -94,9 +97,7 @@ def test_the_numbers_of_many_arrays_are_those_of_one_array_at_a_time(
     assert [bits(n) for n, a in zip(norms, arrays, strict=True) if a is not None] == [
         bits(norm(a)) for a in arrays if a is not None
     ]
-    assert tensor_listing.finite(arrays) == [
-        a is None or a.dtype == np.int64 or bool(np.all(np.isfinite(a))) for a in arrays
-    ]
+    assert compare.finite(arrays) == [a is None or a.dtype == np.int64 or bool(np.all(np.isfinite(a))) for a in arrays]
     assert tensor_listing.descriptions(arrays) == [None if a is None else describe(a) for a in arrays]
 
 

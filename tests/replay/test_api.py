@@ -19,7 +19,7 @@ from graphsvc.ops import OpRegistry
 from graphsvc.pluginhost import PluginProblem, load_registry
 from graphsvc.replay import arrays as tensors
 from graphsvc.replay import compare as checks
-from graphsvc.replay.run import ReplayRun, replay_values, replayed_graph
+from graphsvc.replay.run import comparisons, nonfinite_findings, replay_values, replayed_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED004 = ROOT / "examples" / "seed004.msgpack"
@@ -107,7 +107,7 @@ def test_a_replay_resolves_its_ops_once(monkeypatch: pytest.MonkeyPatch) -> None
         run = replay_values(graph, registry, {}, graph.node_id("y"), steps=steps)
         assert (run.values.tolist(), run.grads.tolist()) == ([3.0, 9.0], [6.0, 1.0])  # type: ignore[union-attr]
     tensor_run = replay_values(graph, registry, {0: np.array(3.0)}, 1)  # an array: the tensor engine
-    assert (tensor_run.tensor, tensor_run.grads[0].tolist()) == (True, 6.0)  # type: ignore[index]
+    assert (tensor_run.arrays, tensor_run.grads[0].tolist()) == (True, 6.0)  # type: ignore[index]
     assert calls == [2, 2, 2]
     assert graphsvc.backward(graph, output="y").grad("x") == 6.0
     assert calls == [2, 2, 2, 2]
@@ -263,8 +263,8 @@ def test_a_run_of_either_engine_makes_its_replayed_graph() -> None:
     graph = seed004()
     graph.op_sources = {}
     scalar = replay_values(graph, registry, {0: 1.0}, 6)  # a=1; b=3 and c=1 as stored
-    assert not scalar.tensor
-    result = scalar.replayed(graph, registry)
+    assert not scalar.arrays
+    result = scalar.replayed()
     assert result.values is scalar.values and result.grads is scalar.grads  # the columns themselves, no copy
     # L = (1*3 + 1)*(1 + 3) = 16; dL/da = 3*4 + 4 = 16; dL/db = 1*4 + 4 = 8; dL/dc = 4
     assert result.values.tolist() == [1.0, 3.0, 1.0, 3.0, 4.0, 4.0, 16.0]
@@ -274,8 +274,8 @@ def test_a_run_of_either_engine_makes_its_replayed_graph() -> None:
     graph = square_sum()
     w = np.array([[1.0, 2.0], [3.0, 4.0]])
     tensor = replay_values(graph, registry, {0: w}, 2)
-    assert tensor.tensor and isinstance(tensor.values, list)
-    result = tensor.replayed(graph, registry)
+    assert tensor.arrays and isinstance(tensor.values, list)
+    result = tensor.replayed()
     assert result.value("loss") == 30.0 and isinstance(result.value("loss"), float)  # a 0-d result: the column
     assert result.grad("w").tolist() == [[2.0, 4.0], [6.0, 8.0]]  # type: ignore[union-attr]
     assert result.value("sq").tolist() == [[1.0, 4.0], [9.0, 16.0]]  # type: ignore[union-attr]
@@ -285,19 +285,19 @@ def test_a_run_of_either_engine_makes_its_replayed_graph() -> None:
 def test_the_first_nan_or_inf_is_found_by_the_engine_that_ran() -> None:
     values = np.array([1.0, np.inf, 2.0, -np.inf])
     grads = np.array([-np.inf, 0.5, np.inf, 1.0])
-    assert ReplayRun(False, values, grads, None).nonfinite() == {
+    assert nonfinite_findings(False, values, grads) == {
         "values": checks.NonFinite("values", 1, np.inf, 2),  # values: the lowest id, which forward meets first
         "grads": checks.NonFinite("grads", 2, np.inf, 2),  # gradients: the highest, which backward meets first
     }
-    assert ReplayRun(False, values[[0, 2]], None, None).nonfinite() == {"values": None}  # forward: no "grads"
+    assert nonfinite_findings(False, values[[0, 2]], None) == {"values": None}  # forward: no "grads"
 
     arrays = [np.array([1.0, 2.0]), None, np.array([[0.0, 1.0], [-np.inf, np.inf]]), np.array([np.inf])]
     grad_arrays = [np.array([np.inf, 1.0]), None, np.zeros((2, 2)), np.array([1.0])]
-    assert ReplayRun(True, arrays, grad_arrays, None).nonfinite() == {
-        "values": tensors.TensorNonFinite("values", 2, (1, 0), -np.inf, 2),  # its first element in C order
-        "grads": tensors.TensorNonFinite("grads", 0, (0,), np.inf, 1),
+    assert nonfinite_findings(True, arrays, grad_arrays) == {
+        "values": checks.NonFinite("values", 2, -np.inf, 2, (1, 0)),  # its first element in C order
+        "grads": checks.NonFinite("grads", 0, np.inf, 1, (0,)),
     }
-    assert ReplayRun(True, arrays[:2], None, None).nonfinite() == {"values": None}
+    assert nonfinite_findings(True, arrays[:2], None) == {"values": None}
 
 
 def test_a_run_is_compared_with_the_stored_numbers_by_the_engine_that_ran() -> None:
@@ -305,21 +305,22 @@ def test_a_run_is_compared_with_the_stored_numbers_by_the_engine_that_ran() -> N
     values, grads = graph.values.copy(), graph.grads.copy()  # type: ignore[union-attr]
     values[4] += 0.5  # abc off by 0.5 (relative 0.5/7)
     grads[1] = np.nan  # replayed a nan where the file has 17: an infinite difference
-    values_check, grads_check = ReplayRun(False, values, grads, None).compare(graph, 1e-9, 1e-12)
-    assert values_check == checks.Comparison("values", 0.5, 4, 0.5 / 7, 4, 1, 0, 7)
-    assert grads_check == checks.Comparison("grads", np.inf, 1, np.inf, 1, 1, 0, 7)
+    values_check, grads_check = comparisons(False, graph, values, grads, 1e-9, 1e-12)
+    assert values_check == checks.Comparison("values", 0.5, (4, ()), 0.5 / 7, (4, ()), 1, 0, 7)
+    assert grads_check == checks.Comparison("grads", np.inf, (1, ()), np.inf, (1, ()), 1, 0, 7)
+    assert (values_check.worst_abs_node, grads_check.worst_rel_node) == (4, 1)
     graph.grads = None  # a file without gradients: only the values are compared
-    assert [c.what for c in ReplayRun(False, values, grads, None).compare(graph, 1e-9, 1e-12)] == ["values"]
+    assert [c.what for c in comparisons(False, graph, values, grads, 1e-9, 1e-12)] == ["values"]
 
     registry, _ = load_registry(disable_third_party=True)
     plain = square_sum()
     run = replay_values(plain, registry, {0: np.array([[1.0, 2.0], [3.0, 4.0]])}, 2)
-    stored = run.replayed(plain, registry)  # the file: w, sq = w*w, loss = 30 and their gradients
+    stored = run.replayed()  # the file: w, sq = w*w, loss = 30 and their gradients
     arrays = [array.copy() for array in run.values]
     arrays[1][1, 0] = 9.25  # sq[1,0] off by 0.25 (relative 0.25/9)
-    values_check, grads_check = ReplayRun(True, arrays, run.grads, None).compare(stored, 1e-9, 1e-12)
-    assert values_check == tensors.TensorComparison("values", 0.25, (1, (1, 0)), 0.25 / 9, (1, (1, 0)), 1, 0, 3)
-    assert grads_check == tensors.TensorComparison("grads", 0.0, (0, (0, 0)), 0.0, (0, (0, 0)), 0, 0, 3)
+    values_check, grads_check = comparisons(True, stored, arrays, run.grads, 1e-9, 1e-12)
+    assert values_check == checks.Comparison("values", 0.25, (1, (1, 0)), 0.25 / 9, (1, (1, 0)), 1, 0, 3)
+    assert grads_check == checks.Comparison("grads", 0.0, (0, (0, 0)), 0.0, (0, (0, 0)), 0, 0, 3)
 
 
 def test_a_run_of_scalars_never_loads_the_tensor_engine() -> None:
@@ -329,12 +330,12 @@ def test_a_run_of_scalars_never_loads_the_tensor_engine() -> None:
         "from graphsvc.pluginhost import load_registry\n"
         "registry, _ = load_registry(disable_third_party=True)\n"
         "graph = graphsvc.load('examples/seed004.msgpack')\n"
-        "run = replay_values(graph, registry, {}, 6, steps=True)\n"
-        "found = run.replayed(graph, registry), run.nonfinite(), run.compare(graph, 1e-9, 1e-12)\n"
-        "print(run.tensor, [c.ok for c in found[2]], 'graphsvc.replay.arrays' in sys.modules)\n"
+        "run = replay_values(graph, registry, {}, 6, steps=True, find_nonfinite=True, check=(1e-9, 1e-12))\n"
+        "run.replayed()\n"
+        "print(run.arrays, [c.ok for c in run.comparisons], run.nonfinite, 'graphsvc.replay.arrays' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert (done.stdout, done.stderr) == ("False [True, True] False\n", "")
+    assert (done.stdout, done.stderr) == ("False [True, True] {'values': None, 'grads': None} False\n", "")
 
 
 def test_plugin_problems_are_one_line_warnings(monkeypatch: pytest.MonkeyPatch) -> None:

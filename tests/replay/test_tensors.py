@@ -218,7 +218,7 @@ def test_a_gradient_summed_from_many_consumers_is_exact_and_read_only() -> None:
     grads = tensors.backward(graph, ops, graph.node_id("loss"), tensors.forward(graph, ops), steps)
     gx = grads[x]
     assert gx is not None and gx.tolist() == [1111.0] * 3 and not gx.flags.writeable
-    sent = [c for step in steps for parent, c in step.cotangents if parent == x]
+    sent = [c for step in steps for parent, _, c in step.contributions if parent == x]
     assert [c.tolist() for c in sent] == [[1000.0] * 3, [100.0] * 3, [10.0] * 3, [1.0] * 3]
     assert all(not c.flags.writeable and not np.shares_memory(c, gx) for c in sent)
     (x_step,) = [step for step in steps if step.node == x]
@@ -610,7 +610,7 @@ def test_a_vjp_that_declares_needs_input_grad_is_told_which_inputs_need_one() ->
     ops = replay.resolve_ops(built, registry)
     values = tensors.forward(built, ops)
     tensors.backward(built, ops, built.node_id("loss"), values, steps)
-    sent = {built.label(s.node): [(built.label(p), c) for p, c in s.cotangents] for s in steps}
+    sent = {built.label(s.node): [(built.label(p), c) for p, _, c in s.contributions] for s in steps}
     assert sent["q"][1] == ("x", None)  # what the data input received: nothing
     assert sent["p"][1] == ("x", None)
 

@@ -1,0 +1,142 @@
+"""How the command line writes what it shows: one JSON document, a streamed node listing, lines,
+an aligned table on a terminal or tab-separated text in a pipe.
+
+Everything is written to standard output through ``typer.echo`` (or, for the megabytes of a
+listing, straight to ``sys.stdout``); notes and warnings go to standard error. json is imported
+only by the functions that write JSON: a text listing never needs it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+
+__all__ = [
+    "NODE_COLUMNS",
+    "echo_chunks",
+    "echo_lines",
+    "echo_listing",
+    "is_stdio",
+    "json_text",
+    "jsonable",
+    "print_json",
+    "print_json_listing",
+    "print_rows",
+    "print_table",
+    "shown",
+    "wants_table",
+    "wrote",
+]
+
+#: Table columns (header, justification) of a node line, as graphsvc.console.listing.rows gives them.
+NODE_COLUMNS = (("id", "right"), ("name", "left"), ("op", "left"), ("parents", "left"))
+
+
+def json_text(document: Any) -> str:
+    """``document`` as one line of JSON: compact, nan and inf refused (see
+    graphsvc.format.jsonio.json_float), lone surrogates escaped (graphsvc.text.json_escaped)."""
+    import json  # here, not at the top: --help and the text listings never need it
+
+    from graphsvc.text import json_escaped
+
+    return json_escaped(json.dumps(document, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
+
+
+def print_json(document: Any) -> None:
+    typer.echo(json_text(document))
+
+
+def jsonable(value: Any) -> Any:
+    """Metadata as JSON can show it: nan and inf as strings, bin data as ``{"$bin": hex}``."""
+    if isinstance(value, float):
+        from graphsvc.format.jsonio import json_float  # here: metadata without floats needs neither it nor json
+
+        return json_float(value)
+    if isinstance(value, bytes):
+        return {"$bin": value.hex()}
+    if isinstance(value, dict):
+        return {key: jsonable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [jsonable(item) for item in value]
+    return value
+
+
+def echo_chunks(chunks: Iterable[str]) -> None:
+    """Write listing chunks as they are: typer.echo would scan each (megabytes) for terminal colour
+    codes to strip, and a listing holds none (text from the file is escaped)."""
+    stream = sys.stdout
+    for chunk in chunks:
+        stream.write(chunk)
+    stream.flush()
+
+
+def echo_listing(chunks: Iterable[str], nodes: int, quiet: bool) -> None:
+    """A node listing, chunk by chunk, under a progress bar (printing millions of nodes to a file
+    or a pipe takes seconds; none with ``quiet``)."""
+    from graphsvc.console.terminal import progress
+    from graphsvc.text import counted
+
+    with progress(f"printing {counted(nodes, 'node', thousands=True)}", quiet=quiet):
+        echo_chunks(chunks)
+
+
+def print_json_listing(
+    head: dict[str, Any], nodes: Iterable[str], count: int, tail: dict[str, Any], quiet: bool
+) -> None:
+    """``{**head, "nodes": [...], **tail}`` as :func:`print_json` prints it, the ``count`` nodes
+    streamed (graphsvc.console.listing.json_objects: chunks after the first start with their comma)
+    rather than held as one document."""
+    opening = json_text(head)[:-1] + ("," if head else "") + '"nodes":['
+    closing = "]" + ("," + json_text(tail)[1:] if tail else "}")
+    echo_chunks([opening])
+    echo_listing(nodes, count, quiet)
+    typer.echo(closing)
+
+
+def echo_lines(lines: list[str]) -> None:
+    """One line each; nothing at all for none (an empty graph prints no blank line)."""
+    if lines:
+        typer.echo("\n".join(lines))
+
+
+def wants_table(rows: int) -> bool:
+    """Print an aligned table (stdout is a terminal) rather than plain tab-separated text (piped)?"""
+    from graphsvc.console.terminal import wants_table as on_terminal
+
+    return on_terminal(rows)
+
+
+def print_table(columns: Iterable[tuple[str, str]], rows: Sequence[Sequence[str]], show_header: bool = True) -> None:
+    from graphsvc.console.terminal import print_table as draw
+
+    draw(list(columns), rows, show_header)
+
+
+def print_rows(columns: Iterable[tuple[str, str]], rows: Sequence[Sequence[str]]) -> None:
+    """``rows`` as an aligned table under ``columns`` on a terminal, else one tab-separated line each."""
+    if wants_table(len(rows)):
+        print_table(columns, rows)
+    else:
+        for row in rows:
+            typer.echo("\t".join(row))
+
+
+def is_stdio(path: Path | None) -> bool:
+    """Is ``path`` ``-``: standard input or output?"""
+    return path is not None and str(path) == "-"
+
+
+def shown(path: Path) -> str:
+    """A file as messages name it (``standard input`` for ``-``), not yet escaped."""
+    return "standard input" if is_stdio(path) else str(path)
+
+
+def wrote(path: Path, nodes: int) -> None:
+    """What every command that writes a file says, on stderr: ``wrote OUT (N nodes)``."""
+    from graphsvc.text import counted, one_line
+
+    typer.echo(one_line(f"wrote {shown(path)} ({counted(nodes, 'node', thousands=True)})"), err=True)

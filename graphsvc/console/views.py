@@ -1,0 +1,196 @@
+"""What ``graphsvc order``, ``inspect``, ``ops`` and ``gradcheck`` print, as text or ``--json``.
+
+Each ``print_*`` function takes what the library gave the command and writes it to standard output
+(a table on a terminal, tab-separated or ``key: value`` lines in a pipe, or one JSON object).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from graphsvc.console import printing
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from graphsvc.graph import Graph
+    from graphsvc.ops import OpRegistry
+    from graphsvc.testing import GradcheckResult
+
+__all__ = [
+    "gradcheck_line",
+    "graph_info",
+    "info_rows",
+    "op_rows",
+    "print_gradcheck",
+    "print_info",
+    "print_ops",
+    "print_order",
+    "tensor_info_text",
+    "validity_line",
+]
+
+
+# -- order ----------------------------------------------------------------------------------------
+def print_order(
+    graph: Graph, nodes: npt.NDArray[np.int64], algorithm: str, start: int | None, as_json: bool, quiet: bool = False
+) -> None:
+    """``nodes`` (a reverse topological order, by ``algorithm``, of ``start``'s ancestors or of the
+    whole graph) one node a line: id, name, op, parents; in --json, ``{"algorithm", "output", "nodes"}``."""
+    from graphsvc.console import listing
+
+    if as_json:
+        objects = listing.json_objects(graph, nodes)
+        printing.print_json_listing({"algorithm": algorithm, "output": start}, objects, len(nodes), {}, quiet)
+    elif printing.wants_table(len(nodes)):
+        printing.print_table(printing.NODE_COLUMNS, listing.all_rows(graph, nodes))
+    else:
+        printing.echo_listing(listing.text(graph, nodes), len(nodes), quiet)
+
+
+# -- validate -------------------------------------------------------------------------------------
+def validity_line(file: str, graph: Graph) -> str:
+    """``validate``'s line: ``FILE: valid graphsvc graph, N nodes, M edges`` (``file`` as shown, escaped here)."""
+    from graphsvc.text import counted, escape
+
+    return (
+        f"{escape(file)}: valid graphsvc graph, {counted(graph.num_nodes, 'node')}, {counted(graph.num_edges, 'edge')}"
+    )
+
+
+# -- inspect --------------------------------------------------------------------------------------
+def graph_info(graph: Graph, version: tuple[int, int], file: str, file_size: int | None) -> dict[str, Any]:
+    """``inspect --json``'s object: the file (``file`` as shown, its size, None for standard input),
+    its format version, sizes, outputs, depth, tensors, ops, the plugins they need and the metadata."""
+    from graphsvc.topo import depth
+
+    return {
+        "file": file,
+        "file_size": file_size,
+        "format_version": list(version),
+        "nodes": graph.num_nodes,
+        "edges": graph.num_edges,
+        "leaves": len(graph.leaves()),
+        "outputs": [{"id": o, "name": graph.names.get(o)} for o in graph.outputs],
+        "depth": depth(graph),
+        "has_grads": graph.has_grads,
+        "tensors": graph.tensor_summary() if graph.is_tensor_graph else None,
+        "ops": graph.op_histogram(),
+        "plugins": graph.ops_by_plugin(),
+        "metadata": printing.jsonable(graph.metadata),
+    }
+
+
+def info_rows(graph: Graph, info: dict[str, Any]) -> list[list[str]]:
+    """:func:`graph_info` as the (field, value) rows of ``inspect``'s text, names and tags escaped."""
+    from graphsvc.text import counted, escape, listed
+
+    leaves = graph.leaves().tolist()
+    ops, plugin_list = info["ops"], info["plugins"]
+    version = info["format_version"]
+    size = "" if info["file_size"] is None else f" ({counted(info['file_size'], 'byte')})"
+    return [
+        ["file", f"{escape(info['file'])}{size}"],
+        ["format version", f"{version[0]}.{version[1]}"],
+        ["nodes", f"{graph.num_nodes}"],
+        ["edges", f"{graph.num_edges}"],
+        ["leaves", f"{len(leaves)} ({listed(map(graph.label, leaves[:10]), total=len(leaves))})" if leaves else "0"],
+        ["outputs", listed(map(graph.label, graph.outputs[:10]), total=len(graph.outputs)) or "-"],
+        ["depth", f"{info['depth']}"],
+        ["gradients stored", f"{'yes' if info['has_grads'] else 'no'}"],
+        *([["tensors", tensor_info_text(info["tensors"])]] if info["tensors"] else []),
+        ["ops", listed((f"{tag} {count}" for tag, count in sorted(ops.items())), total=len(ops), shown=40)],
+        [
+            "plugins",
+            "; ".join(f"{escape(key)} ({listed(tags, shown=40)})" for key, tags in list(plugin_list.items())[:20])
+            + (f"; and {len(plugin_list) - 20:,} more" if len(plugin_list) > 20 else ""),
+        ],
+    ]
+
+
+def tensor_info_text(info: dict[str, Any]) -> str:
+    """``inspect``'s tensors line: how many nodes hold arrays, of which dtypes, and their bytes."""
+    from graphsvc.text import counted
+
+    dtypes = ", ".join(f"{dtype} {count}" for dtype, count in info["dtypes"].items())
+    holds = "node holds an array" if info["nodes"] == 1 else "nodes hold arrays"
+    return (
+        f"{info['nodes']} {holds} ({dtypes}); "
+        f"{counted(info['value_bytes'], 'byte', thousands=True)} of values, "
+        f"{counted(info['grad_bytes'], 'byte', thousands=True)} of gradients"
+    )
+
+
+def print_info(graph: Graph, version: tuple[int, int], file: str, file_size: int | None, as_json: bool) -> None:
+    """``inspect``: :func:`graph_info` as one JSON object, or :func:`info_rows` as a table or lines."""
+    info = graph_info(graph, version, file, file_size)
+    if as_json:
+        printing.print_json(info)
+        return
+    rows = info_rows(graph, info)
+    if printing.wants_table(len(rows)):
+        printing.print_table((("field", "left"), ("value", "left")), rows, show_header=False)
+    else:
+        typer.echo("\n".join(f"{key}: {value}" for key, value in rows))
+
+
+# -- ops and gradcheck ----------------------------------------------------------------------------
+#: The fields of an op in ``ops --json`` (and ``vjp``: whether it has one).
+OP_FIELDS = ("name", "arity", "variadic", "max_arity", "version", "plugin", "plugin_version", "vectorized", "doc")
+
+
+def op_rows(registry: OpRegistry) -> list[list[str]]:
+    """Each op: name, inputs (``1+``: one or more; ``2-3``), version, plugin, kind; escaped."""
+    from graphsvc.text import escape
+
+    rows = []
+    for op in registry:
+        if not op.variadic:
+            arity = str(op.arity)
+        else:
+            arity = f"{op.arity}+" if op.max_arity is None else f"{op.arity}-{op.max_arity}"
+        rows.append([escape(op.name), arity, escape(str(op.version)), escape(op.source), op.kind])
+    return rows
+
+
+def print_ops(registry: OpRegistry, as_json: bool) -> None:
+    """``ops``: every op, as :func:`op_rows` or in --json ``{"ops": [...]}``."""
+    if as_json:
+        ops = [{field: getattr(op, field) for field in OP_FIELDS} | {"vjp": op.vjp is not None} for op in registry]
+        printing.print_json({"ops": ops})
+        return
+    columns = (("op", "left"), ("inputs", "right"), ("version", "left"), ("plugin", "left"), ("kind", "left"))
+    printing.print_rows(columns, op_rows(registry))
+
+
+def gradcheck_line(result: GradcheckResult) -> str:
+    """One op's gradcheck, as text: ok with its points and errors, FAIL and why, or not checked."""
+    from graphsvc.ops import describe_source
+    from graphsvc.text import counted, escape, one_line
+
+    name = escape(f"{result.op} ({describe_source(result.plugin, result.plugin_version)})")
+    if not result.ok:
+        return f"{name}: FAIL: {one_line(result.message)}"
+    if result.unchecked:
+        return f"{name}: not checked ({result.unchecked})"
+    if result.points == 0:
+        return f"{name}: nothing to check (a leaf tag)"
+    skipped = f", {result.skipped} skipped where the forward is not finite" if result.skipped else ""
+    return (
+        f"{name}: ok ({counted(result.points, 'point')}{skipped}; max abs error {result.max_abs_error:.1e},"
+        f" max rel error {result.max_rel_error:.1e})"
+    )
+
+
+def print_gradcheck(results: Sequence[GradcheckResult], as_json: bool) -> None:
+    """``gradcheck``: one line an op, or in --json ``{"ok", "failed", "ops"}``."""
+    if as_json:
+        failed = [r.op for r in results if not r.ok]
+        printing.print_json({"ok": not failed, "failed": failed, "ops": [r.to_dict() for r in results]})
+        return
+    for result in results:
+        typer.echo(gradcheck_line(result))

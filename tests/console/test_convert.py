@@ -1,0 +1,63 @@
+"""graphsvc.console.convert: which form and file convert writes, and the writing itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from graphsvc.console import convert
+from graphsvc.errors import UsageError
+from graphsvc.format import load
+from graphsvc.graph import Graph
+
+
+def test_the_form_follows_the_extension() -> None:
+    assert [convert.form_of(Path(name)) for name in ("a.json", "a.JSON", "a.msgpack", "a.mpk", "a.msgpk")] == [
+        "json",
+        "json",
+        "msgpack",
+        "msgpack",
+        "msgpack",
+    ]
+    with pytest.raises(UsageError, match=r"^say which form to write: --to json or --to msgpack \(a.txt has no "):
+        convert.form_of(Path("a.txt"))
+    with pytest.raises(UsageError, match=r"^say which form to write: --to json or --to msgpack$"):
+        convert.form_of(None)
+
+
+def test_the_target(tmp_path: Path) -> None:
+    graph_file = tmp_path / "g.json"
+    graph_file.write_text("{}", encoding="utf-8")
+    assert convert.target_of(graph_file, "json", None) == Path("-")
+    assert convert.target_of(graph_file, "msgpack", None) == tmp_path / "g.msgpack"
+    assert convert.target_of(graph_file, "msgpack", tmp_path / "o.bin") == tmp_path / "o.bin"
+    with pytest.raises(UsageError, match=r"^refusing to overwrite the input .*g.json; give --out$"):
+        convert.target_of(graph_file, "json", graph_file)
+    with pytest.raises(UsageError, match=r"^reading standard input: say where to write with --out"):
+        convert.target_of(Path("-"), "msgpack", None)
+
+
+def test_write_both_forms_to_files_and_json_to_stdout(
+    seed004_file: Graph, tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    convert.write(seed004_file, "json", tmp_path / "g.json", quiet=True)
+    convert.write(seed004_file, "msgpack", tmp_path / "g.msgpack", quiet=True)
+    assert capsysbinary.readouterr().err.decode().splitlines() == [
+        f"wrote {tmp_path / 'g.json'} (7 nodes)",
+        f"wrote {tmp_path / 'g.msgpack'} (7 nodes)",
+    ]
+    for name in ("g.json", "g.msgpack"):
+        assert load(tmp_path / name).grads.tolist() == [22.0, 17.0, 5.0, 5.0, 5.0, 7.0, 1.0]  # type: ignore[union-attr]
+    convert.write(seed004_file, "json", Path("-"), quiet=True)
+    out, err = capsysbinary.readouterr()
+    assert err == b""
+    assert json.loads(out)["nodes"][0] == {
+        "id": 0,
+        "name": "a",
+        "op": "leaf",
+        "parents": [],
+        "value": 2.0,
+        "grad": 22.0,
+    }

@@ -1,0 +1,104 @@
+"""graphsvc.console.views: what order, validate, inspect, ops and gradcheck print, for
+examples/seed004.msgpack (L = (a*b + c)*(a + b)) and the builtin ops."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from graphsvc.console import views
+from graphsvc.graph import Graph
+from graphsvc.topo import reverse_topological_order
+
+SEED004_INFO_TEXT = """\
+file: examples/seed004.msgpack (685 bytes)
+format version: 1.0
+nodes: 7
+edges: 8
+leaves: 3 (a, b, c)
+outputs: L
+depth: 3
+gradients stored: yes
+ops: add 2, leaf 3, mul 2
+plugins: graphsvc 0.1.0 (add, leaf, mul)
+"""
+
+
+@pytest.fixture(autouse=True)
+def piped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRAPHSVC_FORCE_TERMINAL", "0")  # plain text, as in a pipe
+
+
+def test_order_as_text_and_json(seed004_file: Graph, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = reverse_topological_order(seed004_file, None, "kahn")
+    views.print_order(seed004_file, nodes, "kahn", None, as_json=False, quiet=True)
+    assert capsys.readouterr().out.splitlines()[:4] == [
+        "6\tL\tmul\t4,5",
+        "5\tapb\tadd\t0,1",
+        "4\tabc\tadd\t3,2",
+        "2\tc\tleaf\t-",
+    ]
+    views.print_order(seed004_file, nodes[:2], "kahn", 6, as_json=True, quiet=True)
+    assert json.loads(capsys.readouterr().out) == {
+        "algorithm": "kahn",
+        "output": 6,
+        "nodes": [
+            {"id": 6, "name": "L", "op": "mul", "parents": [4, 5]},
+            {"id": 5, "name": "apb", "op": "add", "parents": [0, 1]},
+        ],
+    }
+
+
+def test_validity_line_escapes_the_file_name(seed004_file: Graph) -> None:
+    assert views.validity_line("g\t.msgpack", seed004_file) == "g\\t.msgpack: valid graphsvc graph, 7 nodes, 8 edges"
+
+
+def test_inspect_as_text_and_json(seed004_file: Graph, capsys: pytest.CaptureFixture[str]) -> None:
+    views.print_info(seed004_file, (1, 0), "examples/seed004.msgpack", 685, as_json=False)
+    assert capsys.readouterr().out == SEED004_INFO_TEXT
+    info = views.graph_info(seed004_file, (1, 0), "-", None)
+    assert {key: info[key] for key in ("file", "file_size", "nodes", "edges", "leaves", "depth", "tensors")} == {
+        "file": "-",
+        "file_size": None,
+        "nodes": 7,
+        "edges": 8,
+        "leaves": 3,
+        "depth": 3,
+        "tensors": None,
+    }
+    assert info["outputs"] == [{"id": 6, "name": "L"}] and info["ops"] == {"leaf": 3, "mul": 2, "add": 2}
+    assert views.info_rows(seed004_file, info)[0] == ["file", "-"]  # no size for standard input
+
+
+def test_tensor_info_text() -> None:
+    info = {"nodes": 1, "dtypes": {"float32": 1}, "value_bytes": 4096, "grad_bytes": 0}
+    assert (
+        views.tensor_info_text(info) == "1 node holds an array (float32 1); 4,096 bytes of values, 0 bytes of gradients"
+    )
+
+
+def test_ops_rows_and_json(registry: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = views.op_rows(registry)
+    assert rows[:2] == [
+        ["abs", "1", "1", "graphsvc 0.1.0", "vectorized"],
+        ["add", "2", "1", "graphsvc 0.1.0", "vectorized"],
+    ]
+    views.print_ops(registry, as_json=True)
+    add = next(op for op in json.loads(capsys.readouterr().out)["ops"] if op["name"] == "add")
+    assert (add["arity"], add["plugin"], add["vectorized"], add["vjp"]) == (2, "graphsvc", True, False)
+
+
+def test_gradcheck_lines(registry: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from graphsvc.testing import check_registry
+
+    results = check_registry(registry, ["add", "leaf"])
+    views.print_gradcheck(results, as_json=False)
+    assert capsys.readouterr().out == (
+        "add (graphsvc 0.1.0): ok (20 points; max abs error 1.4e-10, max rel error 1.4e-10)\n"
+        "leaf (graphsvc 0.1.0): nothing to check (a leaf tag)\n"
+    )
+    views.print_gradcheck(results, as_json=True)
+    document = json.loads(capsys.readouterr().out)
+    assert (document["ok"], document["failed"], [op["op"] for op in document["ops"]]) == (True, [], ["add", "leaf"])
