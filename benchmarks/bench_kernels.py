@@ -44,7 +44,7 @@ from graphsvc.graph import LEAF_TAGS, Graph  # noqa: E402
 Case = tuple[str, Callable[[Any, Graph], Any]]
 
 
-# -- the orderings and the structure check (graphsvc/topo.py, graph.py, replay.py) ------------------
+# -- the orderings and the structure check (graphsvc/topo.py, graph.py, replay/columns.py) ---------
 def dfs_postorder(k: Any, g: Graph) -> Any:
     n = g.num_nodes
     pairs, visited = np.empty(2 * n, dtype=np.int32), np.empty(n, dtype=np.bool_)

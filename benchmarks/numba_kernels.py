@@ -25,7 +25,8 @@ from numba.extending import intrinsic
 from graphsvc.ops import opmath
 from graphsvc.ops.opmath import PRIMITIVES
 
-#: The kernels, by name (the same names, arguments and results as graphsvc.native.KERNELS).
+#: The kernels, by name (the same names, arguments and results as the compiled kernels of
+#: graphsvc.native.topo_kernels and graphsvc.native.replay_kernels).
 KERNELS = (
     "inline_parents",
     "dfs_postorder",

@@ -1,4 +1,4 @@
-/* Shared by graphsvc's C extensions (csrc/NAME.c is the module graphsvc._cNAME; hatch_build.py
+/* Shared by graphsvc's C extensions (csrc/NAME.c is the module graphsvc.native._cNAME; hatch_build.py
  * builds them, graphsvc/native/__init__.py chooses between them and the pure-Python references).
  *
  * Every function takes the graph's columns as buffers (numpy arrays, through the buffer protocol)

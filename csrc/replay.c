@@ -9,8 +9,8 @@
  * The ops' math comes from opmath.h, generated from graphsvc/ops/opmath.py, from which the numpy
  * functions of graphsvc/ops/builtin.py and Value's arithmetic are derived too. The correctly rounded
  * operations (+ - * /, sqrt, the comparisons) give the same bits as numpy on every CPU; exp, log,
- * pow, sin, cos and tanh are libm's, as in Python's math, and builtin_ops runs those through the
- * elementwise loops below, so every path agrees on one machine. The build passes -ffp-contract=off:
+ * pow, sin, cos and tanh are libm's, as in Python's math, and graphsvc.ops.builtin runs those
+ * through the elementwise loops below, so every path agrees on one machine. The build passes -ffp-contract=off:
  * ``a + b * c`` rounds twice, as numpy does; never write fma() here.
  */
 #include "native.h"
@@ -22,7 +22,7 @@
 #define AHEAD 32
 
 /* -- primitive ops --------------------------------------------------------------------------------
- * The codes of graphsvc.native.PRIMITIVES (position + 1; 0: not a primitive), the builtin
+ * The codes of graphsvc.ops.opmath.PRIMITIVES (position + 1; 0: not a primitive), the builtin
  * elementwise ops of graphsvc/ops/opmath.py's table. Their math is in opmath.h, generated from that
  * table (``python -m graphsvc.ops.opmath``); none is written here. */
 #include "opmath.h"

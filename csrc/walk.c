@@ -147,12 +147,12 @@ static inline int attr_double(PyObject *obj, PyObject *name, int none_is_nan, do
 }
 
 /* Python's hash() of numbers and tuples, computed without making the objects: the canonical keys of
- * micrograd_import.py are hash(tuple) of ints and floats, and must be the same numbers here. */
+ * graphsvc/micrograd.py are hash(tuple) of ints and floats, and must be the same numbers here. */
 static inline Py_hash_t hash_double(double x) { /* never called with nan: keys replace it by NAN_KEY */
     return _Py_HashDouble(NULL, x); /* still exported by 3.13 and 3.14 (the C API workgroup kept it) */
 }
 
-/* micrograd_import._NAN_KEY: stands in for nan in keys (hash(nan) depends on the object). */
+/* graphsvc.micrograd._NAN_KEY: stands in for nan in keys (hash(nan) depends on the object). */
 #define NAN_KEY (-1.2345678901234567e308)
 
 /* hash(int(x)): x modulo 2**61 - 1 with x's sign, -1 made -2 (CPython's long_hash). */
@@ -191,7 +191,7 @@ static PyObject *new_column(Py_ssize_t n, size_t size, void **data) {
 static PyObject *str_prev, *str_op, *str_data, *str_grad, *str_parents, *str_attrs, *str_name, *str_exponent;
 
 /* ==================================================================================================
- * micrograd: twin of micrograd_import._from_micrograd_reference (read its comments first).
+ * micrograd: twin of graphsvc.micrograd._from_micrograd_reference (read its comments first).
  *
  * micrograd(roots, translate, prev, error, named, name_keys) -> (op_table, op_codes, offsets,
  *     parents, values, grads, attrs, root_ids, named_ids)
@@ -885,7 +885,7 @@ static PyObject *add_grads(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"micrograd", micrograd, METH_VARARGS,
      "micrograd(roots, translate, prev, error, named, name_keys): a micrograd graph's columns "
-     "(twin of micrograd_import._from_micrograd_reference)."},
+     "(twin of graphsvc.micrograd._from_micrograd_reference)."},
     {"values", values, METH_VARARGS,
      "values(outputs, extras): a graphsvc.Value graph's nodes and columns (twin of value._postorder and value._graph)."},
     {"add_grads", add_grads, METH_VARARGS, "add_grads(nodes, grads): node.grad += grad, in order."},

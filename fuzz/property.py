@@ -1,14 +1,15 @@
 """The property both the atheris harness (fuzz_loads.py) and the hypothesis tests check.
 
 ``graphsvc.format.loads`` either returns a graph or raises a one-line ``FormatError``, never another
-exception, and never one that format.py's safety net caught; it decides exactly as the general
-reader does (msgpack decoding the whole document), whether the fast reader (which reads the columns
-of a document in any key order straight into arrays) took the bytes or not: the same graph, or the
-same error; and a graph that loads survives what the CLI does with it: encode and reload to the
-same bytes, both orderings, depth, forward and backward replay with the builtin ops, where only a
-``GraphsvcError`` may escape. It holds for both versions: for a 2.0 file (a tensor graph) the fast
-reader also reads the data section on its own and the general reader takes it from the decoded
-document, and they must agree on every array (``dumps`` writes the arrays' bytes) or on the error.
+exception, and never one that the safety net of graphsvc/format/document.py caught; it decides
+exactly as the general reader does (msgpack decoding the whole document), whether the fast reader
+(which reads the columns of a document in any key order straight into arrays) took the bytes or not:
+the same graph, or the same error; and a graph that loads survives what the CLI does with it: encode
+and reload to the same bytes, both orderings, depth, forward and backward replay with the builtin
+ops, where only a ``GraphsvcError`` may escape. It holds for both versions: for a 2.0 file (a tensor
+graph) the fast reader also reads the data section on its own and the general reader takes it from
+the decoded document, and they must agree on every array (``dumps`` writes the arrays' bytes) or on
+the error.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def check_input(data: bytes, registry: OpRegistry) -> None:
     except FormatError as exc:
         message = str(exc)
         assert message and "\n" not in message, f"not a one-line error: {message!r}"
-        # format.py's safety net turns a bug into "invalid document: ..."; reaching it is a failure
+        # document.py's safety net turns a bug into "invalid document: ..."; reaching it is a failure
         assert not message.startswith("invalid document: "), f"the safety net caught a bug: {message}"
         assert general == message, f"the general reader says {general!r}, loads() says {message!r}"
         return

@@ -189,7 +189,7 @@ def registry() -> OpRegistry:
 
 
 def primitive_ops() -> list[Op]:
-    """The builtin ops whose kernel is one of the C primitives (graphsvc.native.PRIMITIVES)."""
+    """The builtin ops whose kernel is one of the C primitives (graphsvc.ops.opmath.PRIMITIVES)."""
     return [op for op in builtin_registry() if op.kernel is not None]
 
 
