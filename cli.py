@@ -253,20 +253,14 @@ def _with_cli_remedies(exc: GraphsvcError) -> str:
 
 def _print_version(value: bool) -> None:
     if value:
-        import importlib.util
-
         from graphsvc import __version__, native
 
-        built = [name for name in NATIVE_MODULES if importlib.util.find_spec(f"graphsvc.native._c{name}") is not None]
+        built = native.built()
         runs = f"compiled: {', '.join(built)}" if built else "compiled: none, pure Python (no C compiler at install)"
         if built and not native.enabled():
             runs += f"; off with {native.SWITCH}=0: pure Python"
         typer.echo(f"graphsvc {__version__} ({runs})")
         raise typer.Exit(0)
-
-
-#: graphsvc's C extensions (csrc/NAME.c is graphsvc._cNAME).
-NATIVE_MODULES = ["memory", "replay", "table", "text", "topo", "walk"]
 
 
 @app.callback()
