@@ -11,7 +11,7 @@ the package's lazy attributes in ``graphsvc/__init__.py``).
 
 :data:`LAYERS` lists the layers from the bottom up; a module may import its own layer and those
 below. Every module file under ``graphsvc/`` must belong to one, so a new module is placed on
-purpose (a room's package covers its submodules).
+purpose (a room's package covers its submodules), and docs/architecture.md's module map must list it.
 """
 
 from __future__ import annotations
@@ -254,3 +254,33 @@ def test_a_cycle_through_a_lazy_import_is_found_and_type_checking_imports_are_no
 )
 def test_a_room_holds_its_submodules_and_the_top_only_itself(module: str, layer: int | None) -> None:
     assert layer_of(module) == layer
+
+
+def documented_modules(page: str) -> list[str]:
+    """The ``.py`` files of the module map in ``page`` (docs/architecture.md's "The rooms, module by
+    module"), each a path from the repository's root: an indented line is inside the folder above it."""
+    block = page.split("## The rooms, module by module", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    folders: list[str] = []
+    found = []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        name = line.split()[0]
+        folders = [*folders[:depth], name]
+        if name.endswith(".py"):
+            found.append("".join(folders))
+    return found
+
+
+def test_the_module_map_of_docs_architecture_lists_every_module_once() -> None:
+    listed = documented_modules((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    real = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "graphsvc").rglob("*.py"))
+    assert sorted(name for name in listed if name.startswith("graphsvc/")) == real
+    assert len(listed) == len(set(listed))
+
+
+def test_documented_modules_reads_folders_by_indentation() -> None:
+    lines = ["cli.py  the app", "graphsvc/", "  a.py  x", "  room/", "    b.py  y", "  c.py  z"]
+    page = "\n".join(["## The rooms, module by module", "", "```text", *lines, "```", ""])
+    assert documented_modules(page) == ["cli.py", "graphsvc/a.py", "graphsvc/room/b.py", "graphsvc/c.py"]
