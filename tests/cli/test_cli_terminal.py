@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from graphsvc.console import terminal
-from tests.conftest import SEED004_BACKWARD_PLAIN, with_terminal_stderr
+from tests.conftest import SEED004_BACKWARD_PLAIN, python_m_graphsvc, with_terminal_stderr
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED000 = "examples/seed000.msgpack"
@@ -114,18 +114,7 @@ def test_force_terminal_0_and_long_listings_print_plain_text(monkeypatch: pytest
 
 
 # -- piped: the plain text, byte for byte -----------------------------------------------------------
-def graphsvc(*args: str, env: dict[str, str] | None = None, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if k != "GRAPHSVC_FORCE_TERMINAL"}
-    environment.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "graphsvc", "--disable-plugins", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=environment,
-        check=False,
-        **kwargs,  # type: ignore[call-overload]
-    )
+graphsvc = python_m_graphsvc  # python -m graphsvc --disable-plugins ARGS, its output piped
 
 
 def test_piped_output_is_the_plain_text() -> None:
