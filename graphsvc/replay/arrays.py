@@ -11,12 +11,12 @@ arithmetic of a layer.
 Backward follows autograd and PyTorch: the output (a scalar: the loss) is seeded with 1, the
 output's ancestors are visited in decreasing id order (a reverse topological order), and each node
 maps its gradient to its inputs' with the op's VJP. An elementwise op's ``derivatives`` become a
-VJP through :func:`elementwise_vjp`, which sums broadcast dimensions back with :func:`unbroadcast`.
-Every replay starts from zero gradients. Gradients go where PyTorch's ``requires_grad`` sends them
-(:func:`requires_grad`): to ``leaf`` nodes, scalar consts and what is computed from them; a
-``const`` array is data and gets none, nor does what is computed from consts alone, nor an int64
-node (indices). A VJP that declares ``needs_input_grad`` is told which of its inputs need one.
-Every value and gradient a replay keeps is read-only.
+VJP through :func:`graphsvc.ops.elementwise_vjp`, which sums broadcast dimensions back with
+:func:`graphsvc.ops.unbroadcast`. Every replay starts from zero gradients. Gradients go where
+PyTorch's ``requires_grad`` sends them (:func:`requires_grad`): to ``leaf`` nodes, scalar consts
+and what is computed from them; a ``const`` array is data and gets none, nor does what is computed
+from consts alone, nor an int64 node (indices). A VJP that declares ``needs_input_grad`` is told
+which of its inputs need one. Every value and gradient a replay keeps is read-only.
 """
 
 from __future__ import annotations
