@@ -786,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         choices=("relu", "ops", "pow"),
         help="relu: micrograd's graphs (mlp, chain, dags, scaling, memory, start-up); ops: the tanh chain and "
-        "the add/mul/tanh DAG (issue 14); pow: the chain of pows, each with its exponent attribute",
+        "the add/mul/tanh DAG; pow: the chain of pows, each with its exponent attribute",
     )
     args = parser.parse_args(argv)
     if args.render:

@@ -1,4 +1,4 @@
-"""What a command imports on a small graph (issue 13: start-up a user feels).
+"""What a command imports on a small graph (its start-up, which a user feels).
 
 Each command runs as a whole process, with the installed example plugins, through a small wrapper
 that calls graphsvc's console entry point and then writes the names in ``sys.modules`` to a file.

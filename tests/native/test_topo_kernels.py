@@ -2,7 +2,7 @@
 exactly what the pure-Python references compute: orders element for element, the structure check's
 verdict as graph.py's numpy check gives it, and broken columns refused without reading out of bounds.
 
-(tests/native/test_kernels.py compares the merged kernels with the references through topo.py's API; this
+(tests/native/test_kernels.py compares the kernels with the references through topo.py's API; this
 module calls the C kernels directly, on the edge cases too.)
 """
 

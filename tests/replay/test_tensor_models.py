@@ -1,7 +1,7 @@
-"""The benchmark models of issue 14 (benchmarks/tensor_models.py), replayed by graphsvc.backward,
-give the gradients PyTorch gives on the same computation and the same parameters, and those of the
-hand-written numpy versions (benchmarks/numpy_models.py); small sizes, the issue's float64 and
-float32 tolerances.
+"""The benchmark models (benchmarks/tensor_models.py), replayed by graphsvc.backward, give the
+gradients PyTorch gives on the same computation and the same parameters, and those of the
+hand-written numpy versions (benchmarks/numpy_models.py); small sizes, the float64 and float32
+tolerances of :data:`RTOL`.
 
 A gradient matches when every element is within ``rtol`` of the reference, relative to the largest
 element of that parameter's gradient (``atol = rtol * max|reference|``): elements that sum to near
