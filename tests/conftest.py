@@ -37,6 +37,17 @@ SEED004_BACKWARD_PLAIN = (
 )
 
 
+def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """``graphsvc --disable-plugins ARGS`` in this process, through Typer's test runner (``env`` added
+    to the environment): the exit code, standard output and standard error."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    result = CliRunner().invoke(app, ["--disable-plugins", *args], env=env)
+    return result.exit_code, result.stdout, result.stderr
+
+
 def python_m_graphsvc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m graphsvc --disable-plugins ARGS`` run from the checkout, its output piped and
     captured as text; ``GRAPHSVC_FORCE_TERMINAL`` unset, then ``env`` added."""

@@ -19,8 +19,8 @@ from cli import app
 from graphsvc import format as fmt
 from graphsvc.format import jsonio
 from graphsvc.graph import GraphBuilder
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SEED004 = ROOT / "examples" / "seed004.msgpack"
 COMMANDS = ("order", "inspect", "validate", "convert", "forward", "backward", "render", "ops", "gradcheck")
 

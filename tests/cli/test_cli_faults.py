@@ -18,9 +18,8 @@ from cli import app
 from graphsvc import format as fmt
 from graphsvc import topo
 from graphsvc.graph import GraphBuilder, OpSource
+from tests.conftest import EXAMPLES, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
 runner = CliRunner()
 
 BROKEN_PLUGINS = {

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from cli import app
 from graphsvc import format as fmt
 from graphsvc.graph import GraphBuilder
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "schemas" / "examples"
 SEED000 = str(GOLDEN / "seed000.msgpack")
 

@@ -9,23 +9,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from cli import app
 from graphsvc import format as fmt
 from graphsvc.graph import GraphBuilder
+from tests.conftest import EXAMPLES, run_cli
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SEED004 = EXAMPLES / "seed004.msgpack"
-runner = CliRunner()
 # Rendering is tested for real where Graphviz is installed; without it these tests are skipped, except
 # in CI (.ci/run sets GRAPHSVC_REQUIRE_GRAPHVIZ=1), where they fail. See tests/conftest.py.
 needs_dot = pytest.mark.usefixtures("graphviz_dot")
 
 
-def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    result = runner.invoke(app, ["--disable-plugins", *args], env=env)
-    return result.exit_code, result.stdout, result.stderr
+run = run_cli
 
 
 def records(dot: str) -> list[str]:

@@ -12,14 +12,12 @@ from typer.testing import CliRunner
 from cli import app
 from graphsvc import format as fmt
 from graphsvc.graph import GraphBuilder, OpSource
+from tests.conftest import EXAMPLES, run_cli
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    result = runner.invoke(app, ["--disable-plugins", *args])
-    return result.exit_code, result.stdout, result.stderr
+run = run_cli
 
 
 def test_backward_prints_every_node_with_its_gradient() -> None:

@@ -15,23 +15,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from cli import app
 from graphsvc import format as fmt
 from graphsvc.graph import GraphBuilder, OpSource
-from tests.conftest import SEED004_BACKWARD_PLAIN
+from tests.conftest import EXAMPLES, SEED004_BACKWARD_PLAIN, run_cli
 
-SEED004 = str(Path(__file__).resolve().parents[2] / "examples" / "seed004.msgpack")
+SEED004 = str(EXAMPLES / "seed004.msgpack")
 PIPED = {"GRAPHSVC_FORCE_TERMINAL": "0"}
 TERMINAL = {"GRAPHSVC_FORCE_TERMINAL": "1", "NO_COLOR": "1", "COLUMNS": "120"}
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-runner = CliRunner()
 
 
 def run(*args: str, env: dict[str, str] = PIPED) -> tuple[int, str, str]:
-    result = runner.invoke(app, ["--disable-plugins", *args], env=env)
-    return result.exit_code, result.stdout, result.stderr
+    return run_cli(*args, env=env)
 
 
 @pytest.fixture

@@ -20,13 +20,12 @@ from graphsvc import format as fmt
 from graphsvc.graph import GraphBuilder
 from graphsvc.pluginhost import load_registry
 from graphsvc.replay.columns import resolve_ops
+from tests.conftest import run_cli
 
 runner = CliRunner()
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    result = runner.invoke(app, ["--disable-plugins", *args])
-    return result.exit_code, result.stdout, result.stderr
+run = run_cli
 
 
 @pytest.fixture

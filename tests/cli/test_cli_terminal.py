@@ -15,9 +15,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from graphsvc.console import terminal
-from tests.conftest import SEED004_BACKWARD_PLAIN, python_m_graphsvc, with_terminal_stderr
+from tests.conftest import ROOT, SEED004_BACKWARD_PLAIN, python_m_graphsvc, with_terminal_stderr
 
-ROOT = Path(__file__).resolve().parents[2]
 SEED000 = "examples/seed000.msgpack"
 SEED004 = "examples/seed004.msgpack"
 runner = CliRunner()

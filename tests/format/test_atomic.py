@@ -30,6 +30,7 @@ from graphsvc.errors import GraphFileError
 from graphsvc.format import atomic, codec
 from graphsvc.format.atomic import atomic_writer
 from graphsvc.graph import Graph, GraphBuilder
+from tests.conftest import EXAMPLES
 
 posix_only = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork and SIGKILL")
 
@@ -269,7 +270,7 @@ def test_forward_write_to_dev_null_exits_3_and_leaves_it_alone() -> None:
 
     if not stat.S_ISCHR(os.stat(os.devnull).st_mode):
         pytest.skip(f"{os.devnull} is not a character device here")
-    seed004 = Path(__file__).resolve().parents[2] / "examples" / "seed004.msgpack"
+    seed004 = EXAMPLES / "seed004.msgpack"
     result = CliRunner().invoke(app, ["--disable-plugins", "forward", str(seed004), "--write", os.devnull])
     assert (result.exit_code, result.stderr) == (
         3,

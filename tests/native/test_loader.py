@@ -15,9 +15,8 @@ import graphsvc.native as native
 from graphsvc import format as fmt
 from graphsvc.graph import GraphBuilder
 from graphsvc.native import loader
-from tests.conftest import require_native
+from tests.conftest import ROOT, require_native
 
-ROOT = Path(__file__).resolve().parents[2]
 SEED = "examples/seed004.msgpack"
 
 

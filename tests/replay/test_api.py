@@ -20,8 +20,8 @@ from graphsvc.pluginhost import PluginProblem, load_registry
 from graphsvc.replay import arrays as tensors
 from graphsvc.replay import compare as checks
 from graphsvc.replay.run import comparisons, nonfinite_findings, replay_values, replayed_graph
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SEED004 = ROOT / "examples" / "seed004.msgpack"
 
 
