@@ -1,7 +1,7 @@
 """The C walks over Python objects (csrc/walk.c, graphsvc.native._cwalk) give what the Python references give.
 
 ``from_micrograd`` and ``trace``/``Value.backward`` each walk the objects in C where the extension
-was built; the pure-Python references (``micrograd_import._from_micrograd_reference``,
+was built; the pure-Python references (``graphsvc.micrograd._from_micrograd_reference``,
 ``value._postorder`` and ``value._graph``) stay the oracle. Each test builds random graphs with
 special numbers (nan, inf, -0.0), repeated parents (``a + a``), shared subexpressions, constants and
 equal data (so the canonical order's tie-breaks matter), runs both walks and compares every column
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-import graphsvc.micrograd as micrograd_import
 from graphsvc import format as fmt
+from graphsvc import micrograd as graphsvc_micrograd
 from graphsvc import value
 from graphsvc.collector import gc_paused
 from graphsvc.errors import GraphStructureError
@@ -114,13 +114,13 @@ def micrograd_nodes(roots: list[Any]) -> list[Any]:
 @pytest.mark.parametrize("seed", range(25))
 def test_micrograd_walk_matches_the_reference(native: ModuleType, seed: int) -> None:
     roots, names = random_micrograd(seed)
-    ours = micrograd_import._from_micrograd(roots, names, native)
-    assert_same_graph(ours, micrograd_import._from_micrograd_reference(roots, names))
+    ours = graphsvc_micrograd._from_micrograd(roots, names, native)
+    assert_same_graph(ours, graphsvc_micrograd._from_micrograd_reference(roots, names))
     assert ours.values.flags.writeable and ours.grads is not None and ours.grads.flags.writeable
     # the unnamed graph too: then only data, ops and gradients order the parents
     assert_same_graph(
-        micrograd_import._from_micrograd(roots[:1], None, native),
-        micrograd_import._from_micrograd_reference(roots[:1], None),
+        graphsvc_micrograd._from_micrograd(roots[:1], None, native),
+        graphsvc_micrograd._from_micrograd_reference(roots[:1], None),
     )
 
 
@@ -131,16 +131,16 @@ def test_micrograd_parents_tied_on_data_are_ordered_by_gradient_then_name(native
         x, y = MicroValue(2.0), MicroValue(2.0)
         x.grad, y.grad = (1.0, 3.0) if trial % 2 else (3.0, 1.0)
         product = MicroValue(4.0, (x, y), "*")
-        graph = micrograd_import._from_micrograd([product], None, native)
-        assert_same_graph(graph, micrograd_import._from_micrograd_reference([product], None))
+        graph = graphsvc_micrograd._from_micrograd([product], None, native)
+        assert_same_graph(graph, graphsvc_micrograd._from_micrograd_reference([product], None))
         reference_tie = {x: hash((x.grad, 0)), y: hash((y.grad, 0))}
         first = min((x, y), key=reference_tie.__getitem__)
         assert graph.grads is not None and graph.grads[graph.parents(2)[0]] == first.grad
         x.grad = y.grad = 0.0
         names = {x: "x", y: "y"}
-        named = micrograd_import._from_micrograd([product], names, native)
-        assert_same_graph(named, micrograd_import._from_micrograd_reference([product], names))
-        first_name = min("xy", key=lambda name: hash((0.0, micrograd_import._name_key(name))))
+        named = graphsvc_micrograd._from_micrograd([product], names, native)
+        assert_same_graph(named, graphsvc_micrograd._from_micrograd_reference([product], names))
+        first_name = min("xy", key=lambda name: hash((0.0, graphsvc_micrograd._name_key(name))))
         assert named.names[named.parents(2)[0]] == first_name
 
 
@@ -151,8 +151,8 @@ def test_micrograd_mlp_after_backward(native: ModuleType) -> None:
     model = MLP(4, [8, 8, 1])
     loss = (model([MicroValue(0.5), -1.5, 2.0, 0.0]) - 1.0) ** 2
     loss.backward()
-    graph = micrograd_import._from_micrograd([loss], None, native)
-    assert_same_graph(graph, micrograd_import._from_micrograd_reference([loss], None))
+    graph = graphsvc_micrograd._from_micrograd([loss], None, native)
+    assert_same_graph(graph, graphsvc_micrograd._from_micrograd_reference([loss], None))
     assert graph.grads is not None and graph.grads[graph.outputs[0]] == 1.0
 
 
@@ -168,14 +168,15 @@ def micrograd_chain(length: int) -> Any:
 def test_micrograd_deep_chain(native: ModuleType) -> None:
     root = micrograd_chain(50_000)
     assert_same_graph(
-        micrograd_import._from_micrograd([root], None, native), micrograd_import._from_micrograd_reference([root], None)
+        graphsvc_micrograd._from_micrograd([root], None, native),
+        graphsvc_micrograd._from_micrograd_reference([root], None),
     )
 
 
 def test_micrograd_chain_of_a_million_nodes(native: ModuleType) -> None:
     """No recursion: 1,000,000 nodes deep (the reference takes ~10 s at this size; test_micrograd_deep_chain
     compares the two on a shorter chain). Each + keeps the chain and its constant, in either order."""
-    graph = micrograd_import._from_micrograd([micrograd_chain(500_000)], None, native)
+    graph = graphsvc_micrograd._from_micrograd([micrograd_chain(500_000)], None, native)
     assert graph.num_nodes == 999_999 and graph.outputs == [999_998]
     assert graph.op_histogram() == {"leaf": 500_000, "add": 499_999}
     assert np.array_equal(
@@ -223,21 +224,21 @@ def cycle() -> Node:
 )
 def test_micrograd_errors_are_the_references(native: ModuleType, case: Callable[[], Any]) -> None:
     roots, names = case()
-    expected = errors_of(lambda: micrograd_import._from_micrograd_reference(roots, names))
-    assert errors_of(lambda: micrograd_import._from_micrograd(roots, names, native)) == expected
+    expected = errors_of(lambda: graphsvc_micrograd._from_micrograd_reference(roots, names))
+    assert errors_of(lambda: graphsvc_micrograd._from_micrograd(roots, names, native)) == expected
 
 
 def test_micrograd_cycle_is_refused() -> None:
     with pytest.raises(GraphStructureError, match=r"micrograd node Node\(data=2.0\) is its own ancestor"):
-        micrograd_import._from_micrograd_reference([cycle()], None)
+        graphsvc_micrograd._from_micrograd_reference([cycle()], None)
 
 
 def test_micrograd_odd_numbers_are_converted_as_float_does(native: ModuleType) -> None:
     """Ints, bools and numpy scalars as data and gradients; a list as _prev; tags as micrograd spells them."""
     a, b = Node(3, grad=True), Node(np.float32(0.1), grad=np.float64(-0.0))
     roots = [Node(2**60, [a, b], "*", grad=7), Node(0.5, [a], "**2")]
-    ours = micrograd_import._from_micrograd(roots, {a: "a"}, native)
-    assert_same_graph(ours, micrograd_import._from_micrograd_reference(roots, {a: "a"}))
+    ours = graphsvc_micrograd._from_micrograd(roots, {a: "a"}, native)
+    assert_same_graph(ours, graphsvc_micrograd._from_micrograd_reference(roots, {a: "a"}))
     assert ours.attrs == {3: {"exponent": 2.0}}
 
 
@@ -245,9 +246,9 @@ def test_from_micrograd_uses_the_c_walk(native: ModuleType, monkeypatch: pytest.
     def refuse(*args: object) -> None:
         raise AssertionError("the reference ran")
 
-    monkeypatch.setattr(micrograd_import, "_from_micrograd_reference", refuse)
+    monkeypatch.setattr(graphsvc_micrograd, "_from_micrograd_reference", refuse)
     roots, names = random_micrograd(0)
-    assert micrograd_import.from_micrograd(*roots, names=names).num_nodes > 100
+    assert graphsvc_micrograd.from_micrograd(*roots, names=names).num_nodes > 100
 
 
 # -- graphsvc.Value -----------------------------------------------------------------------------------
