@@ -567,7 +567,7 @@ def _replay(
     from graphsvc.console.printing import wrote
     from graphsvc.console.report import check_options, check_stored, print_report, set_notes
     from graphsvc.format import save
-    from graphsvc.replay.run import replay_values, resolve_set, set_from_text
+    from graphsvc.replay.run import output_node, replay_values, resolve_set, set_from_text
 
     rtol, atol = tolerances
     check_options(check, rtol, atol, as_json, data, write)
@@ -575,7 +575,7 @@ def _replay(
     if check:
         check_stored(graph, backward)
     registry = _registry()
-    start = _output_node(graph, output) if backward else None
+    start = output_node(graph, output, "--output") if backward else None
     overrides = resolve_set(graph, set_from_text(set_ or (), "--set"), "--set")
     for note in set_notes(graph, overrides):
         typer.echo(note, err=True)
@@ -589,13 +589,6 @@ def _replay(
     print_report(result, as_json, data, STATE.quiet)
     if not result.ok:
         raise typer.Exit(1)
-
-
-def _output_node(graph: Graph, output: str | None) -> int:
-    """--output's node, or the graph's single output (an error naming --output when there is none or several)."""
-    from graphsvc.replay.columns import default_output
-
-    return default_output(graph, "--output") if output is None else graph.node_id(output)
 
 
 @command()
@@ -713,7 +706,7 @@ def render(
         from graphsvc.replay import run as api
 
         registry = _registry()
-        start = _output_node(graph, output)
+        start = api.output_node(graph, output, "--output")
         with _replaying("replaying forward and backward"):
             graph = api.backward(graph, start, registry=registry)
     elif output is not None:

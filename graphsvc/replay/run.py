@@ -38,6 +38,7 @@ __all__ = [
     "comparisons",
     "forward",
     "nonfinite_findings",
+    "output_node",
     "replay_values",
     "replayed_graph",
     "replayed_tensor_graph",
@@ -87,13 +88,20 @@ def backward(
     (:func:`graphsvc.replay.arrays.requires_grad`): a ``const`` array, what is computed from consts
     alone and int64 nodes get none (``grad()`` is nan). ``engine`` is as for :func:`forward`.
     """
-    from graphsvc.replay.columns import default_output
-
     expect_graph("backward", graph)
     assignments = _assignments(set)
     registry = _registry(registry)
-    start = default_output(graph, "output=") if output is None else graph.node_id(output)
+    start = output_node(graph, output)
     return replay_values(graph, registry, resolve_set(graph, assignments), start, engine=engine).replayed()
+
+
+def output_node(graph: Graph, output: NodeRef | None, choose: str = "output=") -> int:
+    """The id of ``output`` (a node id or name), or by default the graph's single output; with
+    several outputs or none, a :class:`~graphsvc.errors.UsageError` that says how to choose one
+    (``choose``: the Python API's ``output=``; the CLI passes its ``--output``)."""
+    from graphsvc.replay.columns import default_output
+
+    return default_output(graph, choose) if output is None else graph.node_id(output)
 
 
 class ReplayRun(NamedTuple):

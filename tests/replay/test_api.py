@@ -19,7 +19,7 @@ from graphsvc.ops import OpRegistry
 from graphsvc.pluginhost import PluginProblem, load_registry
 from graphsvc.replay import arrays as tensors
 from graphsvc.replay import compare as checks
-from graphsvc.replay.run import comparisons, nonfinite_findings, replay_values, replayed_graph
+from graphsvc.replay.run import comparisons, nonfinite_findings, output_node, replay_values, replayed_graph
 from tests.conftest import ROOT
 
 SEED004 = ROOT / "examples" / "seed004.msgpack"
@@ -27,6 +27,15 @@ SEED004 = ROOT / "examples" / "seed004.msgpack"
 
 def seed004() -> Graph:
     return graphsvc.load(SEED004)
+
+
+def test_output_node_is_the_node_asked_for_or_the_single_output() -> None:
+    graph = seed004()
+    assert (output_node(graph, None), output_node(graph, "abc"), output_node(graph, 2)) == (6, 4, 2)
+    b = GraphBuilder()
+    b.leaf(1.0, name="x"), b.leaf(2.0, name="y")
+    with pytest.raises(UsageError, match=r"^the graph has 2 outputs \(x, y\): choose one with --output$"):
+        output_node(b.build(), None, "--output")
 
 
 def test_backward_gives_seed_004s_gradients() -> None:
