@@ -112,6 +112,8 @@ def print_report(result: ReplayRun, as_json: bool, data: bool = False, quiet: bo
 
 def cells(result: ReplayRun, data: bool = False) -> ColumnCells | ArrayCells:
     """The writer of ``result``'s nodes and steps, for the container its numbers come in."""
+    # The numbers' form (float64 columns or one array a node), not the engine, picks the writer; the
+    # two coincide, so a graph of scalars that uses an op given only by a VJP lists its numbers as arrays.
     return ArrayCells(result, data) if result.arrays else ColumnCells(result)
 
 
