@@ -112,8 +112,10 @@ def print_report(result: ReplayRun, as_json: bool, data: bool = False, quiet: bo
 
 def cells(result: ReplayRun, data: bool = False) -> ColumnCells | ArrayCells:
     """The writer of ``result``'s nodes and steps, for the container its numbers come in."""
-    # The numbers' form (float64 columns or one array a node), not the engine, picks the writer; the
-    # two coincide, so a graph of scalars that uses an op given only by a VJP lists its numbers as arrays.
+    # The numbers' form (float64 columns or one array a node), not the engine, picks the writer. The
+    # form follows the engine, though: a graph of scalars with an op given only by a VJP is replayed as
+    # arrays, so its --steps show norms (``grad f64[] norm 2``) where other graphs of scalars show
+    # local derivatives.
     return ArrayCells(result, data) if result.arrays else ColumnCells(result)
 
 
