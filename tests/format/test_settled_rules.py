@@ -213,3 +213,26 @@ def test_a_nested_maps_key_order_makes_another_graph() -> None:
     one, two = _with_attrs({"a": {"x": 1, "y": 2}}), _with_attrs({"a": {"y": 2, "x": 1}})
     assert one != two
     assert fmt.dumps(fmt.loads(one)) == one and fmt.dumps(fmt.loads(two)) == two
+
+
+# -- the JSON Schema agrees with the readers --------------------------------------------------------------
+def _schema_errors(doc: dict[str, Any]) -> list[list[Any]]:
+    from tests.conftest import as_json_view, json_schema
+
+    validator = json_schema("graphsvc-v2.schema.json")
+    return [list(e.absolute_path) for e in validator.iter_errors(as_json_view(doc))]
+
+
+def test_the_schema_refuses_a_pad_that_is_not_bin_data_as_the_readers_do() -> None:
+    doc: dict[str, Any] = msgpack.unpackb(worked(lambda d: d.__setitem__("pad", "x")))
+    assert _schema_errors(doc) == [["pad"]]
+    doc.pop("pad")
+    assert _schema_errors(doc) == []
+
+
+def test_the_schema_accepts_an_empty_tensor_table_as_the_readers_do() -> None:
+    doc: dict[str, Any] = msgpack.unpackb(worked())
+    doc["tensors"], doc["data"] = [], b""
+    doc["nodes"]["values"]["data"] = bytes(24)
+    assert _schema_errors(doc) == []
+    fmt.loads(msgpack.packb(doc))
