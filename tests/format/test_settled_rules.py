@@ -236,3 +236,15 @@ def test_the_schema_accepts_an_empty_tensor_table_as_the_readers_do() -> None:
     doc["nodes"]["values"]["data"] = bytes(24)
     assert _schema_errors(doc) == []
     fmt.loads(msgpack.packb(doc))
+
+
+def test_the_json_form_refuses_a_gradient_of_another_dtype(tmp_path: Path) -> None:
+    import json
+
+    node = {"id": 0, "op": "leaf", "parents": [], "value": {"dtype": "float32", "shape": [2], "data": [1.0, 2.0]}}
+    node["grad"] = {"dtype": "int64", "shape": [2], "data": [1, 2]}
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"format": "graphsvc-json", "version": [2, 0], "nodes": [node]}))
+    with pytest.raises(FormatError) as info:
+        fmt.load(path)
+    assert str(info.value) == f"{path}: node 0's gradient array has dtype int64, but its value array has dtype float32"
