@@ -103,8 +103,8 @@ static int check_table(PyObject *entries, long long count, long long size, long 
         long long key = 2 * c->node + c->which; /* by node, a value before its gradient, none twice */
         if (key <= previous_key) return 0;
         if (c->which == 0 ? !isnan(values[c->node]) : (grads != NULL && !isnan(grads[c->node]))) return 0;
-        if (c->which == 1 && key == previous_key + 1) { /* a gradient has its value's shape */
-            if (ndim != previous_ndim) return 0;
+        if (c->which == 1 && key == previous_key + 1) { /* a gradient has its value's dtype and shape */
+            if (c->dtype != checked[i - 1].dtype || ndim != previous_ndim) return 0;
             for (Py_ssize_t k = 0; k < ndim; k++) {
                 if (dims[k] != previous_dims[k]) return 0;
             }

@@ -392,6 +392,10 @@ class Graph:
         arrays = self.arrays
         for node, grad in self.grad_arrays.items():
             value = arrays.get(node)
+            if value is not None and grad.dtype != value.dtype:  # as PyTorch: a gradient has its tensor's dtype
+                raise GraphStructureError(
+                    f"node {node}'s gradient array has dtype {grad.dtype}, but its value array has dtype {value.dtype}"
+                )
             if value is not None and grad.shape != value.shape:
                 raise GraphStructureError(
                     f"node {node}'s gradient array has shape {list(grad.shape)}, "

@@ -49,6 +49,7 @@ from graphsvc.format.layout import (
     OP_VERSION_KEY,
     OPS_KEY,
     OUTPUTS_KEY,
+    PAD_KEY,
     PARENT_INDICES_COLUMN,
     PARENT_OFFSETS_COLUMN,
     READ_MAJORS,
@@ -63,7 +64,7 @@ from graphsvc.format.layout import (
     Limits,
     aligned,
 )
-from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, Graph, OpSource
+from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource
 from graphsvc.native import compiled_checks, compiled_table
 from graphsvc.text import counted, escape, first_surrogate, shorten
 
@@ -290,7 +291,7 @@ def check_nesting_of(
 
 
 def _attributes_of(node: int) -> str:
-    return f"attributes of node {node}"
+    return f"the attribute map of node {node}"
 
 
 def check_nesting(
@@ -506,6 +507,8 @@ _TAG, _PLUGIN, _VERSION = (operator.methodcaller("get", field) for field in OP_F
 
 def _read_ops(doc: dict[str, Any]) -> tuple[list[str], dict[str, OpSource]]:
     ops = expect(doc[OPS_KEY], list, OPS_KEY)
+    if len(ops) > MAX_OPS:  # op codes are uint16: checked first, before any entry (FORMAT.md §7, rule 2)
+        raise FormatError(f"too many ops: {len(ops)} (at most {MAX_OPS})")
     # Every rule at once, a field at a time; when one fails, entry by entry below, which words it.
     if ops and set(map(type, ops)) == {dict}:
         tags, plugins, versions = list(map(_TAG, ops)), list(map(_PLUGIN, ops)), list(map(_VERSION, ops))
@@ -583,11 +586,13 @@ def _read_tensors(
     """Version 2.0's arrays: every entry of the tensor table checked against the data section
     (which the file holds already, so nothing is allocated until all pass), then each array a
     read-only view into it."""
+    entries = expect(doc[TENSORS_KEY], list, TENSORS_KEY)
+    if PAD_KEY in doc:  # optional; its bytes are ignored, but it is bin data (FORMAT.md §15.3, rule 1)
+        expect(doc[PAD_KEY], bytes, PAD_KEY)
     data = doc[DATA_KEY]
     if not isinstance(data, np.ndarray):  # read by fastload: the payload's own buffer, else bytes
         data = expect(data, bytes, DATA_KEY)
     size = len(data)
-    entries = expect(doc[TENSORS_KEY], list, TENSORS_KEY)
     # Views of a read-only buffer are read-only: no flag to set per array.
     buffer = np.frombuffer(data, dtype=np.uint8)
     buffer.flags.writeable = False
@@ -615,6 +620,8 @@ def _read_tensors(
 _ctable = compiled_table()
 #: ``(dtype, itemsize)`` by a dtype's name in the tensor table, for the C twin.
 _DTYPE_ITEMS = {name: (dtype, dtype.itemsize) for name, dtype in TENSOR_DTYPES.items()}
+#: A stored dtype's name in the tensor table (``F32``), by the dtype.
+_DTYPE_NAME = {dtype: name for name, dtype in TENSOR_DTYPES.items()}
 #: Are the stored dtypes (little-endian) this machine's own? Else arrays are copied (below), in Python.
 _NATIVE_DTYPES = all(dtype.isnative for dtype in TENSOR_DTYPES.values())
 
@@ -642,11 +649,18 @@ def _checked_table(
                 f"tensors[{i}]: node {node} holds a {'value' if which == 0 else 'gradient'} array, so its entry in "
                 f"the {key} column must be nan, not {float(column[node])!r}"
             )
-        if which == 1 and i and checked[i - 1][:2] == (node, 0) and checked[i - 1][3] != shape:
-            raise FormatError(
-                f"tensors[{i}]: node {node}'s gradient has shape {shape_text(shape)}, "
-                f"but its value has shape {shape_text(checked[i - 1][3])}"
-            )
+        if which == 1 and i and checked[i - 1][:2] == (node, 0):  # a gradient array beside a value array
+            value_dtype, value_shape = checked[i - 1][2], checked[i - 1][3]
+            if checked[i][2] != value_dtype:
+                raise FormatError(
+                    f"tensors[{i}]: node {node}'s gradient is {_DTYPE_NAME[checked[i][2]]}, "
+                    f"but its value is {_DTYPE_NAME[value_dtype]} (a gradient has its value's dtype)"
+                )
+            if value_shape != shape:
+                raise FormatError(
+                    f"tensors[{i}]: node {node}'s gradient has shape {shape_text(shape)}, "
+                    f"but its value has shape {shape_text(value_shape)}"
+                )
     spans = sorted((offset, offset + nbytes, i) for i, (*_, offset, nbytes) in enumerate(checked) if nbytes)
     for (_, end, first), (start, _, second) in itertools.pairwise(spans):
         if start < end:

@@ -416,7 +416,7 @@ BAD_DOCUMENTS: list[tuple[str, Callable[[dict[str, Any]], object], str]] = [
     (
         "attrs nest too deep",
         lambda d: d.__setitem__("attrs", [[2, {"k": _nested(32)}]]),
-        "attributes of node 2 nests deeper than 32 levels",
+        "the attribute map of node 2 nests deeper than 32 levels",
     ),
     ("output out of range", lambda d: d.__setitem__("outputs", [3]), "output 3 does not exist (the graph has 3 nodes)"),
     ("output not an integer", lambda d: d.__setitem__("outputs", ["y"]), "outputs[0] must be an integer, not a string"),
@@ -551,8 +551,12 @@ def test_encoding_errors_are_format_errors() -> None:
     ("attrs", "metadata", "message"),
     [
         ({}, {1: "x"}, "metadata has a map key that is not a string (an integer 1)"),
-        ({"k": {"inner": {b"k": 1}}}, {}, "attributes of node 1 has a map key that is not a string (bin data b'k')"),
-        ({"k": _nested(32)}, {}, "attributes of node 1 nests deeper than 32 levels"),
+        (
+            {"k": {"inner": {b"k": 1}}},
+            {},
+            "the attribute map of node 1 has a map key that is not a string (bin data b'k')",
+        ),
+        ({"k": _nested(32)}, {}, "the attribute map of node 1 nests deeper than 32 levels"),
         ({}, {"k": (_nested(31),)}, "metadata nests deeper than 32 levels"),  # a tuple is written as an array
     ],
 )
@@ -693,11 +697,11 @@ SURROGATE_GRAPHS: list[tuple[Callable[[GraphBuilder], object], str]] = [
     (lambda b: b.add("neg\udfff", [b.leaf(1.0)]), "the op tag 'neg\\udfff' holds a lone surrogate (\\udfff)"),
     (
         lambda b: b.add("neg", [b.leaf(1.0)], attrs={"k\udc80": 1}),
-        "a map key in attributes of node 1 holds a lone surrogate (\\udc80)",
+        "a map key in the attribute map of node 1 holds a lone surrogate (\\udc80)",
     ),
     (
         lambda b: b.add("neg", [b.leaf(1.0)], attrs={"k": ["\ud83d"]}),
-        "a string in attributes of node 1 holds a lone surrogate (\\ud83d)",
+        "a string in the attribute map of node 1 holds a lone surrogate (\\ud83d)",
     ),
 ]
 

@@ -381,11 +381,23 @@ LIMITS: list[tuple[str, Callable[[int], Callable[[dict[str, Any]], None]], fmt.L
         _attr_depth,
         fmt.Limits(max_attr_depth=5),
         5,
-        "attributes of node 2 nests deeper than 5 levels",
+        "the attribute map of node 2 nests deeper than 5 levels",
     ),
     ("metadata depth", _metadata_depth, fmt.Limits(max_attr_depth=5), 5, "metadata nests deeper than 5 levels"),
-    ("one level", _attr_depth, fmt.Limits(max_attr_depth=1), 1, "attributes of node 2 nests deeper than 1 level"),
-    ("default max_attr_depth", _attr_depth, fmt.DEFAULT_LIMITS, 32, "attributes of node 2 nests deeper than 32 levels"),
+    (
+        "one level",
+        _attr_depth,
+        fmt.Limits(max_attr_depth=1),
+        1,
+        "the attribute map of node 2 nests deeper than 1 level",
+    ),
+    (
+        "default max_attr_depth",
+        _attr_depth,
+        fmt.DEFAULT_LIMITS,
+        32,
+        "the attribute map of node 2 nests deeper than 32 levels",
+    ),
 ]
 
 

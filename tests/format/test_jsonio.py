@@ -386,7 +386,7 @@ def test_a_string_longer_than_the_limit_is_refused_as_the_msgpack_reader_refuses
     for document, message in [
         (_doc([{"op": "leaf", "name": "x" * 41}]), "the name of node 0 is 41 bytes long"),
         (_doc([{"op": "leaf"}], metadata={"k": ["é" * 21]}), "a string in metadata is 42 bytes long"),
-        (_doc([{"op": "leaf", "attrs": {"é" * 21: 1}}]), "a map key in attributes of node 0 is 42 bytes long"),
+        (_doc([{"op": "leaf", "attrs": {"é" * 21: 1}}]), "a map key in the attribute map of node 0 is 42 bytes long"),
         (_doc([{"op": "o" * 41}]), f"the op tag '{'o' * 21}... (41 characters)' is 41 bytes long"),
         (_doc([{"op": "leaf"}], ops={"leaf": {"plugin": "p" * 41}}), "the plugin of the op 'leaf' is 41 bytes long"),
     ]:

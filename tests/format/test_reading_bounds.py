@@ -104,7 +104,7 @@ BAD_JSON: list[tuple[str, bytes, str]] = [
     (
         "attributes deeper than the limit",
         JSON_HEAD + b'[{"op": "leaf", "attrs": {"k": ' + b"[" * 33 + b"]" * 33 + b"}}]}",
-        "F: attributes of node 0 nests deeper than 32 levels",
+        "F: the attribute map of node 0 nests deeper than 32 levels",
     ),
 ]
 
@@ -407,7 +407,7 @@ def test_json_integers_msgpack_cannot_store_are_refused_when_read(tmp_path: Path
     with pytest.raises(FormatError) as refused:
         fmt.load(path)
     assert str(refused.value) == (
-        f"{path}: attributes of node 0 holds 18446744073709551616, outside the integers msgpack stores"
+        f"{path}: the attribute map of node 0 holds 18446744073709551616, outside the integers msgpack stores"
         " (-2**63 to 2**64 - 1)"
     )
     document["nodes"] = [{"op": "leaf", "attrs": {"k": [1, 2**64 - 1, -(2**63)]}}]
