@@ -29,7 +29,7 @@ import numpy as np
 
 from graphsvc.errors import RenderError, TooLargeToDraw, UsageError
 from graphsvc.graph import LEAF_TAGS, Graph
-from graphsvc.text import counted
+from graphsvc.text import counted, escape
 
 #: The most value nodes one picture may hold; above it, pick a part with :func:`neighbourhood`.
 MAX_RENDER_NODES = 2000
@@ -243,12 +243,17 @@ def _op_text(graph: Graph, node: int) -> str:
     if not attrs:
         return graph.op(node)
     shown = ", ".join(f"{key}={_number(v) if isinstance(v, float) else v}" for key, v in sorted(attrs.items()))
-    return f"{graph.op(node)} {_shorten(shown)}"
+    return f"{graph.op(node)} {_cut(shown)}"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
 
 
 def _shorten(text: str) -> str:
-    text = "".join(ch if ch.isprintable() else "?" for ch in text)
-    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
+    """Text from the file as a label shows it: cut, then escaped as the listings escape it
+    (:func:`graphsvc.text.escape`: ``\\u200b``, not a character that draws as nothing)."""
+    return escape(_cut(text))
 
 
 def _quoted(text: str) -> str:

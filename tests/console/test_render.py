@@ -132,8 +132,32 @@ def test_names_cannot_break_the_record_or_the_quotes() -> None:
     b.leaf(1.0, name='w{0}|<p> "q" \\')
     b.leaf(2.0, name="x" * 50)
     text = render.to_dot(b.build())
-    assert '\tv0 [label="{ w\\{0\\}\\|\\<p\\>\\ \\"q\\"\\ \\\\ | data 1 | grad - }" shape=record]' in text
+    # the backslash doubled as the listings double it (escape), then each escaped for the record
+    assert '\tv0 [label="{ w\\{0\\}\\|\\<p\\>\\ \\"q\\"\\ \\\\\\\\ | data 1 | grad - }" shape=record]' in text
     assert "{ " + "x" * 39 + "… | data 2" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("zw\u200bsp", "zw\\\\u200bsp"),
+        ("zwj\u200d", "zwj\\\\u200d"),
+        ("soft\xad", "soft\\\\xad"),
+        ("tag\U000e0041", "tag\\\\U000e0041"),
+        ("\ufeffbom", "\\\\ufeffbom"),
+        ("rlo\u202e", "rlo\\\\u202e"),
+        ("csi\x9b", "csi\\\\x9b"),
+        ("tab\tnl\n", "tab\\\\tnl\\\\n"),
+    ],
+)
+def test_names_and_op_tags_are_escaped_as_the_listings_escape_them(name: str, shown: str) -> None:
+    """In DOT text a backslash is written twice, so dot draws ``zw\\u200bsp``, what ``order`` prints."""
+    b = GraphBuilder()
+    b.add("op" + name, [b.leaf(1.0, name=name)], attrs={"k": name})
+    text = render.to_dot(b.build())
+    assert f'\tv0 [label="{{ {shown} | data 1 | grad - }}" shape=record]' in text
+    assert f'\to1 [label="op{shown} k={shown}" shape=ellipse]' in text
+    assert text.isascii()
 
 
 def test_a_node_without_a_name_is_shown_by_id() -> None:
