@@ -235,9 +235,10 @@ def draw(dot_text: str, kind: str, timeout: float | None = None) -> bytes:
     if program is None:
         raise RenderError(f"drawing .{kind} needs the Graphviz `dot` program, which is not on PATH; {DOT_HINT}")
     limit = DOT_TIMEOUT if timeout is None else timeout
+    process: subprocess.Popen[bytes] | None = None
     with _terminate_as_exit():
-        process = _start(program, kind)
         try:
+            process = _start(program, kind)
             out, err = process.communicate(dot_text.encode("utf-8"), timeout=limit)
         except subprocess.TimeoutExpired:
             raise RenderError(
@@ -245,7 +246,9 @@ def draw(dot_text: str, kind: str, timeout: float | None = None) -> bytes:
                 "of the graph (the neighbourhood of one node), or write a .dot file and run dot yourself"
             ) from None
         finally:
-            _kill(process)
+            if process is not None:
+                _kill(process)
+    assert process is not None  # started, or _start raised
     if process.returncode != 0:
         detail = err.decode("utf-8", "replace").strip().splitlines()
         raise RenderError(f"Graphviz dot failed: {one_line(detail[-1]) if detail else f'exit {process.returncode}'}")
