@@ -369,6 +369,14 @@ def test_invisible_characters_are_json_escapes_in_json(invisible_file: Path) -> 
         assert out.isascii()  # every name here is escaped to ASCII
         document = json.loads(out)
     assert [node["name"] for node in json.loads(order.stdout)["nodes"]][-1] == INVISIBLE[0][0]
+    converted = runner.invoke(app, ["convert", str(invisible_file), "--to", "json", "-o", "-"])
+    assert (converted.exit_code, converted.stderr) == (0, "")
+    assert all(f'"name": "{json_text}"' in converted.stdout for json_text in JSON)  # the file's JSON form too
+    from graphsvc.format import jsonio
+
+    assert converted.stdout.isascii() and jsonio.loads(converted.stdout).names == {
+        node: name for node, (name, _, _) in enumerate(INVISIBLE)
+    }
     assert document["nodes"][0]["name"] == INVISIBLE[6][0]
 
 
