@@ -11,6 +11,10 @@
  * Names and op tags can be any Unicode, lone surrogates included (json.loads makes them from
  * "\ud800"): a cell that strict UTF-8 refuses is encoded with "surrogatepass" and the whole text is
  * decoded with it too, which gives back exactly the code points that went in.
+ *
+ * What is escaped is decided in one place, graphsvc/text.py: text cells come here already escaped,
+ * and the JSON text that json_chunk writes gets its unprintable characters (U+202E, U+200B, C1
+ * controls, lone surrogates...) written as JSON escapes there afterwards, as the reference's does.
  */
 #include "native.h"
 
@@ -587,7 +591,9 @@ static PyMethodDef methods[] = {
      "``leading_comma``),\n"
      "as json.dumps(..., separators=(',', ':'), ensure_ascii=False) writes them, nan and the infinities\n"
      "as strings. ``names`` holds each node's name (str or None; None for all: every name is null),\n"
-     "``tags`` each op code's tag, neither escaped: this function writes them as JSON strings."},
+     "``tags`` each op code's tag, neither escaped: this function writes them as JSON strings, as\n"
+     "json.dumps does (graphsvc.console.listing then writes each unprintable character left in them as\n"
+     "its JSON escape, graphsvc.text.json_escaped, as it does the reference's)."},
     {NULL, NULL, 0, NULL},
 };
 

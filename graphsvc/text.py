@@ -16,59 +16,107 @@ from functools import cache
 from numbers import Integral, Real
 
 #: What :func:`escape` rewrites: the backslash itself (so escaping can be undone and a name that
-#: spells ``\\n`` is not confused with one that holds a newline), C0 and C1 control characters and
-#: DEL (tab, newline, carriage return, ESC...), Unicode's line and paragraph separators, the
-#: bidirectional controls that can make text display in another order than it reads, and lone
-#: surrogates (a plugin's text; a graph file holds none, FORMAT.md §7), which UTF-8 cannot encode:
-#: printed as they are, they stopped the listing with a UnicodeEncodeError or wrote bytes that are not UTF-8.
-_SURROGATES = "\ud800-\udfff"
-_CONTROLS = "\x00-\x1f\x7f-\x9f\u0085\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069" + _SURROGATES
+#: spells ``\\n`` is not confused with one that holds a newline) and every character that Python's
+#: ``str.isprintable()`` calls unprintable except the ASCII space, that is the Unicode categories
+#:
+#: * Cc: the C0 and C1 controls and DEL (tab, newline, ESC, U+009B: a one-byte CSI on some terminals);
+#: * Cf: format characters: the bidirectional controls (U+202E, U+2066...), zero-width ones (U+200B,
+#:   U+200D, U+2060), the soft hyphen U+00AD, the byte-order mark U+FEFF, the tags U+E0001-U+E007F;
+#: * Zl, Zp: the line and paragraph separators U+2028, U+2029;
+#: * Zs other than the space: spaces that look like it (U+00A0, U+2007, U+3000...);
+#: * Co, Cn: private use and unassigned code points (as this Python's Unicode database knows them);
+#: * Cs: lone surrogates (a plugin's text; a graph file holds none, FORMAT.md §7), which UTF-8
+#:   cannot encode.
+#:
+#: Each shows as ``repr`` writes it (``\\t``, ``\\x1b``, ``\\u202e``, ``\\U000e0041``), so two
+#: names that differ never print alike, nothing invisible or reordering reaches the terminal, and text
+#: that Python's ``repr`` quotes (``no node named '...'``) reads the same. Every escape is ASCII.
+#:
+#: Text is scanned for each backslash and each run of characters past printable ASCII; a run that is
+#: printable (``é``, ``名前``) is kept whole, so only the rare unprintable text costs a call a character.
+_NOT_PLAIN = r"\\|[^\x20-\x7e]+"
+#: The same without the backslash: what :func:`one_line` escapes (a message may quote text with repr).
+_NOT_PRINTABLE_ASCII = r"[^\x20-\x7e]+"
+#: In JSON text: anything past ASCII, and DEL (C0 controls and the backslash are JSON's own to escape).
+_NOT_JSON_ASCII = r"[^\x00-\x7e]+"
 
 
-# Every character in _CONTROLS is unprintable (str.isprintable), so text that is printable and has
-# no backslash needs no pattern at all; the patterns are compiled on first use (~1 ms at start-up).
 @cache
 def _unsafe() -> re.Pattern[str]:
-    return re.compile(f"[\\\\{_CONTROLS}]")
+    return re.compile(_NOT_PLAIN)
 
 
 @cache
 def _control() -> re.Pattern[str]:
-    return re.compile(f"[{_CONTROLS}]")
+    return re.compile(_NOT_PRINTABLE_ASCII)
+
+
+@cache
+def _json_unsafe() -> re.Pattern[str]:
+    return re.compile(_NOT_JSON_ASCII)
 
 
 @cache
 def _surrogate() -> re.Pattern[str]:
-    return re.compile(f"[{_SURROGATES}]")
+    return re.compile("[\ud800-\udfff]")
 
 
 _NAMED = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
-def _escaped(match: re.Match[str]) -> str:
-    char = match.group()
+def _python_escape(char: str) -> str:
+    """One unprintable character as ``repr`` spells it."""
     named = _NAMED.get(char)
     if named is not None:
         return named
     code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _escaped(match: re.Match[str]) -> str:
+    run = match.group()
+    if run == "\\":  # matched alone
+        return "\\\\"
+    if run.isprintable():  # é, 名前: printable text past ASCII
+        return run
+    return "".join(char if char.isprintable() else _python_escape(char) for char in run)
+
+
+def _json_char(char: str) -> str:
+    code = ord(char)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # JSON spells a character past U+FFFF as its UTF-16 surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def _json_escaped_run(match: re.Match[str]) -> str:
+    run = match.group()
+    if run.isprintable():
+        return run
+    return "".join(char if char.isprintable() else _json_char(char) for char in run)
 
 
 def escape(text: str) -> str:
-    """``text`` with every unsafe character spelled as a Python escape (``\\t``, ``\\x1b``,
-    ``\\u202e``) and each backslash doubled; text without any is returned as it is."""
+    """``text`` with every unprintable character spelled as ``repr`` spells it (``\\t``, ``\\x1b``,
+    ``\\u202e``, ``\\U000e0041``) and each backslash doubled; text without any is returned as it is."""
     if "\\" not in text and text.isprintable():
         return text
     return _unsafe().sub(_escaped, text)
 
 
 def json_escaped(text: str) -> str:
-    """JSON text as ``json.dumps(..., ensure_ascii=False)`` writes it, with each lone surrogate
-    (which that leaves as it is) written as its JSON escape (``\\ud800``): the same string to a JSON
-    reader, and text that UTF-8 can encode, on standard output or in a file."""
-    if text.isascii() or text.isprintable():  # a surrogate is neither
+    """JSON text as ``json.dumps(..., ensure_ascii=False)`` writes it, with each character that
+    :func:`escape` would escape and JSON leaves as it is (DEL, the C1 controls, format, bidi and
+    zero-width characters, U+2028, unusual spaces, private use, unassigned, lone surrogates) written
+    as its JSON escape (``\\u202e``; ``\\udb40\\udc41`` for U+E0041): the same string to a JSON reader,
+    inert on a terminal, and text that UTF-8 can encode. Outside its strings JSON text is ASCII, so
+    the whole text can be scanned; JSON's own whitespace (a newline of indented JSON) is left alone."""
+    if (text.isascii() and "\x7f" not in text) or text.isprintable():
         return text
-    return _surrogate().sub(_escaped, text)
+    return _json_unsafe().sub(_json_escaped_run, text)
 
 
 def first_surrogate(text: str) -> int | None:
@@ -83,9 +131,7 @@ def first_surrogate(text: str) -> int | None:
 def needs_escape(texts: Iterable[str]) -> bool:
     """Does any of ``texts`` hold a character :func:`escape` would rewrite? (One pass over them all.)"""
     joined = "".join(texts)
-    if "\\" not in joined and joined.isprintable():  # every character escape() rewrites is unprintable
-        return False
-    return _unsafe().search(joined) is not None
+    return "\\" in joined or not joined.isprintable()
 
 
 #: Longest item :func:`listed` shows before cutting it.
@@ -132,7 +178,7 @@ def one_line(message: str, limit: int = LINE_CHARS) -> str:
     escaped as :func:`escape` does (backslashes are left alone, so text a message already quoted
     with ``repr`` is not escaped twice), then cut."""
     if not message.isprintable():
-        message = _control().sub(_escaped, message)
+        message = _control().sub(_escaped, message)  # a run holds no backslash: left alone
     return shorten(message, limit)
 
 

@@ -63,6 +63,40 @@ def python_m_graphsvc(*args: str, env: dict[str, str] | None = None) -> subproce
     )
 
 
+def dense_graph(nodes: int, parents_each: int, seed: int = 0) -> Graph:
+    """A graph whose node i > 0 adds min(parents_each, i) parents drawn at random from the nodes
+    before it (repeats allowed): many edges on few nodes, which Graphviz's dot lays out slowly."""
+    import numpy as np
+
+    from graphsvc.graph import Graph
+
+    rng = np.random.default_rng(seed)
+    counts = np.minimum(np.full(nodes, parents_each), np.arange(nodes))
+    offsets = np.zeros(nodes + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    parents = [rng.integers(0, node, count) for node, count in enumerate(counts.tolist()) if count]
+    parent_ids = np.concatenate(parents).astype(np.int32) if parents else np.zeros(0, np.int32)
+    return Graph(["leaf", "add"], (counts > 0).astype(np.uint16), offsets, parent_ids, np.ones(nodes))
+
+
+def dot_processes(parent: int | None = None) -> set[int]:
+    """The ids of the running Graphviz ``dot`` processes (all, or the children of ``parent``), read
+    from /proc: a zombie (ended, not yet reaped) counts as running."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # ended while we looked
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if name == "dot" and (parent is None or ppid == parent):
+            found.add(int(entry.name))
+    return found
+
+
 def with_terminal_stderr(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
     """Run ARGV from the checkout with stdout piped and stderr on a pseudo-terminal (100 columns);
     return (code, stdout, what the terminal got)."""

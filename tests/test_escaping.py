@@ -147,7 +147,7 @@ def test_order_json_escapes_control_characters_as_json_does(hostile_file: Path) 
     assert '{"id":3,"name":"\\u001b]0;pwned\\u0007","op":"mul","parents":[0,1]}' in out
     assert '{"id":0,"name":"tab\\there\\r","op":"leaf","parents":[]}' in out
     assert '{"id":6,"name":"back\\\\slash","op":"mul","parents":[4,5]}' in out
-    assert '"name":"\u202eevil\u2028"' in out  # valid JSON as they are
+    assert '"name":"\\u202eevil\\u2028"' in out  # valid JSON as they are, and escaped: inert on a terminal
     assert "\x1b" not in out and "\x07" not in out and "\n" not in out[:-1]
     document = json.loads(out)
     assert [node["name"] for node in sorted(document["nodes"], key=lambda n: n["id"])] == [n for n, _ in NAMES]
@@ -266,3 +266,132 @@ def test_lone_surrogates_in_a_plugins_text_are_escaped(tmp_path: Path) -> None:
     assert out == (
         b"sur (surrogates 1\\udc80): FAIL: op 'sur' (surrogates 1\\udc80): forward raised ValueError: bad \\ud800\n"
     )
+
+
+# -- characters that draw as nothing, reorder text or drive a terminal, on every output path ------------
+#: (name, as text shows it, as JSON writes it): zero-width space and joiner, soft hyphen, a tag
+#: character, the byte-order mark, a right-to-left override, a C1 CSI (one byte on some terminals)
+INVISIBLE = [
+    ("zw\u200bsp", r"zw\u200bsp", r"zw\u200bsp"),
+    ("zwj\u200d", r"zwj\u200d", r"zwj\u200d"),
+    ("soft\xad", r"soft\xad", r"soft\u00ad"),
+    ("tag\U000e0041", r"tag\U000e0041", r"tag\udb40\udc41"),
+    ("\ufeffbom", r"\ufeffbom", r"\ufeffbom"),
+    ("rlo\u202e", r"rlo\u202e", r"rlo\u202e"),
+    ("csi\x9b", r"csi\x9b", r"csi\u009b"),
+]
+TEXT = [text for _, text, _ in INVISIBLE]
+JSON = [json_text for _, _, json_text in INVISIBLE]
+
+
+@pytest.fixture
+def invisible_file(tmp_path: Path) -> Path:
+    path = tmp_path / "invisible.msgpack"
+    fmt.save(seed004_graph(names=tuple(name for name, _, _ in INVISIBLE), values=True), path)
+    return path
+
+
+def assert_no_invisible_character(out: str, allowed: str = "\t\n") -> None:
+    """Nothing unprintable in ``out`` but the ``allowed`` characters (a listing's tabs and newlines)."""
+    assert "".join(char for char in out if not char.isprintable() and char not in allowed) == ""
+
+
+def test_invisible_characters_are_escaped_in_text_listings(invisible_file: Path) -> None:
+    order = runner.invoke(app, ["order", str(invisible_file)], env=PIPED)
+    assert (order.exit_code, order.stderr) == (0, "")
+    assert order.stdout == rows(
+        ("6", TEXT[6], "mul", "4,5"),
+        ("5", TEXT[5], "add", "0,1"),
+        ("4", TEXT[4], "add", "3,2"),
+        ("2", TEXT[2], "leaf", "-"),
+        ("3", TEXT[3], "mul", "0,1"),
+        ("1", TEXT[1], "leaf", "-"),
+        ("0", TEXT[0], "leaf", "-"),
+    )
+    forward = runner.invoke(app, ["--disable-plugins", "forward", str(invisible_file)], env=PIPED)
+    assert (forward.exit_code, forward.stderr) == (0, "")
+    assert forward.stdout == rows(
+        ("6", TEXT[6], "mul", "4,5", "35.0"),
+        ("5", TEXT[5], "add", "0,1", "5.0"),
+        ("4", TEXT[4], "add", "3,2", "7.0"),
+        ("3", TEXT[3], "mul", "0,1", "6.0"),
+        ("2", TEXT[2], "leaf", "-", "1.0"),
+        ("1", TEXT[1], "leaf", "-", "3.0"),
+        ("0", TEXT[0], "leaf", "-", "2.0"),
+    )
+    backward = runner.invoke(app, ["--disable-plugins", "backward", str(invisible_file)], env=PIPED)
+    assert (backward.exit_code, backward.stderr) == (0, "")
+    assert backward.stdout == rows(
+        ("6", TEXT[6], "mul", "4,5", "35.0", "1.0"),
+        ("5", TEXT[5], "add", "0,1", "5.0", "7.0"),
+        ("4", TEXT[4], "add", "3,2", "7.0", "5.0"),
+        ("3", TEXT[3], "mul", "0,1", "6.0", "5.0"),
+        ("2", TEXT[2], "leaf", "-", "1.0", "5.0"),
+        ("1", TEXT[1], "leaf", "-", "3.0", "17.0"),
+        ("0", TEXT[0], "leaf", "-", "2.0", "22.0"),
+    )
+    inspect = runner.invoke(app, ["inspect", str(invisible_file)], env=PIPED)
+    assert (inspect.exit_code, inspect.stderr) == (0, "")
+    assert inspect.stdout.splitlines()[4:6] == [f"leaves: 3 ({TEXT[0]}, {TEXT[1]}, {TEXT[2]})", f"outputs: {TEXT[6]}"]
+    for out in (order.stdout, forward.stdout, backward.stdout, inspect.stdout):
+        assert_no_invisible_character(out)
+
+
+def test_invisible_characters_are_escaped_in_tables(invisible_file: Path) -> None:
+    result = runner.invoke(app, ["order", str(invisible_file)], env=TERMINAL)
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert_no_invisible_character(result.stdout, allowed="\n\x1b")  # the header's bold
+    assert table_rows(result.stdout) == [
+        ["6", TEXT[6], "mul", "4,5"],
+        ["5", TEXT[5], "add", "0,1"],
+        ["4", TEXT[4], "add", "3,2"],
+        ["2", TEXT[2], "leaf", "-"],
+        ["3", TEXT[3], "mul", "0,1"],
+        ["1", TEXT[1], "leaf", "-"],
+        ["0", TEXT[0], "leaf", "-"],
+    ]
+
+
+def test_invisible_characters_are_json_escapes_in_json(invisible_file: Path) -> None:
+    order = runner.invoke(app, ["order", str(invisible_file), "--json"])
+    assert (order.exit_code, order.stderr) == (0, "")
+    nodes = [(6, "mul", "4,5"), (5, "add", "0,1"), (4, "add", "3,2"), (2, "leaf", ""), (3, "mul", "0,1")]
+    nodes += [(1, "leaf", ""), (0, "leaf", "")]
+    listed = ",".join(f'{{"id":{i},"name":"{JSON[i]}","op":"{op}","parents":[{p}]}}' for i, op, p in nodes)
+    assert order.stdout == '{"algorithm":"dfs","output":null,"nodes":[' + listed + "]}\n"
+    inspect = runner.invoke(app, ["inspect", str(invisible_file), "--json"])
+    assert (inspect.exit_code, inspect.stderr) == (0, "")
+    assert f'"outputs":[{{"id":6,"name":"{JSON[6]}"}}]' in inspect.stdout
+    backward = runner.invoke(app, ["--disable-plugins", "backward", str(invisible_file), "--json"])
+    assert backward.exit_code == 0
+    assert f'{{"id":3,"name":"{JSON[3]}","op":"mul","parents":[0,1],"value":6.0,"grad":5.0}}' in backward.stdout
+    for out in (order.stdout, inspect.stdout, backward.stdout):
+        assert out.isascii()  # every name here is escaped to ASCII
+        document = json.loads(out)
+    assert [node["name"] for node in json.loads(order.stdout)["nodes"]][-1] == INVISIBLE[0][0]
+    converted = runner.invoke(app, ["convert", str(invisible_file), "--to", "json", "-o", "-"])
+    assert (converted.exit_code, converted.stderr) == (0, "")
+    assert all(f'"name": "{json_text}"' in converted.stdout for json_text in JSON)  # the file's JSON form too
+    from graphsvc.format import jsonio
+
+    assert converted.stdout.isascii() and jsonio.loads(converted.stdout).names == {
+        node: name for node, (name, _, _) in enumerate(INVISIBLE)
+    }
+    assert document["nodes"][0]["name"] == INVISIBLE[6][0]
+
+
+def test_invisible_characters_are_escaped_in_dot_and_errors(invisible_file: Path) -> None:
+    dot = runner.invoke(app, ["--disable-plugins", "render", str(invisible_file), "-o", "-"])
+    assert (dot.exit_code, dot.stderr) == (0, "")
+    labels = re.findall(r'^\tv\d+ \[label="\{ (.*?) \|', dot.stdout, flags=re.M)
+    assert labels == [text.replace("\\", "\\\\") for text in TEXT]  # DOT writes a backslash twice
+    assert dot.stdout.isascii()
+    refused = runner.invoke(
+        app, ["--disable-plugins", "backward", str(invisible_file), "--set", f"{INVISIBLE[6][0]}=1"]
+    )
+    assert (refused.exit_code, refused.stdout) == (2, "")
+    assert refused.stderr == f"Error: node {TEXT[6]} is a mul node, not a leaf: only leaves can be set\n"
+    unknown = runner.invoke(app, ["order", str(invisible_file), "--output", "zw\u200dsp"])
+    assert (unknown.exit_code, unknown.stdout) == (2, "")
+    assert unknown.stderr.startswith("Error: no node named 'zw\\u200dsp'")
+    assert_no_invisible_character(refused.stderr + unknown.stderr)

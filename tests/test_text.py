@@ -24,6 +24,7 @@ from graphsvc.text import counted, escape, listed, one_line, shown_number
         ("\u202eevil\u2066", "\\u202eevil\\u2066"),  # bidi overrides and isolates
         ("\u061c\u200e\u200f", "\\u061c\\u200e\\u200f"),
         ("lone \ud800", "lone \\ud800"),  # UTF-8 cannot encode it
+        ("\u200b\u200d\xad\ufeff\U000e0041", "\\u200b\\u200d\\xad\\ufeff\\U000e0041"),  # invisible ones
     ],
 )
 def test_escape_spells_each_unsafe_character_as_a_python_escape(raw: str, shown: str) -> None:
@@ -35,7 +36,7 @@ def test_escape_returns_safe_text_as_it_is() -> None:
     assert escape(safe) is safe
 
 
-def test_json_escaped_writes_only_lone_surrogates_as_json_escapes() -> None:
+def test_json_escaped_writes_lone_surrogates_as_json_escapes() -> None:
     assert text.json_escaped('{"n": "a\ud800b\udfff"}') == '{"n": "a\\ud800b\\udfff"}'
     plain = '{"n": "é\\n"}'
     assert text.json_escaped(plain) is plain
@@ -140,29 +141,78 @@ def test_digits_is_exact_at_every_power_of_ten() -> None:
     assert text._digits(1) == 1
 
 
-def _escape_by_pattern(text: str) -> str:
-    """graphsvc.text.escape as it was: one pattern over the whole text, whatever it holds."""
-    from graphsvc import text as text_module
-
-    return text_module._unsafe().sub(text_module._escaped, text)
+#: The Unicode categories escape() rewrites: every one str.isprintable() rejects (the space aside).
+ESCAPED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"}
 
 
-def test_escape_and_one_line_skip_the_pattern_only_where_it_would_change_nothing() -> None:
-    """escape() and one_line() return printable text without a backslash untouched without running
-    their pattern; every code point gives what the pattern gives."""
+def test_escape_rewrites_exactly_the_unprintable_categories_as_repr_does() -> None:
+    """Every code point: escaped exactly when its category is one of ESCAPED_CATEGORIES (but the
+    space) or it is the backslash, spelled as repr spells it; alone, and inside other text."""
+    import unicodedata
+
     from graphsvc.text import escape, one_line
 
     everything = [chr(code) for code in range(0x110000)]
-    assert [escape(char) for char in everything] == [_escape_by_pattern(char) for char in everything]
-    controls = [char for char in everything if _escape_by_pattern(char) != char and char != "\\"]
-    # C0, DEL + C1, U+061C, LRM/RLM, U+2028-U+202E, U+2066-9, the surrogates U+D800-U+DFFF
-    assert len(controls) == 0x20 + 0x21 + 1 + 2 + 7 + 4 + 0x800
-    assert not any(char.isprintable() for char in controls)  # what the fast path relies on
-    assert "\x85" in controls and "\u202e" in controls and "\u2069" in controls and "\udc80" in controls
-    from graphsvc import text as text_module
+    assert [escape(char) for char in everything] == [repr(char)[1:-1] for char in everything]
+    escaped = {char for char in everything if escape(char) != char}
+    assert escaped == {
+        char for char in everything if unicodedata.category(char) in ESCAPED_CATEGORIES and char != " "
+    } | {"\\"}
+    assert {char for char in everything if one_line(char) != char} == escaped - {"\\"}
+    for char in ("\u200b", "\u00ad", "\U000e0041", "\ufeff", "\u202e", "\x9b", "\u2029", "\ue000", "\U0010ffff"):
+        inside = f"é{char}\\x{char}名"
+        assert escape(inside) == repr(inside)[1:-1]
+        assert one_line(inside) == repr(inside)[1:-1].replace("\\\\", "\\")
+    assert escape("a\\b\tc\u202e\xa0d") == "a\\\\b\\tc\\u202e\\xa0d"  # NBSP: a space that looks like one
+    assert one_line("C:\\dir\tx\u2028y\xa0") == "C:\\dir\\tx\\u2028y\\xa0"  # backslashes left alone
+    safe = "plain name é 名前"
+    assert escape(safe) is safe and one_line(safe) is safe
 
-    by_pattern = [text_module._control().sub(text_module._escaped, char) for char in everything]
-    assert [one_line(char) for char in everything] == by_pattern
-    assert escape("a\\b\tc\u202e\xa0d") == "a\\\\b\\tc\\u202e\xa0d"  # NBSP: unprintable, left as it is
-    assert one_line("C:\\dir\tx\u2028y\xa0") == "C:\\dir\\tx\\u2028y\xa0"  # backslashes left alone
-    assert escape("plain name") == "plain name" and one_line("plain") == "plain"
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("a\u200bb", "a\\u200bb"),  # zero-width space
+        ("a\u200db", "a\\u200db"),  # zero-width joiner
+        ("soft\u00adhyphen", "soft\\xadhyphen"),
+        ("tag\U000e0041", "tag\\U000e0041"),  # TAG LATIN CAPITAL LETTER A: past U+FFFF, eight digits
+        ("\ufeffbom", "\\ufeffbom"),
+        ("\u202eevil", "\\u202eevil"),
+        ("csi\x9b2J", "csi\\x9b2J"),  # a one-byte CSI on some terminals
+        ("pua\ue000", "pua\\ue000"),
+        ("unassigned\u0378", "unassigned\\u0378"),
+    ],
+)
+def test_invisible_characters_are_escaped_so_names_that_differ_print_differently(raw: str, shown: str) -> None:
+    from graphsvc.text import escape
+
+    assert escape(raw) == shown
+    assert escape(raw) != escape(raw.translate({ord(c): None for c in raw if not c.isprintable()}))
+
+
+@pytest.mark.parametrize(
+    ("raw", "json_text"),
+    [
+        ("a\u200bb", '"a\\u200bb"'),
+        ("a\u200db", '"a\\u200db"'),
+        ("soft\u00adhyphen", '"soft\\u00adhyphen"'),
+        ("tag\U000e0041", '"tag\\udb40\\udc41"'),  # JSON spells it as a UTF-16 surrogate pair
+        ("\ufeffbom", '"\\ufeffbom"'),
+        ("\u202eevil\u2066", '"\\u202eevil\\u2066"'),
+        ("csi\x9b2J\x7f", '"csi\\u009b2J\\u007f"'),
+        ("nb\xa0sp é", '"nb\\u00a0sp é"'),
+        ("lone\ud800", '"lone\\ud800"'),
+    ],
+)
+def test_json_escaped_writes_each_unprintable_character_as_its_json_escape(raw: str, json_text: str) -> None:
+    import json
+
+    written = text.json_escaped(json.dumps(raw, ensure_ascii=False))
+    assert written == json_text
+    assert json.loads(written) == raw
+
+
+def test_json_escaped_leaves_indented_json_and_printable_text_alone() -> None:
+    indented = '{\n "a": "é\\n"\n}'
+    assert text.json_escaped(indented) == indented  # JSON's own newlines are not in a string
+    assert text.json_escaped('{\n "a": "\u200b"\n}') == '{\n "a": "\\u200b"\n}'

@@ -13,14 +13,16 @@ add a row or a column.
 The JSON object has the keys ``id``, ``name``, ``op``, ``parents`` and, for a replay, ``value`` and
 ``grad`` (null without gradients), exactly as ``json.dumps(..., separators=(",", ":"),
 ensure_ascii=False)`` writes them, with nan and the infinities as the strings ``"nan"``, ``"inf"``,
-``"-inf"``. ``json.dumps`` escapes the C0 control characters (ESC as ``\\u001b``), so a name cannot
-break the document or start a terminal escape sequence; other characters (DEL, the C1 controls,
-U+2028, the bidi controls) are valid JSON and are written as they are.
+``"-inf"``, then every character that the text cells escape and JSON would leave as it is (DEL,
+the C1 controls, bidi, zero-width and other format characters, U+2028...) written as its JSON
+escape (:func:`graphsvc.text.json_escaped`: ``\\u202e``): the same document to a JSON reader, and
+nothing in it that draws as nothing, reorders text or drives a terminal.
 
 :func:`text` and :func:`json_objects` write each chunk with the C extension ``graphsvc.native._ctext``
 where it was built (well under a microsecond a node); :func:`reference_text` and
 :func:`reference_json_objects` are the pure-Python originals, which run without it, and the tests
-hold the two to the same bytes. Names and op tags are escaped here in Python either way.
+hold the two to the same bytes. Names and op tags are escaped in Python either way, by the one rule
+in :mod:`graphsvc.text`: text cells before the C writer joins them, JSON after it writes them.
 """
 
 from __future__ import annotations
@@ -217,7 +219,7 @@ def reference_json_objects(
                 f'{{"id":{i},"name":{name},"op":{op},"parents":[{p}],"value":{v},"grad":{g}}}'
                 for i, name, op, p, v, g in zip(id_list, names, ops, parents, numbers, gradients, strict=True)
             ]
-        yield json_escaped(separator + ",".join(objects))  # a lone surrogate as its escape, as C's
+        yield json_escaped(separator + ",".join(objects))  # unprintable characters as JSON escapes, as C's
         separator = ","
 
 
@@ -239,4 +241,4 @@ def json_objects(
     for number, ids in enumerate(chunks(nodes)):
         names = node_names(graph, ids.tolist()) if graph.names else None  # None: every name is null
         chunk = _ctext.json_chunk(np.ascontiguousarray(ids), *columns[:3], names, tags, *columns[3:], number > 0)
-        yield json_escaped(chunk)  # a lone surrogate, which json.dumps leaves as it is, as its escape
+        yield json_escaped(chunk)  # unprintable characters (U+202E, a lone surrogate) as JSON escapes

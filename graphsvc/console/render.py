@@ -10,10 +10,16 @@ no computed value (it was never replayed) shows ``data -`` for each node compute
 
 Output is deterministic: nodes in id order, edges in parent-slot order, no addresses.
 
-Large graphs: one picture holds at most :data:`MAX_RENDER_NODES` value nodes (``dot`` needs
-minutes, and the picture is unreadable, well before that). Above it, draw the neighbourhood of one
-node with :func:`neighbourhood` (``--around NODE --depth K``): every node at most K edges away,
-following edges either way. An op whose inputs are not all drawn shows ``+N`` for the hidden ones.
+Large graphs: one picture holds at most :data:`MAX_RENDER_NODES` value nodes and
+:data:`MAX_RENDER_EDGES` edges between them (``dot`` needs minutes, and the picture is unreadable,
+well before that), and ``dot`` runs for at most :data:`DOT_TIMEOUT` seconds. Above that, draw the
+neighbourhood of one node with :func:`neighbourhood` (``--around NODE --depth K``): every node at
+most K edges away, following edges either way. An op whose inputs are not all drawn shows ``+N``
+for the hidden ones.
+
+``dot`` runs as a child process in a process group of its own, and is killed (the whole group) on
+every way out of :func:`draw`: an error, a timeout, Ctrl-C (KeyboardInterrupt) and SIGTERM (turned
+into an exit while dot runs), so no ``dot`` is left running.
 
 DOT text is written here, by hand; the ``graphviz`` Python package is imported only to run ``dot``
 for the image formats.
@@ -22,17 +28,28 @@ for the image formats.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from graphsvc.errors import RenderError, TooLargeToDraw, UsageError
 from graphsvc.graph import LEAF_TAGS, Graph
-from graphsvc.text import counted
+from graphsvc.text import counted, escape, one_line
 
 #: The most value nodes one picture may hold; above it, pick a part with :func:`neighbourhood`.
 MAX_RENDER_NODES = 2000
+#: The most edges (parent to child, both drawn) one picture may hold: ``dot``'s time grows far faster
+#: with edges than with nodes. Measured with Graphviz 2.43 (one core, SVG): 1,000 nodes with 2,000
+#: edges each to a nearby node took 18 s, 500 nodes with 2,000 edges 37 s, 2,000 nodes with 4,000
+#: edges over 90 s; 200 nodes with 600 random edges took 11 s, with 1,000 over 60 s.
+MAX_RENDER_EDGES = 2000
+#: Seconds ``dot`` may run before it is stopped (a graph within both caps whose layout is still slow).
+DOT_TIMEOUT = 120.0
 #: Output formats, by file suffix: ``dot`` text, or an image that Graphviz draws.
 FORMATS = ("svg", "png", "pdf", "dot")
 #: Names longer than this are shortened in the picture.
@@ -93,12 +110,37 @@ def select(
     """The nodes to draw: the whole graph, or the neighbourhood of ``around``; refuse more than
     ``limit`` (``None``: no limit, for DOT text that no Graphviz has to lay out)."""
     if around is not None:
-        return neighbourhood(graph, graph.node_id(around), depth, limit)
-    if limit is not None and graph.num_nodes > limit:
-        raise TooLargeToDraw(
-            f"the graph has {counted(graph.num_nodes, 'node')}, more than one picture can show ({limit})", None
-        )
-    return list(range(graph.num_nodes))
+        nodes = neighbourhood(graph, graph.node_id(around), depth, limit)
+    else:
+        if limit is not None and graph.num_nodes > limit:
+            raise TooLargeToDraw(
+                f"the graph has {counted(graph.num_nodes, 'node')}, more than one picture can show ({limit})", None
+            )
+        nodes = list(range(graph.num_nodes))
+    if limit is not None:
+        edges = edges_between(graph, nodes)
+        if edges > MAX_RENDER_EDGES:
+            what = (
+                f"the neighbourhood of {graph.label(graph.node_id(around))} within {counted(depth, 'edge')}"
+                if around is not None
+                else "the graph"
+            )
+            raise TooLargeToDraw(
+                f"{what} has {counted(len(nodes), 'node', thousands=True)} and "
+                f"{counted(edges, 'edge', thousands=True)}, more edges than one picture can show "
+                f"({MAX_RENDER_EDGES:,}: Graphviz would take minutes)",
+                None if around is None else graph.label(graph.node_id(around)),
+            )
+    return nodes
+
+
+def edges_between(graph: Graph, nodes: Sequence[int]) -> int:
+    """How many edges of ``graph`` join two of ``nodes``: the edges a picture of them draws."""
+    if len(nodes) == graph.num_nodes:
+        return graph.num_edges
+    chosen = np.zeros(graph.num_nodes, dtype=bool)
+    chosen[np.asarray(nodes, dtype=np.int64)] = True
+    return int(np.count_nonzero(chosen[graph.parent_indices] & chosen[graph.child_ids()]))
 
 
 def to_dot(graph: Graph, nodes: Sequence[int] | None = None, highlight: int | None = None) -> str:
@@ -178,22 +220,84 @@ def render(
     return len(nodes)
 
 
-def draw(dot_text: str, kind: str) -> bytes:
-    """Run Graphviz ``dot`` on ``dot_text`` and return the image bytes (``kind``: svg, png or pdf)."""
+def draw(dot_text: str, kind: str, timeout: float | None = None) -> bytes:
+    """Run Graphviz ``dot`` on ``dot_text`` and return the image bytes (``kind``: svg, png or pdf).
+
+    ``dot`` runs in a process group of its own and is killed, with anything it started, on every way
+    out: an error, ``timeout`` seconds (default :data:`DOT_TIMEOUT`; a :class:`RenderError`),
+    KeyboardInterrupt, and SIGTERM, which exits (code 143) once dot is gone."""
     try:
-        import graphviz
+        import graphviz  # noqa: F401  (graphsvc's dependency for pictures; dot itself is run here)
     except ImportError:
         raise RenderError(f"drawing .{kind} needs the graphviz Python package; {PACKAGE_HINT}") from None
+    import shutil
+
+    program = shutil.which("dot")
+    if program is None:
+        raise RenderError(f"drawing .{kind} needs the Graphviz `dot` program, which is not on PATH; {DOT_HINT}")
+    limit = DOT_TIMEOUT if timeout is None else timeout
+    process: subprocess.Popen[bytes] | None = None
+    with _terminate_as_exit():
+        try:
+            process = _start(program, kind)
+            out, err = process.communicate(dot_text.encode("utf-8"), timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise RenderError(
+                f"Graphviz dot did not finish drawing .{kind} within {counted(limit, 'second')}; draw a part "
+                "of the graph (the neighbourhood of one node), or write a .dot file and run dot yourself"
+            ) from None
+        finally:
+            if process is not None:
+                _kill(process)
+    assert process is not None  # started, or _start raised
+    if process.returncode != 0:
+        detail = err.decode("utf-8", "replace").strip().splitlines()
+        raise RenderError(f"Graphviz dot failed: {one_line(detail[-1]) if detail else f'exit {process.returncode}'}")
+    return out
+
+
+def _start(program: str, kind: str) -> subprocess.Popen[bytes]:
     try:
-        data = graphviz.Source(dot_text).pipe(format=kind, engine="dot", quiet=True)
-    except graphviz.ExecutableNotFound:
-        raise RenderError(
-            f"drawing .{kind} needs the Graphviz `dot` program, which is not on PATH; {DOT_HINT}"
-        ) from None
-    except graphviz.CalledProcessError as exc:
-        detail = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
-        raise RenderError(f"Graphviz dot failed: {detail[-1] if detail else exc}") from None
-    return bytes(data)
+        return subprocess.Popen(
+            [program, f"-T{kind}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: killed whole, and Ctrl-C is graphsvc's to handle
+        )
+    except OSError as exc:
+        raise RenderError(f"cannot run Graphviz dot: {one_line(exc.strerror or str(exc))}") from None
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """End ``process`` and its process group if still running, and reap it (no zombie)."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended in between
+            pass
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+    process.wait()
+
+
+@contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """While the block runs, SIGTERM raises SystemExit(143) instead of ending Python at once, so
+    ``finally`` blocks (killing dot) run; only in the main thread, where handlers can be set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # -- label text --------------------------------------------------------------------------------
@@ -244,12 +348,17 @@ def _op_text(graph: Graph, node: int) -> str:
     if not attrs:
         return graph.op(node)
     shown = ", ".join(f"{key}={_number(v) if isinstance(v, float) else v}" for key, v in sorted(attrs.items()))
-    return f"{graph.op(node)} {_shorten(shown)}"
+    return f"{graph.op(node)} {_cut(shown)}"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
 
 
 def _shorten(text: str) -> str:
-    text = "".join(ch if ch.isprintable() else "?" for ch in text)
-    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
+    """Text from the file as a label shows it: cut, then escaped as the listings escape it
+    (:func:`graphsvc.text.escape`: ``\\u200b``, not a character that draws as nothing)."""
+    return escape(_cut(text))
 
 
 def _quoted(text: str) -> str:

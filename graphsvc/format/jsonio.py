@@ -25,7 +25,7 @@ from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.format.document import check_text, not_unicode, quoted
 from graphsvc.format.layout import DEFAULT_LIMITS, MAX_ARRAY_BYTES
 from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists, sealed
-from graphsvc.text import counted, first_surrogate, shorten
+from graphsvc.text import counted, first_surrogate, json_escaped, shorten
 from graphsvc.topo import topological_sort
 
 JSON_FORMAT_NAME = "graphsvc-json"
@@ -152,7 +152,9 @@ def dumps(graph: Graph) -> str:
         raise GraphsvcError(
             f"cannot write the graph as JSON: {exc} (in JSON, attributes and metadata cannot hold nan, inf or bin data)"
         ) from None
-    return _FLAT_ARRAY.sub(_one_line, text) + "\n"  # no lone surrogate (check_text): UTF-8 encodes it
+    # no lone surrogate (check_text): UTF-8 encodes it; unprintable characters (U+202E, U+200B...) as
+    # JSON escapes (graphsvc.text.json_escaped), so `convert -o -` sends a terminal nothing raw
+    return json_escaped(_FLAT_ARRAY.sub(_one_line, text)) + "\n"
 
 
 def loads(text: str) -> Graph:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +16,7 @@ import pytest
 
 from graphsvc import format as fmt
 from graphsvc.graph import GraphBuilder
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import EXAMPLES, ROOT, dense_graph, dot_processes, run_cli
 
 SEED004 = EXAMPLES / "seed004.msgpack"
 # Rendering is tested for real where Graphviz is installed; without it these tests are skipped, except
@@ -212,3 +216,54 @@ def test_the_micrograd_mlp_example_renders_around_its_loss(tmp_path: Path) -> No
     )
     assert (code, stderr) == (0, f"wrote {out} (11 nodes)\n")
     assert '\tv393 [label="{ loss | data 18.4322 | grad 1 }" shape=record style=bold penwidth=2]' in out.read_text()
+
+
+# -- dense graphs, and no dot left behind -------------------------------------------------------------
+def test_a_dense_graph_is_refused_at_once_with_the_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "dense.msgpack"
+    fmt.save(dense_graph(600, 151), path)
+    began = time.monotonic()
+    code, stdout, stderr = run("render", str(path), "-o", str(tmp_path / "dense.svg"))
+    assert time.monotonic() - began < 10
+    assert (code, stdout) == (2, "")
+    assert stderr == (
+        "Error: the graph has 600 nodes and 79,124 edges, more edges than one picture can show "
+        "(2,000: Graphviz would take minutes); draw the neighbourhood of one node with --around NODE --depth K\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dense.msgpack"]
+
+
+@needs_dot
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGINT, 128 + signal.SIGINT), (signal.SIGTERM, 128 + signal.SIGTERM)]
+)
+def test_a_render_stopped_while_dot_runs_leaves_no_dot_behind(tmp_path: Path, signum: int, code: int) -> None:
+    """Ctrl-C (SIGINT) or SIGTERM sent to graphsvc while dot lays out a graph within the caps that
+    it takes over a minute on: graphsvc ends at once, and its dot with it; no picture is written."""
+    path = tmp_path / "slow.msgpack"
+    fmt.save(dense_graph(200, 5), path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "graphsvc", "--disable-plugins", "render", str(path), "-o", str(tmp_path / "s.svg")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a shell: Ctrl-C not ignored
+    )
+    try:
+        deadline = time.monotonic() + 30
+        dots: set[int] = set()
+        while not dots and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+            dots = dot_processes(parent=process.pid)
+        assert len(dots) == 1, "dot did not start"
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == code, stderr
+    assert dot_processes() & dots == set()  # the dot that ran is gone
+    (dot,) = dots
+    assert not os.path.exists(f"/proc/{dot}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slow.msgpack"]

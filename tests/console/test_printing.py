@@ -11,7 +11,8 @@ from graphsvc.console import printing
 
 
 def test_json_text_is_compact_keeps_unicode_and_escapes_lone_surrogates() -> None:
-    assert printing.json_text({"a": [1, 2.5], "name": "é\u2028"}) == '{"a":[1,2.5],"name":"é\u2028"}'
+    assert printing.json_text({"a": [1, 2.5], "name": "é名"}) == '{"a":[1,2.5],"name":"é名"}'
+    assert printing.json_text({"name": "é\u2028\u200b"}) == '{"name":"é\\u2028\\u200b"}'  # unprintable: escaped
     assert printing.json_text("\udc80") == '"\\udc80"'
     with pytest.raises(ValueError):
         printing.json_text(float("nan"))  # numbers are made JSON first (jsonio.json_float)

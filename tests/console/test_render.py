@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import stat
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +18,7 @@ from graphsvc.console import render
 from graphsvc.errors import GraphFileError, RenderError, UsageError
 from graphsvc.format import load
 from graphsvc.graph import FLOAT_DTYPE, INDEX_DTYPE, OFFSET_DTYPE, OP_CODE_DTYPE, Graph, GraphBuilder
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, dense_graph
 
 SEED004 = EXAMPLES / "seed004.msgpack"
 # Rendering is tested for real where Graphviz is installed; without it these tests are skipped, except
@@ -132,8 +135,32 @@ def test_names_cannot_break_the_record_or_the_quotes() -> None:
     b.leaf(1.0, name='w{0}|<p> "q" \\')
     b.leaf(2.0, name="x" * 50)
     text = render.to_dot(b.build())
-    assert '\tv0 [label="{ w\\{0\\}\\|\\<p\\>\\ \\"q\\"\\ \\\\ | data 1 | grad - }" shape=record]' in text
+    # the backslash doubled as the listings double it (escape), then each escaped for the record
+    assert '\tv0 [label="{ w\\{0\\}\\|\\<p\\>\\ \\"q\\"\\ \\\\\\\\ | data 1 | grad - }" shape=record]' in text
     assert "{ " + "x" * 39 + "… | data 2" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("zw\u200bsp", "zw\\\\u200bsp"),
+        ("zwj\u200d", "zwj\\\\u200d"),
+        ("soft\xad", "soft\\\\xad"),
+        ("tag\U000e0041", "tag\\\\U000e0041"),
+        ("\ufeffbom", "\\\\ufeffbom"),
+        ("rlo\u202e", "rlo\\\\u202e"),
+        ("csi\x9b", "csi\\\\x9b"),
+        ("tab\tnl\n", "tab\\\\tnl\\\\n"),
+    ],
+)
+def test_names_and_op_tags_are_escaped_as_the_listings_escape_them(name: str, shown: str) -> None:
+    """In DOT text a backslash is written twice, so dot draws ``zw\\u200bsp``, what ``order`` prints."""
+    b = GraphBuilder()
+    b.add("op" + name, [b.leaf(1.0, name=name)], attrs={"k": name})
+    text = render.to_dot(b.build())
+    assert f'\tv0 [label="{{ {shown} | data 1 | grad - }}" shape=record]' in text
+    assert f'\to1 [label="op{shown} k={shown}" shape=ellipse]' in text
+    assert text.isascii()
 
 
 def test_a_node_without_a_name_is_shown_by_id() -> None:
@@ -198,6 +225,82 @@ def test_a_graph_above_the_limit_is_refused_with_a_hint() -> None:
         "the graph has 2001 nodes, more than one picture can show (2000); "
         "draw one node's neighbourhood (around=, depth=)"
     )
+
+
+def test_a_graph_with_too_many_edges_is_refused_with_the_numbers() -> None:
+    assert render.MAX_RENDER_EDGES == 2000
+    graph = dense_graph(600, 151)  # about the size of the 372 KB file that kept dot busy past 180 s
+    with pytest.raises(UsageError) as caught:
+        render.select(graph)
+    assert str(caught.value) == (
+        "the graph has 600 nodes and 79,124 edges, more edges than one picture can show "
+        "(2,000: Graphviz would take minutes); draw one node's neighbourhood (around=, depth=)"
+    )
+    assert render.select(graph, limit=None) == list(range(600))  # DOT text: any size
+    exactly = dense_graph(41, 50)  # 1 + 2 + ... + 40 = 820 edges, then a dense one at the cap
+    assert render.edges_between(exactly, range(41)) == exactly.num_edges == 820
+    assert render.select(dense_graph(63, 1000)) == list(range(63))  # 1,953 edges: drawn
+    with pytest.raises(UsageError, match=r"^the graph has 64 nodes and 2,016 edges, more edges than"):
+        render.select(dense_graph(64, 1000))
+
+
+def test_a_neighbourhood_with_too_many_edges_is_refused() -> None:
+    graph = dense_graph(600, 151)
+    assert render.edges_between(graph, [0, 1]) == 1  # node 1 has the one parent 0
+    with pytest.raises(UsageError) as caught:
+        render.select(graph, around="599", depth=1)
+    assert str(caught.value).startswith("the neighbourhood of #599 within 1 edge has ")
+    assert str(caught.value).endswith(
+        "more edges than one picture can show (2,000: Graphviz would take minutes); give a smaller depth"
+    )
+    assert render.select(graph, around="599", depth=0) == [599]
+
+
+@pytest.fixture
+def started_dots(monkeypatch: pytest.MonkeyPatch) -> list[subprocess.Popen[bytes]]:
+    """The dot processes render.draw starts, as it starts them."""
+    started: list[subprocess.Popen[bytes]] = []
+    real_start = render._start
+
+    def start(program: str, kind: str) -> subprocess.Popen[bytes]:
+        started.append(real_start(program, kind))
+        return started[-1]
+
+    monkeypatch.setattr(render, "_start", start)
+    return started
+
+
+@needs_dot
+def test_dot_is_stopped_after_the_timeout_and_killed(started_dots: list[subprocess.Popen[bytes]]) -> None:
+    slow = render.to_dot(dense_graph(200, 5))  # 985 edges, placed at random: over a minute of dot
+    began = time.monotonic()
+    with pytest.raises(RenderError) as caught:
+        render.draw(slow, "svg", timeout=0.5)
+    assert time.monotonic() - began < 5
+    assert str(caught.value) == (
+        "Graphviz dot did not finish drawing .svg within 0.5 seconds; draw a part of the graph "
+        "(the neighbourhood of one node), or write a .dot file and run dot yourself"
+    )
+    (process,) = started_dots
+    assert process.returncode == -signal.SIGKILL and not os.path.exists(f"/proc/{process.pid}")  # killed, reaped
+
+
+@needs_dot
+def test_dot_is_killed_when_drawing_is_interrupted(
+    started_dots: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KeyboardInterrupt (Ctrl-C) while dot runs: dot, in a group of its own, is killed and reaped."""
+
+    def interrupted(self: subprocess.Popen[bytes], *args: object, **kwargs: object) -> tuple[bytes, bytes]:
+        assert self.poll() is None  # dot is running
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(subprocess.Popen, "communicate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        render.draw(render.to_dot(dense_graph(200, 5)), "svg")
+    (process,) = started_dots
+    assert process.returncode == -signal.SIGKILL and not os.path.exists(f"/proc/{process.pid}")
+    assert os.getpgid(0) != process.pid  # it had a process group of its own
 
 
 def test_dot_text_has_no_limit(tmp_path: Path) -> None:

@@ -206,6 +206,7 @@ def test_arrays_of_numbers_and_strings_take_one_line_and_strings_stay_whole() ->
     assert '   "parents": [0],\n' in text
     assert '    "shape": [2, 3],\n    "data": [\n     [0.0, 1.0, 2.0],\n     [3.0, 4.0, 5.0]\n    ]\n' in text
     assert '    "tags": ["a, b", "]"]\n' in text
+    assert '"name": "x [1,\\n 2] \\"q\\" \\\\ \\u2028 ]"' in text  # U+2028 as its escape, inert on a terminal
     back = jsonio.loads(text)
     assert back.names == {0: name, 1: "s"}
     assert back.attrs == {1: {"axis": [0, 1], "tags": ["a, b", "]"]}}

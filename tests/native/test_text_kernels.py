@@ -206,6 +206,46 @@ def test_a_lone_surrogate_lists_escaped() -> None:
     assert json.loads(c_json)[0]["name"] == "a\ud800b"
 
 
+#: Characters that draw as nothing, reorder text or drive a terminal, each written as repr writes it in
+#: text and as its JSON escape in JSON (graphsvc.text.escape, json_escaped; docs/cli.md).
+INVISIBLE = [
+    ("\u200b", "\\u200b", "\\u200b"),
+    ("\u200d", "\\u200d", "\\u200d"),
+    ("\xad", "\\xad", "\\u00ad"),
+    ("\U000e0041", "\\U000e0041", "\\udb40\\udc41"),
+    ("\ufeff", "\\ufeff", "\\ufeff"),
+    ("\u202e", "\\u202e", "\\u202e"),
+    ("\x9b", "\\x9b", "\\u009b"),
+    ("\x7f", "\\x7f", "\\u007f"),
+    ("\u2029", "\\u2029", "\\u2029"),
+    ("\xa0", "\\xa0", "\\u00a0"),
+]
+
+
+@pytest.mark.parametrize(("char", "text", "json_text"), INVISIBLE, ids=[ascii(c) for c, _, _ in INVISIBLE])
+def test_invisible_characters_list_escaped_alike_in_c_and_python(char: str, text: str, json_text: str) -> None:
+    graph = Graph(
+        ["leaf", f"op{char}"],
+        np.array([0, 1], np.uint16),
+        np.array([0, 0, 1], np.int64),
+        np.zeros(1, np.int32),
+        np.array([1.5, 2.0]),
+    )
+    graph.names = {0: f"a{char}b", 1: f"é{char}"}
+    c_text, reference = both_texts(graph, [1, 0], graph.values)
+    assert c_text == reference == f"1\té{text}\top{text}\t0\t2.0\n0\ta{text}b\tleaf\t-\t1.5\n"
+    c_json, reference = both_json(graph, [1, 0])
+    assert (
+        c_json
+        == reference
+        == (
+            f'[{{"id":1,"name":"é{json_text}","op":"op{json_text}","parents":[0]}},'
+            f'{{"id":0,"name":"a{json_text}b","op":"leaf","parents":[]}}]'
+        )
+    )
+    assert [node["name"] for node in json.loads(c_json)] == [f"é{char}", f"a{char}b"]
+
+
 def floats_texts(numbers: npt.NDArray[np.float64]) -> list[str]:
     """Each float as the C listing writes it (the value cell of a one-node-per-float graph)."""
     n = len(numbers)
