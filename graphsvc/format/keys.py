@@ -77,7 +77,8 @@ def _unknown(keys: Iterable[str], known: Sequence[str]) -> list[str]:
 
 
 def in_msgpack(doc: dict[str, Any], major: int) -> list[UnknownKey]:
-    """The unknown keys of a valid msgpack document of version ``major``, in the order of the document."""
+    """The unknown keys of a valid msgpack document of version ``major``: the document's own, then
+    ``nodes``', each column's, each ``ops`` entry's."""
     found: list[UnknownKey] = []
     top = KEYS if major == 1 else KEYS_2
     found += [UnknownKey("the document", key, top, "") for key in _unknown(doc, top)]
@@ -100,8 +101,8 @@ def in_msgpack(doc: dict[str, Any], major: int) -> list[UnknownKey]:
 
 
 def in_json(doc: dict[str, Any], arrays: bool) -> list[UnknownKey]:
-    """The unknown keys of a valid JSON document, in the order of the document; ``arrays``: whether
-    it holds array objects (a tensor graph), whose keys are looked at too."""
+    """The unknown keys of a valid JSON document: the document's own, then each ``ops`` entry's,
+    each node's, each array object's (``arrays``: whether it holds any, a tensor graph's)."""
     found = [UnknownKey("the document", key, JSON_KEYS, "") for key in _unknown(doc, JSON_KEYS)]
     ops = doc.get("ops") or {}
     if set(itertools.chain.from_iterable(ops.values())) - set(JSON_OP_KEYS):
