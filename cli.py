@@ -369,16 +369,29 @@ def _complete_op(incomplete: str) -> list[str]:
     return op_names(incomplete)
 
 
-def _load(path: Path) -> Graph:
-    return _load_versioned(path)[0]
+def _load(path: Path, strict: bool = False) -> Graph:
+    return _load_versioned(path, strict)[0]
 
 
-def _load_versioned(path: Path) -> tuple[Graph, tuple[int, int]]:
-    """The graph in ``path`` (msgpack or JSON, told apart by content; ``-`` is standard input)."""
+def _load_versioned(path: Path, strict: bool = False) -> tuple[Graph, tuple[int, int]]:
+    """The graph in ``path`` (msgpack or JSON, told apart by content; ``-`` is standard input);
+    each warning of the read (a key it does not know) one line ``Warning: ...`` on stderr, after it."""
+    import warnings
+
+    from graphsvc.errors import GraphsvcWarning
     from graphsvc.format import load_versioned
+    from graphsvc.text import one_line
 
-    with _progress(f"loading {_shown(path)}"):
-        return load_versioned(sys.stdin.buffer if _is_stdio(path) else path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", GraphsvcWarning)
+        with _progress(f"loading {_shown(path)}"):
+            loaded = load_versioned(sys.stdin.buffer if _is_stdio(path) else path, strict=strict)
+    for warning in caught:
+        if isinstance(warning.message, GraphsvcWarning):
+            typer.echo(one_line(f"Warning: {warning.message}"), err=True)
+        else:  # not graphsvc's: as Python would have shown it
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return loaded
 
 
 def _is_stdio(path: Path | None) -> bool:
@@ -465,14 +478,31 @@ def inspect(file: FileArg, as_json: JsonOpt = False) -> None:
 
 @command()
 @handles_errors
-def validate(file: FileArg) -> None:
-    """Check every structural rule; exit 0 with a summary, or print the error and exit 3.
+def validate(
+    file: FileArg,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Refuse a key the reader does not know (by default: a warning).")
+    ] = False,
+    format_only: Annotated[
+        bool,
+        typer.Option("--format-only", help="Check the file alone: load no plugin, check no op."),
+    ] = False,
+) -> None:
+    """Check that a replay here can run the file: every rule of the format (else exit 3), then its
+    ops against the loaded plugins, as a replay checks them before it runs (else exit 4). Exit 0
+    with a one-line summary.
 
     Example: graphsvc validate examples/seed002.msgpack
     """
-    graph = _load(file)
+    graph = _load(file, strict)
     from graphsvc.console.views import validity_line
 
+    if not format_only:
+        from graphsvc.replay.run import check_replayable
+
+        registry = _registry()
+        with _plugin_code():
+            check_replayable(graph, registry, _shown(file))
     typer.echo(validity_line(_shown(file), graph))
 
 

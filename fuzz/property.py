@@ -6,16 +6,19 @@ exactly as the general reader does (msgpack decoding the whole document), whethe
 (which reads the columns of a document in any key order straight into arrays) took the bytes or not:
 the same graph, or the same error; and a graph that loads survives what the CLI does with it: encode
 and reload to the same bytes, both orderings, depth, forward and backward replay with the builtin
-ops, where only a ``GraphsvcError`` may escape. It holds for both versions: for a 2.0 file (a tensor
-graph) the fast reader also reads the data section on its own and the general reader takes it from
-the decoded document, and they must agree on every array (``dumps`` writes the arrays' bytes) or on
-the error.
+ops, where only a ``GraphsvcError`` may escape. A strict read (``strict=True``) gives the same graph,
+or a one-line ``FormatError`` about an unknown key where the other read warned about one. It holds
+for both versions: for a 2.0 file (a tensor graph) the fast reader also reads the data section on
+its own and the general reader takes it from the decoded document, and they must agree on every
+array (``dumps`` writes the arrays' bytes) or on the error.
 """
 
 from __future__ import annotations
 
+import warnings
+
 from graphsvc import format as fmt
-from graphsvc.errors import FormatError, GraphsvcError
+from graphsvc.errors import FormatError, GraphsvcError, UnknownKeyWarning
 from graphsvc.format import codec, document
 from graphsvc.ops import OpRegistry
 from graphsvc.replay import columns as replay
@@ -26,7 +29,9 @@ def check_input(data: bytes, registry: OpRegistry) -> None:
     """Raise AssertionError when ``data`` breaks the property."""
     general = general_outcome(data)
     try:
-        graph = fmt.loads(data)
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always", UnknownKeyWarning)
+            graph = fmt.loads(data)
     except FormatError as exc:
         message = str(exc)
         assert message and "\n" not in message, f"not a one-line error: {message!r}"
@@ -36,6 +41,12 @@ def check_input(data: bytes, registry: OpRegistry) -> None:
         return
     encoded = fmt.dumps(graph)
     assert general == encoded, "the general reader decodes another graph than loads()"
+    try:
+        assert fmt.dumps(fmt.loads(data, strict=True)) == encoded, "a strict read decodes another graph"
+        assert not warned, "a strict read took a file the other read warned about"
+    except FormatError as exc:
+        message = str(exc)
+        assert warned and "\n" not in message and message.endswith("a strict read refuses unknown keys"), message
     assert fmt.dumps(fmt.loads(encoded)) == encoded, "a loaded graph does not round-trip to the same bytes"
     for algorithm in ("dfs", "kahn"):
         reverse_topological_order(graph, None, algorithm)

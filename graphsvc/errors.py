@@ -86,3 +86,14 @@ class TooLargeToDraw(UsageError):
         """For pickle and copy: ``args`` holds the message, not the ``problem`` and ``around`` that
         ``__init__`` takes, so the default (``cls(*args)``, then the attributes) fails."""
         return type(self), (self.problem, self.around), self.__dict__
+
+
+class GraphsvcWarning(UserWarning):
+    """Root of every warning graphsvc gives (Python's :mod:`warnings`; the CLI shows each as one
+    line, ``Warning: ...``, on stderr). Library code never prints."""
+
+
+class UnknownKeyWarning(GraphsvcWarning):
+    """A graph file holds a key the reader does not know, which it ignores (FORMAT.md §2): a newer
+    minor version's, or a misspelt one (``nodes[3]: unknown key 'parnets' (did you mean
+    'parents'?); ignored``). ``strict=True`` on ``load``/``loads`` refuses such a file instead."""

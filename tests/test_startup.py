@@ -153,7 +153,7 @@ def test_a_graph_of_scalars_never_loads_the_tensor_engine(args: list[str], tmp_p
     the conv plugin installed (registering its forward_with_residuals reads a signature only)."""
     run, modules = imported_by(args, tmp_path)
     assert (run.returncode, run.stderr) == (0, "")
-    if args[0] in ("forward", "backward", "ops"):  # the commands that load the installed plugins
+    if args[0] in ("forward", "backward", "ops", "validate"):  # the commands that load the installed plugins
         assert "graphsvc_conv" in modules
     assert (
         sorted(
@@ -178,11 +178,24 @@ def test_a_tensor_graph_does_load_it(tmp_path: Path) -> None:
     assert {"graphsvc.replay.arrays", "graphsvc.replay.memory"} <= modules
 
 
-@pytest.mark.parametrize("command", ["order", "inspect", "validate"])
-def test_reading_a_file_loads_neither_the_op_table_nor_the_replay_kernels(command: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["order"], ["inspect"], ["validate", "--format-only"]], ids=lambda c: c[-1])
+def test_reading_a_file_loads_neither_the_op_table_nor_the_replay_kernels(command: list[str], tmp_path: Path) -> None:
     """A load checks the graph's structure with the compiled structure kernels (csrc/topo.c) alone:
-    graphsvc.ops.opmath (~3 ms: the op table, its frozen rules) and the replay kernels are for replays."""
-    run, modules = imported_by([command, SEED], tmp_path)
+    graphsvc.ops.opmath (~3 ms: the op table, its frozen rules) and the replay kernels are for replays
+    (and for ``validate`` without ``--format-only``, which checks the ops as a replay does)."""
+    run, modules = imported_by([*command, SEED], tmp_path)
     assert (run.returncode, run.stderr) == (0, "")
     assert "graphsvc.format.layout" in modules  # the check can tell: the file was read
     assert sorted(m for m in ("graphsvc.ops.opmath", "graphsvc.native.replay_kernels") if m in modules) == []
+
+
+def test_validate_checks_the_ops_with_the_installed_plugins_and_format_only_loads_none(tmp_path: Path) -> None:
+    """``validate`` says whether a replay here can run the file, so it loads the plugins (as forward
+    does); ``--format-only`` checks the file alone, at the cost of reading it."""
+    valid = f"{SEED}: valid graphsvc graph, 7 nodes, 8 edges\n"
+    run, modules = imported_by(["validate", SEED], tmp_path)
+    assert (run.returncode, run.stdout, run.stderr) == (0, valid, "")
+    assert {"graphsvc_activations", "graphsvc.replay.columns"} <= modules
+    run, modules = imported_by(["validate", "--format-only", SEED], tmp_path)
+    assert (run.returncode, run.stdout, run.stderr) == (0, valid, "")
+    assert sorted(m for m in ("pluggy", "graphsvc.pluginhost", "graphsvc_activations") if m in modules) == []

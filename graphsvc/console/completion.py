@@ -25,7 +25,9 @@ COMPLETION_MAX_BYTES = 64 << 20
 def completion_graph(ctx: typer.Context) -> Graph | None:
     """The graph named by the command's FILE argument, when completing one of its options."""
     import stat
+    import warnings
 
+    from graphsvc.errors import GraphsvcWarning
     from graphsvc.format import load
 
     file = ctx.params.get("file") or completion_file(ctx)
@@ -35,7 +37,9 @@ def completion_graph(ctx: typer.Context) -> Graph | None:
     # only a regular file of bounded size: a FIFO, a device or standard input could block the shell
     if not stat.S_ISREG(info.st_mode) or info.st_size > COMPLETION_MAX_BYTES:
         return None
-    return load(file)
+    with warnings.catch_warnings():  # a warning (an unknown key) would be printed into the shell's line
+        warnings.simplefilter("ignore", GraphsvcWarning)
+        return load(file)
 
 
 def completion_file(ctx: typer.Context) -> str | None:

@@ -30,7 +30,7 @@ from typing import IO, BinaryIO
 
 from graphsvc.collector import gc_paused
 from graphsvc.errors import FormatError, GraphFileError
-from graphsvc.format import codec, document, fastload
+from graphsvc.format import codec, document, fastload, keys
 from graphsvc.format.document import check_text, check_writable
 from graphsvc.format.layout import (
     ALIGNMENT,
@@ -148,15 +148,25 @@ def _write_all(fd: int, chunks: list[bytes | memoryview]) -> None:
 
 
 # -- reading ------------------------------------------------------------------------------------
-def loads(data: bytes, limits: Limits = DEFAULT_LIMITS) -> Graph:
-    """Decode and validate a graph. Any problem raises :class:`FormatError`, never another error."""
+def loads(data: bytes, limits: Limits = DEFAULT_LIMITS, *, strict: bool = False) -> Graph:
+    """Decode and validate a graph. Any problem raises :class:`FormatError`, never another error.
+
+    A key the reader does not know (FORMAT.md §2) is ignored with an
+    :class:`~graphsvc.errors.UnknownKeyWarning` naming it and the known key closest to it;
+    ``strict=True`` refuses the document instead (:class:`FormatError`)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError("loads() takes bytes")
     data = bytes(data)
     try:
-        return _read_msgpack(data, limits)[0]
+        with keys.collecting() as unknown:
+            graph = _read_msgpack(data, limits)[0]
     except MemoryError:
         raise FormatError(_no_memory(len(data))) from None
+    if unknown:
+        if strict:
+            raise keys.refusal(unknown)
+        keys.warn(unknown, stacklevel=2)  # the warning points at loads' caller
+    return graph
 
 
 def _no_memory(size: int) -> str:
@@ -181,7 +191,9 @@ def _read(
             data = everything()
             doc = codec.decode(data, limits)
             del data  # the decoded columns hold their own copy; free the file's bytes before validating
-        return document.validate(doc, limits)
+        graph, version = document.validate(doc, limits)
+        keys.found(keys.in_msgpack(doc, version[0]))
+        return graph, version
 
 
 #: A graph source: a path, or an open binary stream (``sys.stdin.buffer``) read to its end.
@@ -196,13 +208,19 @@ _BOM = b"\xef\xbb\xbf"
 _NOT_JSON_SPACE = re.compile(rb"[^ \t\n\r]")
 
 
-def load(source: GraphSource, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = False) -> Graph:
+def load(source: GraphSource, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = False, strict: bool = False) -> Graph:
     """Read and validate the graph at ``source``: a path, or a binary stream read to its end.
 
     The file may be a msgpack graph file or its JSON form (:mod:`graphsvc.format.jsonio`), told apart by
     content: msgpack starts with a map, JSON with ``{``. Raises :class:`GraphFileError` when the
     file cannot be read, :class:`FormatError` (a subclass) when it is not a valid graph; every
     message starts with the file's name.
+
+    A key the reader does not know (FORMAT.md §2: a newer minor version's, or a misspelt one) is
+    ignored with an :class:`~graphsvc.errors.UnknownKeyWarning` per key (``FILE: nodes[3]: unknown
+    key 'parnets' (did you mean 'parents'?); ignored``; a key unknown in many nodes is one warning,
+    and past five keys one more counts the rest); ``strict=True`` refuses the file instead, with a
+    :class:`FormatError` naming the first.
 
     ``mmap=True`` maps a msgpack file at a path instead of reading it: a version 2.0 file in the
     canonical layout (FORMAT.md §15.3) then gives arrays that are read-only views into the mapping,
@@ -222,11 +240,16 @@ def load(source: GraphSource, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = F
     and reading a page a truncation removed kills the process with ``SIGBUS``. Use it on files no
     one rewrites in place, which is what :func:`save` guarantees for its own files.
     """
-    return load_versioned(source, limits, mmap=mmap)[0]
+    return load_versioned(source, limits, mmap=mmap, strict=strict, _stacklevel=2)[0]
 
 
 def load_versioned(
-    source: GraphSource, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = False
+    source: GraphSource,
+    limits: Limits = DEFAULT_LIMITS,
+    *,
+    mmap: bool = False,
+    strict: bool = False,
+    _stacklevel: int = 1,
 ) -> tuple[Graph, tuple[int, int]]:
     """Like :func:`load`, and also return the version the file declares ``(major, minor)``: the
     msgpack format's, or for the JSON form the JSON document's."""
@@ -239,9 +262,15 @@ def load_versioned(
         label = _stream_label(source)
         read = lambda: _load_stream(source.read, limits)  # noqa: E731
     try:
-        return read()
+        with keys.collecting() as unknown:
+            result = read()
+        if unknown and strict:
+            raise keys.refusal(unknown)
     except GraphFileError as exc:  # FormatError is one
         raise type(exc)(one_line(f"{label}: {exc}")) from None
+    if unknown:
+        keys.warn(unknown, label, stacklevel=1 + _stacklevel)
+    return result
 
 
 def _stream_label(stream: BinaryIO) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
+from graphsvc.format import keys
 from graphsvc.format.document import check_text, not_unicode, quoted
 from graphsvc.format.layout import DEFAULT_LIMITS, MAX_ARRAY_BYTES
 from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists, sealed
@@ -158,7 +159,9 @@ def dumps(graph: Graph) -> str:
 
 
 def loads(text: str) -> Graph:
-    """Read a graph from JSON text; any problem raises :class:`FormatError`."""
+    """Read a graph from JSON text; any problem raises :class:`FormatError`. A key the reader does
+    not know is ignored with an :class:`~graphsvc.errors.UnknownKeyWarning` (``graphsvc.load`` and
+    ``graphsvc.loads`` take ``strict=True`` to refuse it)."""
     return loads_versioned(text)[0]
 
 
@@ -186,6 +189,7 @@ def loads_versioned(text: str) -> tuple[Graph, tuple[int, int]]:
         raise FormatError(str(exc)) from None
     except MemoryError:
         raise FormatError(f"not enough memory to build the graph of {_characters(text)} of JSON") from None
+    keys.found(keys.in_json(doc, graph.is_tensor_graph))
     major, minor = doc["version"]
     return graph, (major, minor)
 

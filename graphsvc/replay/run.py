@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at r
 __all__ = [
     "ReplayRun",
     "backward",
+    "check_replayable",
     "comparisons",
     "forward",
     "nonfinite_findings",
@@ -302,6 +303,27 @@ def _assignments(set: Mapping[NodeRef, float | np.ndarray] | None) -> Iterable[t
             f"not {type(set).__name__}"
         )
     return set.items()
+
+
+def check_replayable(graph: Graph, registry: OpRegistry | None = None, label: str | None = None) -> None:
+    """Check what a replay checks before it runs (:func:`graphsvc.replay.columns.resolve_ops`): every
+    op the graph uses is registered (a misspelt one is given the registered name it is most like),
+    each node has a number of parents its op takes, and the attributes its op takes and needs.
+    Raises the replay's :class:`~graphsvc.errors.OpError` (exit 4), its message after ``"LABEL: a
+    valid graph file, but it cannot be replayed here: "`` (``label``: the file's name; without it,
+    ``"a valid graph, but ..."``). ``registry``: by default the one :func:`forward` uses."""
+    from graphsvc.errors import MissingOpsError, OpError
+    from graphsvc.replay import columns as replay
+
+    expect_graph("check_replayable", graph)
+    try:
+        replay.resolve_ops(graph, _registry(registry))
+    except OpError as exc:
+        what = "a valid graph" if label is None else f"{label}: a valid graph file"
+        message = f"{what}, but it cannot be replayed here: {exc}"
+        if isinstance(exc, MissingOpsError):
+            raise MissingOpsError(message, install_hint=exc.install_hint) from None
+        raise type(exc)(message) from None
 
 
 def _registry(registry: OpRegistry | None) -> OpRegistry:

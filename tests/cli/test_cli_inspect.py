@@ -203,6 +203,97 @@ def test_a_folder_exits_3(tmp_path: Path) -> None:
     assert invoke("validate", str(tmp_path)) == (3, "", f"Error: {tmp_path}: is a folder, not a graph file\n")
 
 
+# -- validate: what a replay checks; keys the reader does not know ---------------------------------
+def write_json(tmp_path: Path, nodes: list[dict[str, object]], **top: object) -> str:
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"format": "graphsvc-json", "version": [1, 0], "nodes": nodes, **top}), "utf-8")
+    return str(path)
+
+
+LEAVES: list[dict[str, object]] = [{"name": "a", "op": "leaf", "value": 2.0}, {"name": "b", "op": "leaf", "value": 3.0}]
+NOT_REPLAYABLE = "a valid graph file, but it cannot be replayed here"
+
+
+def test_validate_names_an_unknown_op_with_the_replays_did_you_mean_and_exits_4(tmp_path: Path) -> None:
+    path = write_json(tmp_path, [*LEAVES, {"name": "y", "op": "ad", "parents": ["a", "b"]}])
+    message = (
+        f"{path}: {NOT_REPLAYABLE}: the graph uses an op not registered here: ad (plugin unknown; did you mean 'add'?)"
+    )
+    assert invoke("validate", path) == (4, "", f"Error: {message}\n")
+    assert invoke("--disable-plugins", "validate", path)[2] == (
+        f"Error: {message}; if not, run without --disable-plugins (it keeps out every plugin, --plugin ones too)\n"
+    )
+    path = write_json(tmp_path, [*LEAVES, {"name": "y", "op": "frobnicate", "parents": ["a", "b"]}])
+    assert invoke("validate", path) == (
+        4,
+        "",
+        f"Error: {path}: {NOT_REPLAYABLE}: the graph uses an op not registered here: frobnicate (plugin unknown); "
+        "install the plugin that provides it or pass --plugin\n",
+    )
+
+
+def test_validate_checks_parent_counts_and_attributes_as_a_replay_does(tmp_path: Path) -> None:
+    from graphsvc import __version__
+
+    path = write_json(tmp_path, [*LEAVES, {"name": "y", "op": "add", "parents": ["a"]}])
+    assert invoke("validate", path) == (
+        4,
+        "",
+        f"Error: {path}: {NOT_REPLAYABLE}: node y: op add takes 2 inputs but the node has 1 parent\n",
+    )
+    assert invoke("forward", path)[0::2] == (4, "Error: node y: op add takes 2 inputs but the node has 1 parent\n")
+    path = write_json(tmp_path, [*LEAVES, {"name": "y", "op": "exp", "parents": ["a"], "attrs": {"base": 2}}])
+    assert invoke("validate", path) == (
+        4,
+        "",
+        f"Error: {path}: {NOT_REPLAYABLE}: node y: op 'exp' (graphsvc {__version__}) has no attribute 'base' "
+        "(it takes none)\n",
+    )
+
+
+def test_validate_format_only_checks_the_file_alone(tmp_path: Path) -> None:
+    path = write_json(tmp_path, [*LEAVES, {"name": "y", "op": "ad", "parents": ["a", "b"]}])
+    assert invoke("validate", "--format-only", path) == (0, f"{path}: valid graphsvc graph, 3 nodes, 2 edges\n", "")
+
+
+def test_validate_warns_about_each_unknown_key_and_strict_refuses_them(tmp_path: Path) -> None:
+    nodes = [{"name": "a", "op": "leaf", "vaule": 2.0}, LEAVES[1], {"name": "y", "op": "add", "parnets": ["a", "b"]}]
+    path = write_json(tmp_path, nodes, output=["y"])
+    warnings = (
+        f"Warning: {path}: the document: unknown key 'output' (did you mean 'outputs'?); ignored\n"
+        f"Warning: {path}: nodes[0]: unknown key 'vaule' (did you mean 'value'?); ignored\n"
+        f"Warning: {path}: nodes[2]: unknown key 'parnets' (did you mean 'parents'?); ignored\n"
+    )
+    assert invoke("validate", "--format-only", path) == (
+        0,
+        f"{path}: valid graphsvc graph, 3 nodes, 0 edges\n",
+        warnings,
+    )
+    assert invoke("validate", path) == (
+        4,
+        "",
+        warnings + f"Error: {path}: {NOT_REPLAYABLE}: node y: op add takes 2 inputs but the node has 0 parents\n",
+    )
+    assert invoke("validate", "--strict", path) == (
+        3,
+        "",
+        f"Error: {path}: the document: unknown key 'output' (did you mean 'outputs'?) (2 more unknown keys); "
+        "a strict read refuses unknown keys\n",
+    )
+
+
+def test_every_command_that_reads_warns_on_stderr_and_json_stays_pure(tmp_path: Path) -> None:
+    path = write_json(tmp_path, LEAVES, metdata={})
+    warning = f"Warning: {path}: the document: unknown key 'metdata' (did you mean 'metadata'?); ignored\n"
+    code, out, err = invoke("inspect", path, "--json")
+    assert (code, json.loads(out)["nodes"], err) == (0, 2, warning)
+    assert invoke("order", path) == (0, "1\tb\tleaf\t-\n0\ta\tleaf\t-\n", warning)
+    assert invoke("convert", path, "--to", "msgpack", "-o", str(tmp_path / "g.msgpack"))[2] == (
+        warning + f"wrote {tmp_path / 'g.msgpack'} (2 nodes)\n"
+    )
+    assert invoke("validate", "--strict", str(tmp_path / "g.msgpack"))[0] == 0  # a rewrite drops them
+
+
 # -- convert ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["worked", "seed000", "grads", "attrs_metadata"])
 def test_convert_to_json_and_back_gives_identical_bytes(tmp_path: Path, name: str) -> None:

@@ -218,9 +218,16 @@ def test_missing_op_fails_before_any_work_with_exit_4(tmp_path: Path) -> None:
         "(it keeps out every plugin, --plugin ones too)\n"
     )
     assert not (tmp_path / "never.msgpack").exists()
-    # inspection keeps working without the plugin
+    # inspection keeps working without the plugin; validate says a replay here cannot run the file
     assert run("order", str(path))[0] == 0
-    assert run("validate", str(path))[0] == 0
+    assert run("validate", "--format-only", str(path))[0] == 0
+    assert run("validate", str(path)) == (
+        4,
+        "",
+        f"Error: {path}: a valid graph file, but it cannot be replayed here: the graph uses an op not registered "
+        "here: softplus (from graphsvc-activations 0.1.0); install the plugin that provides it, without "
+        "--disable-plugins (it keeps out every plugin, --plugin ones too)\n",
+    )
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,20 @@ def test_node_names_and_assignments_from_the_file() -> None:
     assert completion.assignments(ctx, "a=") == []
 
 
+def test_a_file_with_an_unknown_key_completes_without_a_warning(tmp_path: Path) -> None:
+    """A warning would be printed into the shell's command line."""
+    import warnings
+
+    path = tmp_path / "g.json"
+    path.write_text(
+        '{"format": "graphsvc-json", "version": [1, 0], "nodes": [{"name": "x", "op": "leaf", "vaule": 1}]}'
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert completion.node_names(Context(str(path)), "") == ["x"]  # type: ignore[arg-type]
+    assert caught == []
+
+
 def test_nothing_from_a_bad_or_missing_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bad = tmp_path / "bad.msgpack"
     bad.write_bytes(b"not a graph")

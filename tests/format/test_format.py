@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from graphsvc import format as fmt
-from graphsvc.errors import FormatError, GraphFileError
+from graphsvc.errors import FormatError, GraphFileError, UnknownKeyWarning
 from graphsvc.format import codec, jsonio
 from graphsvc.graph import Graph, GraphBuilder, OpSource
 from graphsvc.value import Value, trace
@@ -268,7 +268,13 @@ def test_newer_minor_with_unknown_keys_is_read(tmp_path: Path) -> None:
 
     path = tmp_path / "future.msgpack"
     path.write_bytes(_mutated(future))
-    g, version = fmt.load_versioned(path)
+    with pytest.warns(UnknownKeyWarning) as warned:  # ignored, each said (graphsvc.format.keys)
+        g, version = fmt.load_versioned(path)
+    assert [str(w.message) for w in warned] == [
+        f"{path}: the document: unknown key 'provenance'; ignored",
+        f"{path}: nodes: unknown key 'checksums'; ignored",
+        f"{path}: ops[2]: unknown key 'license'; ignored",
+    ]
     assert version == (1, 7)
     assert fmt.dumps(g) == worked_bytes()  # unknown keys are dropped; the version written is ours
 

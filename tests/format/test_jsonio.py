@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from graphsvc import format as fmt
-from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
+from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError, UnknownKeyWarning
 from graphsvc.format import jsonio
 from graphsvc.graph import GraphBuilder
 from tests.conftest import ROOT, json_schema, make_golden
@@ -375,7 +375,15 @@ def test_unknown_keys_are_ignored_in_every_object_as_a_newer_minor_version_may_a
         ops={"leaf": {"plugin": None, "version": None, "hash": "ab"}},
         future={"k": [1]},
     )
-    assert fmt.dumps(jsonio.loads(json.dumps(extended))) == fmt.dumps(jsonio.loads(json.dumps(plain)))
+    with pytest.warns(UnknownKeyWarning) as warned:  # ignored, each said (graphsvc.format.keys)
+        read = jsonio.loads(json.dumps(extended))
+    assert [str(w.message) for w in warned] == [
+        "the document: unknown key 'future'; ignored",
+        "ops['leaf']: unknown key 'hash'; ignored",
+        "nodes[0]: unknown key 'x'; ignored",
+        "nodes[0].value: unknown key 'unit'; ignored",
+    ]
+    assert fmt.dumps(read) == fmt.dumps(jsonio.loads(json.dumps(plain)))
     schema = json.loads((ROOT / "schemas" / "graphsvc-json-v2.schema.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(extended)
 

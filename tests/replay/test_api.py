@@ -540,3 +540,28 @@ def test_load_registry_takes_paths_as_well_as_names(tmp_path: Path) -> None:
     path.write_text("", encoding="utf-8")
     registry, problems = load_registry([path])
     assert "add" in registry and [p.plugin for p in problems] == [str(path)]  # no hook: a problem, named
+
+
+def test_check_replayable_raises_what_a_replay_raises_before_it_runs(registry: OpRegistry) -> None:
+    from graphsvc.errors import MissingOpsError
+    from graphsvc.replay.run import check_replayable
+
+    check_replayable(seed004(), registry)  # nothing wrong: nothing raised
+    b = GraphBuilder()
+    b.add("ad", [b.leaf(1.0, name="x"), b.leaf(2.0)], name="y")
+    with pytest.raises(MissingOpsError) as raised:
+        check_replayable(b.build(), registry, "f.json")
+    assert str(raised.value) == (
+        "f.json: a valid graph file, but it cannot be replayed here: the graph uses an op not registered here: "
+        "ad (plugin unknown; did you mean 'add'?)"
+    )
+    assert raised.value.install_hint is False  # kept: the CLI adds no "pass --plugin" to a likely misspelling
+    b = GraphBuilder()
+    b.add("neg", [b.leaf(1.0, name="x"), b.leaf(2.0)], name="y")
+    with pytest.raises(OpError) as raised:
+        check_replayable(b.build(), registry)
+    assert str(raised.value) == (
+        "a valid graph, but it cannot be replayed here: node y: op neg takes 1 input but the node has 2 parents"
+    )
+    with pytest.raises(TypeError):
+        check_replayable("f.json", registry)  # type: ignore[arg-type]
