@@ -201,8 +201,12 @@ def handles_errors(command: F) -> F:
             if STATE.debug:
                 raise
             raise _fail(_in_cli_words(exc), exc.exit_code) from None
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort):
             raise
+        except KeyboardInterrupt:  # the user's Ctrl-C (a plugin's own is its failure): 128 + SIGINT
+            if STATE.debug:
+                raise
+            raise _fail("interrupted", 130) from None
         except BrokenPipeError:
             sys.stderr.close()
             raise typer.Exit(1) from None

@@ -145,6 +145,13 @@ class Op:
     #: ``residuals`` (whatever the VJP wants again: im2col columns, a mask) and passes them to the
     #: ``vjp`` as its keyword ``residuals`` (``None`` when this replay did not compute the node).
     forward_with_residuals: Callable[..., tuple[Any, Any]] | None = None
+    #: ``out_shape(*input_shapes, **attrs) -> shape | None`` (optional): the shape of the array
+    #: ``forward`` will return (or of a larger one it makes on the way: im2col's columns), worked
+    #: out from its inputs' shapes and the node's attributes without computing it
+    #: (``broadcast_to``: its ``shape``), or ``None`` when it cannot tell. A
+    #: tensor replay calls it before ``forward`` and refuses a node that asks for more than its
+    #: limit on one array (:func:`graphsvc.replay.arrays.array_limit`), before any memory is taken.
+    out_shape: Callable[..., Sequence[int] | None] | None = dataclasses.field(default=None, kw_only=True)
     #: The distribution (or module) that registered the op; filled in by the registry.
     plugin: str | None = None
     #: That distribution's version, when known; filled in by the registry.
@@ -325,6 +332,8 @@ def check_op_declaration(op: object) -> Op:
         for field in ("derivatives", "vjp"):
             if getattr(op, field) is not None and not callable(getattr(op, field)):
                 raise OpError(f"op {op.name!r}: {field} must be a function, not {getattr(op, field)!r}")
+    if op.out_shape is not None and not callable(op.out_shape):
+        raise OpError(f"op {op.name!r}: out_shape must be a function, not {op.out_shape!r}")
     if op.samples is not None and not callable(op.samples):
         raise OpError(f"op {op.name!r}: samples must be a function, not {op.samples!r}")
     if op.forward_with_residuals is not None:

@@ -22,6 +22,7 @@ Every value and gradient a replay keeps is read-only.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -48,7 +49,10 @@ from graphsvc.text import counted
 from graphsvc.topo import ancestors
 
 __all__ = [
+    "ARRAY_LIMIT_ENV",
+    "DEFAULT_ARRAY_LIMIT",
     "Replayed",
+    "array_limit",
     "backward",
     "compare",
     "cotangent_for",
@@ -69,6 +73,98 @@ Replayed = list[np.ndarray | None]
 
 _NO_ATTRS: Mapping[str, Any] = {}
 _INDEX_DTYPE = np.dtype(np.int64)
+
+#: The environment variable that sets the most bytes one array of a tensor replay may hold.
+ARRAY_LIMIT_ENV = "GRAPHSVC_MAX_ARRAY_BYTES"
+#: That limit when the variable is not set: 4 GiB.
+DEFAULT_ARRAY_LIMIT = 4 * 2**30
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "kib": 2**10,
+    "m": 2**20,
+    "mib": 2**20,
+    "g": 2**30,
+    "gib": 2**30,
+    "t": 2**40,
+    "tib": 2**40,
+}
+
+
+def array_limit() -> int:
+    """The most bytes one array of a tensor replay may hold: ``GRAPHSVC_MAX_ARRAY_BYTES`` (a number of
+    bytes, or one with a unit: ``512MiB``, ``16GiB``, ``1TiB``; K, M, G and T are those too), else
+    :data:`DEFAULT_ARRAY_LIMIT`. A node whose op declares a larger output (:attr:`Op.out_shape
+    <graphsvc.ops.Op.out_shape>`, an elementwise op's inputs broadcast together) is refused before it
+    runs; one that returns a larger array, right after. Read at the start of each replay."""
+    text = os.environ.get(ARRAY_LIMIT_ENV, "").strip()
+    if not text:
+        return DEFAULT_ARRAY_LIMIT
+    number = text.rstrip("BbKkMmGgTtIi ")
+    unit = text[len(number) :].strip().lower()
+    try:
+        limit = int(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        limit = 0
+    if limit <= 0:
+        raise UsageError(
+            f"{ARRAY_LIMIT_ENV} must be a positive number of bytes, with a unit or without "
+            f"(4294967296, 512MiB, 16GiB), not {text[:40]!r}"
+        )
+    return limit
+
+
+def byte_size(count: int) -> str:
+    """``8.0 TiB``: a number of bytes as messages show it."""
+    size, unit = float(count), "bytes"
+    for name in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, name
+    return f"{count} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+
+
+def _too_large(
+    graph: Graph, node: int, op: Op, verb: str, shape: Sequence[int], dtype: np.dtype, limit: int
+) -> ReplayError:
+    """The error for a node whose op asks for (``verb``) or made an array above ``limit`` bytes."""
+    dims = "x".join(str(n) for n in shape) if shape else "0-d"
+    return ReplayError(
+        f"node {graph.label(node)} ({op.name}): {verb} a {dims} {dtype} array "
+        f"({byte_size(math.prod(shape) * dtype.itemsize)}), more than the limit of {byte_size(limit)} "
+        f"on one array ({ARRAY_LIMIT_ENV})"
+    )
+
+
+def _check_size(graph: Graph, node: int, op: Op, inputs: list[Any], attrs: Mapping[str, Any], limit: int) -> None:
+    """Refuse ``node`` before it runs when its op declares an output above ``limit`` bytes: through
+    :attr:`Op.out_shape`, or, for an elementwise op, by its inputs broadcast together."""
+    declare = op.out_shape
+    if declare is not None:
+        try:
+            shape = declare(*[x.shape for x in inputs], **attrs)
+        except BaseException as exc:
+            _failed(graph, node, op, "out_shape", exc)
+        if shape is None:
+            return
+        try:
+            shape = tuple(int(n) for n in shape)
+        except Exception:
+            shape = (-1,)
+        if any(n < 0 for n in shape):
+            raise ReplayError(
+                f"node {graph.label(node)}: op {op.name!r} ({op.source}): out_shape returned {shape!r}"[:200]
+                + ", not a shape (a sequence of non-negative integers) or None"
+            )
+    else:
+        try:
+            shape = np.broadcast_shapes(*[x.shape for x in inputs])
+        except ValueError:  # shapes that do not broadcast: forward says so
+            return
+    dtype = max((x.dtype for x in inputs), key=lambda d: d.itemsize, default=np.dtype(np.float64))
+    if math.prod(shape) * dtype.itemsize > limit:
+        raise _too_large(graph, node, op, "asks for", shape, dtype, limit)
 
 
 #: What replay needs of a node computed by an op: the op, its parents' ids and its attributes
@@ -181,6 +277,7 @@ def _forward(
 ) -> Replayed:
     """:func:`forward`'s pass, inside :func:`_replaying`, on the nodes' ``calls`` (:func:`_calls`)."""
     values = _initial_values(graph, calls, overrides)
+    limit = array_limit()
     kept = None if keep is None else np.asarray(keep, dtype=bool).tolist()
     wanted = residuals is not None
     keeping: dict[int, Any] = {} if residuals is None else residuals
@@ -189,6 +286,10 @@ def _forward(
             continue
         op, parents, attrs = call
         inputs = [values[p] for p in parents]
+        if op.out_shape is not None or (
+            op.derivatives is not None and len(inputs) > 1 and (len(inputs) > 2 or inputs[0].shape != inputs[1].shape)  # type: ignore[union-attr]
+        ):
+            _check_size(graph, node, op, inputs, attrs, limit)
         producer = op.forward_with_residuals if wanted and (kept is None or kept[node]) else None
         try:  # the op's call inline: this loop is the engine's cost per node
             if producer is None:
@@ -201,7 +302,9 @@ def _forward(
                 result, keeping[node] = output_and_residuals(op, producer(*inputs, **attrs))
         except BaseException as exc:
             _failed(graph, node, op, what, exc)
-        values[node] = _frozen(_as_tensor(graph, node, op, what, result))
+        value = values[node] = _frozen(_as_tensor(graph, node, op, what, result))
+        if value.nbytes > limit:  # a view's too: a broadcast view of 8 TiB costs nothing until summed
+            raise _too_large(graph, node, op, "returned", value.shape, value.dtype, limit)
     return values
 
 
