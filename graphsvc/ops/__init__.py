@@ -97,6 +97,7 @@ __all__ = [
     "interrupts_told_apart",
     "local_derivatives",
     "per_element",
+    "raise_unreadable",
     "unbroadcast",
 ]
 
@@ -660,6 +661,10 @@ def _as_column(op: Op, what: str, result: Any, m: int) -> np.ndarray:
         # directly; only arrays (and scalars) of real numbers are results.
         try:
             array = np.asarray(result)
+        except BaseException as exc:
+            raise_unreadable(op, what, result, exc)
+            array = np.empty(0, dtype=object)  # not numbers: said below
+        try:
             if array.dtype.kind not in _REAL_KINDS:
                 raise TypeError(array.dtype)
             array = array.astype(np.float64, copy=False)
@@ -677,6 +682,24 @@ def _as_column(op: Op, what: str, result: Any, m: int) -> np.ndarray:
     raise ReplayError(
         f"op {op.name!r} ({op.source}): {what} returned an array of shape {array.shape}, expected ({m},) or a scalar"
     )
+
+
+def raise_unreadable(op: Op, what: str, result: Any, exc: BaseException) -> None:
+    """What ``np.asarray(result)`` raising ``exc`` is: the user's Ctrl-C, raised again; a
+    ReplayError naming the op and the exception for an array-like whose ``__array__`` (or buffer,
+    or ``__array_interface__``) raised, or for any ``BaseException`` that is not an ``Exception``
+    (``SystemExit``); else (a ragged list) nothing: the caller says the result is not numbers."""
+    if is_user_interrupt(exc):
+        raise exc
+    array_like = any(hasattr(type(result), name) for name in _ARRAY_PROTOCOLS)
+    if array_like or not isinstance(exc, Exception):
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): {op.message_name(what)} returned {type(result).__name__}, "
+            f"which raised {describe_exception(exc)} when read as an array"
+        ) from exc
+
+
+_ARRAY_PROTOCOLS = ("__array__", "__array_interface__", "__array_struct__", "__buffer__", "__dlpack__")
 
 
 def _as_float(op: Op, what: str, value: Any) -> float:
