@@ -379,3 +379,53 @@ def test_ctrl_c_stops_a_replay_between_ops_with_exit_code_130(tmp_path: Path) ->
     out, err = process.communicate(timeout=20)
     assert time.monotonic() - started < 5
     assert (process.returncode, out, err) == (130, "", "Error: interrupted\n")
+
+
+# -- plugins writing after the fact -----------------------------------------------------------------
+_WRITES_LATER = """
+import os, sys, threading, time
+from graphsvc.hookspecs import hookimpl
+from graphsvc.ops import Op
+
+def later():
+    time.sleep(0.3)
+    print("thread print")
+    sys.stdout.flush()
+    os.write(1, b"thread fd write\\n")
+
+def forward(x):
+    if os.fork() == 0:  # the child goes on as graphsvc would, prints its own report, and writes later
+        time.sleep(0.2)
+        os.write(1, b"child fd write\\n")
+        print("child print")
+    return x + 1.0
+
+@hookimpl
+def graphsvc_register_ops(register):
+    threading.Thread(target=later).start()
+    register(Op("noisy", 1, forward=forward, vjp=lambda g, out, x: (g,)))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_plugins_thread_and_forked_child_writing_later_cannot_corrupt_json(tmp_path: Path) -> None:
+    (tmp_path / "noisy.py").write_text(_WRITES_LATER)
+    b = GraphBuilder()
+    b.add("sum", [b.add("noisy", [b.leaf(np.ones(2), name="x")])], name="loss")
+    fmt.save(b.build(), tmp_path / "g.msgpack")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    run = subprocess.run(
+        [sys.executable, "-m", "graphsvc", "--plugin", "noisy.py", "backward", "g.msgpack", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    document = json.loads(run.stdout)  # exactly one JSON document, nothing else
+    assert run.stdout == json.dumps(document, separators=(",", ":")) + "\n"
+    assert document["nodes"][0]["name"] == "loss"
+    for line in ("thread print", "thread fd write", "child fd write", "child print"):
+        assert line in run.stderr.splitlines()
+    assert run.stderr.count('{"output":2') == 1  # the child's report went to stderr
