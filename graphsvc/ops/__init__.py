@@ -784,12 +784,38 @@ def elementwise_vjp(op: Op) -> Callable[..., Sequence[Any]]:
                 f"expected a tuple of {len(inputs)} partial derivatives"
             )
         wanted = needs_input_grad or (True,) * len(inputs)
-        return [
-            unbroadcast(_times(g, d), x.shape) if want else None
-            for d, x, want in zip(partials, inputs, wanted, strict=True)
-        ]
+        cotangents: list[np.ndarray | None] = []
+        for i, (d, x, want) in enumerate(zip(partials, inputs, wanted, strict=True)):
+            if not want:
+                cotangents.append(None)
+                continue
+            product = _times(g, d) if isinstance(d, (int, float, np.ndarray)) else _times(g, _partial(op, i, d))
+            if product.shape != g.shape:  # a partial that broadcasts g to more: not d out/d input
+                raise ReplayError(
+                    f"op {op.name!r} ({op.source}): derivatives returned a partial of shape {list(np.shape(d))} "
+                    f"for input {i}, where the output's shape is {list(g.shape)}"
+                )
+            cotangents.append(unbroadcast(product, x.shape))
+        return cotangents
 
     return vjp
+
+
+def _partial(op: Op, position: int, partial: Any) -> np.ndarray:
+    """A partial derivative that is not a number or an array, as one (a numpy scalar, a list);
+    ``None``, a string or an array-like that cannot be read is a ReplayError naming the op."""
+    if partial is not None and not isinstance(partial, str):
+        try:
+            array = np.asarray(partial)
+        except BaseException as exc:
+            raise_unreadable(op, "derivatives", partial, exc)
+        else:
+            if array.dtype.kind in _REAL_KINDS:
+                return array
+    raise ReplayError(
+        f"op {op.name!r} ({op.source}): derivatives returned {type(partial).__name__} for input {position}, "
+        "not real numbers"
+    )
 
 
 def _times(g: np.ndarray, partial: Any) -> np.ndarray:

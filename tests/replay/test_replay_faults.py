@@ -515,3 +515,26 @@ def test_an_array_like_whose_array_method_raises_is_an_error_naming_the_op(exc: 
     assert str(caught.value) == (
         f"node z: op 'lazy' (demo 1.0): forward returned _Unreadable, which raised {said} when read as an array"
     )
+
+
+@pytest.mark.parametrize(
+    ("derivatives", "said"),
+    [
+        (lambda x, out: (None,), "derivatives returned NoneType for input 0, not real numbers"),
+        (
+            lambda x, out: (np.ones((2, 3)),),
+            "derivatives returned a partial of shape [2, 3] for input 0, where the output's shape is [3]",
+        ),
+    ],
+)
+def test_an_elementwise_ops_partial_that_is_none_or_widens_g_is_an_error_in_the_tensor_backward(
+    derivatives: Any, said: str
+) -> None:
+    import graphsvc
+
+    registry = _tensor_registry(Op("twice", 1, forward=lambda x: x * 2, derivatives=derivatives))
+    b = GraphBuilder()
+    b.add("sum", [b.add("twice", [b.leaf(np.ones(3), name="x")], name="w")], name="loss")
+    with pytest.raises(ReplayError) as caught:
+        graphsvc.backward(b.build(), registry=registry)
+    assert str(caught.value) == f"node w: op 'twice' (sneaky): {said}"
