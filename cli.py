@@ -201,8 +201,12 @@ def handles_errors(command: F) -> F:
             if STATE.debug:
                 raise
             raise _fail(_in_cli_words(exc), exc.exit_code) from None
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort):
             raise
+        except KeyboardInterrupt:  # the user's Ctrl-C (a plugin's own is its failure): 128 + SIGINT
+            if STATE.debug:
+                raise
+            raise _fail("interrupted", 130) from None
         except BrokenPipeError:
             sys.stderr.close()
             raise typer.Exit(1) from None
@@ -413,8 +417,9 @@ def _plugin_code() -> Any:
     """Around anything that runs plugin code (loading plugins, replaying, checking ops): what it
     writes to stdout, through ``sys.stdout`` or file descriptor 1, goes to stderr, so it cannot
     corrupt a listing or ``--json``."""
-    from graphsvc.pluginhost import plugin_output_to_stderr
+    from graphsvc.pluginhost import keep_stdout_from_plugins, plugin_output_to_stderr
 
+    keep_stdout_from_plugins()  # and after it: a plugin's thread or child process writes to stderr too
     return plugin_output_to_stderr()
 
 

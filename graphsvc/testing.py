@@ -55,6 +55,7 @@ from graphsvc.pluginhost import running_plugin_code
 from graphsvc.replay.arrays import (
     cotangent_for,
     cotangents_error,
+    missing_cotangent,
     output_and_residuals,
     tensor_result,
     vjp_keywords,
@@ -323,7 +324,8 @@ def check_vjp(
     every element of every float input is checked (two forward calls each), except where the
     forward is not finite. An op without a ``vjp`` has its elementwise ``derivatives`` turned into
     one (``g * partial``, summed back over broadcast dimensions). A float input whose cotangent is
-    ``None`` is not checked. An element passes when ``|analytic - numeric| <= atol + rtol *
+    ``None`` fails the check (a replay refuses it: :func:`graphsvc.replay.arrays.missing_cotangent`).
+    An element passes when ``|analytic - numeric| <= atol + rtol *
     |numeric|``; the message of a failure names the op, the input and its worst element.
     ``points`` counts the elements checked, ``skipped`` the float elements not checked (index
     inputs are neither). A ``vjp`` that takes ``needs_input_grad`` is also asked for each float
@@ -368,8 +370,9 @@ def _check_vjp(
     worst: tuple[float, str] | None = None  # (how far beyond the tolerance, message)
     for i, (x, cotangent) in enumerate(zip(inputs, analytic, strict=True)):
         if cotangent is None:
-            if x.dtype.kind == "f":  # a float input the op gives no gradient: not checked
-                skipped += x.size
+            if x.dtype.kind == "f":  # a float input needs a gradient: None would leave it zero
+                message = str(missing_cotangent(op, "vjp", i))
+                return result(False, checked, skipped, max_abs, max_rel, f"{message}{_with(attrs)}")
             continue  # an index input: nothing to check
         if x.dtype.kind != "f":
             message = f"{prefix}: vjp gives the {x.dtype} input {i} a cotangent; an index input gets None"

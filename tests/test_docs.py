@@ -80,6 +80,9 @@ SKIPPED_COMMANDS = {
 NEVER_RUN = {
     ("docs/architecture.md", "layers, top to bottom"): "the layers of the package drawn in text, not a command",
     ("docs/architecture.md", "cli.py                      the Typer app"): "the map of the source tree, not a command",
+    ("docs/cli.md", "Error: node #1 (broadcast_to): asks for"): (
+        "the error for a file that asks for 8 TiB, shown; tests/cli/test_cli_faults.py checks it word for word"
+    ),
     ("benchmarks/README.md", "pip install -e '.[bench]'"): (
         "the benchmarks' commands: each installs the tools compared or times for minutes "
         "(tests/test_benchmarks_smoke.py runs the generators and run.py on a tiny graph)"

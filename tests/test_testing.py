@@ -474,3 +474,13 @@ def test_check_registry_names_an_option_it_does_not_take() -> None:
 def test_tolerances_of_0_are_taken() -> None:
     exact = Op("neg", 1, forward=lambda x: -x, derivatives=lambda x, out: (-1.0,))
     assert check_op(exact, points=[(1.0,), (2.0,)], eps=0.5, rtol=0, atol=0).ok  # steps of 0.5 and 1: exact
+
+
+def test_check_vjp_fails_a_vjp_that_gives_a_float_input_none() -> None:
+    op = Op("times", 2, forward=lambda x, y: x * y, vjp=lambda g, out, x, y: (g * y, None))
+    result = check_vjp(op, np.ones(3), np.full(3, 2.0))
+    assert (result.ok, result.message) == (
+        False,
+        "op 'times' (an unnamed plugin): vjp returned None for input 1, which needs a gradient "
+        "(None is only for an input whose needs_input_grad entry is False)",
+    )

@@ -97,6 +97,7 @@ __all__ = [
     "interrupts_told_apart",
     "local_derivatives",
     "per_element",
+    "raise_unreadable",
     "unbroadcast",
 ]
 
@@ -145,6 +146,13 @@ class Op:
     #: ``residuals`` (whatever the VJP wants again: im2col columns, a mask) and passes them to the
     #: ``vjp`` as its keyword ``residuals`` (``None`` when this replay did not compute the node).
     forward_with_residuals: Callable[..., tuple[Any, Any]] | None = None
+    #: ``out_shape(*input_shapes, **attrs) -> shape | None`` (optional): the shape of the array
+    #: ``forward`` will return (or of a larger one it makes on the way: im2col's columns), worked
+    #: out from its inputs' shapes and the node's attributes without computing it
+    #: (``broadcast_to``: its ``shape``), or ``None`` when it cannot tell. A
+    #: tensor replay calls it before ``forward`` and refuses a node that asks for more than its
+    #: limit on one array (:func:`graphsvc.replay.arrays.array_limit`), before any memory is taken.
+    out_shape: Callable[..., Sequence[int] | None] | None = dataclasses.field(default=None, kw_only=True)
     #: The distribution (or module) that registered the op; filled in by the registry.
     plugin: str | None = None
     #: That distribution's version, when known; filled in by the registry.
@@ -325,6 +333,8 @@ def check_op_declaration(op: object) -> Op:
         for field in ("derivatives", "vjp"):
             if getattr(op, field) is not None and not callable(getattr(op, field)):
                 raise OpError(f"op {op.name!r}: {field} must be a function, not {getattr(op, field)!r}")
+    if op.out_shape is not None and not callable(op.out_shape):
+        raise OpError(f"op {op.name!r}: out_shape must be a function, not {op.out_shape!r}")
     if op.samples is not None and not callable(op.samples):
         raise OpError(f"op {op.name!r}: samples must be a function, not {op.samples!r}")
     if op.forward_with_residuals is not None:
@@ -651,6 +661,10 @@ def _as_column(op: Op, what: str, result: Any, m: int) -> np.ndarray:
         # directly; only arrays (and scalars) of real numbers are results.
         try:
             array = np.asarray(result)
+        except BaseException as exc:
+            raise_unreadable(op, what, result, exc)
+            array = np.empty(0, dtype=object)  # not numbers: said below
+        try:
             if array.dtype.kind not in _REAL_KINDS:
                 raise TypeError(array.dtype)
             array = array.astype(np.float64, copy=False)
@@ -668,6 +682,24 @@ def _as_column(op: Op, what: str, result: Any, m: int) -> np.ndarray:
     raise ReplayError(
         f"op {op.name!r} ({op.source}): {what} returned an array of shape {array.shape}, expected ({m},) or a scalar"
     )
+
+
+def raise_unreadable(op: Op, what: str, result: Any, exc: BaseException) -> None:
+    """What ``np.asarray(result)`` raising ``exc`` is: the user's Ctrl-C, raised again; a
+    ReplayError naming the op and the exception for an array-like whose ``__array__`` (or buffer,
+    or ``__array_interface__``) raised, or for any ``BaseException`` that is not an ``Exception``
+    (``SystemExit``); else (a ragged list) nothing: the caller says the result is not numbers."""
+    if is_user_interrupt(exc):
+        raise exc
+    array_like = any(hasattr(type(result), name) for name in _ARRAY_PROTOCOLS)
+    if array_like or not isinstance(exc, Exception):
+        raise ReplayError(
+            f"op {op.name!r} ({op.source}): {op.message_name(what)} returned {type(result).__name__}, "
+            f"which raised {describe_exception(exc)} when read as an array"
+        ) from exc
+
+
+_ARRAY_PROTOCOLS = ("__array__", "__array_interface__", "__array_struct__", "__buffer__", "__dlpack__")
 
 
 def _as_float(op: Op, what: str, value: Any) -> float:
@@ -752,12 +784,38 @@ def elementwise_vjp(op: Op) -> Callable[..., Sequence[Any]]:
                 f"expected a tuple of {len(inputs)} partial derivatives"
             )
         wanted = needs_input_grad or (True,) * len(inputs)
-        return [
-            unbroadcast(_times(g, d), x.shape) if want else None
-            for d, x, want in zip(partials, inputs, wanted, strict=True)
-        ]
+        cotangents: list[np.ndarray | None] = []
+        for i, (d, x, want) in enumerate(zip(partials, inputs, wanted, strict=True)):
+            if not want:
+                cotangents.append(None)
+                continue
+            product = _times(g, d) if isinstance(d, (int, float, np.ndarray)) else _times(g, _partial(op, i, d))
+            if product.shape != g.shape:  # a partial that broadcasts g to more: not d out/d input
+                raise ReplayError(
+                    f"op {op.name!r} ({op.source}): derivatives returned a partial of shape {list(np.shape(d))} "
+                    f"for input {i}, where the output's shape is {list(g.shape)}"
+                )
+            cotangents.append(unbroadcast(product, x.shape))
+        return cotangents
 
     return vjp
+
+
+def _partial(op: Op, position: int, partial: Any) -> np.ndarray:
+    """A partial derivative that is not a number or an array, as one (a numpy scalar, a list);
+    ``None``, a string or an array-like that cannot be read is a ReplayError naming the op."""
+    if partial is not None and not isinstance(partial, str):
+        try:
+            array = np.asarray(partial)
+        except BaseException as exc:
+            raise_unreadable(op, "derivatives", partial, exc)
+        else:
+            if array.dtype.kind in _REAL_KINDS:
+                return array
+    raise ReplayError(
+        f"op {op.name!r} ({op.source}): derivatives returned {type(partial).__name__} for input {position}, "
+        "not real numbers"
+    )
 
 
 def _times(g: np.ndarray, partial: Any) -> np.ndarray:

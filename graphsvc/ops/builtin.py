@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Callable, Sequence
 from numbers import Real
 from typing import Any
@@ -152,6 +153,40 @@ def _matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if y.ndim == 2 and x.ndim > 2:
         return np.matmul(_rows(x), y).reshape(*x.shape[:-1], y.shape[-1])
     return np.matmul(x, y)
+
+
+def _matmul_shape(x: tuple[int, ...], y: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The shape np.matmul returns for operands of shapes ``x`` and ``y`` (None: they do not fit;
+    forward says why)."""
+    if len(x) == 2 and len(y) == 2:
+        return (x[0], y[1])
+    if not x or not y:
+        return None
+    rows, cols = x[-2:-1], y[-1:] if len(y) > 1 else ()
+    try:
+        batch = np.broadcast_shapes(x[:-2], y[:-2])
+    except ValueError:
+        return None
+    return (*batch, *rows, *cols)
+
+
+def _shape_attribute(x: tuple[int, ...], shape: Any) -> tuple[int, ...] | None:
+    """broadcast_to's output: its ``shape`` attribute (None when it is not a list of integers)."""
+    try:
+        return tuple(operator.index(n) for n in shape)
+    except TypeError:
+        return None
+
+
+def _take_shape(x: tuple[int, ...], indices: tuple[int, ...], axis: int | None = None) -> tuple[int, ...] | None:
+    """np.take's output shape: the indices' shape in place of ``axis`` (of every axis when None)."""
+    if axis is None:
+        return indices
+    try:
+        at = operator.index(axis) % len(x)
+    except (TypeError, ZeroDivisionError):
+        return None
+    return (*x[:at], *indices, *x[at + 1 :])
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
@@ -326,6 +361,7 @@ BUILTIN_OPS: tuple[Op, ...] = (
         "matmul", 2,
         forward=_matmul,
         vjp=_matmul_vjp,
+        out_shape=_matmul_shape,
         samples=_matmul_samples,
         doc="np.matmul: matrix product, batched over (broadcast) leading axes; 1-d operands promoted as numpy does.",
     ),
@@ -370,6 +406,7 @@ BUILTIN_OPS: tuple[Op, ...] = (
         "broadcast_to", 1,
         forward=lambda x, shape: np.broadcast_to(x, shape),
         vjp=_broadcast_to_vjp,
+        out_shape=_shape_attribute,
         samples=_unary_samples({"shape": [2, 3, 4]}, shape=(3, 1)),
         doc="np.broadcast_to `shape`. The gradient is summed back over the broadcast dimensions.",
     ),
@@ -385,6 +422,7 @@ BUILTIN_OPS: tuple[Op, ...] = (
         "take", 2,
         forward=_take,
         vjp=_take_vjp,
+        out_shape=_take_shape,
         samples=_take_samples,
         doc="np.take(x, indices, axis): indexing and embedding lookup; `indices` is an int64 input (no gradient).",
     ),

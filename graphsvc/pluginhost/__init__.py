@@ -37,6 +37,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import io
 import os
 import re
 import sys
@@ -68,6 +69,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "PluginProblem",
     "default_registry",
+    "keep_stdout_from_plugins",
     "load_registry",
     "plugin_output_to_stderr",
     "running_plugin_code",
@@ -183,6 +185,7 @@ def plugin_output_to_stderr() -> Iterator[None]:
     global _redirects, _saved_stdout, _saved_fd
     with _redirect_lock:
         if _redirects == 0:
+            _flush_own_stdout()
             _saved_stdout, _saved_fd = sys.stdout, None
             if _is_fd(sys.stdout, 1) and _is_fd(sys.stderr, 2):
                 _flush(sys.stdout, sys.stderr)
@@ -201,6 +204,75 @@ def plugin_output_to_stderr() -> Iterator[None]:
                     os.dup2(_saved_fd, 1)
                     os.close(_saved_fd)
                 sys.stdout, _saved_stdout, _saved_fd = _saved_stdout, None, None
+
+
+def keep_stdout_from_plugins() -> None:
+    """From now on, for the rest of the process, only graphsvc itself writes to stdout: a thread a
+    plugin started, a process it forked, or code of its own that runs later (a finalizer, an atexit
+    hook) writes to stderr, whenever it writes. For a program whose stdout is data (the CLI's
+    ``--json``), called before the first plugin code runs; calling it again changes nothing.
+
+    When stdout is file descriptor 1, the stream graphsvc prints through gets a private duplicate of
+    it, and fd 1 is pointed at stderr (fd 2) for good: ``os.write(1, ...)``, C extensions and child
+    processes write to stderr. ``sys.stdout`` becomes a guard that passes graphsvc's writes on to that
+    stream, and sends writes from any other thread or process (after a ``fork``) to ``sys.stderr``.
+    Where stdout is not fd 1 (a test's capture), only the guard is installed.
+    """
+    current = sys.stdout
+    if isinstance(current, _StdoutGuard) or current is None:
+        return
+    own: Any = current
+    if _is_fd(current, 1) and _is_fd(sys.stderr, 2):
+        _flush(current, sys.stderr)
+        private = os.dup(1)
+        os.set_inheritable(private, False)
+        os.dup2(2, 1)
+        own = io.TextIOWrapper(  # the process's stdout from now on (flushed at exit, as sys.stdout is)
+            io.BufferedWriter(io.FileIO(private, "w")),
+            encoding=getattr(current, "encoding", None) or "utf-8",
+            errors=getattr(current, "errors", None) or "strict",
+            line_buffering=bool(getattr(current, "line_buffering", False)),
+        )
+    sys.stdout = _StdoutGuard(own)
+
+
+class _StdoutGuard:
+    """``sys.stdout`` after :func:`keep_stdout_from_plugins`: graphsvc's stream for the thread and
+    process that installed it, ``sys.stderr`` for every other."""
+
+    def __init__(self, own: Any) -> None:
+        self._own = own
+        self._pid = os.getpid()
+        self._thread = threading.current_thread()
+
+    def _target(self) -> Any:
+        if os.getpid() == self._pid and threading.current_thread() is self._thread:
+            return self._own
+        return sys.stderr
+
+    def write(self, text: str) -> int:
+        return int(self._target().write(text))
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        self._target().writelines(lines)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def fileno(self) -> int:
+        return int(self._target().fileno())
+
+    def isatty(self) -> bool:
+        return bool(self._target().isatty())
+
+    def __getattr__(self, name: str) -> Any:  # buffer, encoding, errors...
+        return getattr(self._target(), name)
+
+
+def _flush_own_stdout() -> None:
+    """Before plugin code runs: nothing of graphsvc's may wait in a buffer a ``fork`` would copy."""
+    if isinstance(sys.stdout, _StdoutGuard):
+        _flush(sys.stdout)
 
 
 _redirect_lock = threading.Lock()

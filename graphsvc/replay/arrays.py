@@ -22,6 +22,8 @@ which of its inputs need one. Every value and gradient a replay keeps is read-on
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -40,6 +42,7 @@ from graphsvc.ops import (
     interrupts_told_apart,
     is_user_interrupt,
     per_element,
+    raise_unreadable,
 )
 from graphsvc.replay import memory
 from graphsvc.replay.compare import Comparison, Element, NonFinite, differences, finite
@@ -48,7 +51,10 @@ from graphsvc.text import counted
 from graphsvc.topo import ancestors
 
 __all__ = [
+    "ARRAY_LIMIT_ENV",
+    "DEFAULT_ARRAY_LIMIT",
     "Replayed",
+    "array_limit",
     "backward",
     "compare",
     "cotangent_for",
@@ -56,6 +62,7 @@ __all__ = [
     "describe",
     "first_nonfinite",
     "forward",
+    "missing_cotangent",
     "replay",
     "requires_grad",
     "store",
@@ -69,6 +76,102 @@ Replayed = list[np.ndarray | None]
 
 _NO_ATTRS: Mapping[str, Any] = {}
 _INDEX_DTYPE = np.dtype(np.int64)
+
+#: The environment variable that sets the most bytes one array of a tensor replay may hold.
+ARRAY_LIMIT_ENV = "GRAPHSVC_MAX_ARRAY_BYTES"
+#: That limit when the variable is not set: 4 GiB.
+DEFAULT_ARRAY_LIMIT = 4 * 2**30
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "kib": 2**10,
+    "m": 2**20,
+    "mib": 2**20,
+    "g": 2**30,
+    "gib": 2**30,
+    "t": 2**40,
+    "tib": 2**40,
+}
+
+
+def array_limit() -> int:
+    """The most bytes one array of a tensor replay may hold: ``GRAPHSVC_MAX_ARRAY_BYTES`` (a number of
+    bytes, or one with a unit: ``512MiB``, ``16GiB``, ``1TiB``; K, M, G and T are those too), else
+    :data:`DEFAULT_ARRAY_LIMIT`. A node whose op declares a larger output (:attr:`Op.out_shape
+    <graphsvc.ops.Op.out_shape>`, an elementwise op's inputs broadcast together) is refused before it
+    runs; one that returns a larger array, right after. Read at the start of each replay."""
+    text = os.environ.get(ARRAY_LIMIT_ENV, "").strip()
+    if not text:
+        return DEFAULT_ARRAY_LIMIT
+    number = text.rstrip("BbKkMmGgTtIi ")
+    unit = text[len(number) :].strip().lower()
+    try:
+        limit = int(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        limit = 0
+    if limit <= 0:
+        raise UsageError(
+            f"{ARRAY_LIMIT_ENV} must be a positive number of bytes, with a unit or without "
+            f"(4294967296, 512MiB, 16GiB), not {text[:40]!r}"
+        )
+    return limit
+
+
+def byte_size(count: int) -> str:
+    """``8.0 TiB``: a number of bytes as messages show it."""
+    size, unit = float(count), "bytes"
+    for name in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, name
+    return f"{count} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+
+
+def _too_large(
+    graph: Graph, node: int, op: Op, verb: str, shape: Sequence[int], dtype: np.dtype, limit: int
+) -> ReplayError:
+    """The error for a node whose op asks for (``verb``) or made an array above ``limit`` bytes."""
+    dims = "x".join(str(n) for n in shape) if shape else "0-d"
+    return ReplayError(
+        f"node {graph.label(node)} ({op.name}): {verb} a {dims} {dtype} array "
+        f"({byte_size(math.prod(shape) * dtype.itemsize)}), more than the limit of {byte_size(limit)} "
+        f"on one array ({ARRAY_LIMIT_ENV})"
+    )
+
+
+def _check_size(
+    graph: Graph, node: int, op: Op, inputs: list[Any], attrs: Mapping[str, Any], limit: int
+) -> tuple[int, ...] | None:
+    """Refuse ``node`` before it runs when its op declares an output above ``limit`` bytes: through
+    :attr:`Op.out_shape`, or, for an elementwise op, by its inputs broadcast together (whose shape
+    it returns, None when they do not broadcast)."""
+    declare = op.out_shape
+    if declare is not None:
+        try:
+            shape = declare(*[x.shape for x in inputs], **attrs)
+        except BaseException as exc:
+            _failed(graph, node, op, "out_shape", exc)
+        if shape is None:
+            return None
+        try:
+            shape = tuple(int(n) for n in shape)
+        except Exception:
+            shape = (-1,)
+        if any(n < 0 for n in shape):
+            raise ReplayError(
+                f"node {graph.label(node)}: op {op.name!r} ({op.source}): out_shape returned {shape!r}"[:200]
+                + ", not a shape (a sequence of non-negative integers) or None"
+            )
+    else:
+        try:
+            shape = np.broadcast_shapes(*[x.shape for x in inputs])
+        except ValueError:  # shapes that do not broadcast: forward says so
+            return None
+    dtype = max((x.dtype for x in inputs), key=lambda d: d.itemsize, default=np.dtype(np.float64))
+    if math.prod(shape) * dtype.itemsize > limit:
+        raise _too_large(graph, node, op, "asks for", shape, dtype, limit)
+    return None if declare is not None else shape
 
 
 #: What replay needs of a node computed by an op: the op, its parents' ids and its attributes
@@ -99,12 +202,59 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
-    """A result to keep, made read-only in place (an op's or a VJP's own array object; its inputs
-    were read-only already). Every value and gradient a replay keeps is read-only, so ops and VJPs
-    receive them as they are, and a plugin that returns a buffer of its own and writes into it
-    later fails instead of changing a kept result."""
+    """An array of the replay's own (a seed, zeros, a sum it made), made read-only in place."""
     array.setflags(write=False)
     return array
+
+
+def _kept(array: np.ndarray) -> np.ndarray:
+    """What an op or a VJP returned, to keep as a node's value or gradient: read-only, and memory
+    no one else can write into. Called as ``_kept(x)`` where the caller's one local ``x`` is its
+    only reference of the caller's. Kept as it is (made read-only in place) when nothing but its own
+    chain of views refers to it and to each array it views (a fresh result, or a view of one:
+    ``matmul(...).reshape(...)``), or when its memory is read-only all the way down (a view of an
+    input: ``reshape``, ``broadcast_to``, an input returned as it is). Anything else is copied: a
+    buffer the plugin keeps (a per-shape scratch array, a cache), or a view of one, which it could
+    change later through a handle of its own; making our handle read-only would not stop that."""
+    refs = _PRIVATE_REFS
+    item: Any = array
+    while True:
+        if sys.getrefcount(item) > refs:
+            break
+        base = item.base
+        if base is None:  # private all the way down: read-only all the way down, so views of it
+            item = array  # (a reshape of it, a later node's) are known to be read-only memory too
+            while item is not None:
+                item.setflags(write=False)
+                item = item.base
+            return array
+        if not isinstance(base, np.ndarray):
+            break
+        item, refs = base, _BASE_REFS
+    del item
+    if read_only_memory(array):
+        return array if not array.flags.writeable else _read_only(array)
+    copy = np.array(array, order="K")  # its own memory, as numpy lays out a copy
+    copy.setflags(write=False)
+    return copy
+
+
+def _probe(array: np.ndarray) -> tuple[int, int]:
+    """The reference counts :func:`_kept`'s loop sees, on this Python: for an array only its caller's
+    local holds, and for the array a view of it views when only that view refers to it."""
+    item: Any = array
+    first = sys.getrefcount(item)
+    base = item.base
+    item = base
+    return first, sys.getrefcount(item)
+
+
+def _calibrated() -> tuple[int, int]:
+    view = np.empty(2)[:]
+    return _probe(view)
+
+
+_PRIVATE_REFS, _BASE_REFS = _calibrated()
 
 
 def _calls(graph: Graph, ops: Sequence[Op | None]) -> list[_Call | None]:
@@ -181,6 +331,7 @@ def _forward(
 ) -> Replayed:
     """:func:`forward`'s pass, inside :func:`_replaying`, on the nodes' ``calls`` (:func:`_calls`)."""
     values = _initial_values(graph, calls, overrides)
+    limit = array_limit()
     kept = None if keep is None else np.asarray(keep, dtype=bool).tolist()
     wanted = residuals is not None
     keeping: dict[int, Any] = {} if residuals is None else residuals
@@ -189,6 +340,14 @@ def _forward(
             continue
         op, parents, attrs = call
         inputs = [values[p] for p in parents]
+        if op.derivatives is not None:  # elementwise: its output has its inputs' broadcast shape
+            shape = inputs[0].shape if len(inputs) == 1 else _broadcast(inputs)  # type: ignore[union-attr]
+            if shape is _GREW:
+                shape = _check_size(graph, node, op, inputs, attrs, limit)
+        else:
+            shape = None
+            if op.out_shape is not None:
+                _check_size(graph, node, op, inputs, attrs, limit)
         producer = op.forward_with_residuals if wanted and (kept is None or kept[node]) else None
         try:  # the op's call inline: this loop is the engine's cost per node
             if producer is None:
@@ -201,8 +360,36 @@ def _forward(
                 result, keeping[node] = output_and_residuals(op, producer(*inputs, **attrs))
         except BaseException as exc:
             _failed(graph, node, op, what, exc)
-        values[node] = _frozen(_as_tensor(graph, node, op, what, result))
+        value = _as_tensor(graph, node, op, what, result)
+        result = None  # the value's one reference of ours is `value` (_kept counts them)
+        if shape is not None and value.shape != shape:
+            raise ReplayError(
+                f"node {graph.label(node)}: op {op.name!r} ({op.source}): {op.message_name(what)} returned an "
+                f"array of shape {list(value.shape)}, but an elementwise op returns its inputs' broadcast shape "
+                f"{list(shape)}"
+            )
+        values[node] = value = _kept(value)
+        if value.nbytes > limit:  # a view's too: a broadcast view of 8 TiB costs nothing until summed
+            raise _too_large(graph, node, op, "returned", value.shape, value.dtype, limit)
     return values
+
+
+#: What :func:`_broadcast` returns for inputs that broadcast to a shape larger than each of theirs.
+_GREW: Any = object()
+
+
+def _broadcast(inputs: list[Any]) -> Any:
+    """The shape an elementwise op's inputs broadcast to, when it is one of theirs (all the same,
+    or the others 0-d: a scalar times an array), cheaply; else :data:`_GREW`."""
+    shape = inputs[0].shape
+    for x in inputs:
+        other = x.shape
+        if other != shape:
+            if not shape:
+                shape = other
+            elif other:
+                return _GREW
+    return shape
 
 
 def output_and_residuals(op: Op, pair: Any) -> tuple[Any, Any]:
@@ -295,7 +482,10 @@ def _backward(
             cotangents = vjp.function(g, values[node], *inputs, **attrs)
         except BaseException as exc:
             _failed(graph, node, op, "vjp", exc)
+        if type(cotangents) is tuple or type(cotangents) is list:  # a list of our own, the only reference
+            cotangents = list(cotangents)  # of ours to each cotangent (see _kept)
         sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads, summed)
+        cotangents = None
         if steps is not None:
             steps.append(Step(node, g, [(p, None, c) for p, c in zip(parents, sent, strict=True)]))
     if residuals is not None:  # those of nodes the sweep did not reach
@@ -367,19 +557,22 @@ def _accumulate(
         raise _at(graph, node, cotangents_error(op, "vjp", cotangents, len(parents)))
     sent: list[np.ndarray | None] = []
     for position, parent in enumerate(parents):
-        cotangent = cotangents[position]
-        if cotangent is None or not needs[position]:
+        if not needs[position]:
             sent.append(None)
             continue
+        ct = cotangents[position]
+        if type(cotangents) is list:
+            cotangents[position] = None  # `ct` is our one reference (_kept counts them)
+        if ct is None:
+            raise _at(graph, node, missing_cotangent(op, "vjp", position))
         x = inputs[position]
         assert x is not None
-        ct = cotangent
         if type(ct) is not np.ndarray or ct.shape != x.shape or ct.dtype != x.dtype:
             try:
                 ct = cotangent_for(op, "vjp", position, ct, x)
             except ReplayError as exc:
                 raise _at(graph, node, exc) from None
-        ct = _frozen(ct)
+        ct = _kept(ct)
         previous = grads[parent]
         if previous is None:
             grads[parent] = ct
@@ -429,7 +622,8 @@ def tensor_result(op: Op, what: str, result: Any) -> np.ndarray:
     saved with ``--write``); anything else is a ReplayError naming the op."""
     try:
         array = np.asarray(result)
-    except Exception:
+    except BaseException as exc:  # an array-like whose __array__ raises: the op's failure, said
+        raise_unreadable(op, what, result, exc)
         array = None
     if array is not None and array.dtype in TENSOR_DTYPES:
         if array.ndim <= MAX_DIMENSIONS:
@@ -449,6 +643,15 @@ def cotangents_error(op: Op, what: str, cotangents: Any, count: int) -> ReplayEr
     """The error for a ``vjp`` (``what``) that returned ``cotangents`` where it owes ``count``, one per input."""
     got = counted(len(cotangents), "cotangent") if isinstance(cotangents, (tuple, list)) else type(cotangents).__name__
     return ReplayError(f"op {op.name!r} ({op.source}): {what} returned {got}, expected one per input ({count})")
+
+
+def missing_cotangent(op: Op, what: str, position: int) -> ReplayError:
+    """The error for a ``vjp`` (``what``) that returned ``None`` for input ``position``, which needs a
+    gradient (``None`` is only for an input whose ``needs_input_grad`` entry is False)."""
+    return ReplayError(
+        f"op {op.name!r} ({op.source}): {what} returned None for input {position}, which needs a gradient "
+        "(None is only for an input whose needs_input_grad entry is False)"
+    )
 
 
 def cotangent_for(op: Op, what: str, position: int, cotangent: Any, x: np.ndarray) -> np.ndarray:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -292,3 +295,136 @@ def test_debug_shows_a_traceback_and_never_local_variables(tmp_path: Path) -> No
     assert "LOCAL-SENTINEL-42" not in debug.stderr  # no frame's locals are printed
     assert "locals" not in debug.stderr.lower()
     json.dumps(debug.stderr)  # plain text: no rich markup objects
+
+
+# -- a small file that asks for unbounded work; Ctrl-C --------------------------------------------
+def _broadcast_then_sum(path: Path, shape: list[int]) -> None:
+    b = GraphBuilder()
+    x = b.leaf(np.ones((1, 1)), name="x")
+    b.add("sum", [b.add("broadcast_to", [x], attrs={"shape": shape})], name="loss")
+    fmt.save(b.build(), path)
+
+
+def test_a_file_asking_for_an_8_tib_array_is_refused_before_it_runs(tmp_path: Path) -> None:
+    path = tmp_path / "huge.msgpack"
+    _broadcast_then_sum(path, [2**20, 2**20])
+    assert path.stat().st_size < 1000
+    result = runner.invoke(app, ["--disable-plugins", "backward", str(path), "--json"])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr == (
+        "Error: node #1 (broadcast_to): asks for a 1048576x1048576 float64 array (8.0 TiB), more than the "
+        "limit of 4.0 GiB on one array (GRAPHSVC_MAX_ARRAY_BYTES)\n"
+    )
+
+
+def test_the_array_limit_is_set_by_an_environment_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "wide.msgpack"
+    _broadcast_then_sum(path, [1024, 1024])  # 8 MiB
+    assert runner.invoke(app, ["--disable-plugins", "forward", str(path)]).exit_code == 0
+    monkeypatch.setenv("GRAPHSVC_MAX_ARRAY_BYTES", "4MiB")
+    result = runner.invoke(app, ["--disable-plugins", "forward", str(path)])
+    assert (result.exit_code, result.stderr) == (
+        1,
+        "Error: node #1 (broadcast_to): asks for a 1024x1024 float64 array (8.0 MiB), more than the limit of "
+        "4.0 MiB on one array (GRAPHSVC_MAX_ARRAY_BYTES)\n",
+    )
+    monkeypatch.setenv("GRAPHSVC_MAX_ARRAY_BYTES", "lots")
+    result = runner.invoke(app, ["--disable-plugins", "forward", str(path)])
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "Error: GRAPHSVC_MAX_ARRAY_BYTES must be a positive number of bytes, with a unit or without "
+        "(4294967296, 512MiB, 16GiB), not 'lots'\n",
+    )
+
+
+def test_ctrl_c_stops_a_replay_between_ops_with_exit_code_130(tmp_path: Path) -> None:
+    plugin = tmp_path / "slow_ops.py"
+    plugin.write_text(
+        textwrap.dedent(
+            """
+            import time
+            from graphsvc.hookspecs import hookimpl
+            from graphsvc.ops import Op
+
+            def slow(x):
+                time.sleep(0.01)
+                return x + 1.0
+
+            @hookimpl
+            def graphsvc_register_ops(register):
+                register(Op("slow", 1, forward=slow, vjp=lambda g, out, x: (g,)))
+            """
+        )
+    )
+    b = GraphBuilder()
+    node = b.leaf(np.ones(3), name="x")
+    for _ in range(3000):  # 30 s of work
+        node = b.add("slow", [node])
+    path = tmp_path / "slow.msgpack"
+    fmt.save(b.build(), path)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "graphsvc", "--plugin", str(plugin), "forward", str(path), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    time.sleep(3)
+    process.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    out, err = process.communicate(timeout=20)
+    assert time.monotonic() - started < 5
+    assert (process.returncode, out, err) == (130, "", "Error: interrupted\n")
+
+
+# -- plugins writing after the fact -----------------------------------------------------------------
+_WRITES_LATER = """
+import os, sys, threading, time
+from graphsvc.hookspecs import hookimpl
+from graphsvc.ops import Op
+
+def later():
+    time.sleep(0.3)
+    print("thread print")
+    sys.stdout.flush()
+    os.write(1, b"thread fd write\\n")
+
+def forward(x):
+    if os.fork() == 0:  # the child goes on as graphsvc would, prints its own report, and writes later
+        time.sleep(0.2)
+        os.write(1, b"child fd write\\n")
+        print("child print")
+    return x + 1.0
+
+@hookimpl
+def graphsvc_register_ops(register):
+    threading.Thread(target=later).start()
+    register(Op("noisy", 1, forward=forward, vjp=lambda g, out, x: (g,)))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_plugins_thread_and_forked_child_writing_later_cannot_corrupt_json(tmp_path: Path) -> None:
+    (tmp_path / "noisy.py").write_text(_WRITES_LATER)
+    b = GraphBuilder()
+    b.add("sum", [b.add("noisy", [b.leaf(np.ones(2), name="x")])], name="loss")
+    fmt.save(b.build(), tmp_path / "g.msgpack")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    run = subprocess.run(
+        [sys.executable, "-m", "graphsvc", "--plugin", "noisy.py", "backward", "g.msgpack", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    document = json.loads(run.stdout)  # exactly one JSON document, nothing else
+    assert run.stdout == json.dumps(document, separators=(",", ":")) + "\n"
+    assert document["nodes"][0]["name"] == "loss"
+    for line in ("thread print", "thread fd write", "child fd write", "child print"):
+        assert line in run.stderr.splitlines()
+    assert run.stderr.count('{"output":2') == 1  # the child's report went to stderr

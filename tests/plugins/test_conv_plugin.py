@@ -859,3 +859,39 @@ def test_a_replay_keeps_no_residuals_for_a_node_the_backward_pass_does_not_reach
         if mine is not None and theirs is not None:
             assert mine.tobytes() == theirs.tobytes(), graph.label(node)
     assert not run.grads[graph.node_id("v")].any()  # the unused branch's weight: zeros, as before
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "asked"),
+    [
+        ("conv2d", {"padding": 2**18}, "1x1x524290x524290 float64 array (2.0 TiB)"),
+        (
+            "max_pool2d",
+            {"kernel_size": 2**19, "padding": 2**18, "stride": 1},
+            "1x1x524290x524290 float64 array (2.0 TiB)",
+        ),
+    ],
+)
+def test_padding_that_asks_for_terabytes_is_refused_before_the_op_runs(
+    op: str, attrs: dict[str, Any], asked: str
+) -> None:
+    # The checkout's plugin, not an installed copy that may predate out_shape.
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "plugins" / "graphsvc-conv" / "graphsvc_conv" / "__init__.py"
+    spec = importlib.util.spec_from_file_location("graphsvc_conv_checkout", path)
+    assert spec is not None and spec.loader is not None
+    conv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conv)
+    registry, _ = load_registry(disable_third_party=True)
+    conv.graphsvc_register_ops(lambda o: registry.register(o, plugin="graphsvc_conv"))
+    b = GraphBuilder()
+    x, w = b.leaf(np.ones((1, 1, 2, 2)), name="x"), b.leaf(np.ones((1, 1, 1, 1)), name="w")
+    b.add("sum", [b.add(op, [x, w] if op == "conv2d" else [x], attrs=attrs, name="big")])
+    with pytest.raises(ReplayError) as caught:
+        graphsvc.forward(b.build(), registry=registry)
+    assert str(caught.value) == (
+        f"node big ({op}): asks for a {asked}, more than the limit of 4.0 GiB on one array (GRAPHSVC_MAX_ARRAY_BYTES)"
+    )
+    assert conv.conv2d_shape((1, 3, 8, 8), (4, 3, 3, 3)) == (36, 27)  # the columns, larger than (1, 4, 6, 6)
+    assert conv.conv2d_shape((1, 3, 2, 2), (4, 3, 3, 3)) is None  # conv2d says why

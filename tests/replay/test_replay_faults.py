@@ -378,3 +378,163 @@ def test_a_noisy_plugin_cannot_corrupt_json_output_of_a_real_process(tmp_path: P
         "fd noise in forward",
         "noise in derivatives",
     } <= set(result.stderr.splitlines())
+
+
+# -- results that are not what they seem ------------------------------------------------------------
+def _tensor_registry(*ops: Op) -> OpRegistry:
+    registry, problems = load_registry(disable_third_party=True)
+    assert not problems
+    for op in ops:
+        registry.register(op, plugin="sneaky")
+    return registry
+
+
+def _two_calls(op: str) -> Graph:
+    """loss = sum(op(x) + op(y)): the op runs twice, its first result still needed after the second."""
+    b = GraphBuilder()
+    x, y = b.leaf(np.array([1.0, 2.0, 3.0]), name="x"), b.leaf(np.array([10.0, 20.0, 30.0]), name="y")
+    b.add("sum", [b.add("add", [b.add(op, [x], name="a"), b.add(op, [y], name="c")])], name="loss")
+    return b.build()
+
+
+_SCRATCH = np.zeros(3)
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [
+        pytest.param(lambda x: np.multiply(x, 2, out=_SCRATCH)[:], id="a view of a buffer it keeps"),
+        pytest.param(lambda x: np.multiply(x, 2, out=_SCRATCH), id="the buffer it keeps"),
+        pytest.param(lambda x: np.multiply(x, 2, out=_SCRATCH).reshape(3, 1)[:, 0], id="a view of a view of it"),
+    ],
+)
+def test_an_op_that_reuses_a_buffer_cannot_change_an_earlier_nodes_value(forward: Any) -> None:
+    def vjp(g: Any, out: Any, x: Any) -> Any:
+        return (np.multiply(g, 2, out=_SCRATCH)[:],)  # a cotangent in the same buffer
+
+    registry = _tensor_registry(Op("double", 1, forward=forward, vjp=vjp))
+    import graphsvc
+
+    result = graphsvc.backward(_two_calls("double"), registry=registry)
+    assert result.value("a").tolist() == [2.0, 4.0, 6.0]
+    assert result.value("c").tolist() == [20.0, 40.0, 60.0]
+    assert result.value("loss") == 132.0
+    assert result.grad("x").tolist() == result.grad("y").tolist() == [2.0, 2.0, 2.0]
+    _SCRATCH[:] = 99.0  # the plugin writes again later: what the replay returned does not change
+    assert result.value("a").tolist() == [2.0, 4.0, 6.0] and result.grad("x").tolist() == [2.0, 2.0, 2.0]
+
+
+def test_fresh_results_and_views_of_inputs_are_kept_without_a_copy() -> None:
+    from graphsvc.replay import arrays
+
+    registry = _tensor_registry()
+    b = GraphBuilder()
+    x = b.leaf(np.arange(6.0), name="x")
+    b.add("sum", [b.add("reshape", [b.add("exp", [x], name="e")], attrs={"shape": [2, 3]}, name="r")], name="loss")
+    graph = b.build()
+    ops = replay.resolve_ops(graph, registry)
+    values = arrays.forward(graph, ops)
+    e, r = values[graph.node_id("e")], values[graph.node_id("r")]
+    assert e is not None and r is not None
+    assert np.shares_memory(r, e)  # reshape's view of exp's own result, not a copy
+    assert not e.flags.writeable and not r.flags.writeable
+
+
+def test_an_elementwise_op_returning_another_shape_is_refused_in_the_tensor_forward() -> None:
+    op = Op("wrong", 1, forward=lambda x: np.zeros(5), derivatives=lambda x, out: (np.ones_like(x),))
+    b = GraphBuilder()
+    b.add("sum", [b.add("wrong", [b.leaf(np.ones(3), name="x")], name="w")], name="loss")
+    import graphsvc
+
+    with pytest.raises(ReplayError) as caught:
+        graphsvc.forward(b.build(), registry=_tensor_registry(op))
+    assert str(caught.value) == (
+        "node w: op 'wrong' (sneaky): forward returned an array of shape [5], but an elementwise op returns "
+        "its inputs' broadcast shape [3]"
+    )
+
+
+@pytest.mark.parametrize("declares_needs", [False, True])
+def test_a_vjp_returning_none_for_an_input_that_needs_a_gradient_is_an_error(declares_needs: bool) -> None:
+    if declares_needs:
+
+        def vjp(g: Any, out: Any, x: Any, y: Any, needs_input_grad: Any = None) -> Any:
+            return (g * y, None)
+    else:
+
+        def vjp(g: Any, out: Any, x: Any, y: Any) -> Any:
+            return (g * y, None)
+
+    registry = _tensor_registry(Op("times", 2, forward=lambda x, y: x * y, vjp=vjp))
+    b = GraphBuilder()
+    x, w = b.leaf(np.ones(3), name="x"), b.leaf(np.ones(3), name="w")
+    b.add("sum", [b.add("times", [x, w], name="t")], name="loss")
+    import graphsvc
+
+    with pytest.raises(ReplayError) as caught:
+        graphsvc.backward(b.build(), registry=registry)
+    assert str(caught.value) == (
+        "node t: op 'times' (sneaky): vjp returned None for input 1, which needs a gradient "
+        "(None is only for an input whose needs_input_grad entry is False)"
+    )
+    # a const array is data: it needs no gradient, and None for it is fine
+    b = GraphBuilder()
+    x, w = b.leaf(np.ones(3), name="x"), b.const(np.full(3, 2.0), name="w")
+    b.add("sum", [b.add("times", [x, w], name="t")], name="loss")
+    assert graphsvc.backward(b.build(), registry=registry).grad("x").tolist() == [2.0, 2.0, 2.0]
+
+
+class _Unreadable:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        raise self.exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "said"),
+    [(ValueError("no data"), "ValueError: no data"), (SystemExit(3), "SystemExit: 3")],
+)
+def test_an_array_like_whose_array_method_raises_is_an_error_naming_the_op(exc: BaseException, said: str) -> None:
+    import graphsvc
+
+    tensor = _tensor_registry(Op("lazy", 1, forward=lambda x: _Unreadable(exc), vjp=lambda g, out, x: (g,)))
+    b = GraphBuilder()
+    b.add("sum", [b.add("lazy", [b.leaf(np.ones(3), name="x")], name="z")], name="loss")
+    with pytest.raises(ReplayError) as caught:
+        graphsvc.forward(b.build(), registry=tensor)
+    assert str(caught.value) == (
+        f"node z: op 'lazy' (sneaky): forward returned _Unreadable, which raised {said} when read as an array"
+    )
+    columns = _registry_with(Op("lazy", 1, forward=lambda x: _Unreadable(exc), derivatives=lambda x, out: (1.0,)))
+    b = GraphBuilder()
+    b.add("lazy", [b.leaf(1.0, name="x")], name="z")
+    with pytest.raises(ReplayError) as caught:
+        replay.forward(b.build(), columns)
+    assert str(caught.value) == (
+        f"node z: op 'lazy' (demo 1.0): forward returned _Unreadable, which raised {said} when read as an array"
+    )
+
+
+@pytest.mark.parametrize(
+    ("derivatives", "said"),
+    [
+        (lambda x, out: (None,), "derivatives returned NoneType for input 0, not real numbers"),
+        (
+            lambda x, out: (np.ones((2, 3)),),
+            "derivatives returned a partial of shape [2, 3] for input 0, where the output's shape is [3]",
+        ),
+    ],
+)
+def test_an_elementwise_ops_partial_that_is_none_or_widens_g_is_an_error_in_the_tensor_backward(
+    derivatives: Any, said: str
+) -> None:
+    import graphsvc
+
+    registry = _tensor_registry(Op("twice", 1, forward=lambda x: x * 2, derivatives=derivatives))
+    b = GraphBuilder()
+    b.add("sum", [b.add("twice", [b.leaf(np.ones(3), name="x")], name="w")], name="loss")
+    with pytest.raises(ReplayError) as caught:
+        graphsvc.backward(b.build(), registry=registry)
+    assert str(caught.value) == f"node w: op 'twice' (sneaky): {said}"

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import numbers
 import threading
 from collections.abc import Callable
@@ -79,6 +80,42 @@ def _output_size(op: str, size: Pair, kernel: Pair, stride: Pair, padding: Pair)
             f"{op}: the kernel ({kernel[0]}x{kernel[1]}) is larger than the padded input ({padded[0]}x{padded[1]})"
         )
     return (padded[0] - kernel[0]) // stride[0] + 1, (padded[1] - kernel[1]) // stride[1] + 1
+
+
+def _largest_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    return max(shapes, key=math.prod)
+
+
+def conv2d_shape(
+    x: tuple[int, ...], weight: tuple[int, ...], *bias: tuple[int, ...], stride: Any = 1, padding: Any = 0
+) -> tuple[int, ...] | None:
+    """graphsvc's ``out_shape``: the largest array conv2d makes for inputs of these shapes (its
+    output, the padded input or the im2col columns), before it runs; None where conv2d refuses them."""
+    if len(x) != 4 or len(weight) != 4:
+        return None
+    try:
+        kernel, stride_, padding_ = weight[2:], _pair("stride", stride, 1), _pair("padding", padding, 0)
+        oh, ow = _output_size("conv2d", x[2:], kernel, stride_, padding_)
+    except ValueError:
+        return None
+    padded = (x[0], x[1], x[2] + 2 * padding_[0], x[3] + 2 * padding_[1])
+    return _largest_shape((x[0], weight[0], oh, ow), padded, (x[0] * oh * ow, x[1] * kernel[0] * kernel[1]))
+
+
+def max_pool2d_shape(
+    x: tuple[int, ...], kernel_size: Any, stride: Any = None, padding: Any = 0
+) -> tuple[int, ...] | None:
+    """graphsvc's ``out_shape``: the largest array max_pool2d makes (its output or the padded input)."""
+    if len(x) != 4:
+        return None
+    try:
+        kernel = _pair("kernel_size", kernel_size, 1)
+        stride_ = kernel if stride is None else _pair("stride", stride, 1)
+        padding_ = _pair("padding", padding, 0)
+        oh, ow = _output_size("max_pool2d", x[2:], kernel, stride_, padding_)
+    except ValueError:
+        return None
+    return _largest_shape((*x[:2], oh, ow), (*x[:2], x[2] + 2 * padding_[0], x[3] + 2 * padding_[1]))
 
 
 def _pad(x: np.ndarray, padding: Pair, value: float = 0.0) -> np.ndarray:
@@ -449,6 +486,7 @@ OPS: tuple[Op, ...] = (
         forward=conv2d,
         vjp=conv2d_vjp,
         forward_with_residuals=conv2d_with_residuals,
+        out_shape=conv2d_shape,
         variadic=True,  # the bias: an optional third input
         max_arity=3,
         samples=lambda rng: [
@@ -469,6 +507,7 @@ OPS: tuple[Op, ...] = (
         "max_pool2d", 1,
         forward=max_pool2d,
         vjp=max_pool2d_vjp,
+        out_shape=max_pool2d_shape,
         samples=lambda rng: [
             ((rng.permutation(216).reshape(2, 3, 6, 6) / 10.0,), {"kernel_size": 2}),  # no ties
             ((rng.permutation(50).reshape(1, 2, 5, 5) / 10.0,), {"kernel_size": 3, "stride": 2, "padding": 1}),
