@@ -5,7 +5,7 @@ No graph logic and no formatting live here. Library code raises :class:`graphsvc
 turns it into one line ``Error: ...`` on stderr and the error's exit code:
 
     0 success · 1 anything else · 2 usage error · 3 a missing, unreadable or invalid graph file
-    4 an op or plugin problem
+    4 an op or plugin problem · 5 an output that cannot be written (a file, or standard output)
 
 numpy, msgpack and the plugins are imported inside the commands that need them: ``--help`` is fast.
 """
@@ -196,7 +196,9 @@ def handles_errors(command: F) -> F:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return command(*args, **kwargs)
+            done = command(*args, **kwargs)
+            sys.stdout.flush()  # here, not at exit: a write that fails now is an error and its code
+            return done
         except GraphsvcError as exc:
             if STATE.debug:
                 raise
@@ -209,8 +211,10 @@ def handles_errors(command: F) -> F:
         except OSError as exc:  # the library words its own file errors; this is writing stdout (/dev/full)
             if STATE.debug:
                 raise
+            from graphsvc.errors import OutputError
+
             where = "standard output" if exc.filename is None else str(exc.filename)
-            raise _fail(f"cannot write {where}: {exc.strerror or exc}", 1) from None
+            raise _fail(f"cannot write {where}: {exc.strerror or exc}", OutputError.exit_code) from None
         except Exception as exc:
             if STATE.debug:
                 raise
@@ -793,6 +797,9 @@ def gradcheck(
 
 def run() -> None:
     """Console-script entry point."""
+    from graphsvc.console.printing import check_stdout
+
+    check_stdout()
     app(prog_name="graphsvc")
 
 

@@ -19,6 +19,7 @@ documents into graphs and back with every check, :mod:`graphsvc.format.diagnose`
 
 from __future__ import annotations
 
+import errno
 import mmap as _mmap
 import os
 import re
@@ -65,6 +66,7 @@ __all__ = [
     "VERSION",
     "WHICH",
     "FormatError",
+    "check_mapped",
     "GraphFileError",
     "GraphSource",
     "Limits",
@@ -81,6 +83,7 @@ __all__ = [
 def dumps(graph: Graph) -> bytes:
     """Encode a graph. The same graph always gives the same bytes."""
     expect_graph("dumps", graph)
+    check_mapped(graph)
     with gc_paused():  # a list per node with attributes: see graphsvc.collector
         stored = check_writable(graph)
         with _encoding():
@@ -90,6 +93,7 @@ def dumps(graph: Graph) -> bytes:
 def dump(graph: Graph, stream: IO[bytes]) -> None:
     """Write a graph to an open binary stream."""
     expect_graph("dump", graph)
+    check_mapped(graph)
     with gc_paused():
         _write(graph, stream, check_writable(graph))
 
@@ -118,13 +122,60 @@ def save(graph: Graph, path: str | os.PathLike[str]) -> None:
     )
 
     expect_graph("save", graph)
+    check_mapped(graph)
     with gc_paused():  # a list per node with attributes (a million: 3.3 s of collections): see graphsvc.collector
         stored = check_writable(graph)
         with atomic_writer(path) as stream:
             with _encoding():
                 chunks = list(codec.encode(graph, stored))  # views of the columns and arrays: nothing is copied
             reserve(stream, sum(map(len, chunks)))
-            _write_all(stream.fileno(), chunks)
+            try:
+                _write_all(stream.fileno(), chunks)
+            except OSError as exc:
+                # EFAULT: the kernel could not read the bytes to write, the pages of a mapped file cut short
+                if exc.errno == errno.EFAULT and _mappings(graph):
+                    check_mapped(graph)
+                    raise GraphFileError(_MAPPED_CHANGED) from None
+                raise
+
+
+_MAPPED_CHANGED = (
+    "the file this graph's arrays are mapped from (load(mmap=True)) was truncated or changed while mapped: "
+    "its arrays cannot be read; load it again"
+)
+
+
+def _mappings(graph: Graph) -> list[_mmap.mmap]:
+    """The mapped files (``load(mmap=True)``) ``graph``'s arrays view, each once."""
+    found: dict[int, _mmap.mmap] = {}
+    for table in (graph.arrays, graph.grad_arrays):
+        for array in table.values():
+            base = getattr(array, "base", None)
+            while base is not None:
+                if isinstance(base, _mmap.mmap):
+                    found[id(base)] = base
+                    break
+                base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    return list(found.values())
+
+
+def check_mapped(graph: Graph) -> None:
+    """Raise :class:`GraphFileError` if a file ``graph``'s arrays are mapped from (``load(mmap=True)``)
+    is now shorter than its mapping: reading the pages it lost would kill the process with SIGBUS.
+
+    :func:`save` and the replays call it before they read the arrays. It cannot see bytes written
+    into the file in place, nor a truncation after it returns (see :func:`load`)."""
+    for mapping in _mappings(graph):
+        try:
+            now = mapping.size()  # the file's size now (fstat of the descriptor the mapping keeps)
+        except (OSError, ValueError):  # a closed mapping: numpy keeps its own open
+            continue
+        if now < len(mapping):
+            raise GraphFileError(
+                f"the file this graph's arrays are mapped from (load(mmap=True)) is now "
+                f"{counted(now, 'byte', thousands=True)}, shorter than the {len(mapping):,} mapped: it was "
+                "truncated while mapped, and reading its arrays would kill the process (SIGBUS); load it again"
+            )
 
 
 #: The most buffers one ``writev`` takes (POSIX's IOV_MAX on Linux).
