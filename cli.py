@@ -800,7 +800,18 @@ def run() -> None:
     from graphsvc.console.printing import check_stdout
 
     check_stdout()
-    app(prog_name="graphsvc")
+    try:
+        app(prog_name="graphsvc")
+    except BrokenPipeError:  # --help or --version into a closed pipe: quiet, as a command's output is
+        sys.stderr.close()
+        raise SystemExit(1) from None
+    except OSError as exc:  # --help or --version on a full standard output: commands say theirs themselves
+        if STATE.debug or exc.filename is not None:
+            raise
+        from graphsvc.errors import OutputError
+
+        _fail(f"cannot write standard output: {exc.strerror or exc}", OutputError.exit_code)
+        raise SystemExit(OutputError.exit_code) from None
 
 
 if __name__ == "__main__":

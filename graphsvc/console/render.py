@@ -158,7 +158,7 @@ def render(
 
     The format comes from the suffix: ``.svg``, ``.png``, ``.pdf`` (through Graphviz) or ``.dot``.
     Raises :class:`UsageError` for another suffix or too many nodes, :class:`RenderError` when
-    Graphviz is missing or fails, :class:`GraphFileError` when ``path`` cannot be written (it names
+    Graphviz is missing or fails, :class:`OutputError` when ``path`` cannot be written (it names
     a device, FIFO, socket or directory, or its folder is missing); then nothing is written.
     """
     from graphsvc.format.atomic import atomic_writer

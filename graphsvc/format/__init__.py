@@ -32,7 +32,7 @@ from typing import IO, BinaryIO
 from graphsvc.collector import gc_paused
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.format import codec, document, fastload
-from graphsvc.format.document import check_text, check_writable
+from graphsvc.format.document import MAPPED_CHANGED, check_mapped, check_text, check_writable, mappings
 from graphsvc.format.layout import (
     ALIGNMENT,
     CANONICAL_NAN_BITS,
@@ -66,10 +66,10 @@ __all__ = [
     "VERSION",
     "WHICH",
     "FormatError",
-    "check_mapped",
     "GraphFileError",
     "GraphSource",
     "Limits",
+    "check_mapped",
     "dump",
     "dumps",
     "load",
@@ -115,7 +115,8 @@ def _encoding() -> Iterator[None]:
 
 def save(graph: Graph, path: str | os.PathLike[str]) -> None:
     """Write a graph to ``path`` atomically (see :mod:`graphsvc.format.atomic`): a reader sees the old
-    file or the new one, never a part."""
+    file or the new one, never a part. Raises :class:`graphsvc.errors.OutputError` (a
+    :class:`GraphFileError`) when ``path`` cannot be written."""
     from graphsvc.format.atomic import (  # here, not at the top: reading needs none of hashlib/secrets
         atomic_writer,
         reserve,
@@ -133,49 +134,10 @@ def save(graph: Graph, path: str | os.PathLike[str]) -> None:
                 _write_all(stream.fileno(), chunks)
             except OSError as exc:
                 # EFAULT: the kernel could not read the bytes to write, the pages of a mapped file cut short
-                if exc.errno == errno.EFAULT and _mappings(graph):
+                if exc.errno == errno.EFAULT and mappings(graph):
                     check_mapped(graph)
-                    raise GraphFileError(_MAPPED_CHANGED) from None
+                    raise GraphFileError(MAPPED_CHANGED) from None
                 raise
-
-
-_MAPPED_CHANGED = (
-    "the file this graph's arrays are mapped from (load(mmap=True)) was truncated or changed while mapped: "
-    "its arrays cannot be read; load it again"
-)
-
-
-def _mappings(graph: Graph) -> list[_mmap.mmap]:
-    """The mapped files (``load(mmap=True)``) ``graph``'s arrays view, each once."""
-    found: dict[int, _mmap.mmap] = {}
-    for table in (graph.arrays, graph.grad_arrays):
-        for array in table.values():
-            base = getattr(array, "base", None)
-            while base is not None:
-                if isinstance(base, _mmap.mmap):
-                    found[id(base)] = base
-                    break
-                base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
-    return list(found.values())
-
-
-def check_mapped(graph: Graph) -> None:
-    """Raise :class:`GraphFileError` if a file ``graph``'s arrays are mapped from (``load(mmap=True)``)
-    is now shorter than its mapping: reading the pages it lost would kill the process with SIGBUS.
-
-    :func:`save` and the replays call it before they read the arrays. It cannot see bytes written
-    into the file in place, nor a truncation after it returns (see :func:`load`)."""
-    for mapping in _mappings(graph):
-        try:
-            now = mapping.size()  # the file's size now (fstat of the descriptor the mapping keeps)
-        except (OSError, ValueError):  # a closed mapping: numpy keeps its own open
-            continue
-        if now < len(mapping):
-            raise GraphFileError(
-                f"the file this graph's arrays are mapped from (load(mmap=True)) is now "
-                f"{counted(now, 'byte', thousands=True)}, shorter than the {len(mapping):,} mapped: it was "
-                "truncated while mapped, and reading its arrays would kill the process (SIGBUS); load it again"
-            )
 
 
 #: The most buffers one ``writev`` takes (POSIX's IOV_MAX on Linux).
@@ -270,8 +232,11 @@ def load(source: GraphSource, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = F
     The mapping lives as long as any array viewing it. Replacing the file (``save`` renames a new
     file over it) leaves the arrays as they were; **writing into the file or truncating it while
     it is mapped is not safe**: written bytes show through the arrays (which bypasses every check)
-    and reading a page a truncation removed kills the process with ``SIGBUS``. Use it on files no
-    one rewrites in place, which is what :func:`save` guarantees for its own files.
+    and reading a page a truncation removed kills the process with ``SIGBUS``. :func:`save`,
+    :func:`dumps`, :func:`dump` and the replays check first (:func:`check_mapped`) and refuse a graph
+    whose file is now shorter than its mapping (:class:`GraphFileError`); a truncation during one of
+    them can still kill the process. Use it on files no one rewrites in place, which is what
+    :func:`save` guarantees for its own files.
     """
     return load_versioned(source, limits, mmap=mmap)[0]
 

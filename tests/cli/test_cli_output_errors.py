@@ -57,7 +57,7 @@ def test_standard_output_over_ulimit_f_exits_5_not_0(args: str, tmp_path: Path) 
     assert (cut.returncode, cut.stderr) == (5, "Error: cannot write standard output: File too large\n")
 
 
-@pytest.mark.parametrize("args", [*STDOUT_COMMANDS, f"inspect {MLP} --json", f"validate {SEED004}"])
+@pytest.mark.parametrize("args", [*STDOUT_COMMANDS, f"inspect {MLP} --json", f"validate {SEED004}", "--version", "-h"])
 def test_standard_output_on_dev_full_exits_5(args: str, tmp_path: Path) -> None:
     full = shell(f"graphsvc {args} > /dev/full", tmp_path)
     assert (full.returncode, full.stderr) == (5, "Error: cannot write standard output: No space left on device\n")

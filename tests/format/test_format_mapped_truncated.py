@@ -11,6 +11,7 @@ import pytest
 
 from graphsvc import format as fmt
 from graphsvc.errors import OutputError
+from graphsvc.format import document, jsonio
 from graphsvc.graph import Graph, GraphBuilder
 
 
@@ -40,7 +41,13 @@ def test_saving_or_replaying_a_graph_whose_mapped_file_was_truncated_says_so(tmp
 
     graph = mapped_then_truncated(tmp_path)
     out = tmp_path / "out.msgpack"
-    for attempt in (lambda: fmt.save(graph, out), lambda: fmt.dumps(graph), lambda: run.forward(graph)):
+    attempts = (
+        lambda: fmt.save(graph, out),
+        lambda: fmt.dumps(graph),
+        lambda: jsonio.dumps(graph),
+        lambda: run.forward(graph),
+    )
+    for attempt in attempts:
         with pytest.raises(GraphFileError) as caught:
             attempt()
         assert (str(caught.value), caught.value.exit_code) == (TRUNCATED, 3)
@@ -76,7 +83,7 @@ def test_an_intact_mapped_graph_saves_and_replays(tmp_path: Path) -> None:
     path = tmp_path / "mapped.msgpack"
     fmt.save(b.build(), path)
     graph = fmt.load(path, mmap=True)
-    assert len(fmt._mappings(graph)) == 1
+    assert len(document.mappings(graph)) == 1
     fmt.check_mapped(graph)
     fmt.save(graph, tmp_path / "copy.msgpack")
     assert np.array_equal(run.forward(graph).value("y"), -np.ones((4, 4)))
