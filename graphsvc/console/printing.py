@@ -9,12 +9,14 @@ Every write to standard output is whole or an error. Python's own ``sys.stdout``
 takes a short write (a full disk, ``ulimit -f``) as done and drops the rest, so a command would exit
 0 with a cut file. :func:`check_stdout` gives the command line a ``sys.stdout`` that writes until
 every byte is out; the first write the system refuses raises :class:`OSError` (EFBIG, ENOSPC...),
-which the CLI says as ``cannot write standard output`` and exit code 5. Python ignores SIGXFSZ, and
-so does graphsvc: past ``ulimit -f`` a write fails with EFBIG instead of killing the process.
+which the CLI says as ``cannot write standard output`` and exit code 5. Python ignores SIGXFSZ at
+start-up, and :func:`check_stdout` makes sure of it (a program embedding graphsvc's CLI may have
+restored it): past ``ulimit -f`` a write fails with EFBIG instead of killing the process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -176,7 +178,12 @@ class _WholeWrites(io.RawIOBase):
 
 def check_stdout() -> None:
     """Make ``sys.stdout`` (when it is file descriptor 1) write every byte or raise; see the module
-    docstring. The console command calls it before anything is printed."""
+    docstring, and ignore SIGXFSZ. The console command calls it before anything is printed."""
+    import signal
+
+    if hasattr(signal, "SIGXFSZ"):
+        with contextlib.suppress(ValueError):  # not the main thread: left as it is
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     stream = sys.stdout
     try:
         fd = stream.fileno()

@@ -143,3 +143,16 @@ def test_whole_writes_resume_short_writes_then_discard_after_a_failure(monkeypat
     assert os.read(read, 100) == b"abcd"
     assert calls == [4, 2, 4]
     os.close(read)
+
+
+def test_sigxfsz_restored_to_its_default_still_gives_exit_5_not_a_kill(tmp_path: Path) -> None:
+    """An embedding program that put SIGXFSZ back to SIG_DFL: check_stdout ignores it again."""
+    script = (
+        "import signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_DFL); "
+        "sys.argv = ['graphsvc', '--disable-plugins', 'convert', sys.argv[1], '--to', 'json']; "
+        "from graphsvc.__main__ import main; main()"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = f"ulimit -f {LIMIT_BLOCKS}; {shlex.quote(sys.executable)} -c {shlex.quote(script)} {MLP} > cut"
+    result = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, env=env, check=False)
+    assert (result.returncode, result.stderr) == (5, "Error: cannot write standard output: File too large\n")
