@@ -5,7 +5,7 @@ No graph logic and no formatting live here. Library code raises :class:`graphsvc
 turns it into one line ``Error: ...`` on stderr and the error's exit code:
 
     0 success · 1 anything else · 2 usage error · 3 a missing, unreadable or invalid graph file
-    4 an op or plugin problem
+    4 an op or plugin problem · 5 an output that cannot be written (a file, or standard output)
 
 numpy, msgpack and the plugins are imported inside the commands that need them: ``--help`` is fast.
 """
@@ -196,7 +196,9 @@ def handles_errors(command: F) -> F:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return command(*args, **kwargs)
+            done = command(*args, **kwargs)
+            sys.stdout.flush()  # here, not at exit: a write that fails now is an error and its code
+            return done
         except GraphsvcError as exc:
             if STATE.debug:
                 raise
@@ -213,8 +215,10 @@ def handles_errors(command: F) -> F:
         except OSError as exc:  # the library words its own file errors; this is writing stdout (/dev/full)
             if STATE.debug:
                 raise
+            from graphsvc.errors import OutputError
+
             where = "standard output" if exc.filename is None else str(exc.filename)
-            raise _fail(f"cannot write {where}: {exc.strerror or exc}", 1) from None
+            raise _fail(f"cannot write {where}: {exc.strerror or exc}", OutputError.exit_code) from None
         except Exception as exc:
             if STATE.debug:
                 raise
@@ -815,7 +819,21 @@ def gradcheck(
 
 def run() -> None:
     """Console-script entry point."""
-    app(prog_name="graphsvc")
+    from graphsvc.console.printing import check_stdout
+
+    check_stdout()
+    try:
+        app(prog_name="graphsvc")
+    except BrokenPipeError:  # --help or --version into a closed pipe: quiet, as a command's output is
+        sys.stderr.close()
+        raise SystemExit(1) from None
+    except OSError as exc:  # --help or --version on a full standard output: commands say theirs themselves
+        if STATE.debug or exc.filename is not None:
+            raise
+        from graphsvc.errors import OutputError
+
+        _fail(f"cannot write standard output: {exc.strerror or exc}", OutputError.exit_code)
+        raise SystemExit(OutputError.exit_code) from None
 
 
 if __name__ == "__main__":

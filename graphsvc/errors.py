@@ -1,7 +1,11 @@
 """One exception hierarchy, rooted at :class:`GraphsvcError`.
 
 Library code raises these; only the CLI turns them into ``Error: ...`` and an exit code.
-Each class carries the exit code the CLI uses for it (see the table in docs/cli.md).
+Each class carries the exit code the CLI uses for it (see the table in docs/cli.md):
+
+    1 GraphsvcError, ReplayError, RenderError · 2 UsageError · 3 GraphFileError, FormatError,
+    GraphStructureError (the input graph) · 4 OpError and its kinds · 5 OutputError (an output that
+    cannot be written)
 """
 
 from __future__ import annotations
@@ -20,9 +24,22 @@ class UsageError(GraphsvcError):
 
 
 class GraphFileError(GraphsvcError):
-    """A graph file that is missing or cannot be read or written. Exit 3."""
+    """A graph file that is missing or cannot be read. Exit 3.
+
+    An output that cannot be written is its subclass :class:`OutputError` (exit 5)."""
 
     exit_code = 3
+
+
+class OutputError(GraphFileError):
+    """An output that cannot be written or was cut short: a file (``--write``, ``convert -o``,
+    ``render -o``: its folder is missing, it names a device, the disk is full) or standard output
+    (full, or over ``ulimit -f``). Exit 5.
+
+    A subclass of :class:`GraphFileError`, so code that caught a failed save as one still does;
+    its exit code is its own: a failed output says nothing about the input graph."""
+
+    exit_code = 5
 
 
 class FormatError(GraphFileError):

@@ -63,8 +63,7 @@ def write(graph: Graph, form: str, target: Path, quiet: bool = False) -> None:
     with progress(f"converting to {form}", quiet=quiet):
         data = jsonio.dumps(graph).encode() if form == "json" else fmt.dumps(graph)
     if printing.is_stdio(target):
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+        printing.write_bytes(data)
         return
     from graphsvc.format.atomic import atomic_writer
 

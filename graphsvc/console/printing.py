@@ -2,12 +2,23 @@
 an aligned table on a terminal or tab-separated text in a pipe.
 
 Everything is written to standard output through ``typer.echo`` (or, for the megabytes of a
-listing, straight to ``sys.stdout``); notes and warnings go to standard error. json is imported
-only by the functions that write JSON: a text listing never needs it.
+listing, straight to ``sys.stdout``; bytes through :func:`write_bytes`); notes and warnings go to
+standard error. json is imported only by the functions that write JSON: a text listing never needs it.
+
+Every write to standard output is whole or an error. Python's own ``sys.stdout`` is not: its buffer
+takes a short write (a full disk, ``ulimit -f``) as done and drops the rest, so a command would exit
+0 with a cut file. :func:`check_stdout` gives the command line a ``sys.stdout`` that writes until
+every byte is out; the first write the system refuses raises :class:`OSError` (EFBIG, ENOSPC...),
+which the CLI says as ``cannot write standard output`` and exit code 5. Python ignores SIGXFSZ at
+start-up, and :func:`check_stdout` makes sure of it (a program embedding graphsvc's CLI may have
+restored it): past ``ulimit -f`` a write fails with EFBIG instead of killing the process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -17,6 +28,7 @@ import typer
 
 __all__ = [
     "NODE_COLUMNS",
+    "check_stdout",
     "echo_chunks",
     "echo_lines",
     "echo_listing",
@@ -29,6 +41,7 @@ __all__ = [
     "print_table",
     "shown",
     "wants_table",
+    "write_bytes",
     "wrote",
 ]
 
@@ -123,6 +136,79 @@ def print_rows(columns: Iterable[tuple[str, str]], rows: Sequence[Sequence[str]]
     else:
         for row in rows:
             typer.echo("\t".join(row))
+
+
+class _WholeWrites(io.RawIOBase):
+    """File descriptor ``fd`` as a raw stream whose ``write`` writes every byte (resuming short
+    writes) or raises :class:`OSError`: never a short count a buffer above it could ignore.
+
+    After a write failed, the rest is discarded: the command is failing with that error, and the
+    bytes left in the buffer would only fail again when Python flushes it at exit."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+        self._failed = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        if self._failed:
+            return len(view)
+        done = 0
+        try:
+            while done < len(view):
+                wrote = os.write(self._fd, view[done:])
+                if wrote <= 0:  # POSIX allows it for no reason it gives: never loop on it
+                    raise OSError(0, "the system wrote nothing")
+                done += wrote
+        except OSError:
+            self._failed = True
+            raise
+        return done
+
+
+def check_stdout() -> None:
+    """Make ``sys.stdout`` (when it is file descriptor 1) write every byte or raise; see the module
+    docstring, and ignore SIGXFSZ. The console command calls it before anything is printed."""
+    import signal
+
+    if hasattr(signal, "SIGXFSZ"):
+        with contextlib.suppress(ValueError):  # not the main thread: left as it is
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    stream = sys.stdout
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a test's capture, a closed stdout: left as it is
+        return
+    if fd != 1 or not isinstance(stream, io.TextIOWrapper):
+        return
+    stream.flush()
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(_WholeWrites(fd)),
+        encoding=stream.encoding,
+        errors=stream.errors,
+        line_buffering=stream.line_buffering,
+    )
+
+
+def write_bytes(data: bytes) -> None:
+    """``data`` to standard output, every byte or an :class:`OSError`; flushed."""
+    stream = sys.stdout
+    stream.flush()
+    buffer = stream.buffer
+    wrote = buffer.write(data)
+    if wrote is not None and wrote < len(data):  # a stdout check_stdout did not replace
+        raise OSError(0, f"only {wrote} of {len(data)} bytes were written")
+    buffer.flush()
 
 
 def is_stdio(path: Path | None) -> bool:

@@ -200,9 +200,8 @@ def render(
 
     The format comes from the suffix: ``.svg``, ``.png``, ``.pdf`` (through Graphviz) or ``.dot``.
     Raises :class:`UsageError` for another suffix or too many nodes, :class:`RenderError` when
-    Graphviz is missing or fails, :class:`~graphsvc.errors.GraphFileError` when ``path`` cannot be
-    written (it names a device, FIFO, socket or directory, or its folder is missing); then nothing is
-    written.
+    Graphviz is missing or fails, :class:`~graphsvc.errors.OutputError` when ``path`` cannot be written (it names
+    a device, FIFO, socket or directory, or its folder is missing); then nothing is written.
     """
     from graphsvc.format.atomic import atomic_writer
 

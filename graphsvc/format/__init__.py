@@ -19,6 +19,7 @@ documents into graphs and back with every check, :mod:`graphsvc.format.diagnose`
 
 from __future__ import annotations
 
+import errno
 import mmap as _mmap
 import os
 import re
@@ -31,7 +32,7 @@ from typing import IO, BinaryIO
 from graphsvc.collector import gc_paused
 from graphsvc.errors import FormatError, GraphFileError
 from graphsvc.format import codec, document, fastload, keys
-from graphsvc.format.document import check_text, check_writable
+from graphsvc.format.document import MAPPED_CHANGED, check_mapped, check_text, check_writable, mappings
 from graphsvc.format.layout import (
     ALIGNMENT,
     CANONICAL_NAN_BITS,
@@ -68,6 +69,7 @@ __all__ = [
     "GraphFileError",
     "GraphSource",
     "Limits",
+    "check_mapped",
     "dump",
     "dumps",
     "load",
@@ -81,6 +83,7 @@ __all__ = [
 def dumps(graph: Graph) -> bytes:
     """Encode a graph. The same graph always gives the same bytes."""
     expect_graph("dumps", graph)
+    check_mapped(graph)
     with gc_paused():  # a list per node with attributes: see graphsvc.collector
         stored = check_writable(graph)
         with _encoding():
@@ -90,6 +93,7 @@ def dumps(graph: Graph) -> bytes:
 def dump(graph: Graph, stream: IO[bytes]) -> None:
     """Write a graph to an open binary stream."""
     expect_graph("dump", graph)
+    check_mapped(graph)
     with gc_paused():
         _write(graph, stream, check_writable(graph))
 
@@ -111,20 +115,29 @@ def _encoding() -> Iterator[None]:
 
 def save(graph: Graph, path: str | os.PathLike[str]) -> None:
     """Write a graph to ``path`` atomically (see :mod:`graphsvc.format.atomic`): a reader sees the old
-    file or the new one, never a part."""
+    file or the new one, never a part. Raises :class:`graphsvc.errors.OutputError` (a
+    :class:`GraphFileError`) when ``path`` cannot be written."""
     from graphsvc.format.atomic import (  # here, not at the top: reading needs none of hashlib/secrets
         atomic_writer,
         reserve,
     )
 
     expect_graph("save", graph)
+    check_mapped(graph)
     with gc_paused():  # a list per node with attributes (a million: 3.3 s of collections): see graphsvc.collector
         stored = check_writable(graph)
         with atomic_writer(path) as stream:
             with _encoding():
                 chunks = list(codec.encode(graph, stored))  # views of the columns and arrays: nothing is copied
             reserve(stream, sum(map(len, chunks)))
-            _write_all(stream.fileno(), chunks)
+            try:
+                _write_all(stream.fileno(), chunks)
+            except OSError as exc:
+                # EFAULT: the kernel could not read the bytes to write, the pages of a mapped file cut short
+                if exc.errno == errno.EFAULT and mappings(graph):
+                    check_mapped(graph)
+                    raise GraphFileError(MAPPED_CHANGED) from None
+                raise
 
 
 #: The most buffers one ``writev`` takes (POSIX's IOV_MAX on Linux).
@@ -237,8 +250,11 @@ def load(source: GraphSource, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = F
     The mapping lives as long as any array viewing it. Replacing the file (``save`` renames a new
     file over it) leaves the arrays as they were; **writing into the file or truncating it while
     it is mapped is not safe**: written bytes show through the arrays (which bypasses every check)
-    and reading a page a truncation removed kills the process with ``SIGBUS``. Use it on files no
-    one rewrites in place, which is what :func:`save` guarantees for its own files.
+    and reading a page a truncation removed kills the process with ``SIGBUS``. :func:`save`,
+    :func:`dumps`, :func:`dump` and the replays check first (:func:`check_mapped`) and refuse a graph
+    whose file is now shorter than its mapping (:class:`GraphFileError`); a truncation during one of
+    them can still kill the process. Use it on files no one rewrites in place, which is what
+    :func:`save` guarantees for its own files.
     """
     return load_versioned(source, limits, mmap=mmap, strict=strict, _stacklevel=2)[0]
 

@@ -7,10 +7,18 @@ What a save through :func:`atomic_writer` promises:
 - The file written is the one the path names after following symbolic links, as ``cp`` and a shell
   redirection do; the links stay links. A dangling link writes the path it points to; links that
   loop are an error.
+- A link is followed only where the kernel's ``fs.protected_symlinks`` would follow it: a link in a
+  sticky world-writable folder (``/tmp``) owned by someone other than the user saving and the
+  folder's owner is refused (another user's link there could aim a save, root's too, at any file).
 - Only a regular file is ever replaced: a device, FIFO, socket or directory is refused before
   anything is created.
-- The replaced file's mode is kept; a new file gets ``0o666 & ~umask``. The file and its folder are
-  fsynced.
+- The replaced file's permission bits are kept, but never its setuid, setgid or sticky bit (as
+  ``install`` and editors drop them: 4755 becomes 0755); a new file gets ``0o666 & ~umask``.
+- The replaced file's owner and group are kept: root saving over another user's file gives the
+  new file that user and group (``fchown`` before the rename), so its owner can still read it. A
+  user who cannot give the new file the old one's owner (only root can give a file away) is
+  refused; one who owns it but cannot keep its group gets their own group, as editors do.
+- The file and its folder are fsynced.
 - After an error the target is untouched and no temporary file remains.
 - The temporary name is short (``.graphsvc-XXXXXXXX.tmp``), so a target name of NAME_MAX (255)
   bytes can be written.
@@ -49,7 +57,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
-from graphsvc.errors import GraphFileError
+from graphsvc.errors import OutputError
 from graphsvc.text import escape
 
 #: Where Linux shows a process's open files; linking from here gives an anonymous file a name.
@@ -81,19 +89,21 @@ def atomic_writer(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO
     """Yield a stream; when the block ends without error, its bytes replace ``path`` at once.
 
     ``path`` may be a symbolic link (the file it points to is written) but must not name a device,
-    FIFO, socket or directory. Raises :class:`GraphFileError` (one line) when the file cannot be
+    FIFO, socket or directory. Raises :class:`OutputError` (one line) when the file cannot be
     written; an exception from the block passes through. Either way the target is untouched.
     """
     path = Path(path)
     target = writable_target(path)
     folder = target.parent
+    old_info = _old_info(path, target)
     tmp_name: str | None = None
     try:
         fd = _anonymous_file(folder)
         if fd is None:
             fd, tmp_name = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=TMP_SUFFIX, dir=folder)
         try:
-            os.fchmod(fd, _file_mode(target))  # mkstemp makes the file private (0600); give it a normal mode
+            _keep_owner(fd, old_info, path)  # before the mode: a change of owner clears setuid and setgid
+            os.fchmod(fd, _file_mode(old_info))  # mkstemp makes the file private (0600); give it a normal mode
             stream = os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")
         except BaseException:
             os.close(fd)
@@ -115,9 +125,44 @@ def atomic_writer(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO
             with suppress(OSError):
                 os.unlink(tmp_name)
         if isinstance(exc, OSError):
-            raise GraphFileError(f"cannot write {escape(str(path))}: {exc.strerror or exc}") from None
+            raise OutputError(f"cannot write {escape(str(path))}: {exc.strerror or exc}") from None
         raise
     _fsync_folder(folder)
+
+
+def _old_info(path: Path, target: Path) -> os.stat_result | None:
+    """The file about to be replaced, as ``stat`` sees it; None when there is none yet."""
+    try:
+        return os.stat(target)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise OutputError(f"cannot write {escape(str(path))}: {exc.strerror or exc}") from None
+
+
+def _keep_owner(fd: int, old: os.stat_result | None, path: Path) -> None:
+    """Give the new file ``fd`` the owner and group of the file it replaces (``old``).
+
+    Root can (and so keeps another user's file theirs); anyone can keep a group they are in.
+    A user who cannot keep the owner is refused (:class:`OutputError`): the new file would be
+    theirs, not its owner's. Their own file whose group they cannot keep gets their group."""
+    if old is None:
+        return
+    new = os.fstat(fd)
+    if (new.st_uid, new.st_gid) == (old.st_uid, old.st_gid):
+        return
+    try:
+        os.fchown(fd, old.st_uid, old.st_gid)
+        return
+    except PermissionError:
+        pass
+    if old.st_uid != new.st_uid:
+        raise OutputError(
+            f"cannot write {escape(str(path))}: it belongs to uid {old.st_uid}, and the file replacing it "
+            f"would belong to uid {new.st_uid} (only root can give a file away); save it elsewhere"
+        )
+    with suppress(PermissionError):
+        os.fchown(fd, -1, old.st_gid)
 
 
 def reserve(stream: IO[Any], size: int) -> None:
@@ -127,7 +172,7 @@ def reserve(stream: IO[Any], size: int) -> None:
     allocation (ext4) has none left to do when the file is renamed over the target, and a full disk
     is found before a byte is written. Where the filesystem or the system cannot (``EOPNOTSUPP``,
     ``ENOSYS``, ``EINVAL``, not Linux) nothing happens; another error (``ENOSPC``) raises
-    :class:`OSError`, which :func:`atomic_writer` turns into its one-line :class:`GraphFileError`.
+    :class:`OSError`, which :func:`atomic_writer` turns into its one-line :class:`OutputError`.
     The file's size becomes ``size``: write exactly that many bytes.
     """
     if size > 0:
@@ -166,8 +211,9 @@ def _libc_fallocate() -> Callable[[int, int], int] | None:
 def writable_target(path: Path) -> Path:
     """The file a save to ``path`` writes: ``path`` with its symbolic links followed.
 
-    Raises :class:`GraphFileError` when that is not a regular file (a device, FIFO, socket or
-    directory) or the links loop; a missing file is fine (a save creates it).
+    Raises :class:`OutputError` when that is not a regular file (a device, FIFO, socket or
+    directory), the links loop, or a link is one the kernel's ``fs.protected_symlinks`` would not
+    follow (:func:`_check_link`); a missing file is fine (a save creates it).
     """
     target = path
     seen: set[tuple[int, int]] = set()
@@ -177,18 +223,39 @@ def writable_target(path: Path) -> Path:
         except FileNotFoundError:
             return target
         except OSError as exc:
-            raise GraphFileError(f"cannot write {escape(str(path))}: {exc.strerror or exc}") from None
+            raise OutputError(f"cannot write {escape(str(path))}: {exc.strerror or exc}") from None
         if not stat.S_ISLNK(info.st_mode):
             kind = next((name for is_kind, name in _KINDS if is_kind(info.st_mode)), None)
             if kind is None:
                 return target
             where = "" if target == path else f"it links to {escape(str(target))}, "
-            raise GraphFileError(f"cannot write {escape(str(path))}: not a regular file ({where}{kind})")
+            raise OutputError(f"cannot write {escape(str(path))}: not a regular file ({where}{kind})")
         if (info.st_dev, info.st_ino) in seen:
-            raise GraphFileError(f"cannot write {escape(str(path))}: its symbolic links form a loop")
+            raise OutputError(f"cannot write {escape(str(path))}: its symbolic links form a loop")
         seen.add((info.st_dev, info.st_ino))
+        _check_link(path, target, info)
         target = target.parent / os.readlink(target)  # an absolute link replaces the folder
-    raise GraphFileError(f"cannot write {escape(str(path))}: more than {MAX_LINKS} symbolic links in a row")
+    raise OutputError(f"cannot write {escape(str(path))}: more than {MAX_LINKS} symbolic links in a row")
+
+
+def _check_link(path: Path, link: Path, info: os.stat_result) -> None:
+    """Refuse to follow ``link`` (``info``: its ``lstat``) where Linux's ``fs.protected_symlinks``
+    would: in a sticky world-writable folder, a link owned neither by the user saving nor by the
+    folder's owner. Following links in user space skips the kernel's guard, so it is made here,
+    on every system, whatever the sysctl says."""
+    try:
+        folder = os.stat(link.parent)
+    except OSError:
+        return  # the readlink that follows says what is wrong
+    sticky_world_writable = folder.st_mode & (stat.S_ISVTX | stat.S_IWOTH) == stat.S_ISVTX | stat.S_IWOTH
+    if not sticky_world_writable or info.st_uid in (os.geteuid(), folder.st_uid):
+        return
+    where = "" if link == path else f" ({escape(str(link))})"
+    raise OutputError(
+        f"cannot write {escape(str(path))}: a symbolic link{where} owned by uid {info.st_uid} in a sticky "
+        f"world-writable folder, neither yours nor the folder owner's: not followed, as the kernel's "
+        f"protected_symlinks would not; remove it or write elsewhere"
+    )
 
 
 def temporary_name(target: Path) -> str:
@@ -291,14 +358,18 @@ def _old_file(target: Path) -> int | None:
         return None
 
 
-def _file_mode(path: Path) -> int:
-    """The mode of the file being replaced, or the mode ``open`` would give a new file."""
-    try:
-        return stat.S_IMODE(path.stat().st_mode)
-    except OSError:
-        umask = os.umask(0o022)  # reading the umask means setting it; put it straight back
-        os.umask(umask)
-        return 0o666 & ~umask
+#: The permission bits a save keeps from the file it replaces: not setuid, setgid or sticky.
+_KEPT_MODE = 0o777
+
+
+def _file_mode(old: os.stat_result | None) -> int:
+    """The permission bits of the file being replaced (without setuid, setgid and sticky), or the
+    mode ``open`` would give a new file."""
+    if old is not None:
+        return stat.S_IMODE(old.st_mode) & _KEPT_MODE
+    umask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _fsync_folder(folder: Path) -> None:

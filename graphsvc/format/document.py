@@ -12,6 +12,7 @@ bytes are :mod:`graphsvc.format.codec`'s.
 from __future__ import annotations
 
 import itertools
+import mmap
 import operator
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from graphsvc.errors import FormatError, GraphStructureError
+from graphsvc.errors import FormatError, GraphFileError, GraphStructureError
 from graphsvc.format.diagnose import describe, expect, shape_text, shown
 from graphsvc.format.layout import (
     ALIGNMENT,
@@ -750,3 +751,44 @@ def _read_tensor_entry(
             f"{counted(size, 'byte', thousands=True)}"
         )
     return node, which, dtype, shape, offset, nbytes
+
+
+# -- graphs whose arrays view a mapped file ----------------------------------------------------
+MAPPED_CHANGED = (
+    "the file this graph's arrays are mapped from (load(mmap=True)) was truncated or changed while mapped: "
+    "its arrays cannot be read; load it again"
+)
+
+
+def mappings(graph: Graph) -> list[mmap.mmap]:
+    """The mapped files (``load(mmap=True)``) ``graph``'s arrays view, each once."""
+    found: dict[int, mmap.mmap] = {}
+    for table in (graph.arrays, graph.grad_arrays):
+        for array in table.values():
+            base = getattr(array, "base", None)
+            while base is not None:
+                if isinstance(base, mmap.mmap):
+                    found[id(base)] = base
+                    break
+                base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    return list(found.values())
+
+
+def check_mapped(graph: Graph) -> None:
+    """Raise :class:`GraphFileError` if a file ``graph``'s arrays are mapped from (``load(mmap=True)``)
+    is now shorter than its mapping: reading the pages it lost would kill the process with SIGBUS.
+
+    ``graphsvc.format``'s save, dump and dumps, ``jsonio.dumps`` and the replays call it before they
+    read the arrays. It cannot see bytes written
+    into the file in place, nor a truncation after it returns (see :func:`load`)."""
+    for mapping in mappings(graph):
+        try:
+            now = mapping.size()  # the file's size now (fstat of the descriptor the mapping keeps)
+        except (OSError, ValueError):  # a closed mapping: numpy keeps its own open
+            continue
+        if now < len(mapping):
+            raise GraphFileError(
+                f"the file this graph's arrays are mapped from (load(mmap=True)) is now "
+                f"{counted(now, 'byte', thousands=True)}, shorter than the {len(mapping):,} mapped: it was "
+                "truncated while mapped, and reading its arrays would kill the process (SIGBUS); load it again"
+            )

@@ -23,7 +23,7 @@ import numpy as np
 
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.format import keys
-from graphsvc.format.document import check_text, not_unicode, quoted
+from graphsvc.format.document import check_mapped, check_text, not_unicode, quoted
 from graphsvc.format.layout import DEFAULT_LIMITS, MAX_ARRAY_BYTES
 from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists, sealed
 from graphsvc.text import counted, first_surrogate, json_escaped, shorten
@@ -146,6 +146,7 @@ def dumps(graph: Graph) -> str:
     """The graph as indented JSON text: one key per line, an array of numbers or strings on one
     line (parents, a shape, the innermost rows of an array's data). Refuses, as ``save`` does, what
     a reader would refuse in its text (a lone surrogate, a string over 1 MiB, nesting past 32 levels)."""
+    check_mapped(graph)
     check_text(graph, DEFAULT_LIMITS)
     try:
         text = json.dumps(to_document(graph), indent=1, ensure_ascii=False, allow_nan=False)

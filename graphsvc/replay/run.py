@@ -219,8 +219,12 @@ def replay_values(
     ``check``, ``(rtol, atol)``, compares the numbers with those ``graph`` stores.
 
     The engine is the one the graph needs (:func:`tensor_replay_needed`); the :class:`ReplayRun`
-    returned is the same type either way."""
+    returned is the same type either way. A graph whose mapped file (``load(mmap=True)``) was
+    truncated is refused first (:func:`graphsvc.format.check_mapped`)."""
+    from graphsvc.format import check_mapped
     from graphsvc.replay import columns as replay
+
+    check_mapped(graph)
 
     engine = engine or engine_for(graph.num_nodes)  # one engine for every sweep of this replay
     step_list: list[Any] | None = [] if steps else None

@@ -280,7 +280,7 @@ def test_writing_to_a_full_device_is_one_line_not_an_internal_error() -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-    assert (result.returncode, result.stderr) == (1, "Error: cannot write standard output: No space left on device\n")
+    assert (result.returncode, result.stderr) == (5, "Error: cannot write standard output: No space left on device\n")
 
 
 def test_validate_names_standard_input_and_escapes_the_path(tmp_path: Path) -> None:
