@@ -421,9 +421,10 @@ def _plugin_code() -> Any:
     """Around anything that runs plugin code (loading plugins, replaying, checking ops): what it
     writes to stdout, through ``sys.stdout`` or file descriptor 1, goes to stderr, so it cannot
     corrupt a listing or ``--json``."""
+    from graphsvc.console.printing import stdout_stream
     from graphsvc.pluginhost import keep_stdout_from_plugins, plugin_output_to_stderr
 
-    keep_stdout_from_plugins()  # and after it: a plugin's thread or child process writes to stderr too
+    keep_stdout_from_plugins(stdout_stream)  # and after it: a plugin's thread or child process writes to stderr too
     return plugin_output_to_stderr()
 
 

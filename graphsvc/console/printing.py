@@ -40,6 +40,7 @@ __all__ = [
     "print_rows",
     "print_table",
     "shown",
+    "stdout_stream",
     "wants_table",
     "write_bytes",
     "wrote",
@@ -192,11 +193,18 @@ def check_stdout() -> None:
     if fd != 1 or not isinstance(stream, io.TextIOWrapper):
         return
     stream.flush()
-    sys.stdout = io.TextIOWrapper(
+    sys.stdout = stdout_stream(fd, stream)
+
+
+def stdout_stream(fd: int, like: Any) -> io.TextIOWrapper:
+    """A text stream over file descriptor ``fd`` that writes every byte or raises (with ``like``'s
+    encoding, errors and line buffering): standard output as :func:`check_stdout` makes it, and as
+    :func:`graphsvc.pluginhost.keep_stdout_from_plugins` moves it to a private descriptor."""
+    return io.TextIOWrapper(
         io.BufferedWriter(_WholeWrites(fd)),
-        encoding=stream.encoding,
-        errors=stream.errors,
-        line_buffering=stream.line_buffering,
+        encoding=getattr(like, "encoding", None) or "utf-8",
+        errors=getattr(like, "errors", None) or "strict",
+        line_buffering=bool(getattr(like, "line_buffering", False)),
     )
 
 

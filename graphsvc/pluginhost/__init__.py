@@ -206,7 +206,7 @@ def plugin_output_to_stderr() -> Iterator[None]:
                 sys.stdout, _saved_stdout, _saved_fd = _saved_stdout, None, None
 
 
-def keep_stdout_from_plugins() -> None:
+def keep_stdout_from_plugins(open_stdout: Callable[[int, Any], Any] | None = None) -> None:
     """From now on, for the rest of the process, only graphsvc itself writes to stdout: a thread a
     plugin started, a process it forked, or code of its own that runs later (a finalizer, an atexit
     hook) writes to stderr, whenever it writes. For a program whose stdout is data (the CLI's
@@ -216,7 +216,10 @@ def keep_stdout_from_plugins() -> None:
     it, and fd 1 is pointed at stderr (fd 2) for good: ``os.write(1, ...)``, C extensions and child
     processes write to stderr. ``sys.stdout`` becomes a guard that passes graphsvc's writes on to that
     stream, and sends writes from any other thread or process (after a ``fork``) to ``sys.stderr``.
-    Where stdout is not fd 1 (a test's capture), only the guard is installed.
+    Where stdout is not fd 1 (a test's capture), only the guard is installed. ``open_stdout(fd,
+    current)`` makes the stream over the duplicate, given the stream it replaces (the CLI's writes
+    every byte or raises: :func:`graphsvc.console.printing.stdout_stream`); by default a plain
+    buffered text stream with the current one's encoding.
     """
     current = sys.stdout
     if isinstance(current, _StdoutGuard) or current is None:
@@ -227,12 +230,15 @@ def keep_stdout_from_plugins() -> None:
         private = os.dup(1)
         os.set_inheritable(private, False)
         os.dup2(2, 1)
-        own = io.TextIOWrapper(  # the process's stdout from now on (flushed at exit, as sys.stdout is)
-            io.BufferedWriter(io.FileIO(private, "w")),
-            encoding=getattr(current, "encoding", None) or "utf-8",
-            errors=getattr(current, "errors", None) or "strict",
-            line_buffering=bool(getattr(current, "line_buffering", False)),
-        )
+        if open_stdout is not None:
+            own = open_stdout(private, current)
+        else:
+            own = io.TextIOWrapper(  # the process's stdout from now on (flushed at exit, as sys.stdout is)
+                io.BufferedWriter(io.FileIO(private, "w")),
+                encoding=getattr(current, "encoding", None) or "utf-8",
+                errors=getattr(current, "errors", None) or "strict",
+                line_buffering=bool(getattr(current, "line_buffering", False)),
+            )
     sys.stdout = _StdoutGuard(own)
 
 
