@@ -451,7 +451,7 @@ def order(
 
     chosen = Algorithm.parse("--algorithm", algorithm)
     graph = _load(file)
-    start = None if output is None else graph.node_id(output)
+    start = None if output is None else graph.node_id(output, "outputs")
     nodes = reverse_topological_order(graph, start, "dfs" if chosen is Algorithm.dfs else "kahn")
     print_order(graph, nodes, chosen.value, start, as_json, STATE.quiet)
 
@@ -601,7 +601,7 @@ def _output_node(graph: Graph, output: str | None) -> int:
     """--output's node, or the graph's single output (an error naming --output when there is none or several)."""
     from graphsvc.replay.columns import default_output
 
-    return default_output(graph, "--output") if output is None else graph.node_id(output)
+    return default_output(graph, "--output") if output is None else graph.node_id(output, "outputs")
 
 
 @command()

@@ -92,7 +92,7 @@ def backward(
     expect_graph("backward", graph)
     assignments = _assignments(set)
     registry = _registry(registry)
-    start = default_output(graph, "output=") if output is None else graph.node_id(output)
+    start = default_output(graph, "output=") if output is None else graph.node_id(output, "outputs")
     return replay_values(graph, registry, resolve_set(graph, assignments), start, engine=engine).replayed()
 
 
@@ -328,7 +328,7 @@ def resolve_set(
                 raise TypeError(f"set[{ref!r}] must be an array of float64, float32 or int64, not {number.dtype}")
         elif isinstance(number, bool) or not isinstance(number, Real):
             raise TypeError(f"set[{ref!r}] must be a number or an array, not {type(number).__name__}")
-        node = graph.node_id(ref)
+        node = graph.node_id(ref, "leaves")
         if isinstance(number, np.ndarray) and number.ndim > MAX_DIMENSIONS:  # as a graph holds an array
             raise UsageError(
                 f"{option} {escape(graph.label(node))}: an array of {counted(number.ndim, 'dimension')}, "

@@ -241,7 +241,7 @@ def test_an_error_is_one_escaped_line_of_bounded_length(tmp_path: Path) -> None:
     assert stderr.count("\n") == 1
     assert "\x1b" not in stderr and "\x07" not in stderr
     assert stderr.startswith("Error: no node named 'x\\n\\x1b]0;pwned\\x07zzz")
-    assert stderr.endswith("... (5,035 characters)\n")
+    assert stderr.endswith("zz... (5,021 characters) (the outputs: a)\n")  # the name cut, the outputs shown
     assert len(stderr) <= len("Error: ") + 401
 
 
@@ -268,7 +268,11 @@ def test_steps_inspect_and_errors_escape_names_from_the_file(tmp_path: Path) -> 
     shown = runner.invoke(app, ["inspect", str(path)], env=PIPED).stdout.splitlines()
     assert "leaves: 3 (tab\\there\\r, new\\nline, [bold red]x[/] [link=https://example.com]y[/link] :smile:)" in shown
     assert "outputs: back\\\\slash" in shown
-    assert invoke("backward", str(path), "--output", "x\x1b[2J") == (2, "", "Error: no node named 'x\\x1b[2J'\n")
+    assert invoke("backward", str(path), "--output", "x\x1b[2J") == (
+        2,
+        "",
+        "Error: no node named 'x\\x1b[2J'; did you mean '\\x1b[2J'? (the outputs: back\\\\slash)\n",
+    )
 
 
 def test_writing_to_a_full_device_is_one_line_not_an_internal_error() -> None:

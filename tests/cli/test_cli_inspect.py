@@ -96,7 +96,7 @@ def test_order_dfs_and_kahn_differ(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--output", "nope"], "Error: no node named 'nope'\n"),
+        (["--output", "nope"], "Error: no node named 'nope' (the outputs: y)\n"),
         (["--output", "6"], "Error: no node with id 6 (the graph has 6 nodes)\n"),
         (["--algorithm", "bfs"], "Error: --algorithm must be dfs or kahn, not 'bfs'\n"),
     ],

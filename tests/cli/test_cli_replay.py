@@ -230,9 +230,11 @@ def test_missing_op_fails_before_any_work_with_exit_4(tmp_path: Path) -> None:
     [
         (["--set", "a"], "Error: --set expects NAME=VALUE, not 'a'\n"),
         (["--set", "a=x"], "Error: --set a: 'x' is not a number or a .npy file\n"),
-        (["--set", "zz=1"], "Error: no node named 'zz'\n"),
+        (["--set", "zz=1"], "Error: no node named 'zz' (the leaves: a, b, c)\n"),
         (["--set", "ab=1"], "Error: node ab is a mul node, not a leaf: only leaves can be set\n"),
-        (["--output", "nope"], "Error: no node named 'nope'\n"),
+        (["--output", "nope"], "Error: no node named 'nope' (the outputs: L)\n"),
+        (["--output", "l"], "Error: no node named 'l'; did you mean 'L'? (the outputs: L)\n"),
+        (["--output", "ac"], "Error: no node named 'ac'; did you mean 'abc' or 'c' or 'a'? (the outputs: L)\n"),
     ],
 )
 def test_bad_options_are_usage_errors(args: list[str], message: str) -> None:
@@ -281,7 +283,8 @@ def test_set_and_the_library_refuse_the_same_assignments() -> None:
     graph = fmt.load(EXAMPLES / "seed004.msgpack")
     cases = [
         ({"a": 1.0, "0": 5.0}, ["a=1", "0=5"], "set gives node a two values"),
-        ({"zz": 1.0}, ["zz=1"], "no node named 'zz'"),
+        ({"zz": 1.0}, ["zz=1"], "no node named 'zz' (the leaves: a, b, c)"),
+        ({"A": 1.0}, ["A=1"], "no node named 'A'; did you mean 'a'? (the leaves: a, b, c)"),
         ({"9": 1.0}, ["9=1"], "no node with id 9 (the graph has 7 nodes)"),
         ({"ab": 1.0}, ["ab=1"], "node ab is a mul node, not a leaf: only leaves can be set"),
     ]

@@ -174,9 +174,18 @@ def test_forward_drops_the_old_gradients() -> None:
             UsageError,
             "node ab is a mul node, not a leaf: only leaves can be set",
         ),
-        (lambda g: graphsvc.backward(g, set={"nope": 1.0}), UsageError, "no node named 'nope'"),
+        (
+            lambda g: graphsvc.backward(g, set={"nope": 1.0}),
+            UsageError,
+            "no node named 'nope' (the leaves: a, b, c)",
+        ),
         (lambda g: graphsvc.backward(g, set={7: 1.0}), UsageError, "no node with id 7 (the graph has 7 nodes)"),
-        (lambda g: graphsvc.backward(g, output="nope"), UsageError, "no node named 'nope'"),
+        (lambda g: graphsvc.backward(g, output="nope"), UsageError, "no node named 'nope' (the outputs: L)"),
+        (
+            lambda g: graphsvc.backward(g, output="ll"),
+            UsageError,
+            "no node named 'll'; did you mean 'L'? (the outputs: L)",
+        ),
         (lambda g: graphsvc.forward(g, set={"a": 1.0, 0: 2.0}), UsageError, "set gives node a two values"),
         (lambda g: graphsvc.forward(g, set={"a": "3"}), TypeError, "set['a'] must be a number or an array, not str"),
         (
@@ -185,6 +194,7 @@ def test_forward_drops_the_old_gradients() -> None:
             "a node is given by its id (an int) or its name (a str), not float",
         ),
         (lambda g: g.value("nope"), UsageError, "no node named 'nope'"),
+        (lambda g: g.grad("B"), UsageError, "no node named 'B'; did you mean 'b'?"),
     ],
 )
 def test_errors(call, error: type[Exception], message: str) -> None:  # type: ignore[no-untyped-def]
