@@ -398,3 +398,30 @@ def test_set_keeps_the_sign_of_a_negative_zero(tmp_path: Path, number: str) -> N
     assert code == 0
     assert values["r"] == "-inf"
     assert str(values["s"]) == "-0.0"
+
+
+@pytest.mark.parametrize(
+    ("number", "shown"),
+    [
+        ("1e400", "1e400"),
+        ("-1E400", "-1E400"),
+        ("1" + "0" * 400, "10000000000000000000... (401 characters)"),
+    ],
+)
+def test_set_refuses_a_number_past_float64s_range(number: str, shown: str) -> None:
+    """A number that overflows when parsed is refused, as GraphBuilder and the JSON form refuse it,
+    not made inf; inf written as inf is a value like any other."""
+    code, out, err = run("forward", str(EXAMPLES / "seed004.msgpack"), "--set", f"a={number}")
+    assert (code, out, err) == (
+        2,
+        "",
+        f"Error: --set a: {shown} is out of float64's range (write inf or -inf for an infinity)\n",
+    )
+
+
+@pytest.mark.parametrize(("number", "value"), [("inf", "inf"), ("-Infinity", "-inf"), ("+INF", "inf")])
+def test_set_takes_an_infinity_written_as_one(number: str, value: str) -> None:
+    code, out, _ = run("forward", str(EXAMPLES / "seed004.msgpack"), "--set", f"a={number}", "--json")
+    assert code == 0
+    leaf = {"id": 0, "name": "a", "op": "leaf", "parents": [], "value": value, "grad": None}
+    assert json.loads(out)["nodes"][-1] == leaf

@@ -3,6 +3,7 @@ L = (a*b + c)*(a + b) at a=2, b=3, c=1, with gradients worked out by hand."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import warnings
@@ -541,3 +542,12 @@ def test_load_registry_takes_paths_as_well_as_names(tmp_path: Path) -> None:
     path.write_text("", encoding="utf-8")
     registry, problems = load_registry([path])
     assert "add" in registry and [p.plugin for p in problems] == [str(path)]  # no hook: a problem, named
+
+
+def test_set_refuses_a_number_past_float64s_range_and_takes_inf() -> None:
+    """As GraphBuilder does: an integer too large for a float is refused, not rounded to inf; inf
+    given as inf is a value."""
+    graph = graphsvc.load(SEED004)
+    with pytest.raises(UsageError, match=r"^set a: an integer of 401 digits is out of float64's range$"):
+        graphsvc.forward(graph, set={"a": 10**400})
+    assert graphsvc.forward(graph, set={"a": math.inf}).value("a") == math.inf
