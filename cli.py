@@ -491,7 +491,7 @@ def convert(
         typer.Option(
             "--to",
             metavar=Form.metavar(),
-            help="The form to write (default: from OUT's extension).",
+            help="The form to write (default: OUT's extension's; without OUT, or with -, the form FILE is not in).",
             autocompletion=Form.complete,
         ),
     ] = None,
@@ -506,13 +506,14 @@ def convert(
         ),
     ] = None,
 ) -> None:
-    """Convert between the msgpack format and a readable JSON form, either way.
+    """Convert between the msgpack format and a readable JSON form, either way: by default to the
+    form FILE is not in (JSON to standard output, msgpack to FILE with .msgpack).
 
     Example: graphsvc convert examples/seed004.msgpack -o seed004.json
     """
     from graphsvc.console import convert as converting
 
-    form = converting.form_of(out) if to is None else Form.parse("--to", to).value
+    form = converting.form_of(out, file) if to is None else Form.parse("--to", to).value
     target = converting.target_of(file, form, out)
     converting.write(_load(file), form, target, STATE.quiet)
 

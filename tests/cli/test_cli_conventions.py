@@ -188,8 +188,27 @@ def test_convert_takes_the_form_from_the_extension(tmp_path: Path) -> None:
         f"Error: say which form to write: --to json or --to msgpack ({tmp_path / 'g.txt'} has no .json or"
         " .msgpack extension)\n",
     )
-    assert invoke("convert", str(SEED004))[2] == "Error: say which form to write: --to json or --to msgpack\n"
     assert not (tmp_path / "g.txt").exists()
+
+
+def test_convert_writes_the_other_form_by_default(tmp_path: Path) -> None:
+    """No -o and no --to: msgpack becomes JSON on standard output, JSON becomes msgpack next to it;
+    -o - without --to: the other form on standard output, standard input told apart by content."""
+    assert invoke("convert", str(SEED004)) == (0, jsonio.dumps(fmt.load(SEED004)), "")
+    json_file = tmp_path / "s.json"
+    json_file.write_text(jsonio.dumps(fmt.load(SEED004)), encoding="utf-8")
+    assert invoke("convert", str(json_file)) == (0, "", f"wrote {tmp_path / 's.msgpack'} (7 nodes)\n")
+    assert (tmp_path / "s.msgpack").read_bytes() == SEED004.read_bytes()
+    assert invoke("convert", str(SEED004), "-o", "-") == (0, jsonio.dumps(fmt.load(SEED004)), "")
+    result = runner.invoke(app, ["convert", "-", "-o", "-"], input=json_file.read_bytes())
+    assert (result.exit_code, result.stdout_bytes) == (0, SEED004.read_bytes())
+    result = runner.invoke(app, ["convert", "-"], input=SEED004.read_bytes())
+    assert (result.exit_code, result.stdout) == (0, jsonio.dumps(fmt.load(SEED004)))
+    assert invoke("convert", "-", stdin=json_file.read_bytes()) == (
+        2,
+        "",
+        "Error: reading standard input: say where to write with --out (- for standard output)\n",
+    )
 
 
 def test_convert_writes_standard_output_with_a_dash() -> None:
