@@ -73,7 +73,18 @@ def _usage_in_one_line() -> Iterator[None]:
         if isinstance(exc, _OneLineUsageError):
             raise
         usage: Any = exc
-        raise _OneLineUsageError(usage.format_message(), usage.ctx) from None
+        raise _OneLineUsageError(_missing_file(usage) or usage.format_message(), usage.ctx) from None
+
+
+def _missing_file(usage: Any) -> str | None:
+    """For a command run without FILE and with standard input redirected (``graphsvc order < g``),
+    what to do instead of Click's "Missing argument 'FILE'"; None otherwise."""
+    param = getattr(usage, "param", None)
+    if type(usage).__name__ != "MissingParameter" or param is None or getattr(param, "metavar", None) != "FILE":
+        return None
+    if sys.stdin is None or sys.stdin.isatty():
+        return None
+    return "FILE is missing; give - to read the graph from standard input"
 
 
 def _global_options() -> list[TyperOption]:
@@ -292,7 +303,9 @@ def main(
     ] = False,
     version: Annotated[
         bool,
-        typer.Option("--version", is_eager=True, callback=_print_version, help="Print graphsvc's version and exit."),
+        typer.Option(
+            "--version", "-V", is_eager=True, callback=_print_version, help="Print graphsvc's version and exit."
+        ),
     ] = False,
 ) -> None:
     """Save, reload, inspect and replay computation graphs.
@@ -706,9 +719,10 @@ def render(
     """Draw the graph as micrograd's draw_dot does: each value a box (name | data | grad), each op a
     small node of its own, left to right.
 
-    .svg, .png and .pdf need Graphviz (apt-get install graphviz, or brew install graphviz; and pip
-    install graphviz); .dot needs neither. A picture of more than 2000 nodes is refused (Graphviz
-    would take minutes or hours): draw a part with --around; .dot and -o - write any size.
+    .svg, .png and .pdf need Graphviz's dot program (apt-get install graphviz, brew install graphviz,
+    or conda install graphviz; see graphviz.org/download); .dot needs nothing. A picture of more
+    than 2000 nodes is refused (Graphviz would take minutes or hours): draw a part with --around;
+    .dot and -o - write any size.
 
     Example: graphsvc render examples/seed004.msgpack --replay -o seed004.svg
     """

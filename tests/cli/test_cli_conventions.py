@@ -366,7 +366,7 @@ def test_progress_covers_from_micrograd() -> None:
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        (["order"], "Error: Missing argument 'FILE'; see graphsvc order -h\n"),
+        (["order"], "Error: FILE is missing; give - to read the graph from standard input; see graphsvc order -h\n"),
         (["order", "--nosuch", "F"], "Error: No such option: --nosuch; see graphsvc order -h\n"),
         (
             ["gradcheck", "g.msgpack"],
@@ -383,11 +383,47 @@ def test_usage_errors_are_one_line_with_where_to_look(words: list[str], expected
 
 
 def test_the_console_script_says_usage_errors_in_one_line_and_graphsvc_alone_its_help() -> None:
-    run = subprocess.run([sys.executable, "-m", "graphsvc", "order"], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "graphsvc", "order"], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
     assert (run.returncode, run.stdout, run.stderr) == (
         2,
         "",
-        "Error: Missing argument 'FILE'; see graphsvc order -h\n",
+        "Error: FILE is missing; give - to read the graph from standard input; see graphsvc order -h\n",
     )
     alone = subprocess.run([sys.executable, "-m", "graphsvc"], capture_output=True, text=True)
     assert alone.returncode == 2 and (alone.stdout + alone.stderr).startswith("Usage: graphsvc [OPTIONS] COMMAND")
+
+
+@pytest.mark.parametrize("words", [["order"], ["inspect"], ["validate"], ["convert"], ["forward"], ["backward"]])
+def test_a_missing_file_with_redirected_stdin_says_to_give_a_dash(words: list[str]) -> None:
+    """``graphsvc order < g.msgpack``: FILE is missing, and standard input is not a terminal."""
+    assert invoke(*words, stdin=SEED004.read_bytes()) == (
+        2,
+        "",
+        f"Error: FILE is missing; give - to read the graph from standard input; see graphsvc {words[0]} -h\n",
+    )
+
+
+def test_version_has_a_short_option() -> None:
+    assert invoke("-V")[:2] == invoke("--version")[:2]
+    assert invoke("-V")[1].startswith("graphsvc ")
+
+
+def test_a_missing_file_on_a_terminal_is_clicks_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Standard input on a terminal: nothing to read, so no hint about -."""
+    import io
+
+    import cli
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    class MissingParameter(Exception):
+        param = type("Param", (), {"metavar": "FILE"})()
+
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    assert cli._missing_file(MissingParameter()) is None
+    monkeypatch.setattr(sys, "stdin", io.StringIO())
+    assert cli._missing_file(MissingParameter()) == "FILE is missing; give - to read the graph from standard input"
