@@ -60,6 +60,14 @@ MAX_OPS = 1 << 16
 MAX_NODES = (1 << 31) - 1
 
 NodeRef = int | str
+#: The op tags graphsvc's own ops register (:data:`graphsvc.ops.builtin.BUILTIN_OPS`, which a test
+#: keeps this equal to): written here so that ``inspect`` need not load the op table.
+BUILTIN_TAGS = frozenset(
+    "abs add amax broadcast_to concatenate const cos div exp leaf log log_softmax matmul max mean min mul neg "
+    "nll_loss pow relu reshape sigmoid sin softmax sqrt sub sum take tanh transpose".split()
+)
+#: :meth:`Graph.ops_by_plugin`'s key for builtin tags a file attributes to no plugin.
+BUILTIN_KEY = "graphsvc (builtin)"
 #: What a caller wants a node for, which an unknown name's message lists (:meth:`Graph.unknown_name`).
 NodeKind = Literal["leaves", "outputs"]
 #: A node id written as text: ASCII digits, optionally after one minus sign.
@@ -273,11 +281,16 @@ class Graph:
 
     def ops_by_plugin(self) -> dict[str, list[str]]:
         """The op tags grouped by the plugin the file records for them, ``"plugin version"`` (``?``
-        for an unknown version) or ``"unknown"``, sorted by that key, each list sorted."""
+        for an unknown version); a tag the file records none for is ``"graphsvc (builtin)"`` when
+        graphsvc's own ops have it (:data:`BUILTIN_TAGS`), else ``"unknown"``. Sorted by that key,
+        each list sorted."""
         plugins: dict[str, list[str]] = {}
         for tag in self.op_table:
             source = self.op_sources.get(tag)
-            key = "unknown" if source is None or source.plugin is None else f"{source.plugin} {source.version or '?'}"
+            if source is None or source.plugin is None:
+                key = BUILTIN_KEY if tag in BUILTIN_TAGS else "unknown"
+            else:
+                key = f"{source.plugin} {source.version or '?'}"
             plugins.setdefault(key, []).append(tag)
         return {key: sorted(tags) for key, tags in sorted(plugins.items())}
 

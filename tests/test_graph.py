@@ -331,7 +331,7 @@ def test_ops_by_plugin_groups_the_tags_by_recorded_source() -> None:
     assert b.build().ops_by_plugin() == {
         "graphsvc ?": ["mul"],
         "graphsvc-activations 0.1.0": ["softplus"],
-        "unknown": ["leaf", "tanh"],
+        "graphsvc (builtin)": ["leaf", "tanh"],
     }
 
 
@@ -615,3 +615,14 @@ def test_unknown_name_lists_what_the_caller_wants() -> None:
         graph.node_id("y", "outputs")
     long = "q" * 500
     assert graph.unknown_name(long) == f"no node named '{'q' * 79}... (502 characters)"
+
+
+def test_builtin_tags_are_the_builtin_ops_and_name_their_plugin() -> None:
+    from graphsvc.graph import BUILTIN_TAGS
+    from graphsvc.ops.builtin import BUILTIN_OPS
+
+    assert {op.name for op in BUILTIN_OPS} == BUILTIN_TAGS
+    b = GraphBuilder()
+    b.add("cube", [b.leaf(2.0, name="x")])
+    graph = b.build()
+    assert graph.ops_by_plugin() == {"graphsvc (builtin)": ["leaf"], "unknown": ["cube"]}

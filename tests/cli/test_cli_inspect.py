@@ -120,7 +120,7 @@ def test_inspect_text() -> None:
         "depth: 2",
         "gradients stored: no",
         "ops: clip 1, leaf 1, mul 1, pow 1",
-        "plugins: graphsvc-extra-ops 1.2.0 (pow); unknown (clip, leaf, mul)",
+        "plugins: graphsvc (builtin) (leaf, mul); graphsvc-extra-ops 1.2.0 (pow); unknown (clip)",
     ]
 
 
@@ -140,7 +140,7 @@ def test_inspect_json() -> None:
         "has_grads": True,
         "tensors": None,
         "ops": {"leaf": 3, "mul": 2, "add": 2},
-        "plugins": {"unknown": ["add", "leaf", "mul"]},
+        "plugins": {"graphsvc (builtin)": ["add", "leaf", "mul"]},
         "metadata": {},
     }
 
