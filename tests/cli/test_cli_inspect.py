@@ -121,6 +121,7 @@ def test_inspect_text() -> None:
         "gradients stored: no",
         "ops: clip 1, leaf 1, mul 1, pow 1",
         "plugins: graphsvc (builtin) (leaf, mul); graphsvc-extra-ops 1.2.0 (pow); unknown (clip)",
+        'metadata: author: graphsvc; step: 7; lr: 0.5; frozen: false; tags: ["a",1]; nested: {"k":null}',
     ]
 
 
