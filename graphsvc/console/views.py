@@ -116,13 +116,21 @@ def info_rows(graph: Graph, info: dict[str, Any]) -> list[list[str]]:
 
 def metadata_text(metadata: dict[str, Any]) -> str:
     """``inspect``'s metadata line: ``key: value; ...``, a string as it is, anything else as compact
-    JSON; escaped, each value cut to 80 characters, at most 20 keys."""
-    import json
-
+    JSON; escaped, each value cut to 80 characters, at most 20 keys. (json is imported only for a
+    list or a map: text output of strings and numbers needs none of it.)"""
     from graphsvc.text import escape, shorten
 
     def shown(value: Any) -> str:
-        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        if isinstance(value, str):
+            text = value
+        elif value is None or isinstance(value, bool):
+            text = {None: "null", True: "true", False: "false"}[value]
+        elif isinstance(value, (int, float)):
+            text = repr(value)
+        else:
+            import json
+
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
         return shorten(escape(text), 80)
 
     items = list(metadata.items())
