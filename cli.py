@@ -73,7 +73,18 @@ def _usage_in_one_line() -> Iterator[None]:
         if isinstance(exc, _OneLineUsageError):
             raise
         usage: Any = exc
-        raise _OneLineUsageError(usage.format_message(), usage.ctx) from None
+        raise _OneLineUsageError(_missing_file(usage) or usage.format_message(), usage.ctx) from None
+
+
+def _missing_file(usage: Any) -> str | None:
+    """For a command run without FILE and with standard input redirected (``graphsvc order < g``),
+    what to do instead of Click's "Missing argument 'FILE'"; None otherwise."""
+    param = getattr(usage, "param", None)
+    if type(usage).__name__ != "MissingParameter" or param is None or getattr(param, "metavar", None) != "FILE":
+        return None
+    if sys.stdin is None or sys.stdin.isatty():
+        return None
+    return "FILE is missing; give - to read the graph from standard input"
 
 
 def _global_options() -> list[TyperOption]:
@@ -294,7 +305,9 @@ def main(
     ] = False,
     version: Annotated[
         bool,
-        typer.Option("--version", is_eager=True, callback=_print_version, help="Print graphsvc's version and exit."),
+        typer.Option(
+            "--version", "-V", is_eager=True, callback=_print_version, help="Print graphsvc's version and exit."
+        ),
     ] = False,
 ) -> None:
     """Save, reload, inspect and replay computation graphs.
@@ -468,7 +481,7 @@ def order(
 
     chosen = Algorithm.parse("--algorithm", algorithm)
     graph = _load(file)
-    start = None if output is None else graph.node_id(output)
+    start = None if output is None else graph.node_id(output, "outputs")
     nodes = reverse_topological_order(graph, start, "dfs" if chosen is Algorithm.dfs else "kahn")
     print_order(graph, nodes, chosen.value, start, as_json, STATE.quiet)
 
@@ -525,7 +538,7 @@ def convert(
         typer.Option(
             "--to",
             metavar=Form.metavar(),
-            help="The form to write (default: from OUT's extension).",
+            help="The form to write (default: OUT's extension's; without OUT, or with -, the form FILE is not in).",
             autocompletion=Form.complete,
         ),
     ] = None,
@@ -540,13 +553,14 @@ def convert(
         ),
     ] = None,
 ) -> None:
-    """Convert between the msgpack format and a readable JSON form, either way.
+    """Convert between the msgpack format and a readable JSON form, either way: by default to the
+    form FILE is not in (JSON to standard output, msgpack to FILE with .msgpack).
 
     Example: graphsvc convert examples/seed004.msgpack -o seed004.json
     """
     from graphsvc.console import convert as converting
 
-    form = converting.form_of(out) if to is None else Form.parse("--to", to).value
+    form = converting.form_of(out, file) if to is None else Form.parse("--to", to).value
     target = converting.target_of(file, form, out)
     converting.write(_load(file), form, target, STATE.quiet)
 
@@ -732,9 +746,10 @@ def render(
     """Draw the graph as micrograd's draw_dot does: each value a box (name | data | grad), each op a
     small node of its own, left to right.
 
-    .svg, .png and .pdf need Graphviz (apt-get install graphviz, or brew install graphviz; and pip
-    install graphviz); .dot needs neither. A picture of more than 2000 nodes is refused (Graphviz
-    would take minutes or hours): draw a part with --around; .dot and -o - write any size.
+    .svg, .png and .pdf need Graphviz's dot program (apt-get install graphviz, brew install graphviz,
+    or conda install graphviz; see graphviz.org/download); .dot needs nothing. A picture of more
+    than 2000 nodes is refused (Graphviz would take minutes or hours): draw a part with --around;
+    .dot and -o - write any size.
 
     Example: graphsvc render examples/seed004.msgpack --replay -o seed004.svg
     """

@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Real
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -60,6 +60,16 @@ MAX_OPS = 1 << 16
 MAX_NODES = (1 << 31) - 1
 
 NodeRef = int | str
+#: The op tags graphsvc's own ops register (:data:`graphsvc.ops.builtin.BUILTIN_OPS`, which a test
+#: keeps this equal to): written here so that ``inspect`` need not load the op table.
+BUILTIN_TAGS = frozenset(
+    "abs add amax broadcast_to concatenate const cos div exp leaf log log_softmax matmul max mean min mul neg "
+    "nll_loss pow relu reshape sigmoid sin softmax sqrt sub sum take tanh transpose".split()
+)
+#: :meth:`Graph.ops_by_plugin`'s key for builtin tags a file attributes to no plugin.
+BUILTIN_KEY = "graphsvc (builtin)"
+#: What a caller wants a node for, which an unknown name's message lists (:meth:`Graph.unknown_name`).
+NodeKind = Literal["leaves", "outputs"]
 #: A node id written as text: ASCII digits, optionally after one minus sign.
 _ID_TEXT = re.compile(r"-?[0-9]+")
 
@@ -121,20 +131,48 @@ class Graph:
         name = self.names.get(node)
         return name if name is not None else f"#{node}"
 
-    def node_id(self, ref: NodeRef) -> int:
-        """Resolve a node id or a name (a string of digits is an id when no node has that name)."""
+    def node_id(self, ref: NodeRef, among: NodeKind | None = None) -> int:
+        """Resolve a node id or a name (a string of digits is an id when no node has that name).
+
+        An unknown name is a :class:`UsageError` that suggests the close names (:meth:`unknown_name`);
+        ``among`` says what the caller wants (``"leaves"``: a node to set, ``"outputs"``: a node to
+        differentiate), which the message then lists."""
         if isinstance(ref, str):
             named = self._named(ref)
             if named is not None:
                 return named
             if not _ID_TEXT.fullmatch(ref):
-                raise UsageError(f"no node named {ref!r}")
+                raise UsageError(self.unknown_name(ref, among))
             ref = int(ref)
         elif isinstance(ref, bool) or not isinstance(ref, (int, np.integer)):
             raise TypeError(f"a node is given by its id (an int) or its name (a str), not {type(ref).__name__}")
         if not 0 <= ref < self.num_nodes:
             raise UsageError(f"no node with id {ref} (the graph has {counted(self.num_nodes, 'node')})")
         return int(ref)
+
+    def unknown_name(self, name: str, among: NodeKind | None = None) -> str:
+        """The message for a node name no node has: ``no node named 'A'; did you mean 'a'?``, with
+        the nodes ``among`` names listed, ``(the leaves: a, b, c)`` or ``(the outputs: L)``. Close
+        names are those :func:`difflib.get_close_matches` finds, letter case aside, among the
+        leaves that can be set (``among="leaves"``) or else every name (the first
+        :data:`SUGGESTION_POOL` of them: a suggestion costs microseconds a name)."""
+        from graphsvc.text import listed, shorten
+
+        pool: list[int] | None = None
+        if among == "leaves":
+            codes = [code for code, tag in enumerate(self.op_table) if tag in LEAF_TAGS]
+            pool = np.flatnonzero(np.isin(self.op_codes, codes)).tolist()
+        elif among == "outputs":
+            pool = list(self.outputs)
+        candidates = self.names.values() if pool is None or among == "outputs" else (self.names.get(n) for n in pool)
+        message = f"no node named {shorten(repr(name), NAME_CHARS)}"
+        close = close_names(name, itertools.islice(candidates, SUGGESTION_POOL))
+        if close:
+            message += f"; did you mean {' or '.join(listed([c], quoted=True) for c in close)}?"
+        if pool is not None:
+            shown = listed(map(self.label, pool[:10]), total=len(pool)) or "none"
+            message += f" (the {among}: {shown})"
+        return message
 
     def _named(self, name: str) -> int | None:
         """The node called ``name``, or None. A name found costs one dict access: an index of the
@@ -243,11 +281,16 @@ class Graph:
 
     def ops_by_plugin(self) -> dict[str, list[str]]:
         """The op tags grouped by the plugin the file records for them, ``"plugin version"`` (``?``
-        for an unknown version) or ``"unknown"``, sorted by that key, each list sorted."""
+        for an unknown version); a tag the file records none for is ``"graphsvc (builtin)"`` when
+        graphsvc's own ops have it (:data:`BUILTIN_TAGS`), else ``"unknown"``. Sorted by that key,
+        each list sorted."""
         plugins: dict[str, list[str]] = {}
         for tag in self.op_table:
             source = self.op_sources.get(tag)
-            key = "unknown" if source is None or source.plugin is None else f"{source.plugin} {source.version or '?'}"
+            if source is None or source.plugin is None:
+                key = BUILTIN_KEY if tag in BUILTIN_TAGS else "unknown"
+            else:
+                key = f"{source.plugin} {source.version or '?'}"
             plugins.setdefault(key, []).append(tag)
         return {key: sorted(tags) for key, tags in sorted(plugins.items())}
 
@@ -630,7 +673,9 @@ class GraphBuilder:
     def _resolve(self, ref: NodeRef, node: int) -> int:
         if isinstance(ref, str):
             if ref not in self._by_name:
-                raise GraphStructureError(f"node {node}: no earlier node is named {ref!r}")
+                close = close_names(ref, itertools.islice(self._by_name, SUGGESTION_POOL), most=1)
+                guess = f"; did you mean {close[0]!r}?" if close else ""
+                raise GraphStructureError(f"node {node}: no earlier node is named {ref!r}{guess}")
             return self._by_name[ref]
         if not isinstance(ref, (int, np.integer)) or isinstance(ref, bool):
             raise GraphStructureError(f"node {node}: parent {ref!r} is not a node id or name")
@@ -713,6 +758,28 @@ def copy_nested(maps: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
                 if isinstance(item, _COPIED):
                     values[key] = data_copy(item)  # a value replaced, no key added: the loop goes on
     return maps
+
+
+#: The longest a name asked for is shown in :meth:`Graph.unknown_name`'s message.
+NAME_CHARS = 100
+#: How many names :meth:`Graph.unknown_name` compares with the one asked for.
+SUGGESTION_POOL = 100_000
+
+
+def close_names(name: str, names: Iterable[object], most: int = 3) -> list[str]:
+    """Up to ``most`` of ``names`` that ``name`` likely misspells: those equal to it but for letter
+    case, else the closest by :func:`difflib.get_close_matches` (compared case-folded); difflib is
+    imported here, on the error path only."""
+    by_fold: dict[str, str] = {}
+    for candidate in names:
+        if isinstance(candidate, str):
+            by_fold.setdefault(candidate.casefold(), candidate)
+    folded = name.casefold()
+    if folded in by_fold:
+        return [by_fold[folded]]
+    import difflib
+
+    return [by_fold[match] for match in difflib.get_close_matches(folded, list(by_fold), n=most)]
 
 
 def _number(node: int, what: str, number: object) -> float:

@@ -48,7 +48,7 @@ def reverse_topological_order(
     expect_graph("reverse_topological_order", graph)
     if algorithm not in ALGORITHMS:
         raise UsageError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
-    start_array = graph.sinks() if output is None else np.array([graph.node_id(output)], dtype=np.int64)
+    start_array = graph.sinks() if output is None else np.array([graph.node_id(output, "outputs")], dtype=np.int64)
     compiled = (engine or engine_for(graph.num_nodes)).kernels
     if compiled is not None:
         # scratch arrays from numpy, which asks for huge pages: fewer TLB misses on random access

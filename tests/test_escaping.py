@@ -122,13 +122,16 @@ def test_op_tags_from_the_file_are_escaped_by_inspect_and_in_errors(tmp_path: Pa
     tag = "my\\top\\x1b]0;T\\x07"
     piped = runner.invoke(app, ["inspect", str(path)], env=PIPED)
     assert (piped.exit_code, piped.stderr) == (0, "")
-    assert piped.stdout.splitlines()[-2:] == [f"ops: leaf 1, {tag} 1", f"plugins: unknown (leaf, {tag})"]
+    assert piped.stdout.splitlines()[-2:] == [
+        f"ops: leaf 1, {tag} 1",
+        f"plugins: graphsvc (builtin) (leaf); unknown ({tag})",
+    ]
     table = runner.invoke(app, ["inspect", str(path)], env=TERMINAL)
     assert (table.exit_code, table.stderr) == (0, "")
     assert_nothing_raw(table.stdout)
     assert [line.rstrip().split(maxsplit=1) for line in table.stdout.splitlines()[-2:]] == [
         ["ops", f"leaf 1, {tag} 1"],
-        ["plugins", f"unknown (leaf, {tag})"],
+        ["plugins", f"graphsvc (builtin) (leaf); unknown ({tag})"],
     ]
     refused = runner.invoke(app, ["--disable-plugins", "forward", str(path)], env=PIPED)
     assert (refused.exit_code, refused.stdout, refused.stderr) == (

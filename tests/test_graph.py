@@ -331,7 +331,7 @@ def test_ops_by_plugin_groups_the_tags_by_recorded_source() -> None:
     assert b.build().ops_by_plugin() == {
         "graphsvc ?": ["mul"],
         "graphsvc-activations 0.1.0": ["softplus"],
-        "unknown": ["leaf", "tanh"],
+        "graphsvc (builtin)": ["leaf", "tanh"],
     }
 
 
@@ -588,3 +588,41 @@ def test_numbers_of_every_real_kind_are_taken() -> None:
     graph = b.build()
     assert [graph.value(n) for n in nodes] == [2.0, 0.5, 3.0, 0.25, -1e308]
     assert graph.arrays.keys() == {2}  # a numpy integer is a 0-d int64 array, as before
+
+
+# -- an unknown name: the close ones suggested, the wanted ones listed --------------------------------
+def test_close_names_ignore_case_then_ask_difflib() -> None:
+    from graphsvc.graph import close_names
+
+    assert close_names("A", ["a", "b"]) == ["a"]
+    assert close_names("wieght", ["weight", "bias", 3]) == ["weight"]
+    assert close_names("zzz", ["a", "b"]) == []
+
+
+def test_unknown_name_lists_what_the_caller_wants() -> None:
+    b = GraphBuilder()
+    xs = [b.leaf(float(i), name=f"x{i}") for i in range(12)]
+    b.add("add", [xs[0], xs[1]], name="total")
+    graph = b.build(outputs=["total"])
+    with pytest.raises(GraphStructureError, match=r"^node 13: no earlier node is named 'X1'; did you mean 'x1'\?$"):
+        b.add("neg", ["X1"])
+    assert graph.unknown_name("X3") == "no node named 'X3'; did you mean 'x3'?"
+    assert graph.unknown_name("totl", "outputs") == "no node named 'totl'; did you mean 'total'? (the outputs: total)"
+    assert graph.unknown_name("nope", "leaves") == (
+        "no node named 'nope' (the leaves: x0, x1, x2, x3, x4, x5, x6, x7, x8, x9 and 2 more)"
+    )
+    with pytest.raises(UsageError, match=r"^no node named 'y' \(the outputs: total\)$"):
+        graph.node_id("y", "outputs")
+    long = "q" * 500
+    assert graph.unknown_name(long) == f"no node named '{'q' * 79}... (502 characters)"
+
+
+def test_builtin_tags_are_the_builtin_ops_and_name_their_plugin() -> None:
+    from graphsvc.graph import BUILTIN_TAGS
+    from graphsvc.ops.builtin import BUILTIN_OPS
+
+    assert {op.name for op in BUILTIN_OPS} == BUILTIN_TAGS
+    b = GraphBuilder()
+    b.add("cube", [b.leaf(2.0, name="x")])
+    graph = b.build()
+    assert graph.ops_by_plugin() == {"graphsvc (builtin)": ["leaf"], "unknown": ["cube"]}

@@ -25,6 +25,7 @@ __all__ = [
     "gradcheck_line",
     "graph_info",
     "info_rows",
+    "metadata_text",
     "op_rows",
     "print_gradcheck",
     "print_info",
@@ -109,7 +110,32 @@ def info_rows(graph: Graph, info: dict[str, Any]) -> list[list[str]]:
             "; ".join(f"{escape(key)} ({listed(tags, shown=40)})" for key, tags in list(plugin_list.items())[:20])
             + (f"; and {len(plugin_list) - 20:,} more" if len(plugin_list) > 20 else ""),
         ],
+        *([["metadata", metadata_text(info["metadata"])]] if info["metadata"] else []),
     ]
+
+
+def metadata_text(metadata: dict[str, Any]) -> str:
+    """``inspect``'s metadata line: ``key: value; ...``, a string as it is, anything else as compact
+    JSON; escaped, each value cut to 80 characters, at most 20 keys. (json is imported only for a
+    list or a map: text output of strings and numbers needs none of it.)"""
+    from graphsvc.text import escape, shorten
+
+    def shown(value: Any) -> str:
+        if isinstance(value, str):
+            text = value
+        elif value is None or isinstance(value, bool):
+            text = {None: "null", True: "true", False: "false"}[value]
+        elif isinstance(value, (int, float)):
+            text = repr(value)
+        else:
+            import json
+
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        return shorten(escape(text), 80)
+
+    items = list(metadata.items())
+    text = "; ".join(f"{shorten(escape(key), 60)}: {shown(value)}" for key, value in items[:20])
+    return text + (f"; and {len(items) - 20:,} more" if len(items) > 20 else "")
 
 
 def tensor_info_text(info: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from graphsvc.errors import UsageError
 from graphsvc.graph import Graph, NodeRef, expect_graph
 from graphsvc.native import Engine, engine_for
 from graphsvc.ops import OpRegistry, expect_registry
-from graphsvc.text import counted, shown_number
+from graphsvc.text import counted, escape, shorten, shown_number
 
 if TYPE_CHECKING:  # annotations only: the CLI does not import numpy.typing at run time
     import numpy.typing as npt
@@ -102,7 +102,7 @@ def output_node(graph: Graph, output: NodeRef | None, choose: str = "output=") -
     (``choose``: the Python API's ``output=``; the CLI passes its ``--output``)."""
     from graphsvc.replay.columns import default_output
 
-    return default_output(graph, choose) if output is None else graph.node_id(output)
+    return default_output(graph, choose) if output is None else graph.node_id(output, "outputs")
 
 
 class ReplayRun(NamedTuple):
@@ -352,7 +352,6 @@ def resolve_set(
     labels): there it stays an integer, a 0-d int64 array, and one that is not a whole number in
     int64's range is a :class:`~graphsvc.errors.UsageError`."""
     from graphsvc.graph import MAX_DIMENSIONS, TENSOR_DTYPES, native_copy
-    from graphsvc.text import escape
 
     result: dict[int, Any] = {}
     for ref, number in assignments:
@@ -362,7 +361,7 @@ def resolve_set(
                 raise TypeError(f"set[{ref!r}] must be an array of float64, float32 or int64, not {number.dtype}")
         elif isinstance(number, bool) or not isinstance(number, Real):
             raise TypeError(f"set[{ref!r}] must be a number or an array, not {type(number).__name__}")
-        node = graph.node_id(ref)
+        node = graph.node_id(ref, "leaves")
         if isinstance(number, np.ndarray) and number.ndim > MAX_DIMENSIONS:  # as a graph holds an array
             raise UsageError(
                 f"{option} {escape(graph.label(node))}: an array of {counted(number.ndim, 'dimension')}, "
@@ -385,8 +384,10 @@ def set_from_text(assignments: Iterable[str], option: str = "--set") -> list[tup
     """``NAME=VALUE`` texts (the CLI's ``--set``, named ``option`` in errors) as the (node, value)
     pairs :func:`resolve_set` takes: a number, or an array read from a ``.npy`` file. A whole number
     is kept an int (exact, for an int64 leaf; resolve_set makes it a float elsewhere), except 0 (-0
-    keeps its sign) and one past int64's range (a float, inf past float's). Anything else is a
-    :class:`~graphsvc.errors.UsageError`."""
+    keeps its sign) and one past int64's range (a float). ``inf``, ``-inf`` and ``nan`` are those
+    floats; a number written otherwise that is past float64's range (``1e400``, an integer of 400
+    digits) is refused, as :class:`~graphsvc.graph.GraphBuilder` and the JSON form refuse it, not
+    made inf. Anything else is a :class:`~graphsvc.errors.UsageError`."""
     pairs: list[tuple[str, float | int | np.ndarray]] = []
     for text in assignments:
         ref, sep, number = text.partition("=")
@@ -405,8 +406,17 @@ def set_from_text(assignments: Iterable[str], option: str = "--set") -> list[tup
                 value = float(number)
             except ValueError:
                 raise UsageError(f"{option} {ref}: {number!r} is not a number or a .npy file") from None
+        if isinstance(value, float) and math.isinf(value) and number.strip().lstrip("+-").lower() not in _INFINITY:
+            raise UsageError(
+                f"{option} {escape(ref)}: {shorten(number.strip(), 40)} is out of float64's range "
+                "(write inf or -inf for an infinity)"
+            )
         pairs.append((ref, value))
     return pairs
+
+
+#: How Python's float() spells an infinity (any letter case, after an optional sign).
+_INFINITY = ("inf", "infinity")
 
 
 def read_npy(ref: str, path: str, option: str = "--set") -> np.ndarray:
@@ -418,7 +428,7 @@ def read_npy(ref: str, path: str, option: str = "--set") -> np.ndarray:
     import stat
 
     from graphsvc.graph import TENSOR_DTYPES
-    from graphsvc.text import escape, one_line
+    from graphsvc.text import one_line
 
     where = f"{option} {escape(ref)}: {escape(path)}"
     try:

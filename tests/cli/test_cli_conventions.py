@@ -188,8 +188,27 @@ def test_convert_takes_the_form_from_the_extension(tmp_path: Path) -> None:
         f"Error: say which form to write: --to json or --to msgpack ({tmp_path / 'g.txt'} has no .json or"
         " .msgpack extension)\n",
     )
-    assert invoke("convert", str(SEED004))[2] == "Error: say which form to write: --to json or --to msgpack\n"
     assert not (tmp_path / "g.txt").exists()
+
+
+def test_convert_writes_the_other_form_by_default(tmp_path: Path) -> None:
+    """No -o and no --to: msgpack becomes JSON on standard output, JSON becomes msgpack next to it;
+    -o - without --to: the other form on standard output, standard input told apart by content."""
+    assert invoke("convert", str(SEED004)) == (0, jsonio.dumps(fmt.load(SEED004)), "")
+    json_file = tmp_path / "s.json"
+    json_file.write_text(jsonio.dumps(fmt.load(SEED004)), encoding="utf-8")
+    assert invoke("convert", str(json_file)) == (0, "", f"wrote {tmp_path / 's.msgpack'} (7 nodes)\n")
+    assert (tmp_path / "s.msgpack").read_bytes() == SEED004.read_bytes()
+    assert invoke("convert", str(SEED004), "-o", "-") == (0, jsonio.dumps(fmt.load(SEED004)), "")
+    result = runner.invoke(app, ["convert", "-", "-o", "-"], input=json_file.read_bytes())
+    assert (result.exit_code, result.stdout_bytes) == (0, SEED004.read_bytes())
+    result = runner.invoke(app, ["convert", "-"], input=SEED004.read_bytes())
+    assert (result.exit_code, result.stdout) == (0, jsonio.dumps(fmt.load(SEED004)))
+    assert invoke("convert", "-", stdin=json_file.read_bytes()) == (
+        2,
+        "",
+        "Error: reading standard input: say where to write with --out (- for standard output)\n",
+    )
 
 
 def test_convert_writes_standard_output_with_a_dash() -> None:
@@ -241,7 +260,7 @@ def test_an_error_is_one_escaped_line_of_bounded_length(tmp_path: Path) -> None:
     assert stderr.count("\n") == 1
     assert "\x1b" not in stderr and "\x07" not in stderr
     assert stderr.startswith("Error: no node named 'x\\n\\x1b]0;pwned\\x07zzz")
-    assert stderr.endswith("... (5,035 characters)\n")
+    assert stderr.endswith("zz... (5,021 characters) (the outputs: a)\n")  # the name cut, the outputs shown
     assert len(stderr) <= len("Error: ") + 401
 
 
@@ -268,7 +287,11 @@ def test_steps_inspect_and_errors_escape_names_from_the_file(tmp_path: Path) -> 
     shown = runner.invoke(app, ["inspect", str(path)], env=PIPED).stdout.splitlines()
     assert "leaves: 3 (tab\\there\\r, new\\nline, [bold red]x[/] [link=https://example.com]y[/link] :smile:)" in shown
     assert "outputs: back\\\\slash" in shown
-    assert invoke("backward", str(path), "--output", "x\x1b[2J") == (2, "", "Error: no node named 'x\\x1b[2J'\n")
+    assert invoke("backward", str(path), "--output", "x\x1b[2J") == (
+        2,
+        "",
+        "Error: no node named 'x\\x1b[2J'; did you mean '\\x1b[2J'? (the outputs: back\\\\slash)\n",
+    )
 
 
 def test_writing_to_a_full_device_is_one_line_not_an_internal_error() -> None:
@@ -306,7 +329,7 @@ def test_inspect_cuts_a_long_op_table_too(tmp_path: Path) -> None:
     assert ops.startswith("ops: leaf 1, op0000 1, op0001 1, ")
     assert ops.endswith(", op0038 1 and 961 more")
     plugins = next(line for line in lines if line.startswith("plugins: "))
-    assert plugins.endswith("op0038 and 961 more)")
+    assert plugins.endswith("op0039 and 960 more)")
     assert max(map(len, lines)) < 700
 
 
@@ -343,7 +366,7 @@ def test_progress_covers_from_micrograd() -> None:
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        (["order"], "Error: Missing argument 'FILE'; see graphsvc order -h\n"),
+        (["order"], "Error: FILE is missing; give - to read the graph from standard input; see graphsvc order -h\n"),
         (["order", "--nosuch", "F"], "Error: No such option: --nosuch; see graphsvc order -h\n"),
         (
             ["gradcheck", "g.msgpack"],
@@ -360,11 +383,47 @@ def test_usage_errors_are_one_line_with_where_to_look(words: list[str], expected
 
 
 def test_the_console_script_says_usage_errors_in_one_line_and_graphsvc_alone_its_help() -> None:
-    run = subprocess.run([sys.executable, "-m", "graphsvc", "order"], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "graphsvc", "order"], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
     assert (run.returncode, run.stdout, run.stderr) == (
         2,
         "",
-        "Error: Missing argument 'FILE'; see graphsvc order -h\n",
+        "Error: FILE is missing; give - to read the graph from standard input; see graphsvc order -h\n",
     )
     alone = subprocess.run([sys.executable, "-m", "graphsvc"], capture_output=True, text=True)
     assert alone.returncode == 2 and (alone.stdout + alone.stderr).startswith("Usage: graphsvc [OPTIONS] COMMAND")
+
+
+@pytest.mark.parametrize("words", [["order"], ["inspect"], ["validate"], ["convert"], ["forward"], ["backward"]])
+def test_a_missing_file_with_redirected_stdin_says_to_give_a_dash(words: list[str]) -> None:
+    """``graphsvc order < g.msgpack``: FILE is missing, and standard input is not a terminal."""
+    assert invoke(*words, stdin=SEED004.read_bytes()) == (
+        2,
+        "",
+        f"Error: FILE is missing; give - to read the graph from standard input; see graphsvc {words[0]} -h\n",
+    )
+
+
+def test_version_has_a_short_option() -> None:
+    assert invoke("-V")[:2] == invoke("--version")[:2]
+    assert invoke("-V")[1].startswith("graphsvc ")
+
+
+def test_a_missing_file_on_a_terminal_is_clicks_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Standard input on a terminal: nothing to read, so no hint about -."""
+    import io
+
+    import cli
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    class MissingParameter(Exception):
+        param = type("Param", (), {"metavar": "FILE"})()
+
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    assert cli._missing_file(MissingParameter()) is None
+    monkeypatch.setattr(sys, "stdin", io.StringIO())
+    assert cli._missing_file(MissingParameter()) == "FILE is missing; give - to read the graph from standard input"

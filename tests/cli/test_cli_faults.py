@@ -204,7 +204,7 @@ USER_ERRORS = [
         "Error: the graph uses an op not registered here: cube (plugin unknown); install the plugin that provides "
         "it, without --disable-plugins (it keeps out every plugin, --plugin ones too)",
     ),
-    (["backward", "{seed}", "--output", "nope"], 2, "Error: no node named 'nope'"),
+    (["backward", "{seed}", "--output", "nope"], 2, "Error: no node named 'nope' (the outputs: L)"),
     (
         ["forward", "{seed}", "--set", "L=1"],
         2,

@@ -96,7 +96,7 @@ def test_order_dfs_and_kahn_differ(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--output", "nope"], "Error: no node named 'nope'\n"),
+        (["--output", "nope"], "Error: no node named 'nope' (the outputs: y)\n"),
         (["--output", "6"], "Error: no node with id 6 (the graph has 6 nodes)\n"),
         (["--algorithm", "bfs"], "Error: --algorithm must be dfs or kahn, not 'bfs'\n"),
     ],
@@ -120,7 +120,8 @@ def test_inspect_text() -> None:
         "depth: 2",
         "gradients stored: no",
         "ops: clip 1, leaf 1, mul 1, pow 1",
-        "plugins: graphsvc-extra-ops 1.2.0 (pow); unknown (clip, leaf, mul)",
+        "plugins: graphsvc (builtin) (leaf, mul); graphsvc-extra-ops 1.2.0 (pow); unknown (clip)",
+        'metadata: author: graphsvc; step: 7; lr: 0.5; frozen: false; tags: ["a",1]; nested: {"k":null}',
     ]
 
 
@@ -140,7 +141,7 @@ def test_inspect_json() -> None:
         "has_grads": True,
         "tensors": None,
         "ops": {"leaf": 3, "mul": 2, "add": 2},
-        "plugins": {"unknown": ["add", "leaf", "mul"]},
+        "plugins": {"graphsvc (builtin)": ["add", "leaf", "mul"]},
         "metadata": {},
     }
 

@@ -235,9 +235,11 @@ def test_missing_op_fails_before_any_work_with_exit_4(tmp_path: Path) -> None:
     [
         (["--set", "a"], "Error: --set expects NAME=VALUE, not 'a'\n"),
         (["--set", "a=x"], "Error: --set a: 'x' is not a number or a .npy file\n"),
-        (["--set", "zz=1"], "Error: no node named 'zz'\n"),
+        (["--set", "zz=1"], "Error: no node named 'zz' (the leaves: a, b, c)\n"),
         (["--set", "ab=1"], "Error: node ab is a mul node, not a leaf: only leaves can be set\n"),
-        (["--output", "nope"], "Error: no node named 'nope'\n"),
+        (["--output", "nope"], "Error: no node named 'nope' (the outputs: L)\n"),
+        (["--output", "l"], "Error: no node named 'l'; did you mean 'L'? (the outputs: L)\n"),
+        (["--output", "ac"], "Error: no node named 'ac'; did you mean 'abc' or 'c' or 'a'? (the outputs: L)\n"),
     ],
 )
 def test_bad_options_are_usage_errors(args: list[str], message: str) -> None:
@@ -286,7 +288,8 @@ def test_set_and_the_library_refuse_the_same_assignments() -> None:
     graph = fmt.load(EXAMPLES / "seed004.msgpack")
     cases = [
         ({"a": 1.0, "0": 5.0}, ["a=1", "0=5"], "set gives node a two values"),
-        ({"zz": 1.0}, ["zz=1"], "no node named 'zz'"),
+        ({"zz": 1.0}, ["zz=1"], "no node named 'zz' (the leaves: a, b, c)"),
+        ({"A": 1.0}, ["A=1"], "no node named 'A'; did you mean 'a'? (the leaves: a, b, c)"),
         ({"9": 1.0}, ["9=1"], "no node with id 9 (the graph has 7 nodes)"),
         ({"ab": 1.0}, ["ab=1"], "node ab is a mul node, not a leaf: only leaves can be set"),
     ]
@@ -400,3 +403,30 @@ def test_set_keeps_the_sign_of_a_negative_zero(tmp_path: Path, number: str) -> N
     assert code == 0
     assert values["r"] == "-inf"
     assert str(values["s"]) == "-0.0"
+
+
+@pytest.mark.parametrize(
+    ("number", "shown"),
+    [
+        ("1e400", "1e400"),
+        ("-1E400", "-1E400"),
+        ("1" + "0" * 400, "10000000000000000000... (401 characters)"),
+    ],
+)
+def test_set_refuses_a_number_past_float64s_range(number: str, shown: str) -> None:
+    """A number that overflows when parsed is refused, as GraphBuilder and the JSON form refuse it,
+    not made inf; inf written as inf is a value like any other."""
+    code, out, err = run("forward", str(EXAMPLES / "seed004.msgpack"), "--set", f"a={number}")
+    assert (code, out, err) == (
+        2,
+        "",
+        f"Error: --set a: {shown} is out of float64's range (write inf or -inf for an infinity)\n",
+    )
+
+
+@pytest.mark.parametrize(("number", "value"), [("inf", "inf"), ("-Infinity", "-inf"), ("+INF", "inf")])
+def test_set_takes_an_infinity_written_as_one(number: str, value: str) -> None:
+    code, out, _ = run("forward", str(EXAMPLES / "seed004.msgpack"), "--set", f"a={number}", "--json")
+    assert code == 0
+    leaf = {"id": 0, "name": "a", "op": "leaf", "parents": [], "value": value, "grad": None}
+    assert json.loads(out)["nodes"][-1] == leaf

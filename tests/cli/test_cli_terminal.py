@@ -93,6 +93,7 @@ def test_inspect_table() -> None:
         ["gradients stored", "yes"],
         ["ops", "add 2, leaf 3, mul 2"],
         ["plugins", "graphsvc 0.1.0 (add, leaf, mul)"],
+        ["metadata", "source: seed 004; expression: L = (a*b + c)*(a + b)"],
     ]
 
 

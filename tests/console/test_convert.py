@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,31 @@ def test_the_form_follows_the_extension() -> None:
         convert.form_of(Path("a.txt"))
     with pytest.raises(UsageError, match=r"^say which form to write: --to json or --to msgpack$"):
         convert.form_of(None)
+
+
+def test_without_out_the_form_is_the_other_one(tmp_path: Path, seed004_file: Graph) -> None:
+    from graphsvc.format import jsonio, save
+
+    msgpack_file, json_file, empty = tmp_path / "g.msgpack", tmp_path / "g.json", tmp_path / "empty"
+    save(seed004_file, msgpack_file)
+    json_file.write_text(jsonio.dumps(seed004_file), encoding="utf-8")
+    empty.write_bytes(b"")
+    assert [convert.input_form(f) for f in (msgpack_file, json_file, empty, tmp_path / "missing")] == [
+        "msgpack",
+        "json",
+        "json",  # loading it says what is wrong
+        "json",
+    ]
+    assert convert.form_of(None, msgpack_file) == convert.form_of(Path("-"), msgpack_file) == "json"
+    assert convert.form_of(None, json_file) == convert.form_of(Path("-"), json_file) == "msgpack"
+    assert convert.form_of(Path("o.json"), json_file) == "json"  # the extension wins
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert convert.input_form(fifo) is None
+    with pytest.raises(
+        UsageError, match=r"^say which form to write: --to json or --to msgpack \(.*fifo cannot be peeked at\)$"
+    ):
+        convert.form_of(None, fifo)
 
 
 def test_the_target(tmp_path: Path) -> None:

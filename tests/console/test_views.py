@@ -23,6 +23,7 @@ depth: 3
 gradients stored: yes
 ops: add 2, leaf 3, mul 2
 plugins: graphsvc 0.1.0 (add, leaf, mul)
+metadata: source: seed 004; expression: L = (a*b + c)*(a + b)
 """
 
 
@@ -102,3 +103,13 @@ def test_gradcheck_lines(registry: Any, capsys: pytest.CaptureFixture[str]) -> N
     views.print_gradcheck(results, as_json=True)
     document = json.loads(capsys.readouterr().out)
     assert (document["ok"], document["failed"], [op["op"] for op in document["ops"]]) == (True, [], ["add", "leaf"])
+
+
+def test_metadata_text_is_escaped_and_cut() -> None:
+    from graphsvc.console.views import metadata_text
+
+    many = {f"k{i}": i for i in range(22)}
+    assert metadata_text({"a\tb": "x\ny", "n": [1, None], "long": "z" * 100}) == (
+        "a\\tb: x\\ny; n: [1,null]; long: " + "z" * 60 + "... (100 characters)"
+    )
+    assert metadata_text(many).endswith("; k19: 19; and 2 more")

@@ -3,6 +3,7 @@ L = (a*b + c)*(a + b) at a=2, b=3, c=1, with gradients worked out by hand."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import warnings
@@ -183,9 +184,18 @@ def test_forward_drops_the_old_gradients() -> None:
             UsageError,
             "node ab is a mul node, not a leaf: only leaves can be set",
         ),
-        (lambda g: graphsvc.backward(g, set={"nope": 1.0}), UsageError, "no node named 'nope'"),
+        (
+            lambda g: graphsvc.backward(g, set={"nope": 1.0}),
+            UsageError,
+            "no node named 'nope' (the leaves: a, b, c)",
+        ),
         (lambda g: graphsvc.backward(g, set={7: 1.0}), UsageError, "no node with id 7 (the graph has 7 nodes)"),
-        (lambda g: graphsvc.backward(g, output="nope"), UsageError, "no node named 'nope'"),
+        (lambda g: graphsvc.backward(g, output="nope"), UsageError, "no node named 'nope' (the outputs: L)"),
+        (
+            lambda g: graphsvc.backward(g, output="ll"),
+            UsageError,
+            "no node named 'll'; did you mean 'L'? (the outputs: L)",
+        ),
         (lambda g: graphsvc.forward(g, set={"a": 1.0, 0: 2.0}), UsageError, "set gives node a two values"),
         (lambda g: graphsvc.forward(g, set={"a": "3"}), TypeError, "set['a'] must be a number or an array, not str"),
         (
@@ -194,6 +204,7 @@ def test_forward_drops_the_old_gradients() -> None:
             "a node is given by its id (an int) or its name (a str), not float",
         ),
         (lambda g: g.value("nope"), UsageError, "no node named 'nope'"),
+        (lambda g: g.grad("B"), UsageError, "no node named 'B'; did you mean 'b'?"),
     ],
 )
 def test_errors(call, error: type[Exception], message: str) -> None:  # type: ignore[no-untyped-def]
@@ -565,3 +576,12 @@ def test_check_replayable_raises_what_a_replay_raises_before_it_runs(registry: O
     )
     with pytest.raises(TypeError):
         check_replayable("f.json", registry)  # type: ignore[arg-type]
+
+
+def test_set_refuses_a_number_past_float64s_range_and_takes_inf() -> None:
+    """As GraphBuilder does: an integer too large for a float is refused, not rounded to inf; inf
+    given as inf is a value."""
+    graph = graphsvc.load(SEED004)
+    with pytest.raises(UsageError, match=r"^set a: an integer of 401 digits is out of float64's range$"):
+        graphsvc.forward(graph, set={"a": 10**400})
+    assert graphsvc.forward(graph, set={"a": math.inf}).value("a") == math.inf
