@@ -434,9 +434,19 @@ def _read_distribution(info: str) -> _Distribution | None:
 
 
 def _import_file(path: Path) -> ModuleType:
-    """Execute a ``.py`` file as a module named after its stem, without leaving it in ``sys.modules``."""
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
+    """Execute a ``.py`` file as a module named after its stem, without leaving it in ``sys.modules``.
+
+    The source is read from what was opened, once it is known to be a regular file (a FIFO at the
+    path, even one swapped in after a look at it, is refused, not waited for), and run from there."""
+    from graphsvc.files import NotRegularFile, open_regular
+
+    try:
+        with open_regular(path) as file:
+            source = file.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such file: {path}") from None
+    except NotRegularFile as exc:
+        raise OSError(f"{path} {exc}") from None
     name = path.stem
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -447,7 +457,7 @@ def _import_file(path: Path) -> ModuleType:
     previous = sys.modules.get(name)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)
     finally:
         if previous is None:
             sys.modules.pop(name, None)

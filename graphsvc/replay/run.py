@@ -380,17 +380,17 @@ def read_npy(ref: str, path: str, option: str = "--set") -> np.ndarray:
     ``option`` ``ref``=``path``; :func:`resolve_set` copies it as a tensor leaf takes it (C order,
     native byte order). A file that is not a regular file, cannot be read or does not hold float64,
     float32 or int64 numbers is a :class:`~graphsvc.errors.UsageError`."""
-    import os
-    import stat
-
+    from graphsvc.files import NotRegularFile, open_regular
     from graphsvc.graph import TENSOR_DTYPES
     from graphsvc.text import escape, one_line
 
     where = f"{option} {escape(ref)}: {escape(path)}"
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would wait for a writer forever
-            raise UsageError(f"{where} is not a regular file")
-        array = np.load(path, allow_pickle=False)
+        # what was opened decides, not a look at the path first (a FIFO swapped in would wait for ever)
+        with open_regular(path) as file:
+            array = np.load(file, allow_pickle=False)  # decided by its first bytes: the rest is read only for a .npy
+    except NotRegularFile:
+        raise UsageError(f"{where} is not a regular file") from None
     except OSError as exc:
         raise UsageError(f"{where} cannot be read: {one_line(exc.strerror or str(exc))}") from None
     except (ValueError, EOFError, MemoryError):  # numpy's own words suggest pickle: not repeated
