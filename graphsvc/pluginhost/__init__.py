@@ -393,10 +393,15 @@ def _scan_entry_points(
 
 
 def _read_text(info: str, name: str) -> str | None:
+    """A file of an installed distribution's metadata, or None. Read only when what was opened is a
+    regular file: a FIFO in a folder on Python's path (the current one, for ``python -m``) is not
+    waited for at every start."""
+    from graphsvc.files import open_regular
+
     try:
-        with open(os.path.join(info, name), "rb") as file:
+        with open_regular(os.path.join(info, name)) as file:
             return file.read().decode("utf-8", "replace")
-    except OSError:  # no such file, an .egg-info that is itself a file, unreadable
+    except OSError:  # no such file, not a regular file, an .egg-info that is itself a file, unreadable
         return None
 
 

@@ -549,3 +549,15 @@ def test_a_json_file_valid_in_its_first_bytes_is_read_whole(tmp_path: Path) -> N
     path.write_text(jsonio.dumps(graph), encoding="utf-8")
     assert path.stat().st_size > 1 << 16
     assert fmt.dumps(fmt.load(path)) == fmt.dumps(graph)
+
+
+def test_load_regular_refuses_anything_but_a_regular_file_at_once(tmp_path: Path) -> None:
+    fifo = _fifo(tmp_path)
+    started = time.perf_counter()
+    with pytest.raises(GraphFileError) as refused:
+        fmt.load_regular(fifo)
+    assert (str(refused.value), time.perf_counter() - started < 2) == (f"{fifo}: not a regular file", True)
+    with pytest.raises(GraphFileError) as refused:
+        fmt.load_regular(os.devnull)
+    assert str(refused.value) == f"{os.devnull}: not a regular file"
+    assert fmt.dumps(fmt.load_regular(GRADS)) == GRADS.read_bytes()
