@@ -29,7 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 #: ``graphsvc`` itself is the package's ``__init__`` only.
 LAYERS: list[tuple[str, ...]] = [
     # base: what every room may use (hookspecs names graphsvc.ops only under TYPE_CHECKING)
-    ("graphsvc._version", "graphsvc.errors", "graphsvc.text", "graphsvc.collector", "graphsvc.hookspecs"),
+    (
+        "graphsvc._version",
+        "graphsvc.errors",
+        "graphsvc.text",
+        "graphsvc.files",
+        "graphsvc.collector",
+        "graphsvc.hookspecs",
+    ),
     ("graphsvc.native",),  # the C extensions, their one loader, the sweeps' Engine
     ("graphsvc.graph", "graphsvc.topo"),  # the graph model and orderings
     ("graphsvc.format",),  # the wire format

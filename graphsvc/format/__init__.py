@@ -73,6 +73,7 @@ __all__ = [
     "dump",
     "dumps",
     "load",
+    "load_regular",
     "load_versioned",
     "loads",
     "save",
@@ -196,6 +197,11 @@ def _read(
     """Read the columns straight into arrays when :func:`fastload.scan` finds them; anything else
     (or any problem) the general way, which gets ``everything`` and words the error."""
     with gc_paused():  # a map per node's attributes: see graphsvc.collector
+        if source.size > _HEAD:
+            # what the first bytes rule out is refused before the rest is read (a 3 GB file of
+            # zeros; the fast path too would step over a huge array), every source alike, so that
+            # a file gives one error however it is read; a 64 KiB decode, at most, otherwise
+            codec.check_head(source.read(0, _HEAD), source.size, limits)
         try:
             doc = codec.decode_fast(source, limits)
         except (fastload.NotCanonical, FormatError):
@@ -296,7 +302,21 @@ def _stream_label(stream: BinaryIO) -> str:
     return name if isinstance(name, str) else "the stream"
 
 
-def _load_path(path: str, limits: Limits, mapped: bool = False) -> tuple[Graph, tuple[int, int]]:
+def load_regular(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) -> Graph:
+    """Like :func:`load` of a path, but only when what the path opens is a regular file: anything
+    else (a FIFO, a device) is a :class:`GraphFileError` at once, never read or waited for (shell
+    completion reads graphs this way). The open descriptor decides, so a FIFO swapped in for the
+    file cannot slip through."""
+    label = os.fspath(path)
+    try:
+        return _load_path(label, limits, regular_only=True)[0]
+    except GraphFileError as exc:
+        raise type(exc)(one_line(f"{label}: {exc}")) from None
+
+
+def _load_path(
+    path: str, limits: Limits, mapped: bool = False, regular_only: bool = False
+) -> tuple[Graph, tuple[int, int]]:
     try:
         # Non-blocking, so that opening a FIFO with no writer returns (and can be waited for).
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -313,6 +333,8 @@ def _load_path(path: str, limits: Limits, mapped: bool = False) -> tuple[Graph, 
                 raise GraphFileError("is a folder, not a graph file")
             if stat.S_ISREG(mode):
                 return _load_regular(file, limits, mapped)
+            if regular_only:
+                raise GraphFileError("not a regular file")
             if stat.S_ISFIFO(mode):
                 _wait_for_data(fd, limits.max_fifo_wait_seconds)
             os.set_blocking(fd, True)
@@ -367,6 +389,8 @@ def _load_regular(file: IO[bytes], limits: Limits, mapped: bool = False) -> tupl
             if mapping is not None:
                 return _read(fastload.BytesSource(mapping), lambda: mapping, limits)
             return _read(fastload.FileSource(fd, head, size), everything, limits)
+        if kind == "json" and size > checked:
+            _check_json_head(head)
         data = everything()
         if kind is None:  # only whitespace in the first chunk
             try:
@@ -393,6 +417,7 @@ def _load_stream(read: Callable[[int], bytes], limits: Limits) -> tuple[Graph, t
     form."""
     data = bytearray()
     kind: str | None = None
+    checked_head = False
     field = "max_stream_bytes" if limits.max_stream_bytes < limits.max_file_bytes else "max_file_bytes"
     limit = getattr(limits, field)
     try:
@@ -406,6 +431,13 @@ def _load_stream(read: Callable[[int], bytes], limits: Limits) -> tuple[Graph, t
                 raise FormatError(_too_large(limit, field))
             if kind is None:
                 kind = _kind(data, at_end=False, checked=len(data) - len(chunk))
+            if not checked_head and len(data) > _HEAD and kind is not None:
+                # what the first bytes rule out is refused before the rest is read
+                checked_head = True
+                if kind == "msgpack":
+                    codec.check_head(data[:_HEAD], limit, limits, size_known=False)
+                else:
+                    _check_json_head(data[:_HEAD])
         if _kind(data, at_end=True) == "msgpack":
             return _read_msgpack(data, limits)
         return _read_json(data, limits)
@@ -435,6 +467,20 @@ def _kind(head: bytes | bytearray, at_end: bool, checked: int = 0) -> str | None
     if head[found.start()] == ord("{"):
         return "json"
     raise FormatError(f"not a graphsvc file: it starts with {bytes(head[:8])!r}, not a msgpack map or a JSON object")
+
+
+def _check_json_head(head: bytes | bytearray) -> None:
+    """Raise what :func:`_read_json` of the whole file would, when its first bytes ``head`` show it
+    already (invalid UTF-8, a syntax error: see :func:`jsonio.check_head`), before the rest is read."""
+    from graphsvc.format import jsonio
+
+    try:
+        text = head.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        if exc.end < len(head):  # not a character cut off at the end
+            raise FormatError(f"the JSON text is not valid UTF-8 (at byte {exc.start})") from None
+        text = head[: exc.start].decode("utf-8-sig")
+    jsonio.check_head(text)
 
 
 def _read_json(data: bytes | bytearray, limits: Limits) -> tuple[Graph, tuple[int, int]]:

@@ -165,6 +165,41 @@ def decode(data: fastload.Buffer, limits: Limits) -> Any:
         raise diagnose.decode_error(exc, data, limits) from None
 
 
+def check_head(head: fastload.Buffer, size: int, limits: Limits, size_known: bool = True) -> None:
+    """Raise the FormatError that :func:`decode` of the whole file (``size`` bytes) would raise, when
+    its first bytes ``head`` already show it: what msgpack refuses within them (the same check,
+    the same hooks and bounds: decoding is one pass from the start) or a first value that ends
+    before the file does. Nothing when the first bytes are a valid start of a document: the
+    whole file decides. So a huge file whose first byte rules it out is refused without being read.
+
+    ``size_known=False`` (a stream still being read): ``size`` is only the most it may hold, so
+    a count larger than that, or a map that ends early, is left for the whole stream to word."""
+    if not size:
+        return
+    unpacker = msgpack.Unpacker(
+        raw=False,
+        strict_map_key=True,
+        use_list=True,
+        object_pairs_hook=_pairs_to_dict,
+        max_buffer_size=max(len(head), 1),
+        **diagnose.bounds(size, limits),
+    )
+    unpacker.feed(head)
+    try:
+        document = unpacker.unpack()
+    except msgpack.OutOfData:
+        return
+    except MemoryError:
+        return
+    except Exception as exc:
+        if not size_known and isinstance(exc, ValueError) and "exceeds max_" in str(exc):
+            return
+        raise diagnose.decode_error(exc, head, limits, size) from None
+    end = unpacker.tell()
+    if end < size and (size_known or not isinstance(document, dict)):
+        raise diagnose.extra_data_error(document, head, size, end)
+
+
 def decode_fast(source: fastload.Source, limits: Limits) -> dict[str, Any]:
     """The document, each column read into a buffer of its own (the file's bytes are copied once).
 

@@ -59,16 +59,14 @@ def reject_ext(code: int, data: bytes) -> Any:
     raise ExtType(code)
 
 
-def decode_error(exc: Exception, data: Buffer, limits: Limits) -> FormatError:
-    """The error for a document msgpack could not decode (``exc``, raised decoding ``data``)."""
-    size = len(data)
+def decode_error(exc: Exception, data: Buffer, limits: Limits, size: int | None = None) -> FormatError:
+    """The error for a document msgpack could not decode (``exc``, raised decoding ``data``): the
+    whole file, or its first bytes when ``size`` says how long the file is (a repeated or
+    non-string key, or invalid UTF-8, is then located only when the first bytes hold the document)."""
+    if size is None:
+        size = len(data)
     if isinstance(exc, msgpack.ExtraData):
-        if not isinstance(exc.unpacked, dict):  # a graph file starts with a map: this is another kind of file
-            return FormatError(f"not a graphsvc file: it starts with {bytes(data[:8])!r}, not a msgpack map")
-        return FormatError(
-            f"trailing bytes after the document: {counted(len(exc.extra), 'byte')} "
-            f"{'follows' if len(exc.extra) == 1 else 'follow'} the first {size - len(exc.extra)}"
-        )
+        return extra_data_error(exc.unpacked, data, size, size - len(exc.extra))
     if isinstance(exc, ExtType):
         return FormatError(EXT_MESSAGE)
     if isinstance(exc, NonStringKey):
@@ -82,13 +80,22 @@ def decode_error(exc: Exception, data: Buffer, limits: Limits) -> FormatError:
     if isinstance(exc, msgpack.FormatError):  # the one byte msgpack never uses: 0xc1
         return FormatError("not a valid msgpack document: it holds the reserved byte 0xc1")
     if isinstance(exc, ValueError):
-        return _value_error(str(exc), data, limits)
+        return _value_error(str(exc), data, limits, size)
     # msgpack's own errors: FormatError, StackError, ...
     return FormatError(f"not a valid msgpack document: {type(exc).__name__}: {exc}")
 
 
-def _value_error(text: str, data: Buffer, limits: Limits) -> FormatError:
-    size = len(data)
+def extra_data_error(document: Any, data: Buffer, size: int, end: int) -> FormatError:
+    """The error for a file of ``size`` bytes whose first msgpack value (``document``, starting
+    ``data``) ends at byte ``end``, before the file does."""
+    if not isinstance(document, dict):  # a graph file starts with a map: this is another kind of file
+        return FormatError(f"not a graphsvc file: it starts with {bytes(data[:8])!r}, not a msgpack map")
+    extra = size - end
+    follow = "follows" if extra == 1 else "follow"
+    return FormatError(f"trailing bytes after the document: {counted(extra, 'byte')} {follow} the first {end}")
+
+
+def _value_error(text: str, data: Buffer, limits: Limits, size: int) -> FormatError:
     if "incomplete" in text:
         ends = "ends" if size == 1 else "end"
         return FormatError(f"the file is truncated: {counted(size, 'byte')} {ends} in the middle of the document")

@@ -195,6 +195,25 @@ def loads_versioned(text: str) -> tuple[Graph, tuple[int, int]]:
     return graph, (major, minor)
 
 
+#: How far from the end of the first bytes a syntax error must be for :func:`check_head` to trust
+#: it (a number, a literal or an escape cut off at the end is an error only there).
+_HEAD_MARGIN = 64
+
+
+def check_head(text: str) -> None:
+    """Raise the FormatError :func:`loads_versioned` gives the whole text when ``text``, its start,
+    already shows it: a syntax error well before the end of ``text`` is where the whole text's
+    parse fails too (the parse is one pass from the start), except a string left open, which
+    the rest may close. Nothing otherwise: the whole text decides."""
+    try:
+        json.loads(text, parse_constant=str, object_pairs_hook=_object)
+    except json.JSONDecodeError as exc:
+        if exc.pos < len(text) - _HEAD_MARGIN and not exc.msg.startswith("Unterminated string"):
+            raise FormatError(f"not valid JSON: {exc}") from None
+    except (_RepeatedKey, ValueError, RecursionError, MemoryError):  # the whole text words these
+        pass
+
+
 class _RepeatedKey(Exception):
     """An object of the JSON text lists a key twice (:func:`_text_problem` says where)."""
 

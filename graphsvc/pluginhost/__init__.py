@@ -471,10 +471,15 @@ def _scan_entry_points(
 
 
 def _read_text(info: str, name: str) -> str | None:
+    """A file of an installed distribution's metadata, or None. Read only when what was opened is a
+    regular file: a FIFO in a folder on Python's path (the current one, for ``python -m``) is not
+    waited for at every start."""
+    from graphsvc.files import open_regular
+
     try:
-        with open(os.path.join(info, name), "rb") as file:
+        with open_regular(os.path.join(info, name)) as file:
             return file.read().decode("utf-8", "replace")
-    except OSError:  # no such file, an .egg-info that is itself a file, unreadable
+    except OSError:  # no such file, not a regular file, an .egg-info that is itself a file, unreadable
         return None
 
 
@@ -512,9 +517,19 @@ def _read_distribution(info: str) -> _Distribution | None:
 
 
 def _import_file(path: Path) -> ModuleType:
-    """Execute a ``.py`` file as a module named after its stem, without leaving it in ``sys.modules``."""
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
+    """Execute a ``.py`` file as a module named after its stem, without leaving it in ``sys.modules``.
+
+    The source is read from what was opened, once it is known to be a regular file (a FIFO at the
+    path, even one swapped in after a look at it, is refused, not waited for), and run from there."""
+    from graphsvc.files import NotRegularFile, open_regular
+
+    try:
+        with open_regular(path) as file:
+            source = file.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such file: {path}") from None
+    except NotRegularFile as exc:
+        raise OSError(f"{path} {exc}") from None
     name = path.stem
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -525,7 +540,7 @@ def _import_file(path: Path) -> ModuleType:
     previous = sys.modules.get(name)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)
     finally:
         if previous is None:
             sys.modules.pop(name, None)

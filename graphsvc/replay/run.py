@@ -418,23 +418,50 @@ def set_from_text(assignments: Iterable[str], option: str = "--set") -> list[tup
 #: How Python's float() spells an infinity (any letter case, after an optional sign).
 _INFINITY = ("inf", "infinity")
 
+#: What every ``.npy`` file starts with (numpy's format, any version).
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _check_npy_size(file: Any, where: str) -> None:
+    """Refuse a .npy file whose header (versions 1.0 and 2.0) declares more data than the file
+    holds, from the header and the file's size: numpy would read all of it first."""
+    import os
+
+    from numpy.lib import format as npy
+
+    file.seek(0)
+    version = npy.read_magic(file)
+    if version not in ((1, 0), (2, 0)):
+        return  # 3.0: numpy's own reading decides
+    shape, _, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(file)
+    declared = math.prod(shape) * dtype.itemsize
+    held = os.fstat(file.fileno()).st_size - file.tell()
+    if declared > held:
+        raise UsageError(f"{where} is truncated: its header declares {declared} bytes of data, it holds {held}")
+
 
 def read_npy(ref: str, path: str, option: str = "--set") -> np.ndarray:
     """An array from a ``.npy`` file (never pickled objects), its own shape (0-d stays 0-d), for
     ``option`` ``ref``=``path``; :func:`resolve_set` copies it as a tensor leaf takes it (C order,
     native byte order). A file that is not a regular file, cannot be read or does not hold float64,
     float32 or int64 numbers is a :class:`~graphsvc.errors.UsageError`."""
-    import os
-    import stat
-
+    from graphsvc.files import NotRegularFile, open_regular
     from graphsvc.graph import TENSOR_DTYPES
     from graphsvc.text import one_line
 
     where = f"{option} {escape(ref)}: {escape(path)}"
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would wait for a writer forever
-            raise UsageError(f"{where} is not a regular file")
-        array = np.load(path, allow_pickle=False)
+        # what was opened decides, not a look at the path first (a FIFO swapped in would wait for ever)
+        with open_regular(path) as file:
+            # a .npy file starts so: anything else (a zip archive, a pickle, zeros) is refused from
+            # its first bytes, unread (np.load would take it for an .npz archive or a pickle)
+            if file.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+                raise ValueError("not a .npy file")
+            _check_npy_size(file, where)
+            file.seek(0)
+            array = np.load(file, allow_pickle=False)
+    except NotRegularFile:
+        raise UsageError(f"{where} is not a regular file") from None
     except OSError as exc:
         raise UsageError(f"{where} cannot be read: {one_line(exc.strerror or str(exc))}") from None
     except (ValueError, EOFError, MemoryError):  # numpy's own words suggest pickle: not repeated

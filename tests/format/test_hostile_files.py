@@ -117,6 +117,9 @@ IMPORTING_CALLS = {"import_module", "spec_from_file_location", "exec_module"}
 #: lazily from a fixed table (the public API); native/loader.py imports graphsvc's own C extensions,
 #: by the fixed names of native.EXTENSIONS.
 IMPORTERS = {"pluginhost/__init__.py", "__init__.py", "native/loader.py"}
+#: The plugin host runs a plugin file the user names from the bytes of the regular file it opened
+#: (``exec(compile(...))``), not from a second look at the path; no other module may.
+PLUGIN_RUNNER = "pluginhost/__init__.py"
 
 
 def test_no_pickle_eval_or_exec_anywhere_in_graphsvc() -> None:
@@ -134,7 +137,8 @@ def test_no_pickle_eval_or_exec_anywhere_in_graphsvc() -> None:
                 problems.append(f"{where} imports from {node.module}")
             elif isinstance(node, ast.Call):
                 name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
-                if isinstance(node.func, ast.Name) and name in FORBIDDEN_CALLS:
+                runs_a_plugin = module == PLUGIN_RUNNER and name in ("exec", "compile")
+                if isinstance(node.func, ast.Name) and name in FORBIDDEN_CALLS and not runs_a_plugin:
                     problems.append(f"{where} calls {name}()")
                 if name in IMPORTING_CALLS and module not in IMPORTERS:
                     problems.append(f"{where} calls {name}() outside {', '.join(sorted(IMPORTERS))}")

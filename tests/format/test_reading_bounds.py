@@ -202,10 +202,10 @@ def test_dev_urandom_is_refused_at_its_first_bytes_or_at_the_limit() -> None:
 
 
 def test_an_endless_stream_that_begins_like_a_graph_is_read_only_up_to_the_stream_limit() -> None:
-    """Random bytes after a map header (as 1 in 16 starts of /dev/urandom) are read up to
-    Limits.max_stream_bytes, not up to the much larger limit for regular files."""
+    """A stream that starts like a graph (a map whose value is bin data of 4 GiB) and never ends
+    is read up to Limits.max_stream_bytes, not up to the much larger limit for regular files."""
     assert (fmt.DEFAULT_LIMITS.max_stream_bytes, fmt.DEFAULT_LIMITS.max_file_bytes) == (1 << 30, 16 << 30)
-    endless = io.BufferedReader(_Endless(b"\x87"))
+    endless = io.BufferedReader(_Endless(b"\x81\xa4data\xc6\xff\xff\xff\xff"))
     tracemalloc.start()
     with pytest.raises(fmt.FormatError) as refused:
         fmt.load(endless, fmt.Limits(max_stream_bytes=1 << 20))
@@ -243,7 +243,7 @@ def test_a_fifo_fed_forever_is_refused_at_the_limit(tmp_path: Path) -> None:
     def feed() -> None:
         try:
             with open(fifo, "wb") as writer:
-                writer.write(b"\x81")  # begins a map: only the limit stops the reading
+                writer.write(b"\x81\xa4data\xc6\xff\xff\xff\xff")  # a map of 4 GiB of bin data: only the limit stops it
                 while True:
                     writer.write(bytes(1 << 16))
         except BrokenPipeError:
@@ -418,3 +418,146 @@ def test_json_integers_msgpack_cannot_store_are_refused_when_read(tmp_path: Path
     assert str(refused.value) == (
         f"{path}: metadata holds an integer of 401 digits, outside the integers msgpack stores (-2**63 to 2**64 - 1)"
     )
+
+
+# -- a file whose first bytes rule it out is refused from them, however large -------------------------
+#: 3 GB: sparse files of this size cost no disk; reading one whole took 6.3 GB of memory and 11-35 s.
+HUGE = 3 << 30
+
+#: First bytes that rule a file out, and the error every reader gives (the same as for the whole file).
+RULED_OUT = [
+    (b"\x00", "not a graphsvc file: it starts with b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00', not a msgpack map"),
+    (b"\x01", "not a graphsvc file: it starts with b'\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00', not a msgpack map"),
+    (b"\x81\x00", "a map has a key that is not a string"),
+    (b"\x81\xa6format\xc1", "not a valid msgpack document: it holds the reserved byte 0xc1"),
+    (b"\x81\xa6format", f"trailing bytes after the document: {HUGE - 9} bytes follow the first 9"),
+    (
+        b"\x81\xa6format\xdd\xff\xff\xff\xff",
+        f"the file is truncated: an array declares 4294967295 entries, more than the file's {HUGE} bytes can hold",
+    ),
+    (b"{", "not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
+    (
+        b' \n{"format": 1,',
+        "not valid JSON: Expecting property name enclosed in double quotes: line 2 column 14 (char 15)",
+    ),
+    (b'{"a": "\xff"}', "the JSON text is not valid UTF-8 (at byte 7)"),
+]
+
+
+def _huge(tmp_path: Path, head: bytes) -> Path:
+    path = tmp_path / "huge.msgpack"
+    path.write_bytes(head)
+    os.truncate(path, HUGE)  # zeros after the head, none of them on disk
+    return path
+
+
+class _Counted:
+    """Counts the bytes the reader asks the operating system for (pread, preadv, read), whatever the path."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.bytes = 0
+        for name in ("pread", "preadv", "read", "readv"):
+            monkeypatch.setattr(os, name, self._counting(getattr(os, name)))
+
+    def _counting(self, real: Any) -> Any:
+        def counted(*args: Any) -> Any:
+            got = real(*args)
+            self.bytes += got if isinstance(got, int) else len(got)
+            return got
+
+        return counted
+
+
+@pytest.mark.parametrize(("head", "message"), RULED_OUT)
+def test_a_huge_file_whose_first_bytes_rule_it_out_is_refused_from_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, head: bytes, message: str
+) -> None:
+    path = _huge(tmp_path, head)
+    counted = _Counted(monkeypatch)
+    text, seconds, peak = refusal(path)
+    assert text == f"{path}: {message}"
+    assert counted.bytes <= 1 << 17  # the first 64 KiB (twice at most), not 3 GB
+    assert peak < 4 << 20 and seconds < 5
+
+
+@pytest.mark.parametrize(("head", "message"), RULED_OUT[:4] + RULED_OUT[6:])
+def test_a_stream_whose_first_bytes_rule_it_out_is_refused_from_them(head: bytes, message: str) -> None:
+    """Standard input: its size is not known, so what needs it (trailing bytes, a count larger than
+    the file) is left for the end; everything else is refused after the first 64 KiB or so."""
+    stream = io.BufferedReader(_Endless(head + bytes(1 << 17)), buffer_size=1 << 16)
+    source = _CountingStream(stream)
+    with pytest.raises(FormatError) as refused:
+        fmt.load(source)  # type: ignore[arg-type]
+    if message.startswith("not a graphsvc file"):  # refused at the first byte, before the kind is known
+        message += " or a JSON object"
+    assert str(refused.value) == f"the stream: {message}"
+    assert source.bytes <= 1 << 18
+
+
+class _CountingStream:
+    def __init__(self, stream: io.BufferedReader) -> None:
+        self.stream, self.bytes = stream, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        self.bytes += len(data)
+        return data
+
+
+def test_the_same_file_gives_the_same_error_read_whole_mapped_or_as_bytes(tmp_path: Path) -> None:
+    """The first bytes decide for every way in, so a file gives one error however it is read."""
+    head = b"\x82\xa6format\xa8graphsvc\x81" + bytes(1 << 17)  # larger than the first read: cut to 64 KiB
+    path = tmp_path / "g.msgpack"
+    path.write_bytes(head)
+    expected = "a map has a key that is not a string"
+    for load in (lambda: fmt.load(path), lambda: fmt.load(path, mmap=True), lambda: fmt.loads(head)):
+        with pytest.raises(FormatError) as refused:
+            load()
+        assert str(refused.value).removeprefix(f"{path}: ") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        ('{"a": [1, 2, 3], "b": tru' + " " * 100, "not valid JSON: Expecting value: line 1 column 23 (char 22)"),
+        ('{"a": [1, 2, 3], "b": tru', None),  # cut off at the end: "true" may follow
+        ('{"a": "' + "x" * 200, None),  # a string the rest may close
+        ('{"a": 1e', None),
+        ('{"a": "\\u12', None),
+        ('{"a": 1, "a": 2}' + " " * 100, None),  # a key twice: the whole text words it
+        (
+            "[" * 100 + "]" * 99 + "}" + " " * 100,
+            "not valid JSON: Expecting ',' delimiter: line 1 column 200 (char 199)",
+        ),
+    ],
+)
+def test_json_first_bytes_decide_only_an_error_well_before_their_end(text: str, refused: str | None) -> None:
+    if refused is None:
+        jsonio.check_head(text)
+    else:
+        with pytest.raises(FormatError) as caught:
+            jsonio.check_head(text)
+        assert str(caught.value) == refused
+
+
+def test_a_json_file_valid_in_its_first_bytes_is_read_whole(tmp_path: Path) -> None:
+    """First bytes that start a valid document decide nothing: a JSON graph of more than 64 KiB loads."""
+    from tests.conftest import seed004_graph
+
+    graph = seed004_graph(names=("a" * 40_000, "b" * 40_000, "c", "ab", "abc", "apb", "L"))
+    path = tmp_path / "g.json"
+    path.write_text(jsonio.dumps(graph), encoding="utf-8")
+    assert path.stat().st_size > 1 << 16
+    assert fmt.dumps(fmt.load(path)) == fmt.dumps(graph)
+
+
+def test_load_regular_refuses_anything_but_a_regular_file_at_once(tmp_path: Path) -> None:
+    fifo = _fifo(tmp_path)
+    started = time.perf_counter()
+    with pytest.raises(GraphFileError) as refused:
+        fmt.load_regular(fifo)
+    assert (str(refused.value), time.perf_counter() - started < 2) == (f"{fifo}: not a regular file", True)
+    with pytest.raises(GraphFileError) as refused:
+        fmt.load_regular(os.devnull)
+    assert str(refused.value) == f"{os.devnull}: not a regular file"
+    assert fmt.dumps(fmt.load_regular(GRADS)) == GRADS.read_bytes()

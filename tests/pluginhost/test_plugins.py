@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -779,3 +780,23 @@ def test_a_zip_or_another_distribution_finder_is_left_to_importlib_metadata(
     # the real lookup then asks importlib.metadata, which reads the zip
     monkeypatch.setattr(sys, "path", [str(tmp_path), str(archive)])
     assert _entry_tuples(plugins._entry_points()) == [("z", "zipped_mod", "zipped", "1.0")]
+
+
+def test_a_plugin_file_that_is_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    """Only what was opened decides (a FIFO swapped in after a look at the path is never waited for)."""
+    fifo = tmp_path / "ops.py"
+    os.mkfifo(fifo)
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(load_registry([str(fifo)])), daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "loading the plugin blocked"
+    _, problems = result[0]  # type: ignore[misc]
+    assert problems == [PluginProblem(str(fifo), f"cannot import: OSError: {fifo} is a FIFO, not a regular file")]
+
+
+def test_distribution_metadata_that_is_a_fifo_is_not_read(tmp_path: Path) -> None:
+    info = tmp_path / "evil-1.0.dist-info"
+    info.mkdir()
+    os.mkfifo(info / "entry_points.txt")
+    assert plugins._read_text(str(info), "entry_points.txt") is None

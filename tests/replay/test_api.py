@@ -4,9 +4,11 @@ L = (a*b + c)*(a + b) at a=2, b=3, c=1, with gradients worked out by hand."""
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -585,3 +587,95 @@ def test_set_refuses_a_number_past_float64s_range_and_takes_inf() -> None:
     with pytest.raises(UsageError, match=r"^set a: an integer of 401 digits is out of float64's range$"):
         graphsvc.forward(graph, set={"a": 10**400})
     assert graphsvc.forward(graph, set={"a": math.inf}).value("a") == math.inf
+
+
+# -- --set NAME=FILE.npy: what was opened decides, and its first bytes -----------------------------
+def _refused_within(seconds: float, call: Callable[[], object]) -> BaseException:
+    """The exception ``call`` raises, which it must raise within ``seconds`` (run in a thread: a
+    FIFO that is waited for would otherwise hang the test run)."""
+    import threading
+
+    raised: list[BaseException] = []
+
+    def attempt() -> None:
+        try:
+            call()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "it blocked"
+    assert len(raised) == 1
+    return raised[0]
+
+
+def test_a_fifo_given_as_the_npy_file_is_refused_at_once(tmp_path: Path) -> None:
+    from graphsvc.replay.run import read_npy
+
+    fifo = tmp_path / "w.npy"
+    os.mkfifo(fifo)
+    refused = _refused_within(5, lambda: read_npy("w", str(fifo)))
+    assert (type(refused), str(refused)) == (UsageError, f"--set w: {fifo} is not a regular file")
+
+
+def test_a_fifo_swapped_in_after_the_path_looked_like_a_regular_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race of a check of the path, then an open of it: here every look at the path says it is
+    a regular file (as it was a moment before), and it is a FIFO when opened. Only the opened
+    descriptor's fstat decides, so it is refused at once, never waited for."""
+    from graphsvc.replay.run import read_npy
+
+    regular = tmp_path / "regular"
+    regular.write_bytes(b"x")
+    fifo = tmp_path / "w.npy"
+    os.mkfifo(fifo)
+    real_stat = os.stat
+    monkeypatch.setattr(
+        os, "stat", lambda path, *a, **k: real_stat(regular if str(path) == str(fifo) else path, *a, **k)
+    )
+    monkeypatch.setattr(Path, "is_file", lambda self: True)
+    refused = _refused_within(5, lambda: read_npy("w", str(fifo)))
+    assert (type(refused), str(refused)) == (UsageError, f"--set w: {fifo} is not a regular file")
+
+
+@pytest.mark.parametrize("head", [b"\x00", b"\x93NUMPY\x00\x00", b"PK\x03\x04"])
+def test_a_huge_npy_file_whose_first_bytes_rule_it_out_is_refused_from_them(tmp_path: Path, head: bytes) -> None:
+    """3 GB, sparse: refused in a subprocess whose peak memory stays small (VmHWM, the peak of the
+    process's own address space: getrusage's ru_maxrss keeps the peak of the parent it was forked
+    from, a test worker of a gigabyte)."""
+    path = tmp_path / "w.npy"
+    path.write_bytes(head)
+    os.truncate(path, 3 << 30)
+    script = (
+        "import sys\n"
+        "from graphsvc.replay.run import read_npy\n"
+        "try:\n"
+        "    read_npy('w', sys.argv[1])\n"
+        "except Exception as exc:\n"
+        "    print(exc)\n"
+        "status = open('/proc/self/status').read().split('VmHWM:')[1].split()\n"
+        "print(int(status[0]) // 1024)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
+    )
+    message, peak_mib = done.stdout.splitlines()
+    assert message == f"--set w: {path} is not a .npy file of numbers (without pickled objects)"
+    assert int(peak_mib) < 300
+
+
+def test_a_npy_file_declaring_more_data_than_it_holds_is_refused_from_its_header(tmp_path: Path) -> None:
+    from graphsvc.replay.run import read_npy
+
+    path = tmp_path / "w.npy"
+    np.save(path, np.zeros(4))
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"(4,)", b"(9,)"))  # the same header length: 72 bytes declared, 32 held
+    with pytest.raises(UsageError) as refused:
+        read_npy("w", str(path))
+    assert str(refused.value) == f"--set w: {path} is truncated: its header declares 72 bytes of data, it holds 32"
+    path.write_bytes(data)
+    assert read_npy("w", str(path)).tolist() == [0.0] * 4
