@@ -6,6 +6,7 @@ turns it into one line ``Error: ...`` on stderr and the error's exit code:
 
     0 success · 1 anything else · 2 usage error · 3 a missing, unreadable or invalid graph file
     4 an op or plugin problem · 5 an output that cannot be written (a file, or standard output)
+    130 interrupted (Ctrl-C)
 
 numpy, msgpack and the plugins are imported inside the commands that need them: ``--help`` is fast.
 """
