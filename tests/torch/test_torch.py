@@ -1,12 +1,26 @@
-"""graphsvc.torch: importing the package costs no torch import."""
+"""graphsvc.torch: importing the package costs no torch import; capture() comes on first use."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pytest
+
+import graphsvc.torch
+
 
 def test_importing_graphsvc_torch_does_not_import_torch() -> None:
     code = "import sys, graphsvc.torch; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "False\n"
+
+
+def test_capture_is_the_capturing_modules_and_other_names_are_not_there() -> None:
+    pytest.importorskip("torch", reason="needs PyTorch: pip install torch==2.13.0")
+    from graphsvc.torch import capturing
+
+    assert graphsvc.torch.capture is capturing.capture
+    assert graphsvc.torch.CaptureError is capturing.CaptureError
+    with pytest.raises(AttributeError, match=r"^module 'graphsvc.torch' has no attribute 'nope'$"):
+        graphsvc.torch.nope  # noqa: B018

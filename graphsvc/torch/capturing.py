@@ -1,0 +1,924 @@
+"""capture(): one step of a PyTorch model, every ATen call with its values and PyTorch's own
+gradients, as a graphsvc :class:`~graphsvc.graph.Graph`.
+
+How it records, and why:
+
+- **At the level of ATen operators**, through a ``TorchDispatchMode``: it sees every operator the
+  forward runs, with its real arguments, below autograd, after Python-level decompositions (so a
+  ``nn.Linear`` is ``t`` and ``addmm``, whatever Python code called it). Calls made by the backward
+  (``torch._C._current_autograd_node()`` is set) and by the capture's own hooks are not recorded.
+- **Gradients come from PyTorch**, not from a replay: a hook (``Tensor.register_hook``) on each
+  floating-point tensor a recorded op produced, registered when the next operator is dispatched (the
+  output has its ``grad_fn`` by then; an in-place op's input gets its hook before the op runs, so it
+  receives the gradient of the value before the change), and on each parameter and input that
+  requires grad (a leaf's hook fires once with its total gradient: ``p.grad`` after a backward from
+  zeroed grads).
+- **Tensors are known by identity and version**: a weak map from tensor to (node, ``_version``). An
+  in-place op (``relu_``, ``add_``, ``sigmoid_``) records the functional op as a new node and rebinds
+  the tensor to it. A tensor read after its memory was changed in place through another view (its
+  version moved without the capture rebinding it) is refused, as is an in-place op on a view of a
+  tensor when the result depends on anything but constants (``h[:, 0].mul_(2)``): a graph of
+  functional ops cannot hold it.
+- **Values are not copied while the step runs**: a node keeps the tensor it was given, and a tensor
+  about to be changed in place (an in-place op's argument, batch norm's running statistics) is copied
+  first together with every recorded tensor on the same memory (views and ``unsafe_split`` chunks
+  share it). The graph is built when the ``with`` block ends, from what was recorded.
+- **Constants are folded**: a factory or random op (``empty_like``, ``ones_like``, ``bernoulli_``,
+  ``zeros``, ...) and any op whose inputs are all constants become a ``const`` node holding the
+  recorded value, so a replay reproduces the step exactly (dropout's mask).
+- **The output** is the tensor the step's backward was called on (``torch.autograd.backward`` is
+  wrapped while the capture runs). A non-scalar output, or one seeded with anything but 1, gets a
+  ``sum(mul(out, seed))`` node as the graph's output, so a replay seeded with 1 reproduces it. Only
+  the nodes the output depends on are kept. A step without backward keeps every node and no
+  gradients. After the backward, nothing more is recorded (an optimizer's step is not part of it).
+- **Custom ``torch.autograd.Function``\\ s** (``Function.apply`` is wrapped while the capture runs)
+  are one node each, tagged by the Function's qualified name (``module.Class``), with PyTorch's values
+  and gradients; the ops inside are not recorded. Replaying it needs a plugin that registers that
+  name.
+- **Op tags**: ops graphsvc has map to them (:data:`_MAPPED`; the fused ops ``addmm``,
+  ``layer_norm``, ``batch_norm``, ``scaled_dot_product_attention``, ``stack`` and ``slice`` when the
+  op registry has them, else a few are written with graphsvc's elementwise and shape ops); every
+  other op keeps PyTorch's name (``aten.mkldnn_rnn_layer.default``) with its arguments as
+  attributes (:mod:`graphsvc.torch.calls`), which the ``graphsvc-torch`` plugin replays.
+- **Names**: parameters and buffers by ``named_parameters()`` and ``named_buffers()``, other inputs
+  ``input0``, ``input1``, ... in the order the step first uses them, and every other node
+  ``<module path>.<op>`` (``layers.0.linear1.addmm``; a repeat gets a number: ``self_attn.bmm1``).
+  Module paths come from global forward hooks on ``nn.Module`` (cheaper than
+  ``torch.utils.module_tracker.ModuleTracker``, which also hooks every backward).
+- int64 and bool tensors are kept as int64 (a graph file holds float64, float32 and int64); other
+  dtypes (float16, complex) are refused naming the op. CUDA tensors are copied to the host when the
+  graph is built.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphsvc.errors import UsageError
+from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder
+from graphsvc.torch.calls import UnencodableArgument, encode_call
+
+__all__ = ["Capture", "CaptureError", "capture"]
+
+
+class CaptureError(UsageError):
+    """A step that a graph cannot hold (named by the op), or a capture used out of order."""
+
+
+#: ATen ops whose result does not depend on their tensor arguments' values (factories, random
+#: fills): their result is a const.
+_FACTORIES = frozenset(
+    "empty_like zeros_like ones_like full_like rand_like randn_like randint_like bernoulli bernoulli_ uniform_ "
+    "normal_ exponential_ random_ fill_ zero_ empty zeros ones full arange rand randn randint randperm "
+    "scalar_tensor empty_strided new_empty new_zeros new_ones new_full new_empty_strided linspace eye".split()
+)
+#: Ops that change an argument in place without saying so in their schema: (op name, positions).
+_HIDDEN_WRITES = {"native_batch_norm": (3, 4), "_native_batch_norm_legit": (3, 4)}
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def capture(model: Any = None) -> Capture:
+    """Record one step (forward and backward) of ``model`` (an ``nn.Module``, or None to record any
+    tensors): ``with capture(model) as run: ...; graph = run.graph()``."""
+    return Capture(model)
+
+
+@dataclass
+class _Node:
+    tag: str
+    parents: list[int]
+    value: Any  # a torch.Tensor (or None: a node whose value a replay computes)
+    name: str
+    attrs: dict[str, Any] | None = None
+    const: bool = False
+
+
+class Capture:
+    """A capture of one step; use :func:`capture`."""
+
+    def __init__(self, model: Any = None) -> None:
+        self._model = model
+        self._nodes: list[_Node] = []
+        self._grads: dict[int, Any] = {}
+        self._graph: Graph | None = None
+        self._state = "new"
+        self._failure: BaseException | None = None
+
+    # -- the with block ------------------------------------------------------------------------------
+    def __enter__(self) -> Capture:
+        if self._state != "new":
+            raise CaptureError("a capture records one step: start a new capture() for the next one")
+        import torch
+        import torch.utils.weak
+
+        self._state = "running"
+        self._torch = torch
+        self._tensor_type = torch.Tensor
+        self._current_node = torch._C._current_autograd_node
+        self._map: Any = torch.utils.weak.WeakIdKeyDictionary()
+        self._uncopied: dict[int, list[int]] = {}
+        self._fresh: list[tuple[Any, int]] = []
+        self._hooks: list[Any] = []
+        self._names: set[str] = set()
+        self._counts: dict[str, int] = {}
+        self._inputs = itertools.count()
+        self._quiet = 0
+        self._done = False
+        self._backwards: list[tuple[Any, Any]] = []
+        self._available = _available_ops()
+        self._leaf_names: dict[int, str] = {}
+        self._paths: dict[int, str] = {}
+        self._stack: list[str] = [""]
+        if self._model is not None:
+            for name, p in self._model.named_parameters(remove_duplicate=True):
+                self._leaf_names.setdefault(id(p), name)
+            for name, b in self._model.named_buffers(remove_duplicate=True):
+                self._leaf_names.setdefault(id(b), name)
+            for name, module in self._model.named_modules():
+                self._paths.setdefault(id(module), name)
+        self._leaf_refs = [] if self._model is None else list(self._model.parameters()) + list(self._model.buffers())
+        self._handles = [
+            torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
+            torch.nn.modules.module.register_module_forward_hook(self._leave_module, always_call=True),
+        ]
+        self._backward = torch.autograd.backward
+        torch.autograd.backward = self._wrapped_backward
+        function = torch.autograd.function.Function
+        self._apply = function.__dict__["apply"]
+        function.apply = classmethod(self._wrapped_apply)  # type: ignore[method-assign,assignment]
+        self._mode = _mode_class()(self)
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        torch = self._torch
+        try:
+            self._mode.__exit__(None, None, None)
+        finally:
+            torch.autograd.function.Function.apply = self._apply
+            torch.autograd.backward = self._backward
+            for handle in self._handles:
+                handle.remove()
+            for handle in self._hooks:
+                handle.remove()
+            self._state = "done"
+        if exc is not None:
+            self._failure = exc
+            return
+        self._graph = self._build()
+        self._nodes = []
+        self._grads = {}
+        self._map = None
+
+    def graph(self) -> Graph:
+        """The recorded step as a Graph: the loss is its output (none when no backward ran)."""
+        if self._state == "running":
+            raise CaptureError("run.graph() is ready when the `with capture(...)` block has ended")
+        if self._graph is None:
+            why = f": the step raised {type(self._failure).__name__}" if self._failure is not None else ""
+            raise CaptureError(f"nothing was captured{why}")
+        return self._graph
+
+    # -- module paths --------------------------------------------------------------------------------
+    def _enter_module(self, module: Any, args: Any) -> None:
+        path = self._paths.get(id(module))
+        if path is None:  # a module outside the model: named by its class under the current path
+            top = self._stack[-1]
+            path = f"{top}.{type(module).__name__}" if top else type(module).__name__
+        self._stack.append(path)
+
+    def _leave_module(self, module: Any, args: Any, output: Any) -> None:
+        if len(self._stack) > 1:
+            self._stack.pop()
+
+    # -- the dispatch ---------------------------------------------------------------------------------
+    def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        plan = _plan(func)
+        if self._quiet or self._done or self._current_node() is not None:
+            if plan.writes:
+                self._protect(plan, args, kwargs)
+            return func(*args, **kwargs)
+        if self._fresh:
+            self._settle()
+        if plan.inplace and plan.writes and args and isinstance(args[0], self._tensor_type):
+            return self._inplace(func, plan, args, kwargs)
+        parents = self._inputs_of(func, args, kwargs)
+        if plan.writes:
+            self._protect(plan, args, kwargs)
+        out = func(*args, **kwargs)
+        if plan.writes:  # out= variants and the like: the changed argument is not rebound
+            raise CaptureError(f"capture cannot record {func}: it writes into an argument")
+        self._record(func, plan, args, kwargs, out, parents)
+        return out
+
+    def _inplace(self, func: Any, plan: _Plan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self_ = args[0]
+        parents = self._inputs_of(func, args, kwargs)
+        view = self_._is_view()
+        self._protect(plan, args, kwargs)
+        out = func(*args, **kwargs)
+        functional = plan.functional
+        if functional is None:
+            raise CaptureError(f"capture cannot record {func}: it has no functional form to record")
+        before = len(self._nodes)
+        self._record(functional, _plan(functional), args, kwargs, self_, parents, inplace=True)
+        node = self._map.get(self_, (None,))[0]
+        if view and (len(self._nodes) == before or not self._nodes[node].const):
+            raise CaptureError(
+                f"capture cannot record {func} on a view of another tensor (a slice, a transpose): "
+                "a graph of functional ops cannot hold a change through a view; change a copy instead"
+            )
+        return out
+
+    def _inputs_of(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, int]:
+        """The node of every tensor argument (new leaves made for tensors seen for the first time):
+        id(tensor) -> node."""
+        nodes: dict[int, int] = {}
+        for t in _tensors(args, kwargs, self._tensor_type):
+            if id(t) not in nodes:
+                nodes[id(t)] = self._node_of(t, func)
+        return nodes
+
+    def _node_of(self, t: Any, func: Any) -> int:
+        known = self._map.get(t)
+        if known is not None:
+            node, version = known
+            if t._version != version and version >= 0:
+                raise CaptureError(
+                    f"capture cannot record {func}: an argument was changed in place through another view "
+                    "of its memory after it was recorded; change a copy instead"
+                )
+            return node
+        name = self._leaf_names.get(id(t))
+        if name is None:
+            name = f"input{next(self._inputs)}"
+        node = self._new(LEAF, [], t, self._unique(name), func)
+        self._map[t] = (node, t._version)
+        if t.requires_grad and t.dtype.is_floating_point:
+            self._hooks.append(t.register_hook(functools.partial(self._hook, node)))
+        return node
+
+    def _new(self, tag: str, parents: list[int], value: Any, name: str, func: Any, **more: Any) -> int:
+        if value is not None:
+            _check_dtype(value, func)
+        node = len(self._nodes)
+        self._nodes.append(_Node(tag, parents, value, name, **more))
+        if value is not None:
+            self._map[value] = (node, -1)  # its version is known at the next call (a view's is set after this one)
+            self._fresh.append((value, node))
+            self._uncopied.setdefault(value.untyped_storage().data_ptr(), []).append(node)
+        return node
+
+    def _unique(self, base: str) -> str:
+        name = base
+        while name in self._names:
+            self._counts[base] = count = self._counts.get(base, 0) + 1
+            name = f"{base}{count}"
+        self._names.add(name)
+        return name
+
+    def _op_name(self, op: str) -> str:
+        path = self._stack[-1]
+        op = op.strip("_") or op
+        return self._unique(f"{path}.{op}" if path else op)
+
+    def _protect(self, plan: _Plan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Copy every recorded tensor on the memory an op is about to change."""
+        for at in plan.writes:
+            t = args[at] if isinstance(at, int) and at < len(args) else kwargs.get(str(at))
+            if not isinstance(t, self._tensor_type):
+                continue
+            nodes = self._uncopied.pop(t.untyped_storage().data_ptr(), None)
+            for node in nodes or ():
+                record = self._nodes[node]
+                if record.value is not None:
+                    record.value = record.value.detach().clone()
+
+    def _settle(self) -> None:
+        """The tensors the last call made, now that autograd has set them up: their versions, and
+        a hook on each that has a gradient to come."""
+        fresh, self._fresh = self._fresh, []
+        for t, node in fresh:
+            known = self._map.get(t)
+            if known is None or known[0] != node:
+                continue
+            self._map[t] = (node, t._version)
+            record = self._nodes[node]
+            if record.value is t and not record.const and t.grad_fn is not None and t.dtype.is_floating_point:
+                self._hooks.append(t.register_hook(functools.partial(self._hook, node)))
+
+    def _hook(self, node: int, grad: Any) -> None:
+        if grad is not None:
+            self._grads[node] = grad
+
+    # -- recording one call ---------------------------------------------------------------------------
+    def _record(
+        self,
+        func: Any,
+        plan: _Plan,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        parents: dict[int, int],
+        *,
+        inplace: bool = False,
+    ) -> None:
+        outputs = _outputs(out, self._tensor_type)
+        if not outputs:
+            return
+        nodes = [parents[id(t)] for t in _tensors(args, kwargs, self._tensor_type)]
+        folded = plan.name in _FACTORIES or all(self._nodes[n].const for n in nodes)
+        call = _Call(self, func, plan, args, kwargs, outputs, parents)
+        for i, t in enumerate(outputs):
+            if folded:
+                node = self._new(CONST, [], t, self._op_name(plan.name), func, const=True)
+            else:
+                mapped = plan.handler(call, i)
+                node = call.generic(i) if mapped is None else mapped
+            if self._map.get(t, (None,))[0] != node:  # a tensor that is the same node as another
+                self._map[t] = (node, -1)
+                self._fresh.append((t, node))
+
+    # -- backward and custom Functions -----------------------------------------------------------------
+    def _wrapped_backward(self, tensors: Any, grad_tensors: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        if self._quiet or self._done:
+            return self._backward(tensors, grad_tensors, *rest, **kwargs)
+        if self._fresh:
+            self._settle()
+        self._backwards.append((tensors, grad_tensors))
+        self._quiet += 1
+        try:
+            return self._backward(tensors, grad_tensors, *rest, **kwargs)
+        finally:
+            self._quiet -= 1
+            self._done = True
+            self._grads = {node: np.array(_numpy(g), copy=True) for node, g in self._grads.items()}
+
+    def _wrapped_apply(self, cls: Any, *args: Any, **kwargs: Any) -> Any:
+        apply = self._apply.__func__
+        if self._quiet or self._done or self._current_node() is not None:
+            return apply(cls, *args, **kwargs)
+        if self._fresh:
+            self._settle()
+        tag = f"{cls.__module__}.{cls.__qualname__}"
+        parents = self._inputs_of(tag, args, kwargs)
+        self._quiet += 1
+        try:
+            out = apply(cls, *args, **kwargs)
+        finally:
+            self._quiet -= 1
+        try:
+            attrs, tensors = encode_call(args, kwargs, self._is_tensor)
+        except UnencodableArgument as exc:
+            raise CaptureError(f"capture cannot record {tag}: {exc}") from None
+        outputs = _outputs(out, self._tensor_type)
+        for i, t in enumerate(outputs):
+            more = dict(attrs, output=i) if len(outputs) > 1 else attrs
+            self._new(tag, [parents[id(p)] for p in tensors], t, self._op_name(cls.__name__), tag, attrs=more)
+        return out
+
+    def _is_tensor(self, value: object) -> bool:
+        return isinstance(value, self._tensor_type)
+
+    # -- the graph -------------------------------------------------------------------------------------
+    def _build(self) -> Graph:
+        if len(self._backwards) > 1:
+            raise CaptureError(f"a capture records one step with one backward; this one ran {len(self._backwards)}")
+        torch = self._torch
+        output: int | None = None
+        if self._backwards:
+            output = self._output(*self._backwards[0])
+        keep = _ancestors(self._nodes, output) if output is not None else range(len(self._nodes))
+        builder = GraphBuilder()
+        ids: dict[int, int] = {}
+        for old in keep:
+            record = self._nodes[old]
+            value = None if record.value is None else _numpy(record.value)
+            grad = self._grads.get(old)
+            if grad is not None and value is not None and grad.shape != value.shape:
+                grad = None
+            kwargs: dict[str, Any] = {"name": record.name}
+            if value is not None:
+                kwargs["value"] = value
+            if grad is not None and record.tag != CONST:
+                kwargs["grad"] = grad
+            if record.attrs:
+                kwargs["attrs"] = record.attrs
+            ids[old] = builder.add(record.tag, [ids[p] for p in record.parents], **kwargs)
+        metadata: dict[str, Any] = {"torch": str(torch.__version__)}
+        if self._model is not None:
+            metadata["model"] = type(self._model).__name__
+            metadata["parameters"] = sum(int(p.numel()) for p in self._model.parameters())
+        outputs = [ids[output]] if output is not None else None
+        return builder.build(outputs=outputs, metadata={"captured": metadata})
+
+    def _output(self, tensors: Any, grad_tensors: Any) -> int:
+        torch = self._torch
+        if isinstance(tensors, (list, tuple)):
+            if len(tensors) != 1:
+                raise CaptureError(f"a capture records a backward from one tensor; this one was from {len(tensors)}")
+            tensors = tensors[0]
+            if isinstance(grad_tensors, (list, tuple)):
+                grad_tensors = grad_tensors[0] if grad_tensors else None
+        known = self._map.get(tensors) if isinstance(tensors, torch.Tensor) else None
+        if known is None:
+            raise CaptureError("the backward ran from a tensor the capture did not see made")
+        node = known[0]
+        seed = None if grad_tensors is None else grad_tensors.detach()
+        if seed is None or (tensors.dim() == 0 and bool((seed == 1).all())):
+            if node not in self._grads and tensors.dim() == 0:
+                self._grads[node] = np.ones((), dtype=_numpy(tensors).dtype)
+            return node
+        value = _numpy(tensors)
+        seed_node = self._new_detached(CONST, [], seed, "backward.seed", const=True)
+        mul = self._new_detached("mul", [node, seed_node], tensors * seed, "backward.mul")
+        total = self._new_detached("sum", [mul], (tensors * seed).sum(), "backward.sum")
+        self._grads[mul] = np.ones(value.shape, dtype=value.dtype)
+        self._grads[total] = np.ones((), dtype=value.dtype)
+        return total
+
+    def _new_detached(self, tag: str, parents: list[int], value: Any, name: str, const: bool = False) -> int:
+        self._nodes.append(_Node(tag, parents, value.detach(), self._unique(name), const=const))
+        return len(self._nodes) - 1
+
+
+# -- calls and how each op is written ---------------------------------------------------------------------
+class _Call:
+    """One recorded call, as the op handlers see it."""
+
+    def __init__(
+        self,
+        capture: Capture,
+        func: Any,
+        plan: _Plan,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        outputs: list[Any],
+        parents: dict[int, int],
+    ) -> None:
+        self.capture, self.func, self.plan = capture, func, plan
+        self.args, self.kwargs, self.outputs, self.parents = args, kwargs, outputs, parents
+
+    def arg(self, position: int, name: str, default: Any = None) -> Any:
+        if position < len(self.args):
+            return self.args[position]
+        return self.kwargs.get(name, default)
+
+    def node(self, t: Any) -> int:
+        return self.parents[id(t)]
+
+    def has(self, op: str) -> bool:
+        return op in self.capture._available
+
+    def emit(self, tag: str, parents: Sequence[int], i: int, attrs: dict[str, Any] | None = None) -> int:
+        c = self.capture
+        return c._new(tag, list(parents), self.outputs[i], c._op_name(self.plan.name), self.func, attrs=attrs)
+
+    def inner(self, tag: str, parents: Sequence[int], attrs: dict[str, Any] | None = None, *, suffix: str) -> int:
+        """A node of a decomposition, whose value a replay computes (PyTorch had no such tensor)."""
+        c = self.capture
+        node = len(c._nodes)
+        c._nodes.append(_Node(tag, list(parents), None, c._op_name(f"{self.plan.name}.{suffix}"), attrs))
+        return node
+
+    def const(self, value: Any, suffix: str) -> int:
+        c = self.capture
+        tensor = c._torch.as_tensor(value)
+        node = len(c._nodes)
+        c._nodes.append(_Node(CONST, [], tensor, c._op_name(f"{self.plan.name}.{suffix}"), const=True))
+        return node
+
+    def scalar(self, value: Any, i: int) -> int:
+        """A Python number operand as a 0-d const of the output's dtype."""
+        torch = self.capture._torch
+        return self.const(torch.tensor(value, dtype=self.outputs[i].dtype), "scalar")
+
+    def operand(self, value: Any, i: int) -> int:
+        return self.node(value) if isinstance(value, self.capture._tensor_type) else self.scalar(value, i)
+
+    def generic(self, i: int) -> int:
+        try:
+            attrs, tensors = encode_call(self.args, self.kwargs, self.capture._is_tensor)
+        except UnencodableArgument as exc:
+            raise CaptureError(f"capture cannot record {self.func}: {exc}") from None
+        if len(self.outputs) > 1:
+            attrs["output"] = i
+        return self.emit(str(self.func), [self.node(t) for t in tensors], i, attrs)
+
+
+Handler = Callable[[_Call, int], "int | None"]
+
+
+@dataclass
+class _Plan:
+    name: str
+    handler: Handler
+    writes: tuple[int | str, ...]
+    inplace: bool
+    functional: Any
+
+
+@functools.cache
+def _plan(func: Any) -> _Plan:
+    import torch
+
+    name = func.overloadpacket.__name__
+    writes: list[int | str] = []
+    for at, argument in enumerate(func._schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.is_write:
+            writes.append(at if not argument.kwarg_only else argument.name)
+    writes.extend(_HIDDEN_WRITES.get(name, ()))
+    inplace = name.endswith("_") and not name.startswith("_") and writes[:1] == [0]
+    functional = None
+    base = name.rstrip("_") if inplace else name
+    if inplace:
+        packet = getattr(torch.ops.aten, base, None)
+        overload = func._overloadname
+        if packet is not None:
+            functional = getattr(packet, overload, None) or getattr(packet, "default", None)
+    handler = _MAPPED.get(f"{base}.{func._overloadname}") or _MAPPED.get(base) or _no_mapping
+    return _Plan(base, handler, tuple(writes), inplace, functional)
+
+
+def _no_mapping(call: _Call, i: int) -> int | None:
+    return None
+
+
+def _same(call: _Call, i: int) -> int | None:
+    return call.node(call.args[0])
+
+
+def _detach(call: _Call, i: int) -> int | None:
+    x = call.args[0]
+    if x.requires_grad:  # a stop-gradient: the value, as a const
+        return call.capture._new(CONST, [], call.outputs[i], call.capture._op_name("detach"), call.func, const=True)
+    return call.node(x)
+
+
+def _to_copy(call: _Call, i: int) -> int | None:
+    x, out = call.args[0], call.outputs[i]
+    return call.node(x) if x.dtype == out.dtype else None
+
+
+def _unary(tag: str) -> Handler:
+    def handler(call: _Call, i: int) -> int | None:
+        return call.emit(tag, [call.node(call.args[0])], i)
+
+    return handler
+
+
+def _binary(tag: str, *, reverse: bool = False) -> Handler:
+    def handler(call: _Call, i: int) -> int | None:
+        x, y = call.args[0], call.args[1]
+        alpha = call.arg(2, "alpha", 1)
+        if alpha != 1 or call.kwargs.get("rounding_mode") is not None:
+            return None
+        if any(isinstance(v, call.capture._tensor_type) and v.dtype != call.outputs[i].dtype for v in (x, y)):
+            return None
+        if reverse:
+            x, y = y, x
+        return call.emit(tag, [call.operand(x, i), call.operand(y, i)], i)
+
+    return handler
+
+
+def _matmul(call: _Call, i: int) -> int | None:
+    return call.emit("matmul", [call.node(call.args[0]), call.node(call.args[1])], i)
+
+
+def _transpose_t(call: _Call, i: int) -> int | None:
+    x = call.args[0]
+    return call.emit("transpose", [call.node(x)], i) if x.dim() == 2 else call.node(x)
+
+
+def _transpose(call: _Call, i: int) -> int | None:
+    x = call.args[0]
+    axes = list(range(x.dim()))
+    if not axes:
+        return call.node(x)
+    a, b = call.arg(1, "dim0") % x.dim(), call.arg(2, "dim1") % x.dim()
+    axes[a], axes[b] = axes[b], axes[a]
+    return call.emit("transpose", [call.node(x)], i, {"axes": axes})
+
+
+def _permute(call: _Call, i: int) -> int | None:
+    x = call.args[0]
+    return call.emit("transpose", [call.node(x)], i, {"axes": [d % x.dim() for d in call.arg(1, "dims")]})
+
+
+def _reshape(call: _Call, i: int) -> int | None:
+    x, out = call.args[0], call.outputs[i]
+    if tuple(x.shape) == tuple(out.shape):
+        return call.node(x)
+    return call.emit("reshape", [call.node(x)], i, {"shape": list(out.shape)})
+
+
+def _expand(call: _Call, i: int) -> int | None:
+    x, out = call.args[0], call.outputs[i]
+    if tuple(x.shape) == tuple(out.shape):
+        return call.node(x)
+    return call.emit("broadcast_to", [call.node(x)], i, {"shape": list(out.shape)})
+
+
+def _addmm(call: _Call, i: int) -> int | None:
+    bias, m1, m2 = call.args[:3]
+    beta, alpha = call.arg(3, "beta", 1), call.arg(4, "alpha", 1)
+    parents = [call.node(bias), call.node(m1), call.node(m2)]
+    if call.has("addmm"):
+        attrs = {k: float(v) for k, v in (("beta", beta), ("alpha", alpha)) if v != 1}
+        return call.emit("addmm", parents, i, attrs or None)
+    if beta != 1 or alpha != 1:
+        return None
+    product = call.inner("matmul", parents[1:], suffix="mm")
+    return call.emit("add", [parents[0], product], i)
+
+
+def _softmax(tag: str) -> Handler:
+    def handler(call: _Call, i: int) -> int | None:
+        x = call.args[0]
+        if call.outputs[i].dtype != x.dtype:
+            return None
+        return call.emit(tag, [call.node(x)], i, {"axis": call.arg(1, "dim")})
+
+    return handler
+
+
+def _nll_loss(call: _Call, i: int) -> int | None:
+    x, target, weight = call.args[0], call.args[1], call.arg(2, "weight")
+    if i != 0 or weight is not None:
+        return None
+    attrs = {"reduction": _REDUCTIONS[call.arg(3, "reduction", 1)], "ignore_index": call.arg(4, "ignore_index", -100)}
+    return call.emit("nll_loss", [call.node(x), call.node(target)], i, attrs)
+
+
+def _dims(dim: Any) -> list[int] | None:
+    if dim is None or (isinstance(dim, (list, tuple)) and not dim):
+        return None
+    return [dim] if isinstance(dim, int) else list(dim)
+
+
+def _reduction(tag: str) -> Handler:
+    def handler(call: _Call, i: int) -> int | None:
+        x = call.args[0]
+        if call.kwargs.get("dtype") is not None or call.outputs[i].dtype != x.dtype:
+            return None
+        attrs: dict[str, Any] = {}
+        axis = _dims(call.arg(1, "dim"))
+        if axis is not None:
+            attrs["axis"] = axis
+        if call.arg(2, "keepdim", False):
+            attrs["keepdims"] = True
+        return call.emit(tag, [call.node(x)], i, attrs or None)
+
+    return handler
+
+
+def _index(call: _Call, x: Any, axis: int, index: int, i: int) -> int:
+    at = call.const(np.array(index % x.shape[axis], dtype=np.int64), "index")
+    return call.emit("take", [call.node(x), at], i, {"axis": axis})
+
+
+def _range(call: _Call, x: Any, axis: int, start: int, stop: int, step: int, i: int) -> int:
+    size = x.shape[axis]
+    if (start, stop, step) == (0, size, 1):
+        return call.node(x)
+    if call.has("slice"):
+        return call.emit("slice", [call.node(x)], i, {"axis": axis, "start": start, "stop": stop, "step": step})
+    at = call.const(np.arange(start, stop, step, dtype=np.int64), "range")
+    return call.emit("take", [call.node(x), at], i, {"axis": axis})
+
+
+def _select(call: _Call, i: int) -> int | None:
+    x = call.args[0]
+    return _index(call, x, call.arg(1, "dim") % x.dim(), call.arg(2, "index"), i)
+
+
+def _unbind(call: _Call, i: int) -> int | None:
+    x = call.args[0]
+    return _index(call, x, call.arg(1, "dim", 0) % x.dim(), i, i)
+
+
+def _slice(call: _Call, i: int) -> int | None:
+    x = call.args[0]
+    axis = call.arg(1, "dim", 0) % x.dim()
+    start, stop, step = call.arg(2, "start"), call.arg(3, "end"), call.arg(4, "step", 1)
+    start, stop, step = slice(start, stop, step).indices(x.shape[axis])
+    return _range(call, x, axis, start, stop, step, i)
+
+
+def _split(call: _Call, i: int) -> int | None:
+    x = call.args[0]
+    sizes = call.arg(1, "split_size")
+    axis = call.arg(2, "dim", 0) % x.dim()
+    if isinstance(sizes, int):
+        starts = list(range(0, x.shape[axis], sizes)) if sizes else [0]
+        sizes = [min(sizes, x.shape[axis] - s) for s in starts]
+    start = sum(sizes[:i])
+    return _range(call, x, axis, start, start + sizes[i], 1, i)
+
+
+def _stack(call: _Call, i: int) -> int | None:
+    tensors = call.args[0]
+    out = call.outputs[i]
+    axis = call.arg(1, "dim", 0) % out.dim()
+    parents = [call.node(t) for t in tensors]
+    if call.has("stack"):
+        return call.emit("stack", parents, i, {"axis": axis})
+    shape = list(out.shape)
+    shape[axis] = 1
+    pieces = [call.inner("reshape", [p], {"shape": shape}, suffix="reshape") for p in parents]
+    return call.emit("concatenate", pieces, i, {"axis": axis})
+
+
+def _cat(call: _Call, i: int) -> int | None:
+    tensors = [t for t in call.args[0] if not (t.dim() == 1 and t.shape[0] == 0)]
+    if not tensors:
+        return None
+    axis = call.arg(1, "dim", 0) % tensors[0].dim()
+    return call.emit("concatenate", [call.node(t) for t in tensors], i, {"axis": axis})
+
+
+def _embedding(call: _Call, i: int) -> int | None:
+    weight, indices = call.args[0], call.args[1]
+    padding_idx = call.arg(2, "padding_idx", -1)
+    if (padding_idx is not None and padding_idx >= 0) or call.arg(3, "scale_grad_by_freq", False):
+        return None
+    return call.emit("take", [call.node(weight), call.node(indices)], i, {"axis": 0})
+
+
+def _pow(call: _Call, i: int) -> int | None:
+    return call.emit("pow", [call.node(call.args[0])], i, {"exponent": float(call.arg(1, "exponent"))})
+
+
+def _convolution(call: _Call, i: int) -> int | None:
+    x, w, b = call.args[0], call.args[1], call.arg(2, "bias")
+    stride, padding, dilation = call.args[3], call.args[4], call.args[5]
+    transposed, groups = call.args[6], call.args[8]
+    if not call.has("conv2d") or x.dim() != 4 or transposed or groups != 1 or any(d != 1 for d in dilation):
+        return None
+    parents = [call.node(x), call.node(w)] + ([] if b is None else [call.node(b)])
+    return call.emit("conv2d", parents, i, {"stride": list(stride), "padding": list(padding)})
+
+
+def _max_pool2d(call: _Call, i: int) -> int | None:
+    x = call.args[0]
+    kernel = list(call.arg(1, "kernel_size"))
+    stride = list(call.arg(2, "stride", []) or kernel)
+    padding, dilation = call.arg(3, "padding", [0]), call.arg(4, "dilation", [1])
+    if i != 0 or not call.has("max_pool2d") or call.arg(5, "ceil_mode", False) or any(d != 1 for d in dilation):
+        return None
+    pads = list(padding) * (2 if len(padding) == 1 else 1)
+    attrs = {"kernel_size": kernel * (2 if len(kernel) == 1 else 1), "stride": stride * (2 if len(stride) == 1 else 1)}
+    attrs["padding"] = pads
+    return call.emit("max_pool2d", [call.node(x)], i, attrs)
+
+
+def _batch_norm(call: _Call, i: int) -> int | None:
+    x, w, b, mean, var = call.args[:5]
+    training, eps = call.args[5], call.args[7]
+    if i != 0 or not call.has("batch_norm") or w is None or b is None:
+        return None
+    parents = [call.node(x), call.node(w), call.node(b)]
+    if not training:
+        if mean is None or var is None:
+            return None
+        parents += [call.node(mean), call.node(var)]
+    return call.emit("batch_norm", parents, i, {"training": bool(training), "eps": float(eps)})
+
+
+def _layer_norm(call: _Call, i: int) -> int | None:
+    x, shape, w, b, eps = call.args[:5]
+    if i != 0 or not call.has("layer_norm") or w is None or b is None:
+        return None
+    attrs = {"normalized_shape": list(shape), "eps": float(eps)}
+    return call.emit("layer_norm", [call.node(x), call.node(w), call.node(b)], i, attrs)
+
+
+def _attention(call: _Call, i: int) -> int | None:
+    q, k, v = call.args[:3]
+    dropout, causal = call.arg(3, "dropout_p", 0.0), call.arg(4, "is_causal", False)
+    mask, scale = call.kwargs.get("attn_mask"), call.kwargs.get("scale")
+    if i != 0 or dropout or not call.has("scaled_dot_product_attention"):
+        return None
+    parents = [call.node(q), call.node(k), call.node(v)] + ([] if mask is None else [call.node(mask)])
+    attrs: dict[str, Any] = {"is_causal": bool(causal)}
+    if scale is not None:
+        attrs["scale"] = float(scale)
+    return call.emit("scaled_dot_product_attention", parents, i, attrs)
+
+
+def _where(call: _Call, i: int) -> int | None:
+    if not call.has("where"):
+        return None
+    return call.emit("where", [call.node(t) for t in call.args[:3]], i)
+
+
+_MAPPED: dict[str, Handler] = {
+    **{op: _unary(op) for op in "neg exp log sqrt sin cos tanh sigmoid relu abs".split()},
+    **{op: _binary(op) for op in "add sub mul div".split()},
+    "rsub.Scalar": _binary("sub", reverse=True),
+    "pow.Tensor_Scalar": _pow,
+    "mm": _matmul,
+    "bmm": _matmul,
+    "t": _transpose_t,
+    "transpose": _transpose,
+    "permute": _permute,
+    **{op: _reshape for op in "view _unsafe_view unsqueeze squeeze reshape _reshape_alias flatten view_as".split()},
+    "expand": _expand,
+    "addmm": _addmm,
+    "_log_softmax": _softmax("log_softmax"),
+    "_softmax": _softmax("softmax"),
+    "_safe_softmax": _softmax("softmax"),
+    "nll_loss_forward": _nll_loss,
+    "sum": _reduction("sum"),
+    "mean": _reduction("mean"),
+    "amax": _reduction("amax"),
+    "select.int": _select,
+    "slice.Tensor": _slice,
+    "unbind.int": _unbind,
+    **{op: _split for op in "split unsafe_split split_with_sizes unsafe_split_with_sizes".split()},
+    "stack": _stack,
+    "cat": _cat,
+    "embedding": _embedding,
+    "convolution": _convolution,
+    "max_pool2d_with_indices": _max_pool2d,
+    "native_batch_norm": _batch_norm,
+    "native_layer_norm": _layer_norm,
+    "_scaled_dot_product_flash_attention_for_cpu": _attention,
+    "where.self": _where,
+    **{op: _same for op in "alias clone contiguous lift_fresh".split()},
+    "detach": _detach,
+    "_to_copy": _to_copy,
+}
+
+
+# -- helpers --------------------------------------------------------------------------------------------------
+@functools.cache
+def _mode_class() -> type:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Mode(TorchDispatchMode):
+        def __init__(self, capture: Capture) -> None:
+            super().__init__()
+            self.capture = capture
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return self.capture.dispatch(func, args, kwargs or {})
+
+    return _Mode
+
+
+def _available_ops() -> frozenset[str]:
+    """The op names this graphsvc's registry has (builtins and installed plugins)."""
+    from graphsvc.pluginhost import default_registry
+
+    return frozenset(op.name for op in default_registry())
+
+
+def _tensors(args: Sequence[Any], kwargs: dict[str, Any], kind: type) -> Iterator[Any]:
+    for value in itertools.chain(args, kwargs.values()):
+        if isinstance(value, kind):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (v for v in value if isinstance(v, kind))
+
+
+def _outputs(out: Any, kind: type) -> list[Any]:
+    if isinstance(out, kind):
+        return [out]
+    if isinstance(out, (list, tuple)) and out and all(isinstance(t, kind) for t in out):
+        return list(out)
+    return []
+
+
+_KEPT = ("float64", "float32", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+def _check_dtype(t: Any, func: Any) -> None:
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in _KEPT:
+        raise CaptureError(f"capture cannot record {func}: its tensor is {name}, which a graph file cannot hold")
+
+
+def _numpy(t: Any) -> np.ndarray:
+    array = t.detach().cpu().resolve_conj().resolve_neg().numpy()
+    if array.dtype.kind in "biu" and array.dtype != np.int64:
+        return array.astype(np.int64)
+    return np.array(array, copy=True) if array.ndim == 0 else array
+
+
+def _ancestors(nodes: list[_Node], output: int) -> list[int]:
+    """The nodes ``output`` depends on, in order (no recursion: one sweep down the ids)."""
+    needed = [False] * len(nodes)
+    needed[output] = True
+    for node in range(output, -1, -1):
+        if needed[node]:
+            for p in nodes[node].parents:
+                needed[p] = True
+    return [n for n in range(len(nodes)) if needed[n]]
