@@ -212,7 +212,7 @@ class Capture:
         if plan.writes:
             self._protect(plan, args, kwargs)
         out = func(*args, **kwargs)
-        if plan.writes:  # out= variants and the like: the changed argument is not rebound
+        if plan.refused:  # out= variants and the like: the changed argument is not rebound
             raise CaptureError(f"capture cannot record {func}: it writes into an argument")
         self._record(func, plan, args, kwargs, out, parents)
         return out
@@ -522,6 +522,8 @@ class _Plan:
     writes: tuple[int | str, ...]
     inplace: bool
     functional: Any
+    #: The op writes into an argument it does not return (an out= variant): refused.
+    refused: bool
 
 
 @functools.cache
@@ -533,6 +535,7 @@ def _plan(func: Any) -> _Plan:
     for at, argument in enumerate(func._schema.arguments):
         if argument.alias_info is not None and argument.alias_info.is_write:
             writes.append(at if not argument.kwarg_only else argument.name)
+    refused = bool(writes) and not (name.endswith("_") and writes[:1] == [0])
     writes.extend(_HIDDEN_WRITES.get(name, ()))
     inplace = name.endswith("_") and not name.startswith("_") and writes[:1] == [0]
     functional = None
@@ -541,9 +544,12 @@ def _plan(func: Any) -> _Plan:
         packet = getattr(torch.ops.aten, base, None)
         overload = func._overloadname
         if packet is not None:
-            functional = getattr(packet, overload, None) or getattr(packet, "default", None)
+            for candidate in (overload, "default", "int", "Tensor", "Scalar"):
+                functional = getattr(packet, candidate, None)
+                if functional is not None:
+                    break
     handler = _MAPPED.get(f"{base}.{func._overloadname}") or _MAPPED.get(base) or _no_mapping
-    return _Plan(base, handler, tuple(writes), inplace, functional)
+    return _Plan(base, handler, tuple(writes), inplace, functional, refused)
 
 
 def _no_mapping(call: _Call, i: int) -> int | None:
