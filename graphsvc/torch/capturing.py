@@ -314,7 +314,7 @@ class Capture:
                 self._hooks.append(t.register_hook(functools.partial(self._hook, node)))
 
     def _hook(self, node: int, grad: Any) -> None:
-        if grad is not None:
+        if grad is not None and not self._done:
             self._grads[node] = grad
 
     # -- recording one call ---------------------------------------------------------------------------
@@ -336,7 +336,9 @@ class Capture:
         folded = plan.name in _FACTORIES or all(self._nodes[n].const for n in nodes)
         call = _Call(self, func, plan, args, kwargs, outputs, parents)
         for i, t in enumerate(outputs):
-            if folded:
+            if folded and nodes and plan.handler in (_same, _detach):  # a const's alias: the same const
+                node = nodes[0]
+            elif folded:
                 node = self._new(CONST, [], t, self._op_name(plan.name), func, const=True)
             else:
                 mapped = plan.handler(call, i)
@@ -347,7 +349,10 @@ class Capture:
 
     # -- backward and custom Functions -----------------------------------------------------------------
     def _wrapped_backward(self, tensors: Any, grad_tensors: Any = None, *rest: Any, **kwargs: Any) -> Any:
-        if self._quiet or self._done:
+        if self._quiet:
+            return self._backward(tensors, grad_tensors, *rest, **kwargs)
+        if self._done:  # a second backward: counted (the graph refuses it), its gradients not kept
+            self._backwards.append((tensors, grad_tensors))
             return self._backward(tensors, grad_tensors, *rest, **kwargs)
         if self._fresh:
             self._settle()
@@ -377,10 +382,13 @@ class Capture:
             attrs, tensors = encode_call(args, kwargs, self._is_tensor)
         except UnencodableArgument as exc:
             raise CaptureError(f"capture cannot record {tag}: {exc}") from None
+        if not kwargs and all(isinstance(a, self._tensor_type) for a in args):
+            attrs = {}  # tensors only: the op takes its inputs and no attributes
         outputs = _outputs(out, self._tensor_type)
         for i, t in enumerate(outputs):
             more = dict(attrs, output=i) if len(outputs) > 1 else attrs
-            self._new(tag, [parents[id(p)] for p in tensors], t, self._op_name(cls.__name__), tag, attrs=more)
+            name = self._op_name(cls.__name__)
+            self._new(tag, [parents[id(p)] for p in tensors], t, name, tag, attrs=more or None)
         return out
 
     def _is_tensor(self, value: object) -> bool:
@@ -394,7 +402,12 @@ class Capture:
         output: int | None = None
         if self._backwards:
             output = self._output(*self._backwards[0])
-        keep = _ancestors(self._nodes, output) if output is not None else range(len(self._nodes))
+        if output is not None:
+            outputs = [output]
+        else:  # no backward: the results are the ops' values nothing else used
+            used = {p for record in self._nodes for p in record.parents}
+            outputs = [n for n, r in enumerate(self._nodes) if n not in used and r.tag not in (CONST, LEAF)]
+        keep = _ancestors(self._nodes, outputs)
         builder = GraphBuilder()
         ids: dict[int, int] = {}
         for old in keep:
@@ -415,8 +428,7 @@ class Capture:
         if self._model is not None:
             metadata["model"] = type(self._model).__name__
             metadata["parameters"] = sum(int(p.numel()) for p in self._model.parameters())
-        outputs = [ids[output]] if output is not None else None
-        return builder.build(outputs=outputs, metadata={"captured": metadata})
+        return builder.build(outputs=[ids[n] for n in outputs], metadata={"captured": metadata})
 
     def _output(self, tensors: Any, grad_tensors: Any) -> int:
         torch = self._torch
@@ -919,11 +931,12 @@ def _numpy(t: Any) -> np.ndarray:
     return np.array(array, copy=True) if array.ndim == 0 else array
 
 
-def _ancestors(nodes: list[_Node], output: int) -> list[int]:
-    """The nodes ``output`` depends on, in order (no recursion: one sweep down the ids)."""
+def _ancestors(nodes: list[_Node], outputs: list[int]) -> list[int]:
+    """The nodes ``outputs`` depend on, in order (no recursion: one sweep down the ids)."""
     needed = [False] * len(nodes)
-    needed[output] = True
-    for node in range(output, -1, -1):
+    for output in outputs:
+        needed[output] = True
+    for node in range(max(outputs, default=-1), -1, -1):
         if needed[node]:
             for p in nodes[node].parents:
                 needed[p] = True

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch", reason="needs PyTorch: pip install torch==2
 nn = torch.nn
 F = torch.nn.functional
 
-from graphsvc.torch.capturing import capture  # noqa: E402  (after the skip: it needs torch)
+from graphsvc.torch.capturing import CaptureError, capture  # noqa: E402  (after the skip: it needs torch)
 
 #: --check's tolerances for each dtype: float64 to 1e-10, float32 to 1e-4.
 TOLERANCE = {torch.float64: ("--rtol", "1e-10", "--atol", "1e-12"), torch.float32: ("--rtol", "1e-4", "--atol", "1e-6")}
@@ -238,3 +238,191 @@ def test_a_float32_lstm_keeps_pytorchs_fused_rnn_layer_as_an_aten_op() -> None:
         "rnn.bias_hh_l0",
     ]
     assert_parameter_grads(graph, model)
+
+
+class Seed002(torch.autograd.Function):
+    """Seed 002's f(x) = sqrt(x^2 + exp(x^2)) + cos(x^2 + exp(x^2)) with its hand-written backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        c = x * x + torch.exp(x * x)
+        ctx.save_for_backward(x, c)
+        return torch.sqrt(c) + torch.cos(c)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        x, c = ctx.saved_tensors
+        dc = 2 * x + 2 * x * torch.exp(x * x)
+        return grad * (0.5 / torch.sqrt(c) - torch.sin(c)) * dc
+
+
+SEED002_TAG = f"{Seed002.__module__}.{Seed002.__qualname__}"
+
+#: A plugin that registers the captured Function's op (its tag is the Function's qualified name).
+SEED002_PLUGIN = """
+import numpy as np
+
+from graphsvc.hookspecs import hookimpl
+from graphsvc.ops import Op
+
+
+def derivatives(x, out):
+    c = x * x + np.exp(x * x)
+    return ((0.5 / np.sqrt(c) - np.sin(c)) * (2 * x + 2 * x * np.exp(x * x)),)
+
+
+@hookimpl
+def graphsvc_register_ops(register):
+    register(Op(TAG, 1, forward=lambda x: np.sqrt(x * x + np.exp(x * x)) + np.cos(x * x + np.exp(x * x)),
+                derivatives=derivatives, doc="seed 002"))
+"""
+
+
+def test_a_custom_autograd_function_is_one_node_replayed_by_a_plugin(tmp_path: Path) -> None:
+    x = torch.tensor([0.5, -1.0, 1.5], dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        loss = Seed002.apply(x).sum()
+        loss.backward()
+    graph = run.graph()
+    assert listing(graph) == ["input0 leaf ", f"Seed002 {SEED002_TAG} input0", "sum sum Seed002"]
+    # the gradient by hand: f'(x) = (1 / (2 sqrt(c)) - sin(c)) * (2x + 2x e^(x^2)), c = x^2 + e^(x^2)
+    a = np.array([0.5, -1.0, 1.5])
+    c = a * a + np.exp(a * a)
+    expected = (0.5 / np.sqrt(c) - np.sin(c)) * (2 * a + 2 * a * np.exp(a * a))
+    np.testing.assert_allclose(graph.grad("input0"), expected, rtol=1e-14)
+    assert np.array_equal(graph.grad("input0"), x.grad.numpy())
+    plugin = tmp_path / "seed002_op.py"
+    plugin.write_text(f"TAG = {SEED002_TAG!r}\n" + SEED002_PLUGIN)
+    assert_checked(replayed_with_plugins(graph, tmp_path, torch.float64, str(plugin)))
+    code, _, err = replayed_with_plugins(graph, tmp_path, torch.float64)
+    assert (code, err) == (
+        4,
+        f"Error: the graph uses an op not registered here: {SEED002_TAG} (plugin unknown); "
+        "install the plugin that provides it or pass --plugin\n",
+    )
+
+
+def test_the_first_op_that_overflowed_is_named_by_the_nan_report(tmp_path: Path) -> None:
+    class Exp(nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x.exp()
+
+    model = nn.Sequential(nn.Linear(3, 4), Exp(), nn.Linear(4, 2))
+    with torch.no_grad():
+        model[0].weight.fill_(60.0)
+    with capture(model) as run:
+        model(torch.ones(2, 3)).sum().backward()
+    graph = run.graph()
+    path = tmp_path / "overflow.msgpack"
+    graphsvc.save(graph, path)
+    node = graph.node_id("1.exp")
+    assert sum(not np.isfinite(array).all() for array in graph.arrays.values()) == 3  # exp, the linear layer, sum
+    bad = 3 if "addmm" in load_registry()[0] else 4  # and the matmul of a linear layer written as matmul + add
+    for command in ("forward", "backward"):
+        code, out, _ = run_cli(command, str(path))
+        assert code == 0
+        line = f"nonfinite values: first at 1.exp[0,0] (node {node}, exp) = inf; {bad} of {graph.num_nodes} nodes"
+        assert line in out.splitlines()
+
+
+def test_a_non_scalar_output_seeded_with_a_gradient_becomes_a_weighted_sum(tmp_path: Path) -> None:
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64, requires_grad=True)
+    seed = torch.tensor([[1.0, -1.0], [0.5, 2.0]], dtype=torch.float64)
+    with capture() as run:
+        y = x * x
+        y.backward(seed)
+    graph = run.graph()
+    assert listing(graph) == [
+        "input0 leaf ",
+        "mul mul input0,input0",
+        "backward.seed const ",
+        "backward.mul mul mul,backward.seed",
+        "backward.sum sum backward.mul",
+    ]
+    assert graph.value("backward.sum") == 1 - 4 + 4.5 + 32
+    assert np.array_equal(graph.grad("input0"), 2 * x.detach().numpy() * seed.numpy())
+    assert np.array_equal(graph.grad("mul"), seed.numpy())
+    replayed(graph, tmp_path, torch.float64)
+
+
+def test_a_step_without_backward_keeps_every_node_and_no_gradients() -> None:
+    model = nn.Linear(2, 1).double()
+    with capture(model) as run:
+        out = model(torch.ones(3, 2, dtype=torch.float64))
+    graph = run.graph()
+    assert graph.grad_arrays == {}
+    assert np.array_equal(graph.value(graph.outputs[-1]), out.detach().numpy())
+    fused = "addmm" in load_registry()[0]
+    linear = ["addmm addmm bias,ones,t"] if fused else ["addmm.mm matmul ones,t", "addmm add bias,addmm.mm"]
+    assert listing(graph) == ["ones const ", "weight leaf ", "t transpose weight", "bias leaf ", *linear]
+    assert graph.outputs == [graph.num_nodes - 1]
+
+
+def test_a_value_changed_in_place_later_is_recorded_as_it_was_used() -> None:
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("scale", torch.tensor([2.0, 3.0], dtype=torch.float64))
+
+        def forward(self, x: Any) -> Any:
+            y = x + self.scale
+            self.scale.add_(10.0)  # like batch norm's running statistics: changed after it was read
+            return y
+
+    model = Scaled()
+    x = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    with capture(model) as run:
+        model(x).sum().backward()
+    graph = run.graph()
+    assert graph.value("scale").tolist() == [2.0, 3.0]
+    assert model.scale.tolist() == [12.0, 13.0]
+    assert graph.grad("input0").tolist() == [1.0, 1.0]
+    assert graph.value("add").tolist() == [3.0, 4.0]
+
+
+def test_an_in_place_op_on_a_view_is_refused_naming_the_op() -> None:
+    h = torch.ones(2, 3, requires_grad=True)
+    with pytest.raises(CaptureError, match=r"^capture cannot record aten\.mul_\.Tensor on a view of another tensor"):
+        with capture():
+            g = h * 1.0
+            g[:, 0].mul_(2)
+
+
+def test_dtypes_a_file_cannot_hold_are_refused_naming_the_op() -> None:
+    x = torch.ones(2, dtype=torch.float16)
+    with pytest.raises(CaptureError, match=r"^capture cannot record aten\.add\.Tensor: its tensor is float16, which"):
+        with capture():
+            x + x
+
+
+def test_a_capture_is_used_once_and_its_graph_after_the_block() -> None:
+    run = capture()
+    with run:
+        with pytest.raises(CaptureError, match=r"^run.graph\(\) is ready when the `with capture\(...\)` block has"):
+            run.graph()
+    with pytest.raises(CaptureError, match=r"^a capture records one step: start a new capture\(\) for the next one$"):
+        run.__enter__()
+    failed = capture()
+    with pytest.raises(ZeroDivisionError), failed:
+        1 / 0  # noqa: B018
+    with pytest.raises(CaptureError, match=r"^nothing was captured: the step raised ZeroDivisionError$"):
+        failed.graph()
+
+
+def test_two_backward_passes_are_refused() -> None:
+    x = torch.ones(2, requires_grad=True)
+    with pytest.raises(CaptureError, match=r"^a capture records one step with one backward; this one ran 2$"):
+        with capture():
+            (x * 2).sum().backward()
+            (x * 3).sum().backward()
+
+
+def test_the_capture_leaves_pytorch_as_it_found_it() -> None:
+    backward, apply = torch.autograd.backward, torch.autograd.Function.__dict__["apply"]
+    with capture():
+        assert torch.autograd.backward is not backward
+    assert torch.autograd.backward is backward
+    assert torch.autograd.Function.__dict__["apply"] is apply
+    x = torch.ones(2, requires_grad=True)
+    (x * 2).sum().backward()  # no hooks left behind: the gradient is PyTorch's alone
+    assert x.grad.tolist() == [2.0, 2.0]
