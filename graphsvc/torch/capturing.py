@@ -22,7 +22,12 @@ How it records, and why:
 - **Values are not copied while the step runs**: a node keeps the tensor it was given, and a tensor
   about to be changed in place (an in-place op's argument, batch norm's running statistics) is copied
   first together with every recorded tensor on the same memory (views and ``unsafe_split`` chunks
-  share it). The graph is built when the ``with`` block ends, from what was recorded.
+  share it). The graph is built when the ``with`` block ends: each value and gradient is copied
+  into it, except a C-ordered tensor the step's ops made that no one else holds (the Python object
+  or its memory: ``torch._C._storage_Use_Count``), whose memory the graph keeps as it is (a step's
+  values and gradients are as large as its activations: copying them all costs about as much as
+  the step). Parameters, inputs, ``p.grad`` and whatever the step's code still holds are copied,
+  so an optimizer's step or ``zero_grad`` after the block changes nothing in the graph.
 - **Constants are folded**: a factory or random op (``empty_like``, ``ones_like``, ``bernoulli_``,
   ``zeros``, ...) and any op whose inputs are all constants become a ``const`` node holding the
   recorded value, so a replay reproduces the step exactly (dropout's mask).
@@ -54,6 +59,8 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from graphsvc.errors import UsageError
-from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder
+from graphsvc.graph import CONST, LEAF, Graph, graph_from_lists, sealed
 from graphsvc.torch.calls import UnencodableArgument, encode_call
 
 __all__ = ["Capture", "CaptureError", "capture"]
@@ -87,6 +94,24 @@ def capture(model: Any = None) -> Capture:
     """Record one step (forward and backward) of ``model`` (an ``nn.Module``, or None to record any
     tensors): ``with capture(model) as run: ...; graph = run.graph()``."""
     return Capture(model)
+
+
+class _TensorMap:
+    """Tensor -> (node, version), by identity. It holds the tensors it maps (as the nodes hold their
+    values) until the capture ends, so an id is not reused for another tensor meanwhile; cheaper than
+    ``torch.utils.weak.WeakIdKeyDictionary``, which makes a weak reference on every lookup."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[Any, int, int]] = {}
+
+    def get(self, t: Any, default: Any = None) -> Any:
+        entry = self._entries.get(id(t))
+        if entry is None or entry[0] is not t:
+            return default
+        return entry[1:]
+
+    def __setitem__(self, t: Any, known: tuple[int, int]) -> None:
+        self._entries[id(t)] = (t, *known)
 
 
 @dataclass
@@ -115,15 +140,17 @@ class Capture:
         if self._state != "new":
             raise CaptureError("a capture records one step: start a new capture() for the next one")
         import torch
-        import torch.utils.weak
 
         self._state = "running"
         self._torch = torch
         self._tensor_type = torch.Tensor
         self._current_node = torch._C._current_autograd_node
-        self._map: Any = torch.utils.weak.WeakIdKeyDictionary()
+        self._map = _TensorMap()
         self._uncopied: dict[int, list[int]] = {}
         self._fresh: list[tuple[Any, int]] = []
+        self._leaves: dict[int, Any] = {}
+        self._accumulating: set[int] = set()
+        self._uncopied_grads: dict[int, list[int]] = {}
         self._hooks: list[Any] = []
         self._names: set[str] = set()
         self._counts: dict[str, int] = {}
@@ -174,7 +201,7 @@ class Capture:
         self._graph = self._build()
         self._nodes = []
         self._grads = {}
-        self._map = None
+        self._map = _TensorMap()
 
     def graph(self) -> Graph:
         """The recorded step as a Graph: the loss is its output (none when no backward ran)."""
@@ -261,7 +288,8 @@ class Capture:
         node = self._new(LEAF, [], t, self._unique(name), func)
         self._map[t] = (node, t._version)
         if t.requires_grad and t.dtype.is_floating_point:
-            self._hooks.append(t.register_hook(functools.partial(self._hook, node)))
+            self._leaves[node] = t
+            self._hooks.append(t.register_hook(functools.partial(self._leaf_hook, node)))
         return node
 
     def _new(self, tag: str, parents: list[int], value: Any, name: str, func: Any, **more: Any) -> int:
@@ -294,11 +322,13 @@ class Capture:
             t = args[at] if isinstance(at, int) and at < len(args) else kwargs.get(str(at))
             if not isinstance(t, self._tensor_type):
                 continue
-            nodes = self._uncopied.pop(t.untyped_storage().data_ptr(), None)
-            for node in nodes or ():
+            where = t.untyped_storage().data_ptr()
+            for node in self._uncopied.pop(where, ()):
                 record = self._nodes[node]
                 if record.value is not None:
                     record.value = record.value.detach().clone()
+            for node in self._uncopied_grads.pop(where, ()):
+                self._grads[node] = self._grads[node].clone()
 
     def _settle(self) -> None:
         """The tensors the last call made, now that autograd has set them up: their versions, and
@@ -317,6 +347,13 @@ class Capture:
         if grad is not None and not self._done:
             self._grads[node] = grad
 
+    def _leaf_hook(self, node: int, grad: Any) -> None:
+        """A leaf's gradient, kept only when the leaf had one before (it adds to it): else it is
+        ``.grad`` after the backward, which autograd can then take without a copy (it copies a
+        gradient someone else holds)."""
+        if grad is not None and not self._done and node in self._accumulating:
+            self._grads[node] = grad
+
     # -- recording one call ---------------------------------------------------------------------------
     def _record(
         self,
@@ -332,7 +369,7 @@ class Capture:
         outputs = _outputs(out, self._tensor_type)
         if not outputs:
             return
-        nodes = [parents[id(t)] for t in _tensors(args, kwargs, self._tensor_type)]
+        nodes = list(parents.values())
         folded = plan.name in _FACTORIES or all(self._nodes[n].const for n in nodes)
         call = _Call(self, func, plan, args, kwargs, outputs, parents)
         for i, t in enumerate(outputs):
@@ -357,13 +394,18 @@ class Capture:
         if self._fresh:
             self._settle()
         self._backwards.append((tensors, grad_tensors))
+        self._accumulating = {node for node, t in self._leaves.items() if t.grad is not None}
         self._quiet += 1
         try:
             return self._backward(tensors, grad_tensors, *rest, **kwargs)
         finally:
             self._quiet -= 1
             self._done = True
-            self._grads = {node: np.array(_numpy(g), copy=True) for node, g in self._grads.items()}
+            for node, t in self._leaves.items():
+                if node not in self._accumulating and t.grad is not None:
+                    self._grads[node] = t.grad
+            for node, g in self._grads.items():  # copied before anything changes them in place
+                self._uncopied_grads.setdefault(g.untyped_storage().data_ptr(), []).append(node)
 
     def _wrapped_apply(self, cls: Any, *args: Any, **kwargs: Any) -> Any:
         apply = self._apply.__func__
@@ -408,27 +450,84 @@ class Capture:
             used = {p for record in self._nodes for p in record.parents}
             outputs = [n for n, r in enumerate(self._nodes) if n not in used and r.tag not in (CONST, LEAF)]
         keep = _ancestors(self._nodes, outputs)
-        builder = GraphBuilder()
+        # the capture's own references, dropped: what is left in use is someone else's
+        self._fresh, self._backwards, self._leaves, self._map = [], [], {}, _TensorMap()
+        private = self._private(keep)
+        tags: list[str] = []
+        counts: list[int] = []
+        parents: list[int] = []
+        names: dict[int, str] = {}
+        attrs: dict[int, dict[str, Any]] = {}
+        arrays: dict[int, np.ndarray] = {}
+        grads: dict[int, np.ndarray] = {}
         ids: dict[int, int] = {}
-        for old in keep:
+        for new, old in enumerate(keep):
             record = self._nodes[old]
-            value = None if record.value is None else _numpy(record.value)
-            grad = self._grads.get(old)
-            if grad is not None and value is not None and grad.shape != value.shape:
-                grad = None
-            kwargs: dict[str, Any] = {"name": record.name}
-            if value is not None:
-                kwargs["value"] = value
-            if grad is not None and record.tag != CONST:
-                kwargs["grad"] = grad
+            ids[old] = new
+            tags.append(record.tag)
+            counts.append(len(record.parents))
+            parents.extend(ids[p] for p in record.parents)
+            names[new] = record.name
             if record.attrs:
-                kwargs["attrs"] = record.attrs
-            ids[old] = builder.add(record.tag, [ids[p] for p in record.parents], **kwargs)
+                attrs[new] = record.attrs
+            if record.value is not None:
+                arrays[new] = _kept(record.value, private)
+                grad = self._grads.get(old)
+                if grad is not None and record.tag != CONST and tuple(grad.shape) == arrays[new].shape:
+                    grads[new] = _kept(grad, private)
         metadata: dict[str, Any] = {"torch": str(torch.__version__)}
         if self._model is not None:
             metadata["model"] = type(self._model).__name__
             metadata["parameters"] = sum(int(p.numel()) for p in self._model.parameters())
-        return builder.build(outputs=[ids[n] for n in outputs], metadata={"captured": metadata})
+        graph = graph_from_lists(
+            tags,
+            counts,
+            parents,
+            itertools.repeat(math.nan, len(tags)),
+            names=names,
+            attrs=attrs,
+            arrays=arrays,
+            grad_arrays=grads,
+            outputs=[ids[n] for n in outputs],
+            metadata={"captured": metadata},
+        )
+        graph.check(arrays_checked=True)
+        return graph
+
+    def _private(self, nodes: list[int]) -> set[int]:
+        """The tensors (by id) of ``nodes``' values and gradients that only this capture uses: made
+        by the step's ops (not a parameter, an input, a ``p.grad``), no one else holding them (the
+        Python object) or their memory (another tensor on it: a view the step's code keeps, a
+        tensor autograd still saves). No one can change those, so the graph may keep them without a
+        copy."""
+        torch = self._torch
+        ours: dict[int, int] = {}  # id -> how many references the capture holds
+        for record in self._nodes:
+            if isinstance(record.value, torch.Tensor):
+                ours[id(record.value)] = ours.get(id(record.value), 0) + 1
+        for g in self._grads.values():
+            if isinstance(g, torch.Tensor):
+                ours[id(g)] = ours.get(id(g), 0) + 1
+        groups: dict[int, dict[int, Any]] = {}
+        for node in nodes:
+            record = self._nodes[node]
+            if record.tag == LEAF:
+                continue
+            for t in (record.value, self._grads.get(node)):
+                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                    groups.setdefault(t.untyped_storage().data_ptr(), {})[id(t)] = t
+        private: set[int] = set()
+        for group in groups.values():
+            storage = next(iter(group.values())).untyped_storage()
+            if torch._C._storage_Use_Count(storage._cdata) - 1 > len(group):  # -1: `storage` itself
+                continue
+            for key in list(group):
+                t = group[key]
+                # references besides ours: getrefcount's argument, `t`, the group's entry
+                if sys.getrefcount(t) - 3 <= ours[key]:
+                    private.add(key)
+            del t
+        return private
 
     def _output(self, tensors: Any, grad_tensors: Any) -> int:
         torch = self._torch
@@ -499,17 +598,15 @@ class _Call:
         c._nodes.append(_Node(tag, list(parents), None, c._op_name(f"{self.plan.name}.{suffix}"), attrs))
         return node
 
-    def const(self, value: Any, suffix: str) -> int:
+    def const(self, value: np.ndarray, suffix: str) -> int:
         c = self.capture
-        tensor = c._torch.as_tensor(value)
         node = len(c._nodes)
-        c._nodes.append(_Node(CONST, [], tensor, c._op_name(f"{self.plan.name}.{suffix}"), const=True))
+        c._nodes.append(_Node(CONST, [], value, c._op_name(f"{self.plan.name}.{suffix}"), const=True))
         return node
 
     def scalar(self, value: Any, i: int) -> int:
         """A Python number operand as a 0-d const of the output's dtype."""
-        torch = self.capture._torch
-        return self.const(torch.tensor(value, dtype=self.outputs[i].dtype), "scalar")
+        return self.const(np.array(value, dtype=_numpy_dtype(self.outputs[i].dtype)), "scalar")
 
     def operand(self, value: Any, i: int) -> int:
         return self.node(value) if isinstance(value, self.capture._tensor_type) else self.scalar(value, i)
@@ -924,11 +1021,33 @@ def _check_dtype(t: Any, func: Any) -> None:
         raise CaptureError(f"capture cannot record {func}: its tensor is {name}, which a graph file cannot hold")
 
 
-def _numpy(t: Any) -> np.ndarray:
-    array = t.detach().cpu().resolve_conj().resolve_neg().numpy()
+@functools.cache
+def _numpy_dtype(dtype: Any) -> np.dtype:
+    import torch
+
+    return torch.empty((), dtype=dtype).numpy().dtype
+
+
+def _kept(value: Any, private: set[int]) -> np.ndarray:
+    """A value or gradient (a tensor, or an array the capture made) as the graph keeps it: C-ordered
+    and read-only, int64 for integer and bool tensors; a copy unless it is a C-ordered tensor on
+    memory only the capture uses (its id in ``private``)."""
+    if isinstance(value, np.ndarray):
+        array = value
+    else:
+        array = _numpy(value)
+        if id(value) not in private:
+            array = np.array(array, order="C")
     if array.dtype.kind in "biu" and array.dtype != np.int64:
-        return array.astype(np.int64)
-    return np.array(array, copy=True) if array.ndim == 0 else array
+        array = array.astype(np.int64)
+    if not array.flags.c_contiguous or not array.dtype.isnative:  # (ascontiguousarray makes 0-d 1-d)
+        array = np.array(array, order="C")
+    return sealed(array)
+
+
+def _numpy(t: Any) -> np.ndarray:
+    """A tensor's numbers as a numpy array (sharing its memory when it is on the CPU)."""
+    return t.detach().cpu().resolve_conj().resolve_neg().numpy()
 
 
 def _ancestors(nodes: list[_Node], outputs: list[int]) -> list[int]:

@@ -3,6 +3,7 @@ backward --check``; the gradients in the file are PyTorch's."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -426,3 +427,28 @@ def test_the_capture_leaves_pytorch_as_it_found_it() -> None:
     x = torch.ones(2, requires_grad=True)
     (x * 2).sum().backward()  # no hooks left behind: the gradient is PyTorch's alone
     assert x.grad.tolist() == [2.0, 2.0]
+
+
+def test_the_graph_keeps_the_steps_numbers_after_an_optimizer_changes_the_models() -> None:
+    model, graph, _ = mlp_step(torch.float64)
+    weight, grad = model[0].weight.detach().clone(), model[0].weight.grad.clone()
+    torch.optim.SGD(model.parameters(), lr=0.5).step()  # parameters changed in place
+    model.zero_grad(set_to_none=False)  # gradients zeroed in place
+    assert not torch.equal(model[0].weight, weight)
+    assert np.array_equal(graph.value("0.weight"), weight.numpy())
+    assert np.array_equal(graph.grad("0.weight"), grad.numpy())
+    assert not graph.value("0.weight").flags.writeable
+
+
+def test_a_result_the_steps_code_still_holds_is_copied_and_one_nobody_holds_is_not() -> None:
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        kept = x * 2.0
+        (kept.exp() * 1.0).sum().backward()
+    graph = run.graph()
+    with torch.no_grad():
+        kept.add_(100.0)  # the caller's tensor changed after the capture: the graph keeps the step's numbers
+    assert graph.value("mul").tolist() == [2.0, 2.0, 2.0]
+    exp = graph.value("exp")  # held by no one but the graph: its memory, not a copy of it
+    assert exp.tolist() == [math.exp(2.0)] * 3
+    assert not exp.flags.writeable

@@ -1,0 +1,147 @@
+"""The cost of graphsvc.torch.capture: a PyTorch training step with and without it, side by side.
+
+Two models in float32 on one thread (``torch.set_num_threads(1)``): the MLP 784-512-512-10 at
+batch 128 with a cross-entropy loss, and ``nn.TransformerEncoderLayer`` (d_model 128, 4 heads,
+feed-forward 512, dropout 0, batch_first) on a batch of 8 sequences of 64, loss the mean square of
+its output. A step is ``zero_grad``, forward, loss and backward; under capture it is the whole
+``with capture(model) as run:`` block, building the graph at its end included (``run.graph()``
+returns it), saving it not.
+
+Rounds alternate plain and captured steps after a warm-up of each, and each round's ratio is its
+captured time over the plain time of the same round; the table gives the ratios' min, median and
+max. The fixed cost per ATen call is measured on a chain of ``n`` tiny elementwise ops (4 floats, so
+the op itself costs next to nothing): (captured time - plain time) / (calls the capture recorded),
+with the calls counted from the graph (its nodes other than leaves and consts; the table's
+``nodes`` column counts the same).
+
+``python benchmarks/bench_capture.py [--rounds K]`` prints the table and writes
+``results/bench_capture.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from graphsvc.torch import capture
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def mlp() -> tuple[nn.Module, Callable[[], Any]]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    x, y = torch.randn(128, 784), torch.randint(0, 10, (128,))
+    return model, lambda: F.cross_entropy(model(x), y)
+
+
+def transformer() -> tuple[nn.Module, Callable[[], Any]]:
+    torch.manual_seed(0)
+    model = nn.TransformerEncoderLayer(128, 4, dim_feedforward=512, dropout=0.0, batch_first=True)
+    x = torch.randn(8, 64, 128)
+    return model, lambda: model(x).pow(2).mean()
+
+
+def chain(n: int) -> tuple[nn.Module, Callable[[], Any]]:
+    """n tiny ops: what a call costs the capture, not what it costs PyTorch."""
+    model = nn.Linear(4, 4)
+    x = torch.randn(1, 4)
+
+    def step() -> Any:
+        h = model(x)
+        for _ in range(n):
+            h = h * 1.0001
+        return h.sum()
+
+    return model, step
+
+
+def plain_step(model: nn.Module, loss: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    model.zero_grad(set_to_none=True)
+    loss().backward()
+    return time.perf_counter() - start
+
+
+def captured_step(model: nn.Module, loss: Callable[[], Any]) -> tuple[float, int]:
+    start = time.perf_counter()
+    model.zero_grad(set_to_none=True)
+    with capture(model) as run:
+        loss().backward()
+    graph = run.graph()
+    elapsed = time.perf_counter() - start
+    return elapsed, sum(graph.op(n) not in ("leaf", "const") for n in range(graph.num_nodes))
+
+
+def compare(name: str, model: nn.Module, loss: Callable[[], Any], rounds: int) -> dict[str, Any]:
+    for _ in range(2):  # warm-up of both
+        plain_step(model, loss)
+        captured_step(model, loss)
+    plain, captured, ratios = [], [], []
+    nodes = 0
+    for _ in range(rounds):
+        p = plain_step(model, loss)
+        c, nodes = captured_step(model, loss)
+        plain.append(p)
+        captured.append(c)
+        ratios.append(c / p)
+    return {
+        "model": name,
+        "plain_ms": statistics.median(plain) * 1e3,
+        "captured_ms": statistics.median(captured) * 1e3,
+        "ratio_min": min(ratios),
+        "ratio_median": statistics.median(ratios),
+        "ratio_max": max(ratios),
+        "nodes": nodes,
+    }
+
+
+def per_call(rounds: int, n: int = 2000) -> dict[str, Any]:
+    model, loss = chain(n)
+    row = compare(f"chain of {n} tiny ops", model, loss, rounds)
+    row["us_per_call"] = (row["captured_ms"] - row["plain_ms"]) * 1e3 / row["nodes"]
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rows = [
+        compare("MLP 784-512-512-10, batch 128", *mlp(), args.rounds),
+        compare("TransformerEncoderLayer d128 h4, seq 64, batch 8", *transformer(), args.rounds),
+    ]
+    call = per_call(args.rounds)
+    lines = [
+        f"torch {torch.__version__}, {platform.machine()}, one thread, float32, {args.rounds} rounds",
+        "",
+        "| step | plain ms | captured ms | ratio min | median | max | op nodes |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *(
+            f"| {r['model']} | {r['plain_ms']:.2f} | {r['captured_ms']:.2f} | {r['ratio_min']:.2f} | "
+            f"{r['ratio_median']:.2f} | {r['ratio_max']:.2f} | {r['nodes']} |"
+            for r in [*rows, call]
+        ),
+        "",
+        f"fixed cost per recorded ATen call: {call['us_per_call']:.1f} us (the chain's extra time over its nodes)",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "bench_capture.md").write_text(text + "\n")
+    (RESULTS / "bench_capture.json").write_text(json.dumps({"rows": rows, "per_call": call}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
