@@ -18,6 +18,10 @@ examples/), and its blocks run there in order, in subprocesses, with this enviro
 - ``toml``: the first line is ``# from PATH``, and the block must be a part of the TOML file PATH.
 - ``text``: never runs; each such block is listed in NEVER_RUN with the reason.
 
+Blocks that need PyTorch (a ``python`` block that imports torch or graphsvc.torch, a ``console``
+block that reads a ``captured_*.msgpack`` file, which such a block writes) skip where torch is not
+installed, as the README's test command runs without it; CI installs it.
+
 Commands that install packages, run the whole test suite or fuzz for minutes are listed in
 SKIPPED_COMMANDS with the reason and taken out of their block; a block left with nothing to run is
 skipped. Blocks that write an image need Graphviz's ``dot``: without it they skip, or fail when
@@ -28,6 +32,7 @@ untested.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import re
 import shutil
@@ -196,7 +201,18 @@ def check_quote(block: Block, path: str) -> None:
         expect(without_bodies(statement) in present, f"{block.id}: not in {path}:\n{without_bodies(statement)}")
 
 
+#: What a block that needs PyTorch says: an import of it, or a file captured from it.
+NEEDS_TORCH = re.compile(r"^\s*(?:import torch|from torch\b|from graphsvc\.torch\b)|\bcaptured_\w+\.msgpack\b", re.M)
+
+
+def check_torch(block: Block) -> None:
+    """Skip a block that needs PyTorch where it is not installed."""
+    if NEEDS_TORCH.search(block.text) and importlib.util.find_spec("torch") is None:
+        raise Skipped("needs PyTorch: pip install torch==2.13.0")
+
+
 def run_python(block: Block, directory: Path) -> None:
+    check_torch(block)
     first = block.first_line
     if file_mark := FILE_MARK.match(first):
         compile(block.text, file_mark["name"], "exec")
@@ -238,6 +254,7 @@ def console_commands(block: Block) -> list[Command]:
 
 def run_console(block: Block, directory: Path) -> None:
     check_graphviz(block)
+    check_torch(block)
     commands = [command for command in console_commands(block) if command.text not in SKIPPED_COMMANDS]
     if not commands:
         raise Skipped("; ".join(SKIPPED_COMMANDS[command.text] for command in console_commands(block)))
@@ -474,3 +491,17 @@ def test_an_image_needs_graphviz_or_is_skipped(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("GRAPHSVC_REQUIRE_GRAPHVIZ", "1")
     problem = DocumentRun(tmp_path, [block]).outcome(0)
     assert str(problem) == f"doc.md:4: {missing}"
+
+
+def test_a_block_that_needs_pytorch_skips_without_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    for block in (
+        Block("doc.md", 1, "python", "import torch\nprint(1)  # 2\n"),
+        Block("doc.md", 1, "python", "x = 1\nfrom graphsvc.torch import capture\n"),
+        Block("doc.md", 1, "console", "$ graphsvc order captured_step.msgpack\nnothing\n"),
+    ):
+        problem = DocumentRun(tmp_path, [block]).outcome(0)
+        assert isinstance(problem, Skipped) and str(problem) == "needs PyTorch: pip install torch==2.13.0"
+    plain = Block("doc.md", 1, "python", "print('torch')  # torch\n")
+    assert DocumentRun(tmp_path, [plain]).outcome(0) is None
