@@ -166,6 +166,7 @@ def test_torch_expression_matches(registry):
 BENCHMARKS = ROOT / "benchmarks"
 #: The scripts with a command line of options: each answers --help.
 WITH_HELP = [
+    "bench_capture.py",
     "bench_cli.py",
     "bench_kernels.py",
     "bench_replay_kernels.py",
@@ -190,7 +191,10 @@ def test_every_benchmark_script_is_smoke_tested() -> None:
 
 
 #: Scripts that need an optional package at import, before they read their options.
-NEEDS = {"numba_kernels.py": ("numba", "pip install -e '.[bench]': benchmarks/numba_kernels.py needs numba")}
+NEEDS = {
+    "numba_kernels.py": ("numba", "pip install -e '.[bench]': benchmarks/numba_kernels.py needs numba"),
+    "bench_capture.py": ("torch", "needs PyTorch: pip install torch==2.13.0"),
+}
 
 
 @pytest.mark.parametrize("name", WITH_HELP)
@@ -361,3 +365,16 @@ def test_replay_kernels_benchmark_runs_on_tiny_graphs(jit, c, registry, capsys) 
         if line.startswith("| mlp") or line.startswith("| chain") or line.startswith("| dag")
     ]
     assert len(rows) == 3 * len(bench.Steps(G.chain(3), registry, c, jit).steps)
+
+
+def test_bench_capture_compares_a_step_with_and_without_capture() -> None:
+    pytest.importorskip("torch", reason="needs PyTorch: pip install torch==2.13.0")
+    from benchmarks import bench_capture
+
+    row = bench_capture.per_call(rounds=1, n=3)
+    assert row["model"] == "chain of 3 tiny ops"
+    from graphsvc.pluginhost import load_registry
+
+    # t and addmm (or t, matmul and add: the linear layer), three muls and the sum
+    assert row["nodes"] == (6 if "addmm" in load_registry()[0] else 7)
+    assert row["ratio_min"] <= row["ratio_median"] <= row["ratio_max"]

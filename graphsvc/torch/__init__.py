@@ -14,9 +14,7 @@ __all__ = ["Capture", "CaptureError", "capture"]
 def __getattr__(name: str) -> Any:
     """``capture``, ``Capture`` and ``CaptureError``, from :mod:`graphsvc.torch.capturing` on first use."""
     if name in __all__:
-        import importlib
-
-        module = importlib.import_module("graphsvc.torch.capturing")
+        import graphsvc.torch.capturing as module
 
         return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -341,7 +341,8 @@ class Capture:
             self._map[t] = (node, t._version)
             record = self._nodes[node]
             if record.value is t and not record.const and t.grad_fn is not None and t.dtype.is_floating_point:
-                self._hooks.append(t.register_hook(functools.partial(self._hook, node)))
+                # (no handle kept: the hook goes with the step's autograd graph; a leaf's is removed)
+                t.register_hook(functools.partial(self._hook, node))
 
     def _hook(self, node: int, grad: Any) -> None:
         if grad is not None and not self._done:
@@ -934,6 +935,22 @@ def _where(call: _Call, i: int) -> int | None:
     return call.emit("where", [call.node(t) for t in call.args[:3]], i)
 
 
+def _mse_loss(call: _Call, i: int) -> int | None:
+    x, target = call.args[0], call.args[1]
+    if not call.has("mse_loss") or x.dtype != target.dtype:
+        return None
+    attrs = {"reduction": _REDUCTIONS[call.arg(2, "reduction", 1)]}
+    return call.emit("mse_loss", [call.node(x), call.node(target)], i, attrs)
+
+
+def _clamp(call: _Call, i: int) -> int | None:
+    low, high = call.arg(1, "min"), call.arg(2, "max")
+    if not call.has("clamp") or (low is None and high is None):
+        return None
+    attrs = {key: float(v) for key, v in (("min", low), ("max", high)) if v is not None}
+    return call.emit("clamp", [call.node(call.args[0])], i, attrs)
+
+
 _MAPPED: dict[str, Handler] = {
     **{op: _unary(op) for op in "neg exp log sqrt sin cos tanh sigmoid relu abs".split()},
     **{op: _binary(op) for op in "add sub mul div".split()},
@@ -967,6 +984,8 @@ _MAPPED: dict[str, Handler] = {
     "native_layer_norm": _layer_norm,
     "_scaled_dot_product_flash_attention_for_cpu": _attention,
     "where.self": _where,
+    "mse_loss": _mse_loss,
+    "clamp.default": _clamp,
     **{op: _same for op in "alias clone contiguous lift_fresh".split()},
     "detach": _detach,
     "_to_copy": _to_copy,
@@ -1015,9 +1034,14 @@ def _outputs(out: Any, kind: type) -> list[Any]:
 _KEPT = ("float64", "float32", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 
+@functools.cache
+def _dtype_kept(dtype: Any) -> bool:
+    return str(dtype).removeprefix("torch.") in _KEPT
+
+
 def _check_dtype(t: Any, func: Any) -> None:
-    name = str(t.dtype).removeprefix("torch.")
-    if name not in _KEPT:
+    if not _dtype_kept(t.dtype):
+        name = str(t.dtype).removeprefix("torch.")
         raise CaptureError(f"capture cannot record {func}: its tensor is {name}, which a graph file cannot hold")
 
 

@@ -452,3 +452,23 @@ def test_a_result_the_steps_code_still_holds_is_copied_and_one_nobody_holds_is_n
     exp = graph.value("exp")  # held by no one but the graph: its memory, not a copy of it
     assert exp.tolist() == [math.exp(2.0)] * 3
     assert not exp.flags.writeable
+
+
+def test_mse_loss_and_clamp_map_to_graphsvcs_ops_where_it_has_them(tmp_path: Path) -> None:
+    x = torch.tensor([[0.5, -2.0], [3.0, 1.0]], dtype=torch.float64, requires_grad=True)
+    target = torch.tensor([[1.0, 0.0], [2.0, 1.5]], dtype=torch.float64)
+    with capture() as run:
+        F.mse_loss(x.clamp(-1.0, 2.5), target, reduction="sum").backward()
+    graph = run.graph()
+    registry, _ = load_registry()
+    fused = "mse_loss" in registry and "clamp" in registry
+    assert graph.op(graph.node_id("clamp")) == ("clamp" if fused else "aten.clamp.default")
+    assert graph.attrs[graph.node_id("clamp")] == (
+        {"min": -1.0, "max": 2.5} if fused else {"args": [{"input": 0}, -1.0, 2.5]}
+    )
+    loss = graph.node_id("mse_loss")
+    assert graph.op(loss) == ("mse_loss" if fused else "aten.mse_loss.default")
+    assert graph.value(loss) == (0.5 - 1) ** 2 + 1 + (2.5 - 2) ** 2 + (1 - 1.5) ** 2
+    assert graph.grad("input0").tolist() == [[-1.0, 0.0], [0.0, -1.0]]  # 2 (x - t), 0 where clamped
+    if fused:
+        replayed(graph, tmp_path, torch.float64)
