@@ -16,6 +16,13 @@ numpy.
 The tensor ops (numpy's names and semantics) come after them, each with its vector-Jacobian
 product ``vjp(g, out, *inputs, **attrs)`` (see :mod:`graphsvc.ops`). ``amax`` with several maxima
 along the axis splits the gradient evenly among them (PyTorch's ``amax``).
+
+The fused ops at the end (addmm, layer_norm, batch_norm, scaled_dot_product_attention, stack, slice,
+where, mse_loss, clamp) are PyTorch's, with its names for inputs and attributes: one node where a
+captured PyTorch step has one ATen call (:mod:`graphsvc.torch`), each VJP written directly (no
+decomposition into other ops), what it reuses kept by ``forward_with_residuals`` (x normalized and
+1/std, the attention weights). They keep their inputs' dtype; batch_norm sums its statistics in
+float64 as PyTorch's CPU kernel does.
 """
 
 from __future__ import annotations
@@ -465,13 +472,10 @@ def _addmm_samples(rng: np.random.Generator) -> Samples:
 # -- layer_norm and batch_norm: x normalized by its mean and biased variance, then scaled and shifted
 def _normalized_axes(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, normalized_shape: Any) -> tuple[int, ...]:
     """The trailing axes layer_norm normalizes over, with its inputs checked against ``normalized_shape``."""
-    dims = [normalized_shape] if isinstance(normalized_shape, (int, np.integer)) else normalized_shape
-    try:
-        shape = tuple(_integer("normalized_shape", n) or 0 for n in dims)
-    except (TypeError, ValueError):
-        shape = ()
-    if not shape or any(n < 1 for n in shape):
+    dims = normalized_shape if isinstance(normalized_shape, (list, tuple)) else [normalized_shape]
+    if not dims or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0 for n in dims):
         raise ValueError(f"normalized_shape must be a non-empty list of positive integers, not {normalized_shape!r}")
+    shape = tuple(int(n) for n in dims)
     if x.ndim < len(shape) or x.shape[x.ndim - len(shape) :] != shape:
         raise ValueError(f"x of shape {_shape(x.shape)} does not end with normalized_shape {_shape(shape)}")
     for name, a in (("x", x), ("weight", weight), ("bias", bias)):
@@ -538,11 +542,11 @@ def _layer_norm_samples(rng: np.random.Generator) -> Samples:
     return [sample((3, 4), [4]), sample((2, 3, 4), [3, 4], 0.1), sample((5,), [5])]
 
 
-def _batch_norm_stats(
-    x: np.ndarray, stats: Sequence[np.ndarray], training: Any, eps: Any, weight: np.ndarray, bias: np.ndarray
-) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]:
-    """batch_norm's checks; its reduced axes, the shape (1, C, 1, ...) per-channel arrays take, the
-    mean and 1 / sqrt(var + eps) in that shape and x's dtype."""
+def _batch_norm_layout(
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray, stats: Sequence[np.ndarray], training: Any, eps: Any
+) -> tuple[tuple[int, ...], tuple[int, ...], float]:
+    """batch_norm's checks; the axes it reduces (all but the channels, axis 1), the shape (1, C, 1, ...)
+    its per-channel arrays take against x, and eps."""
     if not isinstance(training, bool):
         raise ValueError(f"training must be true or false, not {training!r}")
     eps = _number("eps", eps)
@@ -551,32 +555,27 @@ def _batch_norm_stats(
         raise ValueError(f"x must have a batch and a channel axis (N, C, ...), not shape {_shape(x.shape)}")
     if len(stats) == 1:
         raise ValueError("give running_mean and running_var both, or neither")
+    if not training and not stats:
+        raise ValueError("training false uses running_mean and running_var: give them as inputs 4 and 5")
     channels = (x.shape[1],)
-    named = [("weight", weight), ("bias", bias), *zip(("running_mean", "running_var"), stats, strict=False)]
-    for name, a in named:
+    for name, a in (("weight", weight), ("bias", bias), *zip(("running_mean", "running_var"), stats, strict=False)):
         _floats(name, a)
         if a.shape != channels:
             raise ValueError(f"{name} must have shape {_shape(channels)} (x's channels), not {_shape(a.shape)}")
-    axes = (0, *range(2, x.ndim))
-    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    if training:
-        # PyTorch sums a batch's statistics in float64 (acc_type) for float32 too
-        count = math.prod(x.shape[a] for a in axes)
-        mean = (np.sum(x, axis=axes, dtype=np.float64) / count).astype(x.dtype).reshape(shape)
-        variance = np.sum(np.square(x - mean), axis=axes, dtype=np.float64) / count
-    else:
-        if not stats:
-            raise ValueError("training false uses running_mean and running_var: give them as inputs 4 and 5")
-        mean = stats[0].astype(x.dtype, copy=False).reshape(shape)
-        variance = stats[1]
-    rstd = (1 / np.sqrt(variance + eps)).astype(x.dtype).reshape(shape)
-    return axes, shape, mean, rstd
+    return (0, *range(2, x.ndim)), (1, x.shape[1]) + (1,) * (x.ndim - 2), eps
 
 
 def _batch_norm_with_residuals(
     x: np.ndarray, weight: np.ndarray, bias: np.ndarray, *stats: np.ndarray, training: bool = True, eps: float = 1e-5
 ) -> tuple[np.ndarray, _Normalized]:
-    _, shape, mean, rstd = _batch_norm_stats(x, stats, training, eps, weight, bias)
+    axes, shape, eps = _batch_norm_layout(x, weight, bias, stats, training, eps)
+    if training:  # PyTorch sums a batch's statistics in float64 (its acc_type), float32 batches too
+        count = math.prod(x.shape[a] for a in axes)
+        mean = (np.sum(x, axis=axes, dtype=np.float64) / count).astype(x.dtype).reshape(shape)
+        variance = np.sum(np.square(x - mean), axis=axes, dtype=np.float64) / count
+    else:
+        mean, variance = stats[0].astype(x.dtype, copy=False).reshape(shape), stats[1]
+    rstd = (1 / np.sqrt(variance + eps)).astype(x.dtype).reshape(shape)
     xhat = (x - mean) * rstd
     return xhat * weight.reshape(shape) + bias.reshape(shape), (xhat, rstd)
 
@@ -593,12 +592,10 @@ def _batch_norm_vjp(
     needs_input_grad: Sequence[bool] | None = None,
     residuals: _Normalized | None = None,
 ) -> list[np.ndarray | None]:
-    axes, shape, _, rstd = _batch_norm_stats(x, stats, training, eps, weight, bias)
-    xhat = (
-        _batch_norm_with_residuals(x, weight, bias, *stats, training=training, eps=eps)[1][0]
-        if residuals is None
-        else residuals[0]
-    )
+    axes, shape, _ = _batch_norm_layout(x, weight, bias, stats, training, eps)
+    if residuals is None:
+        residuals = _batch_norm_with_residuals(x, weight, bias, *stats, training=training, eps=eps)[1]
+    xhat, rstd = residuals
     needs = needs_input_grad or (True,) * (3 + len(stats))
     dtype = x.dtype
 
@@ -607,24 +604,24 @@ def _batch_norm_vjp(
 
     g_weight = total(g * xhat) if needs[1] or (needs[0] and training) else None
     g_bias = total(g) if needs[2] or (needs[0] and training) else None
-    gxhat_scale = weight.reshape(shape) * rstd  # d out / d x at fixed statistics
+    scale = weight.reshape(shape) * rstd  # d out / d x at fixed statistics
     gx = None
     if needs[0]:
-        gx = g * gxhat_scale
+        gx = g * scale
         if training:  # the batch's mean and variance depend on x too
             count = dtype.type(math.prod(x.shape[a] for a in axes))
             assert g_weight is not None and g_bias is not None
-            gx = gx - gxhat_scale * (g_bias.reshape(shape) + xhat * g_weight.reshape(shape)) / count
+            gx = gx - scale * (g_bias.reshape(shape) + xhat * g_weight.reshape(shape)) / count
     gradients: list[np.ndarray | None] = [gx, g_weight if needs[1] else None, g_bias if needs[2] else None]
-    for i, _ in enumerate(stats, start=3):
+    for i in range(3, 3 + len(stats)):
         if not needs[i]:
             gradients.append(None)
         elif training:  # not read: the output does not depend on them
             gradients.append(np.zeros(x.shape[1], dtype=dtype))
         elif i == 3:  # running_mean
-            gradients.append(-total(g * gxhat_scale))
+            gradients.append(-total(g * scale))
         else:  # running_var: d rstd / d var = -rstd**3 / 2
-            gradients.append(total(g * weight.reshape(shape) * xhat * rstd * rstd) * dtype.type(-0.5))
+            gradients.append(total(g * scale * xhat * rstd) * dtype.type(-0.5))
     return gradients
 
 

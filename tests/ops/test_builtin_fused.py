@@ -394,6 +394,18 @@ M = np.ones((2, 3))
         ("mse_loss", [M, np.ones(2)], {}, "x of shape [2, 3] and a target of shape [2] do not broadcast together"),
         ("mse_loss", [M, M], {"reduction": "avg"}, "reduction must be one of mean, sum, none, not 'avg'"),
         ("clamp", [M], {}, "give min, max or both"),
+        (
+            "layer_norm",
+            [M, np.ones(3), np.ones(3)],
+            {"normalized_shape": True},
+            "normalized_shape must be a non-empty list of positive integers, not True",
+        ),
+        (
+            "layer_norm",
+            [M, np.ones(3), np.ones(3)],
+            {"normalized_shape": [3.0]},
+            "normalized_shape must be a non-empty list of positive integers, not [3.0]",
+        ),
         ("clamp", [M], {"min": None, "max": "1"}, "max must be a number, not '1'"),
     ],
 )
