@@ -226,6 +226,9 @@ def test_slice_with_python_semantics() -> None:
     assert grads(graph, "x") == [[[0.0, 1.0, 0.0, 0.0, 2.0], [0.0, 3.0, 0.0, 0.0, 4.0]]]
     graph = backward("slice", {"x": x}, np.zeros((2, 0)), {"axis": 1, "start": 7, "stop": 9})
     assert values(graph, "y") == [[], []]
+    graph = backward("slice", {"x": x}, [[1.0, 2.0], [3.0, 4.0]], {"axis": 1, "step": -3})  # backwards, as Python
+    assert values(graph, "y") == [[4.0, 1.0], [9.0, 6.0]]
+    assert grads(graph, "x") == [[[0.0, 2.0, 0.0, 0.0, 1.0], [0.0, 4.0, 0.0, 0.0, 3.0]]]
 
 
 def test_where_takes_x_where_the_condition_is_nonzero_and_gives_it_no_gradient() -> None:
@@ -437,6 +440,7 @@ def test_an_output_above_the_array_limit_is_refused_before_it_is_made(monkeypatc
         ("addmm", [np.zeros((), dtype=np.float32), big, np.ones((1, 3000), dtype=np.float32)], "3000x3000", 34.3),
         ("stack", [np.ones((1000, 1000), dtype=np.float32)] * 3, "3x1000x1000", 11.4),
         ("scaled_dot_product_attention", [big, big, big], "3000x3000", 34.3),  # the scores, (L, S)
+        ("mse_loss", [big, np.ones(3000, dtype=np.float32)], "3000x3000", 34.3),  # the squares, broadcast
     ]
     monkeypatch.setenv("GRAPHSVC_MAX_ARRAY_BYTES", "10000000")
     for op, inputs, shape, mib in cases:
