@@ -486,7 +486,7 @@ def _normalized_axes(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, normal
 
 
 #: What layer_norm and batch_norm keep for their VJPs: x normalized, and 1 / sqrt(var + eps)
-#: (with the reduced axes kept, size 1).
+#: (layer_norm's as rows of the normalized shape, batch_norm's in x's shape with channels (1, C, 1, ...)).
 _Normalized = tuple[np.ndarray, np.ndarray]
 
 
@@ -495,11 +495,16 @@ def _layer_norm_with_residuals(
 ) -> tuple[np.ndarray, _Normalized]:
     axes = _normalized_axes(x, weight, bias, normalized_shape)
     eps = _number("eps", eps)
-    centred = x - x.mean(axis=axes, keepdims=True)
-    variance = np.mean(np.square(centred), axis=axes, keepdims=True)
-    rstd = 1 / np.sqrt(variance + x.dtype.type(eps))
-    xhat = centred * rstd
-    return xhat * weight + bias, (xhat, rstd)
+    size = math.prod(x.shape[a] for a in axes)
+    rows = x.reshape(-1, size)  # one row per group normalized together; in place below, on arrays made here
+    xhat = rows - rows.mean(axis=1, keepdims=True)
+    rstd = np.square(xhat).mean(axis=1, keepdims=True)
+    rstd += x.dtype.type(eps)
+    np.reciprocal(np.sqrt(rstd, out=rstd), out=rstd)
+    xhat *= rstd
+    out = xhat * weight.reshape(size)
+    out += bias.reshape(size)
+    return out.reshape(x.shape), (xhat, rstd)
 
 
 def _layer_norm_vjp(
@@ -513,20 +518,21 @@ def _layer_norm_vjp(
     needs_input_grad: Sequence[bool] = (True, True, True),
     residuals: _Normalized | None = None,
 ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-    xhat, rstd = (
-        _layer_norm_with_residuals(x, weight, bias, normalized_shape, eps)[1] if residuals is None else residuals
-    )
+    if residuals is None:
+        residuals = _layer_norm_with_residuals(x, weight, bias, normalized_shape, eps)[1]
+    xhat, rstd = residuals
     need_x, need_weight, need_bias = needs_input_grad
-    leading = tuple(range(x.ndim - weight.ndim))
+    rows = g.reshape(xhat.shape)
     gx = None
-    if need_x:
-        axes = tuple(range(x.ndim - weight.ndim, x.ndim))
-        gxhat = g * weight
-        gx = rstd * (
-            gxhat - gxhat.mean(axis=axes, keepdims=True) - xhat * (gxhat * xhat).mean(axis=axes, keepdims=True)
-        )
-    g_weight = np.sum(g * xhat, axis=leading) if need_weight else None
-    g_bias = np.sum(g, axis=leading) if need_bias else None
+    if need_x:  # rstd * (gxhat - mean(gxhat) - xhat * mean(gxhat * xhat)), gxhat = g * weight
+        gx = rows * weight.reshape(-1)
+        along = (gx * xhat).mean(axis=1, keepdims=True)
+        gx -= gx.mean(axis=1, keepdims=True)
+        gx -= xhat * along
+        gx *= rstd
+        gx = gx.reshape(x.shape)
+    g_weight = (rows * xhat).sum(axis=0).reshape(weight.shape) if need_weight else None
+    g_bias = rows.sum(axis=0).reshape(bias.shape) if need_bias else None
     return gx, g_weight, g_bias
 
 
