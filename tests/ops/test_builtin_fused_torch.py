@@ -214,3 +214,66 @@ def test_stack_slice_where_mse_loss_and_clamp_are_pytorchs(ops: dict[str, Op], d
     x = np.linspace(-2, 2, 21).astype(dtype).reshape(3, 7)  # -1, 0.4 and 1 among them: the bounds are inclusive
     for attrs in ({"min": -1.0, "max": 1.0}, {"min": 0.4}, {"max": -1.0}, {"min": 1.0, "max": -1.0}):
         compare(ops["clamp"], [x], attrs, lambda t: torch.clamp(t, **attrs))  # noqa: B023
+
+
+# -- one graph of them all, replayed, against the same step in PyTorch --------------------------------------
+def block_graph(x: np.ndarray, params: dict[str, np.ndarray], keep: np.ndarray, target: np.ndarray) -> Any:
+    """A pre-norm causal self-attention block, batch norm and a mean squared error, in the fused ops."""
+    from graphsvc.graph import GraphBuilder
+
+    b = GraphBuilder()
+    batch, length, width = x.shape
+    leaves = {name: b.leaf(value, name=name) for name, value in params.items()}
+    xs = b.const(x, name="x")
+    h = b.add("layer_norm", [xs, leaves["ln_w"], leaves["ln_b"]], attrs={"normalized_shape": [width]})
+    rows = b.add("reshape", [h], attrs={"shape": [batch * length, width]})
+    heads = {}
+    for name in "qkv":
+        projected = b.add("addmm", [leaves[f"b{name}"], rows, leaves[f"w{name}"]], name=name)
+        heads[name] = b.add("reshape", [projected], attrs={"shape": [batch, length, width]})
+    attended = b.add("scaled_dot_product_attention", [heads["q"], heads["k"], heads["v"]], attrs={"is_causal": True})
+    residual = b.add("reshape", [b.add("add", [attended, xs])], attrs={"shape": [batch * length, width]})
+    normed = b.add("batch_norm", [residual, leaves["bn_w"], leaves["bn_b"]])
+    clamped = b.add("clamp", [normed], attrs={"min": -1.5, "max": 1.5})
+    odd = b.add("slice", [clamped], attrs={"axis": 1, "start": 1, "stop": None, "step": 2})
+    even = b.add("slice", [clamped], attrs={"axis": -1, "start": 0, "stop": 9223372036854775807, "step": 2})
+    masked = b.add("where", [b.const(keep, name="keep"), odd, b.const(np.array(0.0, dtype=x.dtype))])
+    stacked = b.add("stack", [masked, even], attrs={"axis": -1})
+    b.add("mse_loss", [stacked, b.const(target, name="target")], name="loss")
+    return b.build()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_block_of_fused_ops_replays_pytorchs_step(dtype: type) -> None:
+    import graphsvc
+
+    rng = np.random.default_rng(2)
+    batch, length, width = 2, 4, 8
+    x = normal(rng, (batch, length, width), dtype)
+    shapes = {"ln_w": (width,), "ln_b": (width,), "bn_w": (width,), "bn_b": (width,)}
+    shapes |= {f"w{name}": (width, width) for name in "qkv"} | {f"b{name}": (width,) for name in "qkv"}
+    params = {name: normal(rng, shape, dtype) for name, shape in shapes.items()}
+    keep = (rng.random((batch * length, width // 2)) < 0.7).astype(np.int64)
+    target = normal(rng, (width // 2, 2), dtype)
+    registry, _ = graphsvc.load_registry(disable_third_party=True)
+    graph = graphsvc.backward(block_graph(x, params, keep, target), output="loss", registry=registry)
+
+    t = {name: torch.tensor(value, requires_grad=True) for name, value in params.items()}
+    tx = torch.tensor(x)
+    h = F.layer_norm(tx, [width], t["ln_w"], t["ln_b"]).reshape(batch * length, width)
+    q, k, v = (torch.addmm(t[f"b{n}"], h, t[f"w{n}"]).reshape(batch, length, width) for n in "qkv")
+    residual = (F.scaled_dot_product_attention(q, k, v, is_causal=True) + tx).reshape(batch * length, width)
+    clamped = torch.clamp(F.batch_norm(residual, None, None, t["bn_w"], t["bn_b"], training=True), -1.5, 1.5)
+    masked = clamped[:, 1::2].masked_fill(torch.tensor(keep) == 0, 0.0)
+    loss = F.mse_loss(
+        torch.stack([masked, clamped[:, 0::2]], dim=-1), torch.tensor(target).expand(batch * length, -1, -1)
+    )
+    loss.backward()
+
+    rtol = 1e-10 if dtype is np.float64 else 1e-4  # the tolerances graphsvc backward --check holds a captured step to
+    assert np.asarray(graph.value("loss")).dtype == dtype
+    np.testing.assert_allclose(graph.value("loss"), loss.item(), rtol=rtol)  # type: ignore[arg-type]
+    for name, tensor in t.items():
+        grad = graph.grad(name)
+        assert isinstance(grad, np.ndarray) and grad.dtype == dtype, name
+        np.testing.assert_allclose(grad, tensor.grad.numpy(), rtol=rtol, atol=rtol * 1e-2, err_msg=name)
