@@ -171,6 +171,16 @@ def test_scaled_dot_product_attention_is_the_flash_kernel_for_cpu(ops: dict[str,
     compare(
         op, [q, k, v], {"is_causal": True, "scale": 0.5}, lambda q, k, v: flash(q, k, v, is_causal=True, scale=0.5)[0]
     )
+    # the mask F.scaled_dot_product_attention hands the kernel for a bool one: 0 or -inf, a row all -inf
+    additive = np.where(rng.random((5, 6)) < 0.7, 0.0, -np.inf).astype(dtype)
+    additive[2] = -np.inf
+    compare(
+        op,
+        [q, k, v, additive],
+        {},
+        lambda q, k, v, m: flash(q, k, v, attn_mask=m)[0],
+        differentiable=[True, True, True, False],
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
