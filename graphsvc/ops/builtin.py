@@ -737,7 +737,7 @@ def _attention_with_residuals(
     scores, _ = _attention_scores(q, k, v, attn_mask, scale, is_causal)
     top = scores.max(axis=-1, keepdims=True)
     top[~np.isfinite(top)] = 0  # a row every position is masked out of: weights 0, as PyTorch gives
-    weights = np.exp(scores - top)
+    weights = np.exp(np.subtract(scores, top, out=scores), out=scores)  # in place: the scores are made here
     total = weights.sum(axis=-1, keepdims=True)
     np.divide(weights, total, out=weights, where=total > 0)
     return np.matmul(weights, v), weights
@@ -768,8 +768,10 @@ def _attention_vjp(
     g_q = g_k = g_mask = None
     float_mask = bool(attn_mask) and attn_mask[0].dtype.kind == "f"
     if needs[0] or needs[1] or (float_mask and needs[3]):
-        g_weights = np.matmul(g, np.swapaxes(v, -1, -2))
-        g_scores = weights * (g_weights - np.sum(g_weights * weights, axis=-1, keepdims=True))  # softmax's VJP
+        g_scores = np.matmul(g, np.swapaxes(v, -1, -2))  # the weights' cotangent, then in place the scores'
+        along = np.sum(g_scores * weights, axis=-1, keepdims=True)
+        g_scores -= along
+        g_scores *= weights  # softmax's VJP: weights * (g_weights - sum(g_weights * weights))
         if needs[0]:
             g_q = unbroadcast(_scaled(np.matmul(g_scores, k), factor), q.shape)
         if needs[1]:
