@@ -50,6 +50,9 @@ How it records, and why:
   ``<module path>.<op>`` (``layers.0.linear1.addmm``; a repeat gets a number: ``self_attn.bmm1``).
   Module paths come from global forward hooks on ``nn.Module`` (cheaper than
   ``torch.utils.module_tracker.ModuleTracker``, which also hooks every backward).
+- While the block runs, ``torch.autograd.backward``, ``Function.apply`` and two global ``nn.Module``
+  forward hooks are the capture's (all restored when it ends, an exception or not); the dispatch mode
+  is the calling thread's, so capture one step at a time.
 - int64 and bool tensors are kept as int64 (a graph file holds float64, float32 and int64); other
   dtypes (float16, complex) are refused naming the op. CUDA tensors are copied to the host when the
   graph is built.
