@@ -168,6 +168,7 @@ BENCHMARKS = ROOT / "benchmarks"
 WITH_HELP = [
     "bench_cli.py",
     "bench_kernels.py",
+    "bench_per_node.py",
     "bench_replay_kernels.py",
     "bench_storage.py",
     "bench_tensors.py",
