@@ -75,6 +75,8 @@ __all__ = [
 Replayed = list[np.ndarray | None]
 
 _NO_ATTRS: Mapping[str, Any] = {}
+#: :data:`TENSOR_DTYPES` as a set: one hashed look-up, where ``in`` the tuple compares up to three dtypes.
+_TENSOR_DTYPE_SET = frozenset(TENSOR_DTYPES)
 _INDEX_DTYPE = np.dtype(np.int64)
 
 #: The environment variable that sets the most bytes one array of a tensor replay may hold.
@@ -243,6 +245,10 @@ def _kept(array: np.ndarray) -> np.ndarray:
     input: ``reshape``, ``broadcast_to``, an input returned as it is). Anything else is copied: a
     buffer the plugin keeps (a per-shape scratch array, a cache), or a view of one, which it could
     change later through a handle of its own; making our handle read-only would not stop that."""
+    if not array.flags.writeable:  # read-only memory already (read_only_memory's commonest cases, inline):
+        base = array.base  # a view of a kept array (reshape, transpose, an input as it is), or one kept
+        if base is None or (type(base) is np.ndarray and base.base is None and not base.flags.writeable):
+            return array
     refs = _PRIVATE_REFS
     item: Any = array
     while True:
@@ -391,7 +397,10 @@ def _forward(
                 result, keeping[node] = output_and_residuals(op, producer(*inputs, **attrs))
         except BaseException as exc:
             _failed(graph, node, op, what, exc)
-        value = _as_tensor(graph, node, op, what, result)
+        if type(result) is np.ndarray and result.dtype in _TENSOR_DTYPE_SET and result.ndim <= MAX_DIMENSIONS:
+            value = result  # what _as_tensor checks first, inline
+        else:
+            value = _as_tensor(graph, node, op, what, result)
         result = None  # the value's one reference of ours is `value` (_kept counts them)
         if shape is not None and value.shape != shape:
             raise ReplayError(
@@ -474,6 +483,7 @@ def _backward(
     if requires[output]:
         grads[output] = _frozen(np.ones_like(out))
     reached = ancestors(graph, output) if reached is None else reached
+    recording = steps is not None
     for node in np.flatnonzero(reached)[::-1].tolist():
         call, g = calls[node], grads[node]
         if g is None:
@@ -495,11 +505,40 @@ def _backward(
             cotangents = vjp.function(g, values[node], *inputs, **attrs)
         except BaseException as exc:
             _failed(graph, node, op, "vjp", exc)
-        if type(cotangents) is tuple or type(cotangents) is list:  # a list of our own, the only reference
-            cotangents = list(cotangents)  # of ours to each cotangent (see _kept)
-        sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads, summed)
+        # each cotangent into its parent's gradient (the loop inline: it is the engine's cost per edge)
+        if not isinstance(cotangents, (tuple, list)) or len(cotangents) != len(parents):
+            raise _at(graph, node, cotangents_error(op, "vjp", cotangents, len(parents)))
+        cotangents = list(cotangents)  # a list of our own, the only reference of ours to each cotangent (_kept)
+        sent: list[np.ndarray | None] | None = [] if recording else None
+        for position, parent in enumerate(parents):
+            if not needs[position]:
+                if sent is not None:
+                    sent.append(None)
+                continue
+            ct = cotangents[position]
+            cotangents[position] = None  # `ct` is our one reference (_kept counts them)
+            if ct is None:
+                raise _at(graph, node, missing_cotangent(op, "vjp", position))
+            x = inputs[position]
+            if type(ct) is not np.ndarray or ct.shape != x.shape or ct.dtype != x.dtype:  # type: ignore[union-attr]
+                try:
+                    ct = cotangent_for(op, "vjp", position, ct, x)  # type: ignore[arg-type]
+                except ReplayError as exc:
+                    raise _at(graph, node, exc) from None
+            ct = _kept(ct)
+            previous = grads[parent]
+            if previous is None:
+                grads[parent] = ct
+            elif parent in summed:
+                np.add(previous, ct, out=previous)
+            else:
+                grads[parent] = np.asarray(previous + ct)  # 0-d + 0-d: a scalar
+                summed.add(parent)
+            if sent is not None:
+                sent.append(ct)
         cotangents = None
         if steps is not None:
+            assert sent is not None
             steps.append(Step(node, g, [(p, None, c) for p, c in zip(parents, sent, strict=True)]))
     if residuals is not None:  # those of nodes the sweep did not reach
         residuals.clear()
@@ -550,52 +589,6 @@ def vjp_of(op: Op) -> VJP:
     :data:`~graphsvc.ops.NEEDS_INPUT_GRAD` (it declares a parameter of that name; the derived VJPs
     do) and whether it takes :data:`~graphsvc.ops.RESIDUALS`: :attr:`graphsvc.ops.Op.tensor_vjp`."""
     return op.tensor_vjp
-
-
-def _accumulate(
-    graph: Graph,
-    node: int,
-    op: Op,
-    parents: list[int],
-    inputs: list[np.ndarray | None],
-    needs: Sequence[bool],
-    cotangents: Any,
-    grads: Replayed,
-    summed: set[int],
-) -> list[np.ndarray | None]:
-    """Add each cotangent to the gradient of a parent that needs one; return what each received.
-    A parent's second cotangent makes a new array, the sum (its first may be a VJP's own result, or
-    ``g`` itself); later ones are added into that sum in place. Parents in ``summed`` hold such sums."""
-    if not isinstance(cotangents, (tuple, list)) or len(cotangents) != len(parents):
-        raise _at(graph, node, cotangents_error(op, "vjp", cotangents, len(parents)))
-    sent: list[np.ndarray | None] = []
-    for position, parent in enumerate(parents):
-        if not needs[position]:
-            sent.append(None)
-            continue
-        ct = cotangents[position]
-        if type(cotangents) is list:
-            cotangents[position] = None  # `ct` is our one reference (_kept counts them)
-        if ct is None:
-            raise _at(graph, node, missing_cotangent(op, "vjp", position))
-        x = inputs[position]
-        assert x is not None
-        if type(ct) is not np.ndarray or ct.shape != x.shape or ct.dtype != x.dtype:
-            try:
-                ct = cotangent_for(op, "vjp", position, ct, x)
-            except ReplayError as exc:
-                raise _at(graph, node, exc) from None
-        ct = _kept(ct)
-        previous = grads[parent]
-        if previous is None:
-            grads[parent] = ct
-        elif parent in summed:
-            np.add(previous, ct, out=previous)
-        else:
-            grads[parent] = np.asarray(previous + ct)  # 0-d + 0-d: a scalar
-            summed.add(parent)
-        sent.append(ct)
-    return sent
 
 
 def _failed(graph: Graph, node: int, op: Op, what: str, exc: BaseException) -> NoReturn:
