@@ -520,9 +520,9 @@ def _backward(
             if ct is None:
                 raise _at(graph, node, missing_cotangent(op, "vjp", position))
             x = inputs[position]
-            if type(ct) is not np.ndarray or ct.shape != x.shape or ct.dtype != x.dtype:  # type: ignore[union-attr]
+            if type(ct) is not np.ndarray or ct.shape != x.shape or ct.dtype != x.dtype:
                 try:
-                    ct = cotangent_for(op, "vjp", position, ct, x)  # type: ignore[arg-type]
+                    ct = cotangent_for(op, "vjp", position, ct, x)
                 except ReplayError as exc:
                     raise _at(graph, node, exc) from None
             ct = _kept(ct)
