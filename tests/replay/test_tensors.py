@@ -183,6 +183,9 @@ def test_a_result_shares_the_replays_arrays_whatever_their_layout_without_copies
             assert array is not None
             assert np.shares_memory(kept[node], array) and kept[node].tolist() == array.tolist()
     assert np.shares_memory(result.arrays[t], result.arrays[e])  # one buffer, as the replay made it
+    loaded = graphsvc.loads(graphsvc.dumps(result))  # saved in C order all the same
+    assert loaded.arrays[t].flags.c_contiguous and loaded.arrays[t].tolist() == expected.T.tolist()
+    assert loaded.grad_arrays[t].tolist() == (2 * expected.T).tolist()
     for array in (*result.arrays.values(), *result.grad_arrays.values()):
         with pytest.raises(ValueError, match="cannot set WRITEABLE flag to True"):
             array.flags.writeable = True
