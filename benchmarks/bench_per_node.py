@@ -1,7 +1,7 @@
 """The tensor engine's cost per node: graphs of many small ops, graphsvc next to PyTorch eager.
 
     python benchmarks/bench_per_node.py [--rounds K] [--passes P] [--dtypes float32 float64]
-        [--models deep_mlp attention_stack] [--no-write]
+        [--models deep_mlp attention_stack] [--clock cpu|wall] [--no-write]
 
 Needs torch (``pip install torch==2.13.0``). Prints a table and writes
 benchmarks/results/bench_per_node.md and .json. The graphs (:data:`benchmarks.tensor_models.SMALL_OP_MODELS`)
@@ -32,7 +32,10 @@ divided by that count; **the engine's own cost** is ``graphsvc replay`` minus ``
 the result** is ``graphsvc.backward`` minus ``graphsvc replay`` (resolving the ops and building the
 new Graph), per node of the graph. PyTorch's cost per op node is its forward+backward time over the
 same count. Rounds as in ``bench_tensors.py`` (interleaved passes, the fastest kept, the collector
-paused; differences and ratios taken within a round; min, median and max over the rounds).
+paused; differences and ratios taken within a round; min, median and max over the rounds), timed
+by the process's CPU time by default (``--clock cpu``; every alternative runs one thread): on the
+shared machine the benchmarks run on, wall time mostly measures the other processes (``--clock
+wall`` for it).
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
 import graphsvc  # noqa: E402
-from benchmarks.bench_tensors import RESULTS, blas_threads, one_round, timed  # noqa: E402
+from benchmarks.bench_tensors import RESULTS, blas_threads, one_round  # noqa: E402
 from benchmarks.numpy_models import torch_loss  # noqa: E402
 from benchmarks.op_calls import op_calls_alone  # noqa: E402
 from benchmarks.run import machine, stats  # noqa: E402
@@ -79,9 +82,26 @@ from graphsvc.pluginhost import load_registry  # noqa: E402
 from graphsvc.replay import arrays as tensors  # noqa: E402
 from graphsvc.replay import columns as replay  # noqa: E402
 
+#: How the report names each clock.
+CLOCK_WORDS = {"cpu": "the process's CPU time (`--clock cpu`)", "wall": "wall time (`--clock wall`)"}
 ALTERNATIVES = ("graphsvc replay", "graphsvc.backward", "op calls alone", "PyTorch")
 #: The dtypes the graphs are built in, by the name ``--dtypes`` takes.
 DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+#: The clocks ``--clock`` chooses from: the process's CPU time (every thread of it), or wall time.
+CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
+def timed(step: Callable[[], Any], clock: Callable[[], float]) -> Callable[[], float]:
+    """``step`` as a pass that answers its own time on ``clock``."""
+
+    def run() -> float:
+        start = clock()
+        step()
+        return clock() - start
+
+    return run
 
 
 def op_nodes(graph: graphsvc.Graph) -> int:
@@ -166,11 +186,13 @@ def figures(times: dict[str, list[float]], ops: int, nodes: int) -> dict[str, di
     }
 
 
-def bench_model(name: str, dtype: str, registry: OpRegistry, rounds: int, passes: int) -> dict[str, Any]:
+def bench_model(
+    name: str, dtype: str, registry: OpRegistry, rounds: int, passes: int, clock: str = "cpu"
+) -> dict[str, Any]:
     model = SMALL_OP_MODELS[name](DTYPES[dtype], 0)
     alternatives = steps(model, registry)
     error = check(model, {alt: step() for alt, step in alternatives.items()}, 1e-4 if dtype == "float32" else 1e-10)
-    passes_of = {alt: timed(step) for alt, step in alternatives.items()}
+    passes_of = {alt: timed(step, CLOCKS[clock]) for alt, step in alternatives.items()}
     for run in passes_of.values():
         for _ in range(3):
             run()
@@ -208,7 +230,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"Machine: {m['cpu']}, {m['cores']} cores; {m['os']}; Python {m['python']}, numpy {m['numpy']} "
         f"(OpenBLAS threads: {result['blas_threads']}), torch {m['torch']} (threads: {result['torch_threads']}); "
         f"graphsvc {m['graphsvc']} at {m['commit']}. {result['rounds']} rounds of {result['passes']} interleaved "
-        f"passes (a round's time: an alternative's fastest pass). Load average at the start: {result['load_average']}.",
+        f"passes (a round's time: an alternative's fastest pass), timed by {CLOCK_WORDS[result['clock']]}. "
+        f"Load average at the start: {result['load_average']}.",
         "",
         "## Microseconds per op node, one forward + backward pass (median; min-max over rounds)",
         "",
@@ -253,6 +276,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=5, help="timed passes per alternative and round (default 5)")
     parser.add_argument("--models", nargs="+", choices=list(SMALL_OP_MODELS), default=list(SMALL_OP_MODELS))
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
+    parser.add_argument(
+        "--clock",
+        choices=list(CLOCKS),
+        default="cpu",
+        help="cpu: the process's CPU time (default; on a busy machine, wall time measures the other processes "
+        "too); wall: elapsed time",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave benchmarks/results alone")
     args = parser.parse_args(argv)
     import torch  # after the options: --help works without it
@@ -270,11 +300,14 @@ def main(argv: list[str] | None = None) -> int:
         "torch_threads": torch.get_num_threads(),
         "rounds": args.rounds,
         "passes": args.passes,
+        "clock": args.clock,
         "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
     }
     print(f"threads: OpenBLAS {result['blas_threads']}, torch {result['torch_threads']}", flush=True)
     result["models"] = [
-        bench_model(name, dtype, registry, args.rounds, args.passes) for name in args.models for dtype in args.dtypes
+        bench_model(name, dtype, registry, args.rounds, args.passes, args.clock)
+        for name in args.models
+        for dtype in args.dtypes
     ]
     result["seconds"] = time.perf_counter() - start
     if not args.no_write:

@@ -64,8 +64,11 @@ def _through_c(name: str, numpy_function: Callable[..., Any], *, partials: bool 
         param = attrs.get(rule.attrs[0], None) if rule.attrs else 0.0
         if compiled is None or len(attrs) != len(rule.attrs) or not isinstance(param, Real) or isinstance(param, bool):
             return numpy_function(*inputs, **attrs)
-        arrays = np.broadcast_arrays(*inputs)
-        shape = arrays[0].shape  # a 0-d input stays 0-d (ascontiguousarray would make it 1-d)
+        arrays: Sequence[np.ndarray] = inputs
+        shape = inputs[0].shape  # a 0-d input stays 0-d (ascontiguousarray would make it 1-d)
+        if not all(x.shape == shape for x in inputs):  # one shape (a unary op, most nodes): no broadcast
+            arrays = np.broadcast_arrays(*inputs)
+            shape = arrays[0].shape
         columns = [np.ascontiguousarray(x).reshape(-1) for x in arrays]
         x, y = columns[0], columns[1 if rule.arity == 2 else 0]
         if not partials:
