@@ -558,17 +558,19 @@ def requires_grad(graph: Graph, calls: Sequence[_Call | None], values: Replayed)
     leaf = graph.op_table.index(LEAF) if LEAF in graph.op_table else -1
     codes = graph.op_codes.tolist()
     arrays = graph.arrays
+    index = _INDEX_DTYPE
     for node, call in enumerate(calls):
         value = values[node]
         assert value is not None
-        if value.dtype == _INDEX_DTYPE:
-            continue
         if call is not None:
-            requires[node] = True in [requires[p] for p in call[1]]
+            for parent in call[1]:  # a loop, not any([...]): most nodes have one or two parents
+                if requires[parent]:
+                    requires[node] = value.dtype != index
+                    break
         elif codes[node] == leaf:
-            requires[node] = True
+            requires[node] = value.dtype != index
         else:  # const (or a tag replay does not know): a number in the columns gets one
-            requires[node] = node not in arrays and value.shape == ()
+            requires[node] = node not in arrays and value.shape == () and value.dtype != index
     return requires
 
 
