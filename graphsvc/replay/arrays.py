@@ -713,10 +713,10 @@ def _split(
     array: of the graph given, ``keep``, one a caller made with :meth:`Graph.copy`; a caller's
     array given to :func:`replay` as an override), and a view holding on to a much larger array
     (more than twice its own bytes; a loaded graph's views of its file's buffer fail that rule).
-    What a replay computes is read-only memory
-    (:func:`_kept`), so it is never copied: an array that owns its memory gets one view, a view of
-    one is kept as it is. A built graph's arrays are read-only views of read-only memory: a leaf's
-    value is shared, not copied."""
+    What a replay computes is read-only memory (:func:`_kept`), so it is never copied: an array that
+    owns its memory gets one view, a view of one is kept as it is. A built graph's arrays are
+    read-only views of read-only memory: a leaf's value is shared, not copied. Saving such a result
+    writes each array's elements in C order, whatever its layout."""
     for node, array in enumerate(arrays):
         if array is None:
             continue
