@@ -284,9 +284,43 @@ def _torch_transformer(p: dict[str, Any], data: dict[str, Any], config: dict[str
     return F.cross_entropy(x2.mean(dim=1) @ p["wh"] + p["bh"], data["labels"])
 
 
-#: The PyTorch versions by model name.
+def _torch_deep_mlp(p: dict[str, Any], data: dict[str, Any], config: dict[str, Any]) -> Any:
+    import torch
+
+    h = data["x"]
+    for i in range(1, config["layers"] + 1):
+        h = h @ p[f"w{i}"] + p[f"b{i}"]
+        h = torch.relu(h) if i % 2 else torch.tanh(h)
+    return h.sum(dim=1).mean()
+
+
+def _torch_attention_stack(p: dict[str, Any], data: dict[str, Any], config: dict[str, Any]) -> Any:
+    import torch
+
+    h = data["x"]
+    batch, seq, d = h.shape
+    heads = config["heads"]
+    head = d // heads
+    scale = torch.tensor(1.0 / np.sqrt(head), dtype=h.dtype)  # a 0-d tensor of the model's dtype, as the graph's const
+
+    def split(t: Any, dims: tuple[int, ...]) -> Any:
+        return t.reshape(batch, seq, heads, head).permute(*dims)
+
+    for i in range(1, config["layers"] + 1):
+        q = split(h @ p[f"wq{i}"], (0, 2, 1, 3))
+        k_t = split(h @ p[f"wk{i}"], (0, 2, 3, 1))
+        v = split(h @ p[f"wv{i}"], (0, 2, 1, 3))
+        context = torch.softmax((q @ k_t) * scale, dim=-1) @ v
+        h = h + context.permute(0, 2, 1, 3).reshape(batch, seq, d) @ p[f"wo{i}"]
+        h = h + (torch.relu(h @ p[f"w1_{i}"] + p[f"b1_{i}"]) @ p[f"w2_{i}"] + p[f"b2_{i}"])
+    return h.mean()
+
+
+#: The PyTorch versions by model name (also those of the graphs of small ops, which have no numpy version).
 TORCH: dict[str, Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], Any]] = {
     "mlp": _torch_mlp,
     "cnn": _torch_cnn,
     "transformer": _torch_transformer,
+    "deep_mlp": _torch_deep_mlp,
+    "attention_stack": _torch_attention_stack,
 }

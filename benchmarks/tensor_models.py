@@ -33,7 +33,17 @@ import numpy as np
 
 from graphsvc.graph import Graph, GraphBuilder
 
-__all__ = ["LAYER_NORM_EPS", "MODELS", "TensorModel", "cnn", "mlp", "transformer"]
+__all__ = [
+    "LAYER_NORM_EPS",
+    "MODELS",
+    "SMALL_OP_MODELS",
+    "TensorModel",
+    "attention_stack",
+    "cnn",
+    "deep_mlp",
+    "mlp",
+    "transformer",
+]
 
 #: Layer norm's eps (PyTorch's default).
 LAYER_NORM_EPS = 1e-5
@@ -219,3 +229,86 @@ def transformer(
 
 #: The builders by model name, with the issue's sizes as defaults.
 MODELS: dict[str, Callable[..., TensorModel]] = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
+
+
+# -- graphs of many small ops: what the engine's cost per node decides ------------------------------
+def deep_mlp(
+    dtype: Any = np.float32, seed: int = 0, *, batch: int = 32, width: int = 16, layers: int = 64
+) -> TensorModel:
+    """``layers`` linear layers of ``width`` (``matmul``, then ``add`` of a bias broadcast over the
+    batch), relu and tanh alternating after each; the loss is ``mean(sum(h, axis=1))``. Three op nodes
+    a layer, on arrays of ``batch`` x ``width`` numbers: the arithmetic is small, so the time is the
+    cost per node of whoever runs it."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for i in range(1, layers + 1):
+        shapes[f"w{i}"], shapes[f"b{i}"] = (width, width), (width,)
+    params = _weights(rng, dtype, shapes)
+    x = rng.standard_normal((batch, width)).astype(dtype)
+    g = _Builder(dtype)
+    h = g.b.const(x, name="x")
+    ids = {name: g.b.leaf(array, name=name) for name, array in params.items()}
+    for i in range(1, layers + 1):
+        h = g.op("relu" if i % 2 else "tanh", g.linear(h, ids[f"w{i}"], ids[f"b{i}"]))
+    g.op("mean", g.op("sum", h, axis=1), name="loss")
+    config = {"batch": batch, "width": width, "layers": layers}
+    return TensorModel("deep_mlp", g.b.build(outputs=["loss"]), params, {"x": x}, config)
+
+
+def attention_stack(
+    dtype: Any = np.float32,
+    seed: int = 0,
+    *,
+    batch: int = 2,
+    seq: int = 8,
+    d_model: int = 16,
+    heads: int = 2,
+    hidden: int = 32,
+    layers: int = 8,
+) -> TensorModel:
+    """``layers`` transformer-like blocks of small ops, as a captured encoder layer has them: q, k and
+    v projections (``matmul``), each split into heads (``reshape``, ``transpose``), scores
+    (``matmul``, ``mul`` by a 0-d scale), ``softmax``, the weighted values (``matmul``), the heads
+    merged (``transpose``, ``reshape``), an output projection and a residual ``add``, then an MLP
+    (``matmul``, ``add`` of a bias, ``relu``, ``matmul``, ``add``) and a residual ``add``: 23 op nodes
+    a block. The loss is the ``mean`` of the last block's output."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    d, head = d_model, d_model // heads
+    shapes: dict[str, tuple[int, ...]] = {}
+    for i in range(1, layers + 1):
+        for name in ("wq", "wk", "wv", "wo"):
+            shapes[f"{name}{i}"] = (d, d)
+        shapes[f"w1_{i}"], shapes[f"b1_{i}"] = (d, hidden), (hidden,)
+        shapes[f"w2_{i}"], shapes[f"b2_{i}"] = (hidden, d), (d,)
+    # weights at half the usual scale: the residual stream then grows little over the blocks, and the
+    # softmaxes stay far from saturation, so float32's gradients stay within 1e-4 of float64's
+    params = {name: (0.5 * array).astype(dtype) for name, array in _weights(rng, dtype, shapes).items()}
+    x = rng.standard_normal((batch, seq, d)).astype(dtype)
+    g = _Builder(dtype)
+    h = g.b.const(x, name="x")
+    ids = {name: g.b.leaf(array, name=name) for name, array in params.items()}
+    scale = g.scalar(1.0 / np.sqrt(head), "scale")
+
+    def split_heads(t: int, axes: list[int]) -> int:
+        return g.op("transpose", g.op("reshape", t, shape=[batch, seq, heads, head]), axes=axes)
+
+    for i in range(1, layers + 1):
+        q = split_heads(g.op("matmul", h, ids[f"wq{i}"]), [0, 2, 1, 3])  # (B, H, T, dh)
+        k_t = split_heads(g.op("matmul", h, ids[f"wk{i}"]), [0, 2, 3, 1])  # (B, H, dh, T)
+        v = split_heads(g.op("matmul", h, ids[f"wv{i}"]), [0, 2, 1, 3])
+        scores = g.op("mul", g.op("matmul", q, k_t), scale)
+        context = g.op("matmul", g.op("softmax", scores, axis=-1), v)
+        merged = g.op("reshape", g.op("transpose", context, axes=[0, 2, 1, 3]), shape=[batch, seq, d])
+        h = g.op("add", h, g.op("matmul", merged, ids[f"wo{i}"]))
+        hidden_out = g.op("relu", g.linear(h, ids[f"w1_{i}"], ids[f"b1_{i}"]))
+        h = g.op("add", h, g.linear(hidden_out, ids[f"w2_{i}"], ids[f"b2_{i}"]))
+    g.op("mean", h, name="loss")
+    config = {"batch": batch, "seq": seq, "d_model": d, "heads": heads, "hidden": hidden, "layers": layers}
+    return TensorModel("attention_stack", g.b.build(outputs=["loss"]), params, {"x": x}, config)
+
+
+#: The graphs of many small ops by name (:func:`deep_mlp`, :func:`attention_stack`), for
+#: ``bench_per_node.py``.
+SMALL_OP_MODELS: dict[str, Callable[..., TensorModel]] = {"deep_mlp": deep_mlp, "attention_stack": attention_stack}

@@ -715,6 +715,8 @@ class GraphBuilder:
 _CONTAINERS = (dict, list)
 #: What :func:`data_copy` copies: the containers, and arrays (a value in Python only; a file has none).
 _COPIED = (dict, list, np.ndarray)
+#: Types of what :func:`data_copy` shares: a list holding only these is copied as it is, not walked.
+_FLAT = frozenset((int, float, str, bool, bytes, type(None)))
 
 
 def data_copy(value: Any) -> Any:
@@ -726,6 +728,8 @@ def data_copy(value: Any) -> Any:
         return value.copy()
     if not isinstance(value, _CONTAINERS):
         return value
+    if type(value) is list and _FLAT.issuperset(map(type, value)):  # a shape, axes: no walk
+        return value.copy()
     copies = {id(value): value.copy()}
     pending = [value]
     while pending:

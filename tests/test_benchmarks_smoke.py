@@ -169,6 +169,7 @@ WITH_HELP = [
     "bench_capture.py",
     "bench_cli.py",
     "bench_kernels.py",
+    "bench_per_node.py",
     "bench_replay_kernels.py",
     "bench_storage.py",
     "bench_tensors.py",

@@ -165,6 +165,10 @@ def test_data_copy_keeps_shared_and_self_holding_containers_and_any_nesting() ->
     copied = data_copy({"a": shared, "b": shared, "loop": looped, "t": (1, 2), "s": "x"})
     assert copied["a"] is copied["b"] and copied["a"] is not shared and copied["a"] == [1.0]
     assert copied["loop"][1] is copied["loop"] and copied["loop"] is not looped
+    flat = [3, 2.5, "x", None, True, b"y"]  # a shape, axes: copied without a walk
+    assert data_copy(flat) == flat and data_copy(flat) is not flat
+    holding = [1, np.arange(2.0)]
+    assert data_copy(holding)[1] is not holding[1] and data_copy(holding)[1].tolist() == [0.0, 1.0]
     deep: list[Any] = []
     tail = deep
     for _ in range(100_000):  # far past Python's recursion limit

@@ -785,17 +785,21 @@ def elementwise_vjp(op: Op) -> Callable[..., Sequence[Any]]:
             )
         wanted = needs_input_grad or (True,) * len(inputs)
         cotangents: list[np.ndarray | None] = []
-        for i, (d, x, want) in enumerate(zip(partials, inputs, wanted, strict=True)):
-            if not want:
+        for i, d in enumerate(partials):
+            if not wanted[i]:
                 cotangents.append(None)
                 continue
-            product = _times(g, d) if isinstance(d, (int, float, np.ndarray)) else _times(g, _partial(op, i, d))
-            if product.shape != g.shape:  # a partial that broadcasts g to more: not d out/d input
-                raise ReplayError(
-                    f"op {op.name!r} ({op.source}): derivatives returned a partial of shape {list(np.shape(d))} "
-                    f"for input {i}, where the output's shape is {list(g.shape)}"
-                )
-            cotangents.append(unbroadcast(product, x.shape))
+            if type(d) is float and d == 1:  # add's, sub's first: g itself (_times says so, without a call)
+                product = g
+            else:
+                product = _times(g, d) if isinstance(d, (int, float, np.ndarray)) else _times(g, _partial(op, i, d))
+                if product.shape != g.shape:  # a partial that broadcasts g to more: not d out/d input
+                    raise ReplayError(
+                        f"op {op.name!r} ({op.source}): derivatives returned a partial of shape {list(np.shape(d))} "
+                        f"for input {i}, where the output's shape is {list(g.shape)}"
+                    )
+            shape = inputs[i].shape
+            cotangents.append(product if product.shape == shape else unbroadcast(product, shape))
         return cotangents
 
     return vjp

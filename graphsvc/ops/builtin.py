@@ -54,6 +54,9 @@ def _elementwise(name: str) -> Op:
     return Op(name, rule.arity, forward=forward, derivatives=derivatives, doc=rule.doc, kernel=name)
 
 
+_FLOAT64 = np.dtype(np.float64)
+
+
 def _through_c(name: str, numpy_function: Callable[..., Any], *, partials: bool = False) -> Callable[..., Any]:
     """``numpy_function`` (signature kept), run by the compiled elementwise loop of op ``name`` when
     every input is a float64 array, the attributes are the op's own and the extension is in use."""
@@ -61,18 +64,18 @@ def _through_c(name: str, numpy_function: Callable[..., Any], *, partials: bool 
 
     @functools.wraps(numpy_function)
     def run(*inputs: Any, **attrs: Any) -> Any:
+        for x in inputs:  # first what is cheapest to see: a float32 array goes to numpy at once
+            if type(x) is not np.ndarray or x.dtype != _FLOAT64:
+                return numpy_function(*inputs, **attrs)
         compiled = kernels.compiled_elementwise() if opmath.compiled_primitives() else None
         param = attrs.get(rule.attrs[0], None) if rule.attrs else 0.0
-        if (
-            compiled is None
-            or len(attrs) != len(rule.attrs)
-            or not isinstance(param, Real)
-            or isinstance(param, bool)
-            or not all(type(x) is np.ndarray and x.dtype == np.float64 for x in inputs)
-        ):
+        if compiled is None or len(attrs) != len(rule.attrs) or not isinstance(param, Real) or isinstance(param, bool):
             return numpy_function(*inputs, **attrs)
-        arrays = np.broadcast_arrays(*inputs)
-        shape = arrays[0].shape  # a 0-d input stays 0-d (ascontiguousarray would make it 1-d)
+        arrays: Sequence[np.ndarray] = inputs
+        shape = inputs[0].shape  # a 0-d input stays 0-d (ascontiguousarray would make it 1-d)
+        if not all(x.shape == shape for x in inputs):  # one shape (a unary op, most nodes): no broadcast
+            arrays = np.broadcast_arrays(*inputs)
+            shape = arrays[0].shape
         columns = [np.ascontiguousarray(x).reshape(-1) for x in arrays]
         x, y = columns[0], columns[1 if rule.arity == 2 else 0]
         if not partials:

@@ -75,6 +75,8 @@ __all__ = [
 Replayed = list[np.ndarray | None]
 
 _NO_ATTRS: Mapping[str, Any] = {}
+#: :data:`TENSOR_DTYPES` as a set: one hashed look-up, where ``in`` the tuple compares up to three dtypes.
+_TENSOR_DTYPE_SET = frozenset(TENSOR_DTYPES)
 _INDEX_DTYPE = np.dtype(np.int64)
 
 #: The environment variable that sets the most bytes one array of a tensor replay may hold.
@@ -140,38 +142,65 @@ def _too_large(
     )
 
 
-def _check_size(
-    graph: Graph, node: int, op: Op, inputs: list[Any], attrs: Mapping[str, Any], limit: int
-) -> tuple[int, ...] | None:
-    """Refuse ``node`` before it runs when its op declares an output above ``limit`` bytes: through
-    :attr:`Op.out_shape`, or, for an elementwise op, by its inputs broadcast together (whose shape
-    it returns, None when they do not broadcast)."""
+def _check_size(graph: Graph, node: int, op: Op, inputs: list[Any], attrs: Mapping[str, Any], limit: int) -> None:
+    """Refuse ``node`` before it runs when its op declares (:attr:`Op.out_shape`) an output above
+    ``limit`` bytes."""
     declare = op.out_shape
-    if declare is not None:
-        try:
-            shape = declare(*[x.shape for x in inputs], **attrs)
-        except BaseException as exc:
-            _failed(graph, node, op, "out_shape", exc)
-        if shape is None:
-            return None
-        try:
-            shape = tuple(int(n) for n in shape)
-        except Exception:
-            shape = (-1,)
-        if any(n < 0 for n in shape):
-            raise ReplayError(
-                f"node {graph.label(node)}: op {op.name!r} ({op.source}): out_shape returned {shape!r}"[:200]
-                + ", not a shape (a sequence of non-negative integers) or None"
-            )
-    else:
-        try:
-            shape = np.broadcast_shapes(*[x.shape for x in inputs])
-        except ValueError:  # shapes that do not broadcast: forward says so
-            return None
+    assert declare is not None
+    try:
+        shape = declare(*[x.shape for x in inputs], **attrs)
+    except BaseException as exc:
+        _failed(graph, node, op, "out_shape", exc)
+    if shape is None:
+        return
+    try:
+        shape = tuple(map(int, shape))
+    except Exception:
+        shape = (-1,)
+    if shape and min(shape) < 0:
+        raise ReplayError(
+            f"node {graph.label(node)}: op {op.name!r} ({op.source}): out_shape returned {shape!r}"[:200]
+            + ", not a shape (a sequence of non-negative integers) or None"
+        )
+    if math.prod(shape) * _WIDEST > limit:
+        _check_bytes(graph, node, op, inputs, shape, limit)
+
+
+#: The most bytes an element of a tensor takes (float64, int64): a shape with at most ``limit / 8``
+#: elements fits any dtype, and its dtype need not be looked at.
+_WIDEST = 8
+
+
+def _check_bytes(graph: Graph, node: int, op: Op, inputs: list[Any], shape: tuple[int, ...], limit: int) -> None:
+    """Refuse ``node`` when an array of ``shape`` in its inputs' widest dtype is above ``limit`` bytes."""
     dtype = max((x.dtype for x in inputs), key=lambda d: d.itemsize, default=np.dtype(np.float64))
     if math.prod(shape) * dtype.itemsize > limit:
         raise _too_large(graph, node, op, "asks for", shape, dtype, limit)
-    return None if declare is not None else shape
+
+
+#: Shapes that broadcast together, by the shapes: (the shape, its number of elements), or (None, 0)
+#: for shapes that do not broadcast. Worked out once (``np.broadcast_shapes`` costs microseconds,
+#: a look-up a tenth of one) for every elementwise node of every replay; cleared when it holds
+#: :data:`_BROADCASTS_HELD`.
+_BROADCASTS: dict[tuple[tuple[int, ...], ...], tuple[tuple[int, ...] | None, int]] = {}
+_BROADCASTS_HELD = 4096
+
+
+def _broadcast_shape(shapes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...] | None, int]:
+    """The shape ``shapes`` broadcast to and its number of elements; ``(None, 0)`` when they do not
+    broadcast (the op's forward says so)."""
+    found = _BROADCASTS.get(shapes)
+    if found is None:
+        try:
+            shape = np.broadcast_shapes(*shapes)
+        except ValueError:
+            found = (None, 0)
+        else:
+            found = (shape, math.prod(shape))
+        if len(_BROADCASTS) >= _BROADCASTS_HELD:
+            _BROADCASTS.clear()
+        _BROADCASTS[shapes] = found
+    return found
 
 
 #: What replay needs of a node computed by an op: the op, its parents' ids and its attributes
@@ -216,6 +245,10 @@ def _kept(array: np.ndarray) -> np.ndarray:
     input: ``reshape``, ``broadcast_to``, an input returned as it is). Anything else is copied: a
     buffer the plugin keeps (a per-shape scratch array, a cache), or a view of one, which it could
     change later through a handle of its own; making our handle read-only would not stop that."""
+    if not array.flags.writeable:  # read-only memory already (read_only_memory's commonest cases, inline):
+        base = array.base  # a view of a kept array (reshape, transpose, an input as it is), or one kept
+        if base is None or (type(base) is np.ndarray and base.base is None and not base.flags.writeable):
+            return array
     refs = _PRIVATE_REFS
     item: Any = array
     while True:
@@ -341,9 +374,13 @@ def _forward(
         op, parents, attrs = call
         inputs = [values[p] for p in parents]
         if op.derivatives is not None:  # elementwise: its output has its inputs' broadcast shape
-            shape = inputs[0].shape if len(inputs) == 1 else _broadcast(inputs)  # type: ignore[union-attr]
-            if shape is _GREW:
-                shape = _check_size(graph, node, op, inputs, attrs, limit)
+            if len(inputs) == 1:
+                shape = inputs[0].shape  # type: ignore[union-attr]
+            else:
+                shape, count = _broadcast_shape(tuple([x.shape for x in inputs]))  # type: ignore[union-attr]
+                if count * _WIDEST > limit:
+                    assert shape is not None
+                    _check_bytes(graph, node, op, inputs, shape, limit)
         else:
             shape = None
             if op.out_shape is not None:
@@ -360,7 +397,10 @@ def _forward(
                 result, keeping[node] = output_and_residuals(op, producer(*inputs, **attrs))
         except BaseException as exc:
             _failed(graph, node, op, what, exc)
-        value = _as_tensor(graph, node, op, what, result)
+        if type(result) is np.ndarray and result.dtype in _TENSOR_DTYPE_SET and result.ndim <= MAX_DIMENSIONS:
+            value = result  # what _as_tensor checks first, inline
+        else:
+            value = _as_tensor(graph, node, op, what, result)
         result = None  # the value's one reference of ours is `value` (_kept counts them)
         if shape is not None and value.shape != shape:
             raise ReplayError(
@@ -372,24 +412,6 @@ def _forward(
         if value.nbytes > limit:  # a view's too: a broadcast view of 8 TiB costs nothing until summed
             raise _too_large(graph, node, op, "returned", value.shape, value.dtype, limit)
     return values
-
-
-#: What :func:`_broadcast` returns for inputs that broadcast to a shape larger than each of theirs.
-_GREW: Any = object()
-
-
-def _broadcast(inputs: list[Any]) -> Any:
-    """The shape an elementwise op's inputs broadcast to, when it is one of theirs (all the same,
-    or the others 0-d: a scalar times an array), cheaply; else :data:`_GREW`."""
-    shape = inputs[0].shape
-    for x in inputs:
-        other = x.shape
-        if other != shape:
-            if not shape:
-                shape = other
-            elif other:
-                return _GREW
-    return shape
 
 
 def output_and_residuals(op: Op, pair: Any) -> tuple[Any, Any]:
@@ -461,6 +483,7 @@ def _backward(
     if requires[output]:
         grads[output] = _frozen(np.ones_like(out))
     reached = ancestors(graph, output) if reached is None else reached
+    recording = steps is not None
     for node in np.flatnonzero(reached)[::-1].tolist():
         call, g = calls[node], grads[node]
         if g is None:
@@ -482,11 +505,40 @@ def _backward(
             cotangents = vjp.function(g, values[node], *inputs, **attrs)
         except BaseException as exc:
             _failed(graph, node, op, "vjp", exc)
-        if type(cotangents) is tuple or type(cotangents) is list:  # a list of our own, the only reference
-            cotangents = list(cotangents)  # of ours to each cotangent (see _kept)
-        sent = _accumulate(graph, node, op, parents, inputs, needs, cotangents, grads, summed)
+        # each cotangent into its parent's gradient (the loop inline: it is the engine's cost per edge)
+        if not isinstance(cotangents, (tuple, list)) or len(cotangents) != len(parents):
+            raise _at(graph, node, cotangents_error(op, "vjp", cotangents, len(parents)))
+        cotangents = list(cotangents)  # a list of our own, the only reference of ours to each cotangent (_kept)
+        sent: list[np.ndarray | None] | None = [] if recording else None
+        for position, parent in enumerate(parents):
+            if not needs[position]:
+                if sent is not None:
+                    sent.append(None)
+                continue
+            ct = cotangents[position]
+            cotangents[position] = None  # `ct` is our one reference (_kept counts them)
+            if ct is None:
+                raise _at(graph, node, missing_cotangent(op, "vjp", position))
+            x = inputs[position]
+            if type(ct) is not np.ndarray or ct.shape != x.shape or ct.dtype != x.dtype:
+                try:
+                    ct = cotangent_for(op, "vjp", position, ct, x)
+                except ReplayError as exc:
+                    raise _at(graph, node, exc) from None
+            ct = _kept(ct)
+            previous = grads[parent]
+            if previous is None:
+                grads[parent] = ct
+            elif parent in summed:
+                np.add(previous, ct, out=previous)
+            else:
+                grads[parent] = np.asarray(previous + ct)  # 0-d + 0-d: a scalar
+                summed.add(parent)
+            if sent is not None:
+                sent.append(ct)
         cotangents = None
         if steps is not None:
+            assert sent is not None
             steps.append(Step(node, g, [(p, None, c) for p, c in zip(parents, sent, strict=True)]))
     if residuals is not None:  # those of nodes the sweep did not reach
         residuals.clear()
@@ -506,17 +558,19 @@ def requires_grad(graph: Graph, calls: Sequence[_Call | None], values: Replayed)
     leaf = graph.op_table.index(LEAF) if LEAF in graph.op_table else -1
     codes = graph.op_codes.tolist()
     arrays = graph.arrays
+    index = _INDEX_DTYPE
     for node, call in enumerate(calls):
         value = values[node]
         assert value is not None
-        if value.dtype == _INDEX_DTYPE:
-            continue
         if call is not None:
-            requires[node] = True in [requires[p] for p in call[1]]
+            for parent in call[1]:  # a loop, not any([...]): most nodes have one or two parents
+                if requires[parent]:
+                    requires[node] = value.dtype != index
+                    break
         elif codes[node] == leaf:
-            requires[node] = True
+            requires[node] = value.dtype != index
         else:  # const (or a tag replay does not know): a number in the columns gets one
-            requires[node] = node not in arrays and value.shape == ()
+            requires[node] = node not in arrays and value.shape == () and value.dtype != index
     return requires
 
 
@@ -537,52 +591,6 @@ def vjp_of(op: Op) -> VJP:
     :data:`~graphsvc.ops.NEEDS_INPUT_GRAD` (it declares a parameter of that name; the derived VJPs
     do) and whether it takes :data:`~graphsvc.ops.RESIDUALS`: :attr:`graphsvc.ops.Op.tensor_vjp`."""
     return op.tensor_vjp
-
-
-def _accumulate(
-    graph: Graph,
-    node: int,
-    op: Op,
-    parents: list[int],
-    inputs: list[np.ndarray | None],
-    needs: Sequence[bool],
-    cotangents: Any,
-    grads: Replayed,
-    summed: set[int],
-) -> list[np.ndarray | None]:
-    """Add each cotangent to the gradient of a parent that needs one; return what each received.
-    A parent's second cotangent makes a new array, the sum (its first may be a VJP's own result, or
-    ``g`` itself); later ones are added into that sum in place. Parents in ``summed`` hold such sums."""
-    if not isinstance(cotangents, (tuple, list)) or len(cotangents) != len(parents):
-        raise _at(graph, node, cotangents_error(op, "vjp", cotangents, len(parents)))
-    sent: list[np.ndarray | None] = []
-    for position, parent in enumerate(parents):
-        if not needs[position]:
-            sent.append(None)
-            continue
-        ct = cotangents[position]
-        if type(cotangents) is list:
-            cotangents[position] = None  # `ct` is our one reference (_kept counts them)
-        if ct is None:
-            raise _at(graph, node, missing_cotangent(op, "vjp", position))
-        x = inputs[position]
-        assert x is not None
-        if type(ct) is not np.ndarray or ct.shape != x.shape or ct.dtype != x.dtype:
-            try:
-                ct = cotangent_for(op, "vjp", position, ct, x)
-            except ReplayError as exc:
-                raise _at(graph, node, exc) from None
-        ct = _kept(ct)
-        previous = grads[parent]
-        if previous is None:
-            grads[parent] = ct
-        elif parent in summed:
-            np.add(previous, ct, out=previous)
-        else:
-            grads[parent] = np.asarray(previous + ct)  # 0-d + 0-d: a scalar
-            summed.add(parent)
-        sent.append(ct)
-    return sent
 
 
 def _failed(graph: Graph, node: int, op: Op, what: str, exc: BaseException) -> NoReturn:
@@ -680,7 +688,8 @@ def describe(array: np.ndarray) -> str:
 
 def store(graph: Graph, values: Replayed, grads: Replayed | None) -> Graph:
     """A copy of ``graph`` holding replayed ``values`` (and ``grads``): float64 0-d results go to
-    the scalar columns, every other array to ``arrays`` / ``grad_arrays`` (C-contiguous, read-only)."""
+    the scalar columns, every other array to ``arrays`` / ``grad_arrays`` (read-only, and sealed: no
+    holder can make one writable again), shared with the replay rather than copied (see :func:`_split`)."""
     result = graph.copy(arrays=False)
     result.values = np.full(graph.num_nodes, np.nan, dtype=FLOAT_DTYPE)
     result.arrays = {}
@@ -697,34 +706,42 @@ def store(graph: Graph, values: Replayed, grads: Replayed | None) -> Graph:
 def _split(
     arrays: Replayed, column: np.ndarray, tensors: dict[int, np.ndarray], keep: Mapping[int, np.ndarray]
 ) -> None:
-    """Scalars into ``column``, the rest into ``tensors``. An array is copied only when the graph
-    given (``keep``: its arrays) could still change it (it views a writable array of that graph: one
-    a caller made with :meth:`Graph.copy`), is not C-contiguous, or is a view holding on to a much
-    larger array; the result is then independent of the graph given. A built graph's arrays are
-    read-only views of read-only memory: a leaf's value is shared, through a view of its own, not
-    copied. Every array kept is a read-only view (:func:`graphsvc.graph.sealed`), which no caller
-    can make writable to update in place. (A loaded graph's views of its file's buffer are copied:
-    they fail the size rule.)"""
-    given = {id(a) for a in keep.values()} | {id(a.base) for a in keep.values() if a.base is not None}
+    """Scalars into ``column``, the rest into ``tensors``, each a sealed view (numpy refuses to make
+    it writable: it views a read-only array, :func:`graphsvc.graph.sealed`), sharing the memory it is
+    given, whatever its layout (a transpose, a broadcast), with two exceptions, which are copied
+    (C-ordered, sealed): an array whose memory someone could still change (it views a writable
+    array: of the graph given, ``keep``, one a caller made with :meth:`Graph.copy`; a caller's
+    array given to :func:`replay` as an override), and a view holding on to a much larger array
+    (more than twice its own bytes; a loaded graph's views of its file's buffer fail that rule).
+    What a replay computes is read-only memory (:func:`_kept`), so it is never copied: an array that
+    owns its memory gets one view, a view of one is kept as it is. A built graph's arrays are
+    read-only views of read-only memory: a leaf's value is shared, not copied. Saving such a result
+    writes each array's elements in C order, whatever its layout."""
     for node, array in enumerate(arrays):
         if array is None:
             continue
         if array.ndim == 0 and array.dtype == FLOAT_DTYPE and node not in keep:
             column[node] = array
             continue
-        root = array.base if isinstance(array.base, np.ndarray) else array
-        if (
-            array.flags.c_contiguous
-            and (read_only_memory(array) or (id(root) not in given and id(array) not in given))
-            and (root is array or (root.base is None and root.nbytes <= 2 * array.nbytes))
-        ):
-            # a view, which no one can make writable: of the graph's own array, or of a replay's
-            # array, which other nodes' results may share (an add's VJP hands ``g`` to both inputs)
-            tensor = array.view()
-            tensor.flags.writeable = False
+        base = array.base
+        if base is None:  # it owns its memory
+            if not array.flags.writeable:  # read-only: a view of it is sealed
+                tensors[node] = array.view()
+                continue
+        elif (
+            type(base) is np.ndarray
+            and base.base is None
+            and not array.flags.writeable
+            and not base.flags.writeable
+            and base.nbytes <= 2 * array.nbytes
+        ):  # a read-only view of a read-only owner (a replay's reshape, transpose): sealed as it is
+            tensors[node] = array
+            continue
+        root = base if isinstance(base, np.ndarray) else array
+        if read_only_memory(array) and (root is array or (root.base is None and root.nbytes <= 2 * array.nbytes)):
+            tensors[node] = array.view()  # of read-only memory: sealed
         else:
-            tensor = sealed(np.array(array, order="C"))
-        tensors[node] = tensor
+            tensors[node] = sealed(np.array(array, order="C"))
 
 
 def read_only_memory(array: np.ndarray) -> bool:

@@ -351,12 +351,13 @@ def resolve_set(
     A number becomes a float, except for a leaf the file holds as an int64 array (indices, class
     labels): there it stays an integer, a 0-d int64 array, and one that is not a whole number in
     int64's range is a :class:`~graphsvc.errors.UsageError`."""
-    from graphsvc.graph import MAX_DIMENSIONS, TENSOR_DTYPES, native_copy
+    from graphsvc.graph import MAX_DIMENSIONS, TENSOR_DTYPES, native_copy, sealed
 
     result: dict[int, Any] = {}
     for ref, number in assignments:
         if isinstance(number, np.ndarray):
-            value: Any = native_copy(number)  # as a graph keeps an array: big-endian data is fine
+            # as a graph keeps an array (big-endian data is fine), sealed: the replay's result shares it
+            value: Any = sealed(native_copy(number))
             if value.dtype not in TENSOR_DTYPES:
                 raise TypeError(f"set[{ref!r}] must be an array of float64, float32 or int64, not {number.dtype}")
         elif isinstance(number, bool) or not isinstance(number, Real):

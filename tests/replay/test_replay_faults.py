@@ -440,6 +440,35 @@ def test_fresh_results_and_views_of_inputs_are_kept_without_a_copy() -> None:
     assert not e.flags.writeable and not r.flags.writeable
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_an_elementwise_op_whose_inputs_broadcast_past_the_limit_is_refused_before_it_runs(
+    dtype: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(1, 1024) + (1024, 1): 4 MiB of float32, 8 MiB of float64; under a limit of 3 MiB both are
+    refused before the add allocates, and 512 rows (2 MiB of float32) pass: the dtype is looked at,
+    not assumed to be the widest."""
+    import graphsvc
+
+    monkeypatch.setenv("GRAPHSVC_MAX_ARRAY_BYTES", "3MiB")
+
+    def graph(rows: int) -> Graph:
+        b = GraphBuilder()
+        row, column = b.leaf(np.ones((1, 1024), dtype=dtype)), b.leaf(np.ones((rows, 1), dtype=dtype))
+        b.add("sum", [b.add("add", [row, column], name="grid")], name="loss")
+        return b.build()
+
+    for _ in range(2):  # the second time, the broadcast shape is known already
+        with pytest.raises(ReplayError) as caught:
+            graphsvc.forward(graph(1024), registry=_tensor_registry())
+        size = "4.0 MiB" if dtype == np.float32 else "8.0 MiB"
+        assert str(caught.value) == (
+            f"node grid (add): asks for a 1024x1024 {np.dtype(dtype)} array ({size}), more than the limit of "
+            "3.0 MiB on one array (GRAPHSVC_MAX_ARRAY_BYTES)"
+        )
+    if dtype == np.float32:
+        assert graphsvc.forward(graph(512), registry=_tensor_registry()).value("loss") == 2 * 512 * 1024
+
+
 def test_an_elementwise_op_returning_another_shape_is_refused_in_the_tensor_forward() -> None:
     op = Op("wrong", 1, forward=lambda x: np.zeros(5), derivatives=lambda x, out: (np.ones_like(x),))
     b = GraphBuilder()

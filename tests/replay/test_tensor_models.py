@@ -17,7 +17,7 @@ import pytest
 
 import graphsvc
 from benchmarks.numpy_models import NUMPY, torch_loss
-from benchmarks.tensor_models import MODELS, TensorModel
+from benchmarks.tensor_models import MODELS, SMALL_OP_MODELS, TensorModel
 from graphsvc.graph import GraphBuilder
 from graphsvc.ops import OpRegistry
 from graphsvc.pluginhost import load_registry
@@ -93,6 +93,50 @@ def test_graphsvc_gradients_match_the_hand_written_numpy_in_float64(name: str) -
     assert float(replayed.value("loss")) == pytest.approx(numpy_loss, rel=1e-12)
     for key, expected in numpy_grads.items():
         assert_close(replayed.grad(key), expected, np.float64, f"{name} {key}")
+
+
+#: Small versions of the graphs of many small ops (bench_per_node.py uses the builders' defaults).
+SMALL_OPS: dict[str, dict[str, Any]] = {
+    "deep_mlp": {"batch": 3, "width": 4, "layers": 6},
+    "attention_stack": {"batch": 2, "seq": 3, "d_model": 4, "heads": 2, "hidden": 6, "layers": 2},
+}
+SMALL_OP_CASES = [(name, dtype) for name in SMALL_OPS for dtype in RTOL]
+
+
+@pytest.mark.parametrize(("name", "dtype"), SMALL_OP_CASES, ids=[f"{n}-{d.__name__}" for n, d in SMALL_OP_CASES])
+def test_the_graphs_of_small_ops_give_pytorchs_loss_and_gradients(name: str, dtype: type) -> None:
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    model = SMALL_OP_MODELS[name](dtype, 3, **SMALL_OPS[name])
+    replayed = graphsvc.backward(model.graph, output="loss", registry=registry_for(name))
+    params = {key: torch.tensor(value, requires_grad=True) for key, value in model.params.items()}
+    loss = torch_loss(name, params, {key: torch.tensor(value) for key, value in model.data.items()}, model.config)
+    loss.backward()
+    assert loss.dtype == {np.float32: torch.float32, np.float64: torch.float64}[dtype]
+    assert float(replayed.value("loss")) == pytest.approx(loss.item(), rel=RTOL[dtype])
+    for key, tensor in params.items():
+        assert_close(replayed.grad(key), tensor.grad.numpy(), dtype, f"{name} {key}: graphsvc against PyTorch")
+
+
+def test_the_graphs_of_small_ops_have_the_benchmarks_nodes() -> None:
+    """deep_mlp: 64 layers of matmul, add, relu or tanh, then sum and mean (194 op nodes); attention_stack: 8
+    blocks of 23 op nodes, then mean (185). Nothing replayed."""
+    deep = SMALL_OP_MODELS["deep_mlp"](np.float32, 0)
+    tags = [deep.graph.op_table[code] for code in deep.graph.op_codes.tolist()]
+    assert deep.params["w64"].shape == (16, 16) and deep.data["x"].shape == (32, 16)
+    assert [tags.count(op) for op in ("matmul", "add", "relu", "tanh", "sum", "mean")] == [64, 64, 32, 32, 1, 1]
+    stack = SMALL_OP_MODELS["attention_stack"](np.float64, 0)
+    tags = [stack.graph.op_table[code] for code in stack.graph.op_codes.tolist()]
+    counts = {op: tags.count(op) for op in set(tags) - {"leaf", "const"}}
+    assert counts == {
+        "matmul": 8 * 8,
+        "reshape": 8 * 4,
+        "transpose": 8 * 4,
+        "mul": 8,
+        "softmax": 8,
+        "add": 8 * 4,
+        "relu": 8,
+        "mean": 1,
+    }
 
 
 def test_the_full_size_models_have_the_issues_shapes() -> None:

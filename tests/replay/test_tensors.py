@@ -108,7 +108,9 @@ def test_the_input_graph_is_untouched_and_results_are_read_only() -> None:
     assert graph.value("a").tolist() == before.tolist()  # type: ignore[union-attr]
     assert result.value("L") == 32.0  # 2 * (3+1)*(1+3)
     for array in (*result.arrays.values(), *result.grad_arrays.values()):
-        assert not array.flags.writeable and array.flags.c_contiguous
+        assert not array.flags.writeable
+        with pytest.raises(ValueError, match="cannot set WRITEABLE flag to True"):
+            array.flags.writeable = True
     assert not np.shares_memory(result.arrays[0], graph.arrays[0])
 
 
@@ -153,6 +155,64 @@ def test_no_array_of_a_result_can_be_made_writable_to_change_another_nodes() -> 
         with pytest.raises(ValueError, match="cannot set WRITEABLE flag to True"):
             array.flags.writeable = True
     assert result.grad("c").tolist() == [-1.0, -1.0, -1.0]  # type: ignore[union-attr]
+
+
+def test_a_result_shares_the_replays_arrays_whatever_their_layout_without_copies() -> None:
+    """A transpose (not C-contiguous), a reshape and a broadcast (a sum's gradient: stride 0) are
+    views of memory the replay made: the result holds them as they are, sealed, not copies."""
+    from graphsvc.replay import arrays as tensors
+    from graphsvc.replay import columns as replay
+
+    b = GraphBuilder()
+    x = b.leaf(np.arange(6.0).reshape(2, 3), name="x")
+    e = b.add("exp", [x], name="e")
+    t = b.add("transpose", [e], name="t")
+    r = b.add("reshape", [t], attrs={"shape": [6]}, name="r")
+    b.add("sum", [b.add("mul", [r, r], name="m")], name="loss")
+    graph = b.build()
+    ops = replay.resolve_ops(graph, builtins())
+    values, grads = tensors.replay(graph, ops, graph.node_id("loss"))
+    assert grads is not None
+    result = tensors.store(graph, values, grads)
+    expected = np.exp(np.arange(6.0).reshape(2, 3))
+    assert not result.arrays[t].flags.c_contiguous and result.arrays[t].tolist() == expected.T.tolist()
+    assert result.grad_arrays[e].tolist() == (2 * expected).tolist()
+    for node in (e, t, r):
+        for kept, replayed in ((result.arrays, values), (result.grad_arrays, grads)):
+            array = replayed[node]
+            assert array is not None
+            assert np.shares_memory(kept[node], array) and kept[node].tolist() == array.tolist()
+    assert np.shares_memory(result.arrays[t], result.arrays[e])  # one buffer, as the replay made it
+    loaded = graphsvc.loads(graphsvc.dumps(result))  # saved in C order all the same
+    assert loaded.arrays[t].flags.c_contiguous and loaded.arrays[t].tolist() == expected.T.tolist()
+    assert loaded.grad_arrays[t].tolist() == (2 * expected.T).tolist()
+    for array in (*result.arrays.values(), *result.grad_arrays.values()):
+        with pytest.raises(ValueError, match="cannot set WRITEABLE flag to True"):
+            array.flags.writeable = True
+
+
+def test_a_result_copies_a_view_holding_a_much_larger_array_and_a_callers_writable_override() -> None:
+    """A gradient that views an array more than twice its size would keep the larger one alive: it
+    is copied. An array a caller gives replay() directly stays the caller's, who may change it: the
+    result holds a copy."""
+    from graphsvc.replay import arrays as tensors
+    from graphsvc.replay import columns as replay
+
+    b = GraphBuilder()
+    x = b.leaf(np.ones(2), name="x")
+    b.add("sum", [x], name="loss")
+    graph = b.build()
+    big = np.arange(10.0)
+    big.flags.writeable = False
+    result = tensors.store(graph, [big[:2], np.asarray(2.0)], [big[4:6], None])
+    assert result.arrays[x].tolist() == [0.0, 1.0] and result.grad_arrays[x].tolist() == [4.0, 5.0]
+    assert not np.shares_memory(result.arrays[x], big) and not np.shares_memory(result.grad_arrays[x], big)
+    assert result.value("loss") == 2.0  # a float64 0-d array: the scalar column
+    given = np.array([5.0, 7.0])
+    values, _ = tensors.replay(graph, replay.resolve_ops(graph, builtins()), overrides={x: given})
+    result = tensors.store(graph, values, None)
+    given[0] = -1.0
+    assert result.value("x").tolist() == [5.0, 7.0] and result.value("loss") == 12.0  # type: ignore[union-attr]
 
 
 def test_a_replay_of_a_graph_with_writable_arrays_copies_them() -> None:
