@@ -391,6 +391,12 @@ def _complete_op(incomplete: str) -> list[str]:
     return op_names(incomplete)
 
 
+def _complete_op_or_tag(incomplete: str) -> list[str]:
+    from graphsvc.console.completion import op_names
+
+    return op_names(incomplete, leaf_tags=True)
+
+
 def _load(path: Path, strict: bool = False) -> Graph:
     return _load_versioned(path, strict)[0]
 
@@ -788,16 +794,33 @@ def _registry() -> OpRegistry:
 
 @command()
 @handles_errors
-def ops(as_json: JsonOpt = False) -> None:
+def ops(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="NAME...",
+            help="Show these ops in full: kind, inputs, attributes and their defaults, doc, plugin.",
+            autocompletion=_complete_op_or_tag,
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
     """List every op by name: arity (1+: one or more inputs; 2-3: two or three), version, the plugin
     (and its version) that registered it, and its kind: an elementwise op "vectorized" or called "per
-    element", a tensor op given by its "vjp", or a "leaf tag".
+    element", a tensor op given by its "vjp", or a "leaf tag". With NAMEs, each of those ops in
+    full: its kind, inputs, attributes (which are required, the defaults of the others), plugin,
+    version and doc; an op no plugin registers is an error (exit 4).
 
-    Example: graphsvc --plugin my_ops.py ops --json
+    Example: graphsvc --plugin my_ops.py ops --json; graphsvc ops pow sum
     """
-    from graphsvc.console.views import print_ops
+    from graphsvc.console.views import print_op_details, print_ops
 
-    print_ops(_registry(), as_json)
+    registry = _registry()
+    if not names:
+        print_ops(registry, as_json)
+        return
+    print_op_details([registry.get(name) for name in dict.fromkeys(names)], as_json)
 
 
 @command()
