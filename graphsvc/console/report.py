@@ -130,15 +130,18 @@ def element(graph: Graph, at: Element | None) -> str:
 
 
 def comparison_line(graph: Graph, c: Comparison) -> str:
-    """A --check line: how many nodes had nothing stored, the worst differences and where, the verdict."""
+    """A --check line: the tolerance used (each dtype's, :data:`graphsvc.replay.compare.DEFAULT_TOLERANCES`,
+    unless given), how many nodes had nothing stored, the worst differences and where, the verdict."""
+    from graphsvc.replay.compare import tolerance_text
     from graphsvc.text import counted
 
     verdict = "ok" if c.ok else f"{c.mismatches} beyond tolerance"
     noun = "gradient" if c.what == "grads" else "value"
     have = "has" if c.unstored == 1 else "have"
     missing = f"{c.unstored} of {counted(c.nodes, 'node')} {have} no {noun} to compare; " if c.unstored else ""
+    within = f" ({tolerance_text(c.tolerances)})" if c.tolerances else ""
     return (
-        f"check {c.what}: {missing}worst abs diff {c.worst_abs!r} at {element(graph, c.worst_abs_at)}, "
+        f"check {c.what}{within}: {missing}worst abs diff {c.worst_abs!r} at {element(graph, c.worst_abs_at)}, "
         f"worst rel diff {c.worst_rel!r} at {element(graph, c.worst_rel_at)}: {verdict}"
     )
 
@@ -148,7 +151,13 @@ def check_item(graph: Graph, c: Comparison) -> dict[str, Any]:
     graph that holds arrays the worst elements, node and index (``worst_abs_at``)."""
     from graphsvc.format.jsonio import json_float
 
-    item: dict[str, Any] = {"ok": c.ok, "mismatches": c.mismatches, "nodes": c.nodes, "unstored": c.unstored}
+    item: dict[str, Any] = {
+        "ok": c.ok,
+        "mismatches": c.mismatches,
+        "nodes": c.nodes,
+        "unstored": c.unstored,
+        "tolerance": {dtype: {"rtol": t.rtol, "atol": t.atol} for dtype, t in c.tolerances},
+    }
     if not graph.is_tensor_graph:
         return item | {
             "worst_abs": json_float(c.worst_abs),

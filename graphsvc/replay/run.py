@@ -171,12 +171,13 @@ def nonfinite_findings(arrays: bool, values: Any, grads: Any) -> dict[str, NonFi
 
 
 def comparisons(
-    arrays: bool, graph: Graph, values: Any, grads: Any, rtol: float, atol: float
+    arrays: bool, graph: Graph, values: Any, grads: Any, rtol: float | None = None, atol: float | None = None
 ) -> tuple[Comparison, ...]:
     """How far ``values`` (and ``grads``; ``arrays`` as for :func:`nonfinite_findings`) are from those
     ``graph`` stores, as :attr:`ReplayRun.comparisons` holds it: the values, then the
     gradients when there are some on both sides (:func:`graphsvc.replay.compare.compare`, or
-    :func:`graphsvc.replay.arrays.compare` for arrays, element by element)."""
+    :func:`graphsvc.replay.arrays.compare` for arrays, element by element). ``rtol``, ``atol``:
+    ``None`` for the default of each dtype compared (:data:`graphsvc.replay.compare.DEFAULT_TOLERANCES`)."""
     if arrays:
         from graphsvc.replay import arrays as tensors
 
@@ -210,13 +211,15 @@ def replay_values(
     *,
     steps: bool = False,
     find_nonfinite: bool = False,
-    check: tuple[float, float] | None = None,
+    check: tuple[float | None, float | None] | None = None,
     engine: Engine | None = None,
 ) -> ReplayRun:
     """Replay forward, then (``output`` given) backward from ``output``: the one replay, for
     :func:`forward`, :func:`backward` and the CLI. ``overrides`` are node ids (:func:`resolve_set`);
     ``steps`` records the backward pass; ``find_nonfinite`` looks for the first nan or inf;
-    ``check``, ``(rtol, atol)``, compares the numbers with those ``graph`` stores.
+    ``check``, ``(rtol, atol)``, compares the numbers with those ``graph`` stores (``None`` for
+    either: the default of each dtype compared, :data:`graphsvc.replay.compare.DEFAULT_TOLERANCES`;
+    each :class:`~graphsvc.replay.compare.Comparison` says which it used).
 
     The engine is the one the graph needs (:func:`tensor_replay_needed`); the :class:`ReplayRun`
     returned is the same type either way. A graph whose mapped file (``load(mmap=True)``) was
