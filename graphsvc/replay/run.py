@@ -14,7 +14,7 @@ installed plugins, loaded once; a plugin that fails to load is a one-line ``Runt
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from numbers import Real
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -131,7 +131,7 @@ class ReplayRun(NamedTuple):
     #: The gradients, as the values; ``None`` without a backward pass.
     grads: Any
     #: The backward pass step by step, in the sweep's order, when asked for; else None.
-    steps: list[Step] | None
+    steps: Sequence[Step] | None
     #: Where nan or inf first appears: ``{"values": finding or None}``, with ``"grads"`` too when
     #: there are gradients; empty unless asked for (``find_nonfinite``).
     nonfinite: Mapping[str, NonFinite | None]
@@ -230,7 +230,7 @@ def replay_values(
     check_mapped(graph)
 
     engine = engine or engine_for(graph.num_nodes)  # one engine for every sweep of this replay
-    step_list: list[Any] | None = [] if steps else None
+    step_list: Any = [] if steps else None  # a list, or SweptSteps from the column sweep
     tensor = tensor_replay_needed(graph, registry, overrides)
     ops = replay.resolve_ops(graph, registry, engine)  # once, for the forward and the backward pass
     values: Any

@@ -61,6 +61,22 @@ def test_backward_with_steps_and_check_as_text(
     assert printed(capsys, result) == STEPS + "\n" + SEED004_BACKWARD_PLAIN + CHECKS_OK
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7])
+def test_steps_are_written_a_chunk_at_a_time_numbered_through(
+    seed004_file: Graph, registry: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """--steps writes STEP_CHUNK steps at a time (their text is never all held): the same text,
+    numbered through, whatever the chunk; for arrays too (norms worked out a chunk at a time)."""
+    monkeypatch.setattr(report, "STEP_CHUNK", chunk)
+    result = backward(seed004_file, registry, steps=True, check=(1e-9, 1e-12))
+    assert printed(capsys, result) == STEPS + "\n" + SEED004_BACKWARD_PLAIN + CHECKS_OK
+    arrays = replay_values(seed004_file, registry, {0: np.array(2.0)}, 6, steps=True)
+    lines = printed(capsys, arrays).splitlines()
+    monkeypatch.setattr(report, "STEP_CHUNK", 4096)
+    assert lines == printed(capsys, arrays).splitlines()
+    assert [line.split(":")[0] for line in lines if line.startswith("step")] == [f"step {i}" for i in range(1, 8)]
+
+
 def test_backward_as_json(seed004_file: Graph, registry: Any, capsys: pytest.CaptureFixture[str]) -> None:
     document = json.loads(printed(capsys, backward(seed004_file, registry, steps=True), as_json=True))
     assert list(document) == ["output", "steps", "nodes", "nonfinite"]  # no "check" without --check
