@@ -391,6 +391,12 @@ def _complete_op(incomplete: str) -> list[str]:
     return op_names(incomplete)
 
 
+def _complete_op_or_tag(incomplete: str) -> list[str]:
+    from graphsvc.console.completion import op_names
+
+    return op_names(incomplete, leaf_tags=True)
+
+
 def _load(path: Path, strict: bool = False) -> Graph:
     return _load_versioned(path, strict)[0]
 
@@ -577,14 +583,13 @@ SetOpt = Annotated[
     ),
 ]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Compare with the values/gradients stored in the file.")]
-#: --check's tolerances when not given: a replay on another machine may differ in the last bits.
-DEFAULT_RTOL, DEFAULT_ATOL = 1e-9, 1e-12
 RtolOpt = Annotated[
     float | None,
     typer.Option(
         "--rtol",
         metavar="R",
-        help=f"With --check: the relative tolerance, finite, 0 or more (default {DEFAULT_RTOL:g}).",
+        help="With --check: the relative tolerance, finite, 0 or more (default by dtype: float64 1e-9, float32 1e-4,"
+        " int64 0).",
     ),
 ]
 AtolOpt = Annotated[
@@ -592,7 +597,8 @@ AtolOpt = Annotated[
     typer.Option(
         "--atol",
         metavar="A",
-        help=f"With --check: the absolute tolerance, finite, 0 or more (default {DEFAULT_ATOL:g}).",
+        help="With --check: the absolute tolerance, finite, 0 or more (default by dtype: float64 1e-12, float32 1e-6,"
+        " int64 0).",
     ),
 ]
 WriteOpt = Annotated[
@@ -634,7 +640,7 @@ def _replay(
     overrides = resolve_set(graph, set_from_text(set_ or (), "--set"), "--set")
     for note in set_notes(graph, overrides):
         typer.echo(note, err=True)
-    within = (DEFAULT_RTOL if rtol is None else rtol, DEFAULT_ATOL if atol is None else atol) if check else None
+    within = (rtol, atol) if check else None  # None: each dtype's default (graphsvc.replay.compare)
     with _replaying("replaying forward" if start is None else "replaying forward and backward"):
         result = replay_values(graph, registry, overrides, start, steps=steps, find_nonfinite=True, check=within)
     if write is not None:
@@ -788,16 +794,33 @@ def _registry() -> OpRegistry:
 
 @command()
 @handles_errors
-def ops(as_json: JsonOpt = False) -> None:
+def ops(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="NAME...",
+            help="Show these ops in full: kind, inputs, attributes and their defaults, doc, plugin.",
+            autocompletion=_complete_op_or_tag,
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
     """List every op by name: arity (1+: one or more inputs; 2-3: two or three), version, the plugin
     (and its version) that registered it, and its kind: an elementwise op "vectorized" or called "per
-    element", a tensor op given by its "vjp", or a "leaf tag".
+    element", a tensor op given by its "vjp", or a "leaf tag". With NAMEs, each of those ops in
+    full: its kind, inputs, attributes (which are required, the defaults of the others), plugin,
+    version and doc; an op no plugin registers is an error (exit 4).
 
-    Example: graphsvc --plugin my_ops.py ops --json
+    Example: graphsvc --plugin my_ops.py ops --json; graphsvc ops pow sum
     """
-    from graphsvc.console.views import print_ops
+    from graphsvc.console.views import print_op_details, print_ops
 
-    print_ops(_registry(), as_json)
+    registry = _registry()
+    if not names:
+        print_ops(registry, as_json)
+        return
+    print_op_details([registry.get(name) for name in dict.fromkeys(names)], as_json)
 
 
 @command()

@@ -163,6 +163,32 @@ static PyObject *sliced_view(Typed *typed, const Checked *c, long long size, PyO
     return array;
 }
 
+/* The array of an empty entry (no elements: nbytes 0): one read-only array for every empty entry
+ * of the same dtype and shape, made once by make_array(shape, dtype, buffer, offset) and kept in
+ * ``empties`` by (dtype, shape); a table of a million empty arrays then costs a dict entry each,
+ * not a numpy array each (graphsvc/format/document.py's _read_tensors does the same). */
+static PyObject *shared_empty(PyObject *empties, const Checked *c, PyObject *make_array, PyObject *buffer) {
+    PyObject **items = ((PyListObject *)c->entry)->ob_item;
+    PyObject *shape = PyList_AsTuple(items[3]);
+    if (shape == NULL) return NULL;
+    PyObject *key = PyTuple_Pack(2, c->dtype, shape);
+    Py_DECREF(shape);
+    if (key == NULL) return NULL;
+    PyObject *array = PyDict_GetItemWithError(empties, key); /* borrowed */
+    if (array != NULL) {
+        Py_DECREF(key);
+        return Py_NewRef(array);
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    array = PyObject_CallFunctionObjArgs(make_array, items[3], c->dtype, buffer, items[4], NULL);
+    if (array != NULL && PyDict_SetItem(empties, key, array) < 0) Py_CLEAR(array);
+    Py_DECREF(key);
+    return array;
+}
+
 static PyObject *tensor_views(PyObject *self, PyObject *args) {
     PyObject *entries, *dtypes, *values_object, *grads_object, *make_array, *buffer;
     long long count, size, alignment;
@@ -176,7 +202,7 @@ static PyObject *tensor_views(PyObject *self, PyObject *args) {
     graphsvc_buffers held = {.count = 0};
     Py_buffer *values = graphsvc_take(&held, values_object, sizeof(double), 0, "values");
     Py_buffer *grads = NULL;
-    PyObject *result = NULL, *arrays[2] = {NULL, NULL};
+    PyObject *result = NULL, *arrays[2] = {NULL, NULL}, *empties = NULL;
     Checked *checked = NULL;
     Typed typed = {.count = 0};
     if (values == NULL) goto done;
@@ -202,11 +228,11 @@ static PyObject *tensor_views(PyObject *self, PyObject *args) {
     /* Every rule holds: only now is anything allocated. The list ``entries`` is not changed by the
      * calls below (numpy does not see it), so the borrowed entries stay alive. */
     if ((arrays[0] = PyDict_New()) == NULL || (arrays[1] = PyDict_New()) == NULL) goto done;
+    if ((empties = PyDict_New()) == NULL) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject **items = ((PyListObject *)checked[i].entry)->ob_item;
         PyObject *array = checked[i].nbytes ? sliced_view(&typed, &checked[i], size, buffer)
-                                            : PyObject_CallFunctionObjArgs(make_array, items[3], checked[i].dtype,
-                                                                           buffer, items[4], NULL);
+                                            : shared_empty(empties, &checked[i], make_array, buffer);
         if (array == NULL) goto done;
         int failed = PyDict_SetItem(arrays[checked[i].which], items[0], array);
         Py_DECREF(array);
@@ -216,6 +242,7 @@ static PyObject *tensor_views(PyObject *self, PyObject *args) {
 done:
     Py_XDECREF(arrays[0]);
     Py_XDECREF(arrays[1]);
+    Py_XDECREF(empties);
     typed_clear(&typed);
     PyMem_Free(checked);
     graphsvc_release(&held);

@@ -168,6 +168,7 @@ BENCHMARKS = ROOT / "benchmarks"
 WITH_HELP = [
     "bench_capture.py",
     "bench_cli.py",
+    "bench_memory.py",
     "bench_kernels.py",
     "bench_per_node.py",
     "bench_replay_kernels.py",
@@ -219,6 +220,20 @@ def test_bench_tensors_refuses_to_isolate_alternatives_that_run_several_threads(
     assert result.stderr.endswith(
         "error: --isolate runs with --threads 1 only (PyTorch's OpenMP threads do not survive a fork)\n"
     )
+
+
+def test_bench_memory_runs_on_tiny_graphs(tmp_path: Path) -> None:
+    result = script(str(BENCHMARKS / "bench_memory.py"), "--nodes", "50", "--dir", str(tmp_path), "--no-write")
+    assert (result.returncode, result.stderr) == (0, "")
+    rows = [line.split(" | ")[0].lstrip("| ") for line in result.stdout.splitlines() if line.startswith("| ")]
+    assert rows == ["step", "floor", "load empty", "load scalars", "backward", "backward --steps"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "chain-50.msgpack",
+        "empty-50.msgpack",
+        "scalars-50.msgpack",
+    ]
+    empty = graphsvc.load(tmp_path / "empty-50.msgpack")
+    assert (len(empty.arrays), len(empty.grad_arrays), empty.arrays[49].shape) == (50, 50, (0,))
 
 
 def test_memstep_runs_a_step_on_a_tiny_graph(tmp_path: Path) -> None:

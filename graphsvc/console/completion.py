@@ -1,5 +1,5 @@
 """Shell completion of graphsvc's options: node names from the command's graph file, ``NAME=`` for
-``--set``, op names for ``gradcheck --op``. Each callback returns nothing on any error, and never
+``--set``, op names for ``gradcheck --op`` and ``ops NAME``. Each callback returns nothing on any error, and never
 reads a file that could block the shell (a FIFO, standard input) or take long (a big one).
 
 Imported when the CLI starts (its callbacks are declared with the options): what reading a graph or
@@ -180,15 +180,16 @@ def assignments(ctx: typer.Context, incomplete: str) -> list[str]:
         return []
 
 
-def op_names(incomplete: str) -> list[str]:
-    """Names of the registered ops that take inputs; nothing on any error."""
+def op_names(incomplete: str, leaf_tags: bool = False) -> list[str]:
+    """Names of the registered ops that take inputs (``gradcheck --op``), and the leaf tags too
+    with ``leaf_tags`` (``ops NAME``); nothing on any error."""
     try:
         from graphsvc.pluginhost import load_registry, plugin_output_to_stderr
 
         with plugin_output_to_stderr():
             registry, _ = load_registry()
         return for_shell(
-            (op.name for op in registry if op.arity > 0 and op.name.startswith(incomplete)),
+            (op.name for op in registry if (leaf_tags or op.arity > 0) and op.name.startswith(incomplete)),
             completing_shell(),
             incomplete,
         )

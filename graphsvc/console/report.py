@@ -98,8 +98,11 @@ def print_report(result: ReplayRun, as_json: bool, data: bool = False, quiet: bo
             tail["check"] = {c.what: check_item(graph, c) for c in result.comparisons}
         printing.print_json_listing(head, writer.json_objects(), graph.num_nodes, tail, quiet)
         return
-    if result.steps:
-        typer.echo("\n".join(step_lines(graph, result.steps, writer)))
+    if result.steps:  # a chunk of steps at a time: their text is never all held at once
+        steps = result.steps
+        for start in range(0, len(steps), STEP_CHUNK):
+            lines = step_lines(graph, steps[start : start + STEP_CHUNK], writer, start + 1)
+            printing.echo_chunks(["\n".join(lines) + "\n"])
         typer.echo("")
     if printing.wants_table(graph.num_nodes):
         numbers = [("value", writer.align), *([("grad", writer.align)] if result.grads is not None else [])]
@@ -130,15 +133,18 @@ def element(graph: Graph, at: Element | None) -> str:
 
 
 def comparison_line(graph: Graph, c: Comparison) -> str:
-    """A --check line: how many nodes had nothing stored, the worst differences and where, the verdict."""
+    """A --check line: the tolerance used (each dtype's, :data:`graphsvc.replay.compare.DEFAULT_TOLERANCES`,
+    unless given), how many nodes had nothing stored, the worst differences and where, the verdict."""
+    from graphsvc.replay.compare import tolerance_text
     from graphsvc.text import counted
 
     verdict = "ok" if c.ok else f"{c.mismatches} beyond tolerance"
     noun = "gradient" if c.what == "grads" else "value"
     have = "has" if c.unstored == 1 else "have"
     missing = f"{c.unstored} of {counted(c.nodes, 'node')} {have} no {noun} to compare; " if c.unstored else ""
+    within = f" ({tolerance_text(c.tolerances)})" if c.tolerances else ""
     return (
-        f"check {c.what}: {missing}worst abs diff {c.worst_abs!r} at {element(graph, c.worst_abs_at)}, "
+        f"check {c.what}{within}: {missing}worst abs diff {c.worst_abs!r} at {element(graph, c.worst_abs_at)}, "
         f"worst rel diff {c.worst_rel!r} at {element(graph, c.worst_rel_at)}: {verdict}"
     )
 
@@ -148,7 +154,13 @@ def check_item(graph: Graph, c: Comparison) -> dict[str, Any]:
     graph that holds arrays the worst elements, node and index (``worst_abs_at``)."""
     from graphsvc.format.jsonio import json_float
 
-    item: dict[str, Any] = {"ok": c.ok, "mismatches": c.mismatches, "nodes": c.nodes, "unstored": c.unstored}
+    item: dict[str, Any] = {
+        "ok": c.ok,
+        "mismatches": c.mismatches,
+        "nodes": c.nodes,
+        "unstored": c.unstored,
+        "tolerance": {dtype: {"rtol": t.rtol, "atol": t.atol} for dtype, t in c.tolerances},
+    }
     if not graph.is_tensor_graph:
         return item | {
             "worst_abs": json_float(c.worst_abs),
@@ -194,8 +206,13 @@ def nonfinite_line(graph: Graph, found: NonFinite) -> str:
     )
 
 
-def step_lines(graph: Graph, steps: list[Step], writer: ColumnCells | ArrayCells) -> list[str]:
-    """--steps as text: each node of the backward pass with its gradient, then what it sends each parent."""
+#: How many steps --steps writes at a time (their text, and for arrays their norms, worked out together).
+STEP_CHUNK = 4096
+
+
+def step_lines(graph: Graph, steps: Sequence[Step], writer: ColumnCells | ArrayCells, first: int = 1) -> list[str]:
+    """--steps as text: each node of the backward pass with its gradient, then what it sends each
+    parent; the steps numbered from ``first`` (a chunk of the pass)."""
     from graphsvc.collector import gc_paused
     from graphsvc.text import escape
 
@@ -204,7 +221,7 @@ def step_lines(graph: Graph, steps: list[Step], writer: ColumnCells | ArrayCells
     label = graph.label
     lines = []
     with gc_paused():  # lists and tuples a step, while the replay's arrays live: see graphsvc.collector
-        for number, (step, (grad, parents)) in enumerate(zip(steps, writer.step_texts(steps), strict=True), 1):
+        for number, (step, (grad, parents)) in enumerate(zip(steps, writer.step_texts(steps), strict=True), first):
             node = step.node
             lines.append(f"step {number}: {escape(label(node))} ({tags[codes[node]]}) {grad}")
             lines += [f"  -> {escape(label(parent))}: {sent}" for parent, sent in parents]
@@ -241,7 +258,7 @@ class ColumnCells:
 
         return listing.json_objects(self.graph, self.nodes, self.values, self.grads)
 
-    def step_texts(self, steps: list[Step]) -> list[tuple[str, list[tuple[int, str]]]]:
+    def step_texts(self, steps: Sequence[Step]) -> list[tuple[str, list[tuple[int, str]]]]:
         """Each step's gradient and what it sends each parent, as --steps prints them."""
         return [
             (
@@ -251,7 +268,7 @@ class ColumnCells:
             for step in steps
         ]
 
-    def step_items(self, steps: list[Step]) -> list[dict[str, Any]]:
+    def step_items(self, steps: Sequence[Step]) -> list[dict[str, Any]]:
         from graphsvc.format.jsonio import json_float
 
         return [
@@ -314,7 +331,7 @@ class ArrayCells:
             separator = ","
 
     @staticmethod
-    def _step_norms(steps: list[Step]) -> tuple[list[Any], list[float]]:
+    def _step_norms(steps: Sequence[Step]) -> tuple[list[Any], list[float]]:
         """Every array of the steps (each step's gradient, then what each sends its parents, in
         order; None for no gradient) and their norms, worked out together."""
         from graphsvc.console.tensor_listing import norms
@@ -322,7 +339,7 @@ class ArrayCells:
         arrays = [step.grad for step in steps] + [sent for step in steps for _, _, sent in step.contributions]
         return arrays, norms(arrays)
 
-    def step_texts(self, steps: list[Step]) -> list[tuple[str, list[tuple[int, str]]]]:
+    def step_texts(self, steps: Sequence[Step]) -> list[tuple[str, list[tuple[int, str]]]]:
         """Each step's gradient and what it sends each parent, as --steps prints them."""
         from graphsvc.console.tensor_listing import descriptions
 
@@ -339,13 +356,13 @@ class ArrayCells:
             for grad, step in zip(grads, steps, strict=True)
         ]
 
-    def step_items(self, steps: list[Step]) -> list[dict[str, Any]]:
+    def step_items(self, steps: Sequence[Step]) -> list[dict[str, Any]]:
         from graphsvc.collector import gc_paused
 
         with gc_paused():  # dicts a step: see graphsvc.collector
             return self._step_items(steps)
 
-    def _step_items(self, steps: list[Step]) -> list[dict[str, Any]]:
+    def _step_items(self, steps: Sequence[Step]) -> list[dict[str, Any]]:
         from graphsvc.format.jsonio import json_float
 
         arrays, norms = self._step_norms(steps)

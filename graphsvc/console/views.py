@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from graphsvc.graph import Graph
-    from graphsvc.ops import OpRegistry
+    from graphsvc.ops import Op, OpRegistry
     from graphsvc.testing import GradcheckResult
 
 __all__ = [
@@ -26,9 +26,13 @@ __all__ = [
     "graph_info",
     "info_rows",
     "metadata_text",
+    "op_detail",
+    "op_detail_lines",
+    "op_inputs",
     "op_rows",
     "print_gradcheck",
     "print_info",
+    "print_op_details",
     "print_ops",
     "print_order",
     "tensor_info_text",
@@ -191,6 +195,106 @@ def print_ops(registry: OpRegistry, as_json: bool) -> None:
         return
     columns = (("op", "left"), ("inputs", "right"), ("version", "left"), ("plugin", "left"), ("kind", "left"))
     printing.print_rows(columns, op_rows(registry))
+
+
+def op_inputs(op: Op) -> str:
+    """How many inputs a node of ``op`` has, in words: ``2``, ``1 or more``, ``2 to 3``."""
+    if not op.variadic:
+        return str(op.arity)
+    return f"{op.arity} or more" if op.max_arity is None else f"{op.arity} to {op.max_arity}"
+
+
+def _json_default(value: Any) -> Any:
+    """An attribute's default as JSON holds it: a number, string, bool, null, or a list of them
+    (a tuple too); anything else as ``{"repr": "..."}``, the signature's text of it."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return printing.jsonable(value)
+    if isinstance(value, (list, tuple)):
+        items = [_json_default(item) for item in value]
+        if not any(isinstance(item, dict) for item in items):
+            return items
+    return {"repr": repr(value)}
+
+
+def op_detail(op: Op) -> dict[str, Any]:
+    """``ops NAME --json``'s object for one op: the fields of ``ops --json``, its ``kind``, and its
+    ``attributes``: each ``{"name", "required"}`` with its ``"default"`` when it has one, in the
+    order of ``forward``'s signature (``null``: it takes any, ``**kwargs``, or has no forward;
+    the text says which it names)."""
+    import inspect
+
+    from graphsvc.ops import attribute_parameters, required_attributes
+
+    read = attribute_parameters(op)
+    listed_attributes: list[dict[str, Any]] | None = None
+    if read is not None and not read[1]:
+        keywords = read[0]
+        required = required_attributes(op, keywords)
+        listed_attributes = []
+        for parameter in keywords:
+            entry: dict[str, Any] = {"name": parameter.name, "required": parameter.name in required}
+            if parameter.default is not inspect.Parameter.empty:
+                entry["default"] = _json_default(parameter.default)
+            listed_attributes.append(entry)
+    return {field: getattr(op, field) for field in OP_FIELDS} | {
+        "vjp": op.vjp is not None,
+        "kind": op.kind,
+        "attributes": listed_attributes,
+    }
+
+
+def op_detail_lines(op: Op) -> list[str]:
+    """``ops NAME``'s text for one op, ``key: value`` lines: op, kind, inputs, attributes (each as
+    ``name=default`` or ``name (required)``), plugin, version, then ``doc:`` and the doc's lines,
+    indented by two spaces; everything a plugin wrote escaped."""
+    import inspect
+
+    from graphsvc.ops import attribute_parameters, required_attributes
+    from graphsvc.text import escape
+
+    read = attribute_parameters(op)
+    if read is None:
+        shown = "any (not checked)" if op.arity else "none (a leaf tag's values come from the file)"
+    else:
+        keywords, takes_any = read
+        required = required_attributes(op, keywords)
+        shown = (
+            ", ".join(
+                f"{escape(p.name)} (required)"
+                if p.name in required or p.default is inspect.Parameter.empty
+                else f"{escape(p.name)}={escape(repr(p.default))}"
+                for p in keywords
+            )
+            or "none"
+        )
+        if takes_any:
+            shown = "any (not checked)" if shown == "none" else f"{shown}; any others (not checked)"
+    inputs = op_inputs(op) + (" (variadic)" if op.variadic else "")
+    doc = inspect.cleandoc(op.doc if isinstance(op.doc, str) else str(op.doc)).splitlines() or ["(none)"]
+    return [
+        f"op: {escape(op.name)}",
+        f"kind: {op.kind}",
+        f"inputs: {inputs}",
+        f"attributes: {shown}",
+        f"plugin: {escape(op.source)}",
+        f"version: {escape(str(op.version))}",
+        "doc:",
+        *(f"  {escape(line)}".rstrip() for line in doc),
+    ]
+
+
+def print_op_details(ops: Sequence[Op], as_json: bool) -> None:
+    """``ops NAME...``: each op as :func:`op_detail_lines`, a blank line between two, or in --json
+    ``{"ops": [...]}`` of :func:`op_detail` objects."""
+    if as_json:
+        printing.print_json({"ops": [op_detail(op) for op in ops]})
+        return
+    lines: list[str] = []
+    for op in ops:
+        lines.extend(([""] if lines else []) + op_detail_lines(op))
+    typer.echo("\n".join(lines))
 
 
 def gradcheck_line(result: GradcheckResult) -> str:

@@ -586,7 +586,8 @@ def _read_tensors(
 ) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """Version 2.0's arrays: every entry of the tensor table checked against the data section
     (which the file holds already, so nothing is allocated until all pass), then each array a
-    read-only view into it."""
+    read-only view into it; the empty arrays (a dimension of 0) of one dtype and shape are one
+    read-only array, shared by their nodes (a table of a million empty arrays holds one)."""
     entries = expect(doc[TENSORS_KEY], list, TENSORS_KEY)
     if PAD_KEY in doc:  # optional; its bytes are ignored, but it is bin data (FORMAT.md §15.3, rule 1)
         expect(doc[PAD_KEY], bytes, PAD_KEY)
@@ -605,11 +606,17 @@ def _read_tensors(
     # no C check, or some rule is broken (or the table is unusual): checked entry by entry, which words it
     table = _checked_table(entries, count, size, values, grads)
     arrays: tuple[dict[int, np.ndarray], dict[int, np.ndarray]] = ({}, {})
+    empties: dict[tuple[np.dtype[Any], tuple[int, ...]], np.ndarray] = {}  # one array a dtype and shape
     for node, which, dtype, shape, offset in table:
-        array = np.ndarray(shape, dtype, buffer, offset)
-        if not dtype.isnative:  # a big-endian machine: the one case that copies
-            array = array.astype(dtype.newbyteorder("="))
-            array.flags.writeable = False
+        empty = 0 in shape
+        array = empties.get((dtype, tuple(shape))) if empty else None
+        if array is None:
+            array = np.ndarray(shape, dtype, buffer, offset)
+            if not dtype.isnative:  # a big-endian machine: the one case that copies
+                array = array.astype(dtype.newbyteorder("="))
+                array.flags.writeable = False
+            if empty:
+                empties[dtype, tuple(shape)] = array
         arrays[which][node] = array
     return arrays
 

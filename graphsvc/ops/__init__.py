@@ -89,6 +89,7 @@ __all__ = [
     "Op",
     "OpRegistry",
     "UserInterrupt",
+    "attribute_parameters",
     "check_op_declaration",
     "describe_source",
     "elementwise_vjp",
@@ -98,6 +99,7 @@ __all__ = [
     "local_derivatives",
     "per_element",
     "raise_unreadable",
+    "required_attributes",
     "unbroadcast",
 ]
 
@@ -228,31 +230,12 @@ class Attributes(NamedTuple):
 
     @classmethod
     def of(cls, op: Op) -> Attributes:
-        """Read from ``op.forward``'s signature: the parameters that can be given by keyword, less the
-        first ``arity`` positional ones, or ``max_arity`` (its inputs; a variadic op's further
-        positional ones are never required, more inputs may fill them)."""
-        try:
-            parameters = list(inspect.signature(op.forward).parameters.values())  # type: ignore[arg-type]
-        except Exception:  # no forward (a leaf tag), builtins without a signature, odd callables
+        """Read from ``op.forward``'s signature (:func:`attribute_parameters`)."""
+        read = attribute_parameters(op)
+        if read is None:
             return cls(None, ())
-        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        inputs = 0
-        most = op.arity if op.max_arity is None else op.max_arity
-        while inputs < min(most, len(parameters)) and parameters[inputs].kind in positional:
-            inputs += 1
-        keywords = [
-            p
-            for p in parameters[inputs:]
-            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        ]
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-        required = tuple(
-            p.name
-            for p in keywords
-            if p.default is inspect.Parameter.empty
-            and not (op.variadic and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        )
-        return cls(None if takes_any else frozenset(p.name for p in keywords), required)
+        keywords, takes_any = read
+        return cls(None if takes_any else frozenset(p.name for p in keywords), required_attributes(op, keywords))
 
     def problem(self, op: Op, attrs: Mapping[str, Any]) -> str | None:
         """What is wrong with a node's ``attrs`` for ``op``, the op's attributes: ``op 'nll_loss'
@@ -268,6 +251,40 @@ class Attributes(NamedTuple):
             gives = f"the node gives: {listed(sorted(attrs), quoted=True)}" if attrs else "the node gives none"
             return f"op {op.name!r} ({op.source}) needs {_attribute_names(missing)} ({gives})"
         return None
+
+
+def attribute_parameters(op: Op) -> tuple[tuple[inspect.Parameter, ...], bool] | None:
+    """The parameters of ``op.forward`` that are attributes, in the signature's order (with their
+    defaults, as ``graphsvc ops NAME`` shows them): those that can be given by keyword, less the
+    first ``arity`` positional ones, or ``max_arity`` (its inputs); and whether it takes any others
+    too (``**kwargs``). ``None`` when there is no signature to read (a leaf tag has no forward;
+    builtins without a signature, odd callables)."""
+    try:
+        parameters = list(inspect.signature(op.forward).parameters.values())  # type: ignore[arg-type]
+    except Exception:
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    inputs = 0
+    most = op.arity if op.max_arity is None else op.max_arity
+    while inputs < min(most, len(parameters)) and parameters[inputs].kind in positional:
+        inputs += 1
+    keywords = tuple(
+        p
+        for p in parameters[inputs:]
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    )
+    return keywords, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def required_attributes(op: Op, keywords: Sequence[inspect.Parameter]) -> tuple[str, ...]:
+    """Those of ``keywords`` (:func:`attribute_parameters`) every node of ``op`` gives: without a
+    default (a variadic op's further positional ones are never required, more inputs may fill them)."""
+    return tuple(
+        p.name
+        for p in keywords
+        if p.default is inspect.Parameter.empty
+        and not (op.variadic and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    )
 
 
 def _attribute_names(names: list[str]) -> str:

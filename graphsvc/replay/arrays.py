@@ -45,7 +45,7 @@ from graphsvc.ops import (
     raise_unreadable,
 )
 from graphsvc.replay import memory
-from graphsvc.replay.compare import Comparison, Element, NonFinite, differences, finite
+from graphsvc.replay.compare import Comparison, Element, NonFinite, Tolerance, differences, finite, tolerance, used
 from graphsvc.replay.step import Step
 from graphsvc.text import counted
 from graphsvc.topo import ancestors
@@ -774,27 +774,36 @@ def stored(graph: Graph, node: int, gradients: bool = False) -> np.ndarray | Non
     return np.asarray(column[node])
 
 
-def compare(what: str, graph: Graph, replayed: Replayed, rtol: float, atol: float) -> Comparison:
+def compare(
+    what: str, graph: Graph, replayed: Replayed, rtol: float | None = None, atol: float | None = None
+) -> Comparison:
     """Compare replayed values (``what="values"``) or gradients with what ``graph`` stores, element
     by element with :func:`graphsvc.replay.compare.differences` (the column comparison's rule): a
     node mismatches when an element is beyond tolerance or the shapes differ; nodes with nothing
-    stored (no array, nan in the column) are counted apart."""
+    stored (no array, nan in the column) are counted apart. Each node is held to the tolerance of
+    its dtypes, replayed and stored (:func:`graphsvc.replay.compare.tolerance`: ``rtol`` and
+    ``atol`` where given)."""
     worst_abs, worst_rel = 0.0, 0.0
     worst_abs_at: Element | None = None
     worst_rel_at: Element | None = None
     mismatches = unstored = 0
+    tolerances: dict[tuple[np.dtype, np.dtype], tuple[str, Tolerance]] = {}
     for node, array in enumerate(replayed):
         expected = stored(graph, node, what == "grads")
         if array is None or expected is None:
             unstored += 1
             continue
+        pair = (array.dtype, expected.dtype)
+        found = tolerances.get(pair)
+        if found is None:
+            found = tolerances[pair] = tolerance(pair, rtol, atol)
         if array.shape != expected.shape:
             mismatches += 1
             worst_abs, worst_abs_at, worst_rel, worst_rel_at = math.inf, (node, ()), math.inf, (node, ())
             continue
         got, want = array.astype(np.float64), expected.astype(np.float64)
         diff, rel = differences(got, want)
-        if not np.all(np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)):
+        if not np.all(np.isclose(got, want, rtol=found[1].rtol, atol=found[1].atol, equal_nan=True)):
             mismatches += 1
         if diff.size:
             at = int(np.argmax(diff))
@@ -803,7 +812,10 @@ def compare(what: str, graph: Graph, replayed: Replayed, rtol: float, atol: floa
             at = int(np.argmax(rel))
             if worst_rel_at is None or rel.flat[at] > worst_rel:
                 worst_rel, worst_rel_at = float(rel.flat[at]), (node, _index(at, rel.shape))
-    return Comparison(what, worst_abs, worst_abs_at, worst_rel, worst_rel_at, mismatches, unstored, len(replayed))
+    return Comparison(
+        what, worst_abs, worst_abs_at, worst_rel, worst_rel_at, mismatches, unstored, len(replayed),
+        used(tolerances.values()),
+    )  # fmt: skip
 
 
 def first_nonfinite(what: str, replayed: Replayed, *, backward: bool = False) -> NonFinite | None:

@@ -51,7 +51,7 @@ from graphsvc.native import Engine, engine_for
 from graphsvc.ops import Op, OpRegistry, evaluate, evaluate_node, local_derivatives
 from graphsvc.ops.opmath import PRIMITIVE_ATTRS, PRIMITIVES, compiled_primitives
 from graphsvc.pluginhost import running_plugin_code
-from graphsvc.replay.step import Step
+from graphsvc.replay.step import Step, SweptSteps
 from graphsvc.text import ITEM_CHARS, counted, escape, listed, shorten
 from graphsvc.topo import ancestors, levels
 
@@ -665,16 +665,16 @@ def backward_steps(
     *,
     ops: list[Op | None] | None = None,
     plan: PrimitivePlan | None = None,
-) -> tuple[FloatArray, list[Step]]:
+) -> tuple[FloatArray, SweptSteps]:
     """Like :func:`backward`, and also the steps, in the order the sweep takes them (the reference
-    sweep, whatever ``engine`` computes the local derivatives)."""
+    sweep, whatever ``engine`` computes the local derivatives), each made when read
+    (:class:`~graphsvc.replay.step.SweptSteps`)."""
     values = graph.values if values is None else values
     engine, ops = _engine_and_ops(graph, registry, engine, ops)
     nodes = np.flatnonzero(ancestors(graph, output, engine))
     local = _edge_derivatives(graph, ops, values, nodes, engine, plan)
-    steps: list[Step] = []
-    grads = reference_sweep(graph, output, local, nodes, steps)
-    return grads, steps
+    grads = reference_sweep(graph, output, local, nodes)
+    return grads, SweptSteps(nodes[::-1], grads, local, graph.parent_offsets, graph.parent_indices)
 
 
 def default_output(graph: Graph, choose: str = "output=") -> int:

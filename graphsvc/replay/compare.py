@@ -12,7 +12,7 @@ them, a scalar's index being ``()``. :func:`differences` is the one element rule
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -26,26 +26,95 @@ if TYPE_CHECKING:  # annotations only: numpy.typing is not imported at run time
     FloatArray = npt.NDArray[np.float64]
 
 __all__ = [
+    "DEFAULT_TOLERANCES",
     "ArrayGroups",
     "Comparison",
     "Element",
     "NonFinite",
+    "Tolerance",
     "compare",
     "differences",
     "finite",
     "first_nonfinite",
+    "tolerance",
     "tolerance_problem",
+    "tolerance_text",
+    "used",
 ]
 
 #: A node and an index into its array (``()`` for a scalar): where a difference or a nan is.
 Element = tuple[int, tuple[int, ...]]
 
 
+class Tolerance(NamedTuple):
+    """How far a replayed number may be from the stored one: ``|replayed - stored| <= atol + rtol * |stored|``."""
+
+    rtol: float
+    atol: float
+
+
+#: ``--check``'s tolerance for the numbers of each dtype, when ``--rtol``/``--atol`` are not given:
+#:
+#: * float64: rtol 1e-9, atol 1e-12, room for a replay on another machine to differ in the last bits
+#:   (libm's exp, log, tanh...; a sum in another order);
+#: * float32: rtol 1e-4, atol 1e-6. float32's epsilon is 1.19e-7, and a sum of n products computed
+#:   in another order (numpy's matmul against PyTorch's) may differ by up to about n epsilons
+#:   relative to the sum of the terms' sizes: 1e-4 is a sum over ~840 terms (a 784-wide layer); atol
+#:   covers the elements that cancel to near 0, where a relative difference means nothing. Measured
+#:   on an MLP 784-512-512-10 (batch 128) whose stored numbers are PyTorch's: worst abs diff 2.4e-6
+#:   of values, 3.5e-8 of gradients, no element beyond (1e-4, 1e-6), 14 nodes beyond float64's;
+#: * int64 (indices, labels): equal numbers only.
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(1e-9, 1e-12),
+    "float32": Tolerance(1e-4, 1e-6),
+    "int64": Tolerance(0.0, 0.0),
+}
+
+
+def tolerance(
+    dtypes: Iterable[np.dtype], rtol: float | None = None, atol: float | None = None
+) -> tuple[str, Tolerance]:
+    """The tolerance to compare numbers of ``dtypes`` (a replayed array's and the stored one's) with:
+    the loosest of their defaults (:data:`DEFAULT_TOLERANCES`: float32's when float32 meets
+    float64), with ``rtol`` and ``atol`` in its place where given; and the name of the dtype it is
+    the default of (what the report says it used)."""
+    chosen = max(
+        (dtype.name if dtype.name in DEFAULT_TOLERANCES else "float64" for dtype in dtypes),
+        key=lambda name: DEFAULT_TOLERANCES[name],
+        default="float64",
+    )
+    default = DEFAULT_TOLERANCES[chosen]
+    return chosen, Tolerance(default.rtol if rtol is None else rtol, default.atol if atol is None else atol)
+
+
+def tolerance_text(tolerances: Sequence[tuple[str, Tolerance]]) -> str:
+    """The tolerances a check used, as its line says them: ``float32: rtol 1e-4, atol 1e-6; int64:
+    rtol 0, atol 0`` (``""`` for none)."""
+
+    def number(x: float) -> str:  # 1e-4, not 0.0001 nor 1e-04; 0.5 as it is
+        if x == 0 or 1e-3 <= abs(x) < 1e4:
+            return "0" if x == 0 else repr(x)
+        mantissa, exponent = repr(x).split("e") if "e" in repr(x) else f"{x:e}".split("e")
+        if float(f"{mantissa}e{exponent}") != x:  # f"{x:e}" keeps 6 digits: the shortest that is x
+            mantissa, exponent = f"{x:.16e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.') if '.' in mantissa else mantissa}e{int(exponent)}"
+
+    return "; ".join(f"{dtype}: rtol {number(t.rtol)}, atol {number(t.atol)}" for dtype, t in tolerances)
+
+
+def used(found: Iterable[tuple[str, Tolerance]]) -> tuple[tuple[str, Tolerance], ...]:
+    """The distinct tolerances ``found`` (the dtype each is the default of), in the order of
+    :data:`DEFAULT_TOLERANCES`."""
+    distinct = dict(found)
+    return tuple((dtype, distinct[dtype]) for dtype in DEFAULT_TOLERANCES if dtype in distinct)
+
+
 class Comparison(NamedTuple):
     """How far replayed numbers are from stored ones, values or gradients (``what``).
 
     A node mismatches when any of its elements has ``|replayed - stored| > atol + rtol * |stored|``
-    (or, for arrays, the shapes differ). A stored nan is the format's "no stored value" (FORMAT.md:
+    (or, for arrays, the shapes differ), with the tolerance of its dtype (:func:`tolerance`).
+    A stored nan is the format's "no stored value" (FORMAT.md:
     values not computed yet, no gradient), as is a node with no stored array: those nodes are
     counted in ``unstored`` and not compared; ``inf`` equals ``inf``. The worst differences are
     over the compared elements, each at a node and an index into its array (``()`` for a scalar;
@@ -62,6 +131,9 @@ class Comparison(NamedTuple):
     unstored: int = 0
     #: How many nodes were replayed (``nodes - unstored`` were compared).
     nodes: int = 0
+    #: The tolerances the compared nodes were held to, each with the dtype whose default it is
+    #: (:func:`tolerance`), in the order of :data:`DEFAULT_TOLERANCES`; empty when nothing was compared.
+    tolerances: tuple[tuple[str, Tolerance], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -106,11 +178,15 @@ def tolerance_problem(name: str, value: float) -> str | None:
     return f"{name} must be a finite number, 0 or more, not {value!r}"
 
 
-def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, atol: float) -> Comparison:
-    """Compare two columns; a node mismatches when ``|replayed - stored| > atol + rtol * |stored|``.
+def compare(
+    what: str, replayed: FloatArray, stored: FloatArray, rtol: float | None = None, atol: float | None = None
+) -> Comparison:
+    """Compare two float64 columns; a node mismatches when ``|replayed - stored| > atol + rtol *
+    |stored|`` (``None``: float64's default, :data:`DEFAULT_TOLERANCES`).
 
     Nodes whose stored number is nan have no stored value: they are counted, not compared.
     """
+    dtype, (rtol, atol) = tolerance([np.dtype(np.float64)], rtol, atol)
     has_value = ~np.isnan(stored)
     close = np.isclose(replayed, stored, rtol=rtol, atol=atol, equal_nan=True) | ~has_value
     diff, rel = differences(replayed, stored)
@@ -128,6 +204,7 @@ def compare(what: str, replayed: FloatArray, stored: FloatArray, rtol: float, at
         mismatches=int(np.count_nonzero(~close)),
         unstored=unstored,
         nodes=n,
+        tolerances=((dtype, Tolerance(rtol, atol)),) if compared else (),
     )
 
 

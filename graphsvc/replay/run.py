@@ -14,7 +14,7 @@ installed plugins, loaded once; a plugin that fails to load is a one-line ``Runt
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from numbers import Real
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -131,7 +131,7 @@ class ReplayRun(NamedTuple):
     #: The gradients, as the values; ``None`` without a backward pass.
     grads: Any
     #: The backward pass step by step, in the sweep's order, when asked for; else None.
-    steps: list[Step] | None
+    steps: Sequence[Step] | None
     #: Where nan or inf first appears: ``{"values": finding or None}``, with ``"grads"`` too when
     #: there are gradients; empty unless asked for (``find_nonfinite``).
     nonfinite: Mapping[str, NonFinite | None]
@@ -171,12 +171,13 @@ def nonfinite_findings(arrays: bool, values: Any, grads: Any) -> dict[str, NonFi
 
 
 def comparisons(
-    arrays: bool, graph: Graph, values: Any, grads: Any, rtol: float, atol: float
+    arrays: bool, graph: Graph, values: Any, grads: Any, rtol: float | None = None, atol: float | None = None
 ) -> tuple[Comparison, ...]:
     """How far ``values`` (and ``grads``; ``arrays`` as for :func:`nonfinite_findings`) are from those
     ``graph`` stores, as :attr:`ReplayRun.comparisons` holds it: the values, then the
     gradients when there are some on both sides (:func:`graphsvc.replay.compare.compare`, or
-    :func:`graphsvc.replay.arrays.compare` for arrays, element by element)."""
+    :func:`graphsvc.replay.arrays.compare` for arrays, element by element). ``rtol``, ``atol``:
+    ``None`` for the default of each dtype compared (:data:`graphsvc.replay.compare.DEFAULT_TOLERANCES`)."""
     if arrays:
         from graphsvc.replay import arrays as tensors
 
@@ -210,13 +211,15 @@ def replay_values(
     *,
     steps: bool = False,
     find_nonfinite: bool = False,
-    check: tuple[float, float] | None = None,
+    check: tuple[float | None, float | None] | None = None,
     engine: Engine | None = None,
 ) -> ReplayRun:
     """Replay forward, then (``output`` given) backward from ``output``: the one replay, for
     :func:`forward`, :func:`backward` and the CLI. ``overrides`` are node ids (:func:`resolve_set`);
     ``steps`` records the backward pass; ``find_nonfinite`` looks for the first nan or inf;
-    ``check``, ``(rtol, atol)``, compares the numbers with those ``graph`` stores.
+    ``check``, ``(rtol, atol)``, compares the numbers with those ``graph`` stores (``None`` for
+    either: the default of each dtype compared, :data:`graphsvc.replay.compare.DEFAULT_TOLERANCES`;
+    each :class:`~graphsvc.replay.compare.Comparison` says which it used).
 
     The engine is the one the graph needs (:func:`tensor_replay_needed`); the :class:`ReplayRun`
     returned is the same type either way. A graph whose mapped file (``load(mmap=True)``) was
@@ -227,7 +230,7 @@ def replay_values(
     check_mapped(graph)
 
     engine = engine or engine_for(graph.num_nodes)  # one engine for every sweep of this replay
-    step_list: list[Any] | None = [] if steps else None
+    step_list: Any = [] if steps else None  # a list, or SweptSteps from the column sweep
     tensor = tensor_replay_needed(graph, registry, overrides)
     ops = replay.resolve_ops(graph, registry, engine)  # once, for the forward and the backward pass
     values: Any

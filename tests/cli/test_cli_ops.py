@@ -153,6 +153,181 @@ def test_ops_shows_a_variadic_ops_range_of_inputs() -> None:
     assert [conv2d[key] for key in ("arity", "variadic", "max_arity")] == [2, True, 3]
 
 
+# -- ops NAME ------------------------------------------------------------------------------------------
+def test_ops_name_shows_each_op_in_full_in_the_order_asked() -> None:
+    result = runner.invoke(app, ["ops", "pow", "sum", "leaf", "concatenate", "pow"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    assert result.stdout == (
+        "op: pow\n"
+        "kind: vectorized\n"
+        "inputs: 1\n"
+        "attributes: exponent (required)\n"
+        "plugin: graphsvc 0.1.0\n"
+        "version: 1\n"
+        "doc:\n"
+        "  x ** exponent, with a constant exponent (attribute `exponent`). nan for x < 0 and a non-integer exponent.\n"
+        "\n"
+        "op: sum\n"
+        "kind: vjp\n"
+        "inputs: 1\n"
+        "attributes: axis=None, keepdims=False\n"
+        "plugin: graphsvc 0.1.0\n"
+        "version: 1\n"
+        "doc:\n"
+        "  np.sum over `axis` (default: all), keeping reduced axes with `keepdims`.\n"
+        "\n"
+        "op: leaf\n"
+        "kind: leaf tag\n"
+        "inputs: 0\n"
+        "attributes: none (a leaf tag's values come from the file)\n"
+        "plugin: graphsvc 0.1.0\n"
+        "version: 1\n"
+        "doc:\n"
+        "  An input: a value a user may set (a weight, an x).\n"
+        "\n"
+        "op: concatenate\n"
+        "kind: vjp\n"
+        "inputs: 1 or more (variadic)\n"
+        "attributes: axis=0\n"
+        "plugin: graphsvc 0.1.0\n"
+        "version: 1\n"
+        "doc:\n"
+        "  np.concatenate of one or more inputs along `axis` (default 0).\n"
+    )
+
+
+def test_ops_name_json_is_the_listings_object_with_kind_and_attributes() -> None:
+    result = runner.invoke(app, ["ops", "--json", "pow", "sum"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document == {
+        "ops": [
+            {
+                "name": "pow",
+                "arity": 1,
+                "variadic": False,
+                "max_arity": None,
+                "version": "1",
+                "plugin": "graphsvc",
+                "plugin_version": "0.1.0",
+                "vectorized": True,
+                "doc": "x ** exponent, with a constant exponent (attribute `exponent`). nan for x < 0 and a "
+                "non-integer exponent.",
+                "vjp": False,
+                "kind": "vectorized",
+                "attributes": [{"name": "exponent", "required": True}],
+            },
+            {
+                "name": "sum",
+                "arity": 1,
+                "variadic": False,
+                "max_arity": None,
+                "version": "1",
+                "plugin": "graphsvc",
+                "plugin_version": "0.1.0",
+                "vectorized": True,
+                "doc": "np.sum over `axis` (default: all), keeping reduced axes with `keepdims`.",
+                "vjp": True,
+                "kind": "vjp",
+                "attributes": [
+                    {"name": "axis", "required": False, "default": None},
+                    {"name": "keepdims", "required": False, "default": False},
+                ],
+            },
+        ]
+    }
+    leaf = json.loads(runner.invoke(app, ["ops", "leaf", "--json"]).stdout)["ops"][0]
+    assert (leaf["kind"], leaf["attributes"]) == ("leaf tag", None)
+
+
+def test_ops_name_of_a_variadic_op_with_a_maximum() -> None:
+    pytest.importorskip("graphsvc_conv", reason="pip install ./plugins/graphsvc-conv")
+    result = runner.invoke(app, ["--plugin", "graphsvc_conv", "ops", "conv2d", "max_pool2d"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[:5] == [
+        "op: conv2d",
+        "kind: vjp",
+        "inputs: 2 to 3 (variadic)",
+        "attributes: stride=1, padding=0",
+        "plugin: graphsvc_conv 0.1.0",
+    ]
+    assert "attributes: kernel_size (required), stride=None, padding=0" in lines
+
+
+PLUGIN_WITH_DOCS = r'''
+    from graphsvc.hookspecs import hookimpl
+    from graphsvc.ops import Op
+
+    def scale(x, factor, *, shift=(0.5, float("inf")), mode=object()):
+        return x * factor
+
+    def anything(x, **attrs):
+        return x
+
+    DOC = """Scale x by `factor`.
+
+        Then \x1b[31mshift\u202e it; a second paragraph,
+          indented.
+    """
+
+    @hookimpl
+    def graphsvc_register_ops(register):
+        register(Op("scale\u200b", 1, forward=scale, vjp=lambda g, out, x, **a: (g,), doc=DOC, version="2\n"))
+        register(Op("anything", 1, forward=anything, vjp=lambda g, out, x, **a: (g,)))
+'''
+
+
+def test_ops_name_escapes_what_a_plugin_wrote_and_keeps_its_whole_doc(tmp_path: Path) -> None:
+    path = tmp_path / "documented.py"
+    path.write_text(textwrap.dedent(PLUGIN_WITH_DOCS), encoding="utf-8")
+    result = runner.invoke(app, ["--plugin", str(path), "ops", "scale\u200b", "anything"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        "op: scale\\u200b\n"
+        "kind: vjp\n"
+        "inputs: 1\n"
+        "attributes: factor (required), shift=(0.5, inf), mode=<object object at ADDR>\n"
+        "plugin: documented\n"
+        "version: 2\\n\n"
+        "doc:\n"
+        "  Scale x by `factor`.\n"
+        "\n"
+        "  Then \\x1b[31mshift\\u202e it; a second paragraph,\n"
+        "    indented.\n"
+        "\n"
+        "op: anything\n"
+        "kind: vjp\n"
+        "inputs: 1\n"
+        "attributes: any (not checked)\n"
+        "plugin: documented\n"
+        "version: 1\n"
+        "doc:\n"
+        "  (none)\n"
+    ).replace("ADDR", re.search(r"<object object at (0x[0-9a-f]+)>", result.stdout).group(1))  # type: ignore[union-attr]
+    document = json.loads(runner.invoke(app, ["--plugin", str(path), "ops", "--json", "scale\u200b"]).stdout)
+    (scale,) = document["ops"]
+    assert scale["attributes"] == [
+        {"name": "factor", "required": True},
+        {"name": "shift", "required": False, "default": [0.5, "inf"]},
+        {"name": "mode", "required": False, "default": {"repr": scale["attributes"][2]["default"]["repr"]}},
+    ]
+    assert scale["attributes"][2]["default"]["repr"].startswith("<object object at 0x")
+    assert scale["doc"].startswith("Scale x by `factor`.\n\n    Then \x1b[31mshift\u202e")
+
+
+def test_ops_name_unknown_says_did_you_mean_and_exits_4() -> None:
+    result = runner.invoke(app, ["ops", "pow", "ad"])
+    assert (result.exit_code, result.stdout) == (4, "")
+    assert result.stderr == (
+        "Error: unknown op 'ad': no loaded plugin registers it; did you mean 'add'? (see `graphsvc ops`)\n"
+    )
+    far = runner.invoke(app, ["ops", "--json", "zzzzz"])
+    assert (far.exit_code, far.stdout) == (4, "")
+    assert far.stderr == "Error: unknown op 'zzzzz': no loaded plugin registers it (see `graphsvc ops`)\n"
+
+
 def test_a_broken_plugin_is_a_warning_and_everything_else_loads(plugin_file: str, broken_file: str) -> None:
     result = runner.invoke(app, ["--plugin", broken_file, "--plugin", plugin_file, "ops"])
     assert result.exit_code == 0, result.output

@@ -82,8 +82,10 @@ def test_backward_steps_then_a_blank_line_then_the_nodes(tensor_file: str) -> No
         "step 5: c (leaf) grad = 5.0\n"
         "step 6: b (leaf) grad = 17.0\n"
         "step 7: a (leaf) grad = 22.0\n"
-        "\n" + SEED004_BACKWARD_PLAIN + "check values: worst abs diff 0.0 at a, worst rel diff 0.0 at a: ok\n"
-        "check grads: worst abs diff 0.0 at a, worst rel diff 0.0 at a: ok\n"
+        "\n"
+        + SEED004_BACKWARD_PLAIN
+        + "check values (float64: rtol 1e-9, atol 1e-12): worst abs diff 0.0 at a, worst rel diff 0.0 at a: ok\n"
+        "check grads (float64: rtol 1e-9, atol 1e-12): worst abs diff 0.0 at a, worst rel diff 0.0 at a: ok\n"
     )
     assert run("backward", tensor_file, "--steps") == (
         0,
@@ -216,9 +218,9 @@ def test_backward_json_with_steps_and_check(tensor_file: str) -> None:
         '{"id":1,"name":"b","op":"leaf","parents":[],"value":3.0,"grad":17.0},'
         '{"id":0,"name":"a","op":"leaf","parents":[],"value":2.0,"grad":22.0}],'
         '"nonfinite":{"values":null,"grads":null},'
-        '"check":{"values":{"ok":true,"mismatches":0,"nodes":7,"unstored":0,'
+        '"check":{"values":{"ok":true,"mismatches":0,"nodes":7,"unstored":0,"tolerance":{"float64":{"rtol":1e-09,"atol":1e-12}},'
         '"worst_abs":0.0,"worst_abs_node":0,"worst_rel":0.0,"worst_rel_node":0},'
-        '"grads":{"ok":true,"mismatches":0,"nodes":7,"unstored":0,'
+        '"grads":{"ok":true,"mismatches":0,"nodes":7,"unstored":0,"tolerance":{"float64":{"rtol":1e-09,"atol":1e-12}},'
         '"worst_abs":0.0,"worst_abs_node":0,"worst_rel":0.0,"worst_rel_node":0}}}\n',
         "",
     )
@@ -345,8 +347,10 @@ def test_check_against_the_written_file_with_another_w(tensor_file: str, tmp_pat
     assert (code, out.splitlines()[-2:]) == (
         1,
         [
-            "check values: worst abs diff 2.0 at y[1], worst rel diff 0.3333333333333333 at w: 3 beyond tolerance",
-            "check grads: worst abs diff 1.0 at x[0], worst rel diff 0.3333333333333333 at x[0]: 1 beyond tolerance",
+            "check values (float64: rtol 1e-9, atol 1e-12; float32: rtol 1e-4, atol 1e-6)"
+            ": worst abs diff 2.0 at y[1], worst rel diff 0.3333333333333333 at w: 3 beyond tolerance",
+            "check grads (float64: rtol 1e-9, atol 1e-12; float32: rtol 1e-4, atol 1e-6)"
+            ": worst abs diff 1.0 at x[0], worst rel diff 0.3333333333333333 at x[0]: 1 beyond tolerance",
         ],
     )
     code, out, _ = run("backward", replayed, "--check", "--set", "w=2", "--json")
@@ -354,7 +358,9 @@ def test_check_against_the_written_file_with_another_w(tensor_file: str, tmp_pat
     assert out.endswith(
         '"nonfinite":{"values":null,"grads":null},'
         '"check":{"values":{"ok":false,"mismatches":3,"nodes":4,"unstored":0,'
+        '"tolerance":{"float64":{"rtol":1e-09,"atol":1e-12},"float32":{"rtol":0.0001,"atol":1e-06}},'
         '"worst_abs":2.0,"worst_abs_at":[2,[1]],"worst_rel":0.3333333333333333,"worst_rel_at":[1,[]]},'
         '"grads":{"ok":false,"mismatches":1,"nodes":4,"unstored":0,'
+        '"tolerance":{"float64":{"rtol":1e-09,"atol":1e-12},"float32":{"rtol":0.0001,"atol":1e-06}},'
         '"worst_abs":1.0,"worst_abs_at":[0,[0]],"worst_rel":0.3333333333333333,"worst_rel_at":[0,[0]]}}}\n'
     )

@@ -158,8 +158,8 @@ def test_a_saved_tensor_graph_replays_and_inspects_from_the_command_line(tmp_pat
     code, out, _ = run("backward", str(tmp_path / "replayed.msgpack"), "--check")
     assert code == 0
     assert out.splitlines()[-2:] == [
-        "check values: worst abs diff 0.0 at x[0,0], worst rel diff 0.0 at x[0,0]: ok",
-        "check grads: worst abs diff 0.0 at x[0,0], worst rel diff 0.0 at x[0,0]: ok",
+        "check values (float32: rtol 1e-4, atol 1e-6): worst abs diff 0.0 at x[0,0], worst rel diff 0.0 at x[0,0]: ok",
+        "check grads (float32: rtol 1e-4, atol 1e-6): worst abs diff 0.0 at x[0,0], worst rel diff 0.0 at x[0,0]: ok",
     ]
     code, out, _ = run("backward", str(tmp_path / "replayed.msgpack"), "--check", "--json")
     assert code == 0
@@ -168,6 +168,7 @@ def test_a_saved_tensor_graph_replays_and_inspects_from_the_command_line(tmp_pat
         "mismatches": 0,
         "nodes": 3,
         "unstored": 0,
+        "tolerance": {"float32": {"rtol": 1e-4, "atol": 1e-6}},
         "worst_abs": 0.0,
         "worst_abs_at": [0, [0, 0]],
         "worst_rel": 0.0,
@@ -240,7 +241,8 @@ def test_check_counts_the_nodes_without_a_gradient_to_compare(tmp_path: Path) ->
     code, out, _ = run("backward", str(replayed), "--check")
     assert code == 0
     assert out.splitlines()[-1] == (
-        "check grads: 1 of 4 nodes has no gradient to compare; worst abs diff 0.0 at w[0], "
+        "check grads (float32: rtol 1e-4, atol 1e-6): 1 of 4 nodes has no gradient to compare; "
+        "worst abs diff 0.0 at w[0], "
         "worst rel diff 0.0 at w[0]: ok"
     )
 
@@ -266,7 +268,7 @@ def test_check_json_follows_the_file_not_the_engine(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     check = json.loads(result.stdout)["check"]
     assert check["grads"] == {
-        "ok": True, "mismatches": 0, "nodes": 3, "unstored": 0,
+        "ok": True, "mismatches": 0, "nodes": 3, "unstored": 0, "tolerance": {"float64": {"rtol": 1e-9, "atol": 1e-12}},
         "worst_abs": 0.0, "worst_abs_node": 0, "worst_rel": 0.0, "worst_rel_node": 0,
     }  # fmt: skip
     leaf = json.loads(result.stdout)["nodes"][-1]

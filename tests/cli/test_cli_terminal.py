@@ -55,8 +55,8 @@ def test_backward_table_is_aligned_with_exact_cells() -> None:
 def test_forward_table_and_check_lines() -> None:
     lines = table("forward", SEED004, "--set", "a=3", "--check", code=1)
     assert (
-        lines[-1]
-        == "check values: worst abs diff 25.0 at L, worst rel diff 0.7142857142857143 at L: 5 beyond tolerance"
+        lines[-1] == "check values (float64: rtol 1e-9, atol 1e-12)"
+        ": worst abs diff 25.0 at L, worst rel diff 0.7142857142857143 at L: 5 beyond tolerance"
     )
     assert cells(lines[:-1]) == [
         ["6", "L", "mul", "4,5", "60.0"],

@@ -66,6 +66,8 @@ def test_op_names_take_inputs(no_installed_plugins: None) -> None:
     names = completion.op_names("")
     assert "add" in names and "relu" in names and "leaf" not in names
     assert completion.op_names("ad") == ["add", "addmm"]
+    assert completion.op_names("l", leaf_tags=True) == ["layer_norm", "leaf", "log", "log_softmax"]
+    assert completion.op_names("l") == ["layer_norm", "log", "log_softmax"]
 
 
 # -- candidates from a file, quoted for the shell that completes ----------------------------------
@@ -223,3 +225,9 @@ def test_a_file_larger_than_the_completion_limit_is_not_read(tmp_path: Path, mon
     monkeypatch.setattr(os, "pread", lambda fd, n, at: reads.append(n) or real(fd, n, at))
     assert completion.node_names(Context(str(big)), "") == []  # type: ignore[arg-type]
     assert reads == []
+
+
+def test_ops_name_completes_op_names_and_leaf_tags_through_the_protocol() -> None:
+    assert complete("bash", "graphsvc ops l") == "leaf\nlog\nlog_softmax\n"
+    assert complete("bash", "graphsvc ops pow s") == "sigmoid\nsin\nsoftmax\nsqrt\nsub\nsum\n"
+    assert complete("bash", "graphsvc gradcheck --op l") == "log\nlog_softmax\n"

@@ -14,7 +14,7 @@ import pytest
 from graphsvc.console import report
 from graphsvc.errors import UsageError
 from graphsvc.graph import Graph, GraphBuilder
-from graphsvc.replay.compare import Comparison, NonFinite
+from graphsvc.replay.compare import Comparison, NonFinite, Tolerance
 from graphsvc.replay.run import ReplayRun, replay_values
 from tests.conftest import SEED004_BACKWARD_PLAIN
 
@@ -37,8 +37,8 @@ step 7: a (leaf) grad = 22.0
 """
 
 CHECKS_OK = (
-    "check values: worst abs diff 0.0 at a, worst rel diff 0.0 at a: ok\n"
-    "check grads: worst abs diff 0.0 at a, worst rel diff 0.0 at a: ok\n"
+    "check values (float64: rtol 1e-9, atol 1e-12): worst abs diff 0.0 at a, worst rel diff 0.0 at a: ok\n"
+    "check grads (float64: rtol 1e-9, atol 1e-12): worst abs diff 0.0 at a, worst rel diff 0.0 at a: ok\n"
 )
 
 
@@ -59,6 +59,22 @@ def test_backward_with_steps_and_check_as_text(
     result = backward(seed004_file, registry, steps=True, check=(1e-9, 1e-12))
     assert result.ok and not result.arrays
     assert printed(capsys, result) == STEPS + "\n" + SEED004_BACKWARD_PLAIN + CHECKS_OK
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7])
+def test_steps_are_written_a_chunk_at_a_time_numbered_through(
+    seed004_file: Graph, registry: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """--steps writes STEP_CHUNK steps at a time (their text is never all held): the same text,
+    numbered through, whatever the chunk; for arrays too (norms worked out a chunk at a time)."""
+    monkeypatch.setattr(report, "STEP_CHUNK", chunk)
+    result = backward(seed004_file, registry, steps=True, check=(1e-9, 1e-12))
+    assert printed(capsys, result) == STEPS + "\n" + SEED004_BACKWARD_PLAIN + CHECKS_OK
+    arrays = replay_values(seed004_file, registry, {0: np.array(2.0)}, 6, steps=True)
+    lines = printed(capsys, arrays).splitlines()
+    monkeypatch.setattr(report, "STEP_CHUNK", 4096)
+    assert lines == printed(capsys, arrays).splitlines()
+    assert [line.split(":")[0] for line in lines if line.startswith("step")] == [f"step {i}" for i in range(1, 8)]
 
 
 def test_backward_as_json(seed004_file: Graph, registry: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,15 +113,17 @@ def test_a_forward_report_says_where_inf_first_appears(
 
 
 def test_a_check_beyond_tolerance_names_the_worst_nodes(seed004_file: Graph) -> None:
-    values = Comparison("values", 0.5, (4, ()), 0.5 / 7, (4, ()), 1, 0, 7)
+    values = Comparison("values", 0.5, (4, ()), 0.5 / 7, (4, ()), 1, 0, 7, (("float64", Tolerance(1e-9, 0.0)),))
     assert report.comparison_line(seed004_file, values) == (
-        "check values: worst abs diff 0.5 at abc, worst rel diff 0.07142857142857142 at abc: 1 beyond tolerance"
+        "check values (float64: rtol 1e-9, atol 0): worst abs diff 0.5 at abc, worst rel diff 0.07142857142857142"
+        " at abc: 1 beyond tolerance"
     )
     assert report.check_item(seed004_file, values) == {
         "ok": False,
         "mismatches": 1,
         "nodes": 7,
         "unstored": 0,
+        "tolerance": {"float64": {"rtol": 1e-9, "atol": 0.0}},
         "worst_abs": 0.5,
         "worst_abs_node": 4,
         "worst_rel": 0.5 / 7,
@@ -138,9 +156,18 @@ def test_a_tensor_graph_s_findings_say_where_in_the_array(registry: Any) -> None
         "value": "-inf",
         "count": 2,
     }
-    differs = Comparison("values", 0.25, (1, (1, 0)), 0.25 / 9, (1, (1, 0)), 1, 0, 3)
+    mixed = (("float64", Tolerance(1e-9, 1e-12)), ("float32", Tolerance(1e-4, 1e-6)), ("int64", Tolerance(0.0, 0.0)))
+    differs = Comparison("values", 0.25, (1, (1, 0)), 0.25 / 9, (1, (1, 0)), 1, 0, 3, mixed)
     assert report.check_item(graph, differs)["worst_abs_at"] == [1, [1, 0]]
-    assert report.comparison_line(graph, differs).startswith("check values: worst abs diff 0.25 at sq[1,0], ")
+    assert report.check_item(graph, differs)["tolerance"] == {
+        "float64": {"rtol": 1e-9, "atol": 1e-12},
+        "float32": {"rtol": 1e-4, "atol": 1e-6},
+        "int64": {"rtol": 0.0, "atol": 0.0},
+    }
+    assert report.comparison_line(graph, differs).startswith(
+        "check values (float64: rtol 1e-9, atol 1e-12; float32: rtol 1e-4, atol 1e-6; int64: rtol 0, atol 0): "
+        "worst abs diff 0.25 at sq[1,0], "
+    )
 
 
 def test_the_writer_follows_the_container_of_the_numbers(registry: Any) -> None:

@@ -91,6 +91,31 @@ def test_ops_rows_and_json(registry: Any, capsys: pytest.CaptureFixture[str]) ->
     assert (add["arity"], add["plugin"], add["vectorized"], add["vjp"]) == (2, "graphsvc", True, False)
 
 
+def test_op_detail_of_ops_taking_other_attributes_too() -> None:
+    """An op whose forward takes ``**kwargs`` names what it declares and says it takes any others;
+    its --json ``attributes`` is null (the replay checks none of its nodes' attributes)."""
+    from graphsvc.ops import Op
+
+    def some(x: Any, *, k: int = 2, **rest: Any) -> Any:
+        return x
+
+    def every(x: Any, y: Any, **rest: Any) -> Any:
+        return x
+
+    some_op = Op("some", 1, forward=some, vjp=lambda g, out, x, **a: (g,))
+    every_op = Op("every", 2, forward=every, vjp=lambda g, out, x, y, **a: (g, g), variadic=True, max_arity=4)
+    assert views.op_detail_lines(some_op)[2:4] == ["inputs: 1", "attributes: k=2; any others (not checked)"]
+    assert views.op_detail_lines(every_op)[2:4] == ["inputs: 2 to 4 (variadic)", "attributes: any (not checked)"]
+    assert views.op_detail(some_op)["attributes"] is None
+    assert views.op_inputs(Op("cat", 1, forward=lambda *xs: xs[0], variadic=True)) == "1 or more"
+
+
+def test_json_defaults_are_values_or_their_repr() -> None:
+    assert views._json_default((1, [2.5, None], "s", True)) == [1, [2.5, None], "s", True]
+    assert views._json_default(float("-inf")) == "-inf"
+    assert views._json_default((1, frozenset())) == {"repr": "(1, frozenset())"}
+
+
 def test_gradcheck_lines(registry: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from graphsvc.testing import check_registry
 

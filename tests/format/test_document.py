@@ -164,3 +164,38 @@ def test_a_native_contiguous_array_is_written_from_its_own_memory() -> None:
     assert bytes(document.little_endian_bytes(np.float64(1.5) * np.ones(()))) == b"\x00\x00\x00\x00\x00\x00\xf8?"
     transposed = np.arange(4, dtype=np.int64).reshape(2, 2).T
     assert bytes(document.little_endian_bytes(transposed)) == np.array([0, 2, 1, 3], dtype="<i8").tobytes()
+
+
+# -- empty arrays: one a dtype and shape ------------------------------------------------------------
+@pytest.mark.parametrize("compiled", [True, False])
+def test_empty_arrays_of_one_dtype_and_shape_are_one_shared_read_only_array(
+    compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table of many empty arrays holds one array a dtype and shape (the C walk and the Python
+    twin alike), read-only, not an array a node: a million of them cost a dict entry each."""
+    from graphsvc import format as fmt
+
+    if not compiled:
+        monkeypatch.setattr(document, "_ctable", None)
+    elif document._ctable is None:
+        pytest.skip("the C extension _ctable is not built")
+    b = GraphBuilder()
+    empty32, empty64 = np.empty((0,), np.float32), np.empty((2, 0), np.float64)
+    x = b.leaf(empty32, name="x", grad=empty32)
+    node = x
+    for _ in range(50):
+        node = b.add("neg", [node], value=empty32, grad=empty32)
+    y = b.leaf(empty64, name="y", grad=empty64)
+    b.add("neg", [y], value=empty64, grad=empty64)
+    full = b.leaf(np.array([1.0, 2.0], np.float32), name="full")
+    b.add("neg", [full], value=np.array([-1.0, -2.0], np.float32))
+    graph = fmt.loads(fmt.dumps(b.build()))
+    arrays = [*graph.arrays.values(), *graph.grad_arrays.values()]
+    assert len(arrays) == 2 * 51 + 2 * 2 + 2
+    assert len({id(a) for a in arrays}) == 1 + 1 + 2  # one f32[0], one f64[2,0], the two full arrays
+    shared = graph.arrays[0]
+    assert (shared.dtype, shared.shape, shared.flags.writeable) == (np.dtype(np.float32), (0,), False)
+    assert graph.arrays[50] is shared and graph.grad_arrays[17] is shared
+    assert graph.arrays[51] is graph.grad_arrays[52] and graph.arrays[51].shape == (2, 0)
+    assert not graph.arrays[51].flags.writeable
+    assert graph.arrays[54].tolist() == [-1.0, -2.0]

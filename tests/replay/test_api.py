@@ -328,8 +328,9 @@ def test_a_run_is_compared_with_the_stored_numbers_by_the_engine_that_ran() -> N
     values[4] += 0.5  # abc off by 0.5 (relative 0.5/7)
     grads[1] = np.nan  # replayed a nan where the file has 17: an infinite difference
     values_check, grads_check = comparisons(False, graph, values, grads, 1e-9, 1e-12)
-    assert values_check == checks.Comparison("values", 0.5, (4, ()), 0.5 / 7, (4, ()), 1, 0, 7)
-    assert grads_check == checks.Comparison("grads", np.inf, (1, ()), np.inf, (1, ()), 1, 0, 7)
+    f64 = (("float64", checks.Tolerance(1e-9, 1e-12)),)
+    assert values_check == checks.Comparison("values", 0.5, (4, ()), 0.5 / 7, (4, ()), 1, 0, 7, f64)
+    assert grads_check == checks.Comparison("grads", np.inf, (1, ()), np.inf, (1, ()), 1, 0, 7, f64)
     assert (values_check.worst_abs_node, grads_check.worst_rel_node) == (4, 1)
     graph.grads = None  # a file without gradients: only the values are compared
     assert [c.what for c in comparisons(False, graph, values, grads, 1e-9, 1e-12)] == ["values"]
@@ -341,8 +342,8 @@ def test_a_run_is_compared_with_the_stored_numbers_by_the_engine_that_ran() -> N
     arrays = [array.copy() for array in run.values]
     arrays[1][1, 0] = 9.25  # sq[1,0] off by 0.25 (relative 0.25/9)
     values_check, grads_check = comparisons(True, stored, arrays, run.grads, 1e-9, 1e-12)
-    assert values_check == checks.Comparison("values", 0.25, (1, (1, 0)), 0.25 / 9, (1, (1, 0)), 1, 0, 3)
-    assert grads_check == checks.Comparison("grads", 0.0, (0, (0, 0)), 0.0, (0, (0, 0)), 0, 0, 3)
+    assert values_check == checks.Comparison("values", 0.25, (1, (1, 0)), 0.25 / 9, (1, (1, 0)), 1, 0, 3, f64)
+    assert grads_check == checks.Comparison("grads", 0.0, (0, (0, 0)), 0.0, (0, (0, 0)), 0, 0, 3, f64)
 
 
 def test_a_run_of_scalars_never_loads_the_tensor_engine() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from graphsvc.graph import Graph
 from graphsvc.replay.run import replay_values
@@ -31,3 +32,44 @@ def test_the_tensor_engine_s_steps_give_what_each_parent_is_sent(seed004_file: G
         (5, None, 7.0),
     ]
     assert {step.node: float(step.grad) for step in run.steps if step.node < 3} == {0: 22.0, 1: 17.0, 2: 5.0}
+
+
+def test_swept_steps_are_the_reference_sweep_s_steps_to_the_bit(registry: Any) -> None:
+    """SweptSteps makes each step when read, from the sweep's columns: the same steps, bit for bit,
+    as the reference sweep recording them one by one, over a DAG where nodes share parents, with
+    nodes that are not ancestors of the output (skipped) between them."""
+    from benchmarks import graphs as G
+    from graphsvc.replay import columns
+    from graphsvc.replay.step import SweptSteps
+
+    graph = G.dag(600, seed=3)
+    values = columns.forward(graph, registry)
+    output = 500  # not the last node: the ancestors skip ids
+    grads, swept = columns.backward_steps(graph, registry, output, values)
+    assert isinstance(swept, SweptSteps)
+    from graphsvc.native import engine_for
+    from graphsvc.topo import ancestors
+
+    ops = columns.resolve_ops(graph, registry)
+    engine = engine_for(graph.num_nodes)
+    nodes = np.flatnonzero(ancestors(graph, output, engine))
+    local = columns._edge_derivatives(graph, ops, values, nodes, engine, None)
+    recorded: list[Step] = []
+    expected = columns.reference_sweep(graph, output, local, nodes, recorded)
+    assert grads.tobytes() == expected.tobytes()
+    assert len(swept) == len(recorded) == len(nodes) < 600
+    assert list(swept) == recorded and swept == recorded
+    assert [s.node for s in swept] == sorted(nodes.tolist(), reverse=True)
+    assert swept[0] == recorded[0] and swept[-1] == recorded[-1] and swept[17] == recorded[17]
+    assert swept[5:40] == recorded[5:40] and swept[40:5:-3] == recorded[40:5:-3] and swept[3:3] == []
+    with pytest.raises(IndexError):
+        swept[len(recorded)]
+
+    def bits(steps: Any) -> list[Any]:
+        return [
+            (s.node, np.float64(s.grad).tobytes(), [(p, np.float64(c).tobytes()) for p, _, c in s.contributions])
+            for s in steps
+        ]
+
+    assert bits(swept) == bits(recorded)
+    assert repr(swept) == f"<SweptSteps of {len(recorded)} steps>"
