@@ -229,5 +229,7 @@ def test_a_file_larger_than_the_completion_limit_is_not_read(tmp_path: Path, mon
 
 def test_ops_name_completes_op_names_and_leaf_tags_through_the_protocol() -> None:
     assert complete("bash", "graphsvc ops l") == "layer_norm\nleaf\nlog\nlog_softmax\n"
-    assert complete("bash", "graphsvc ops pow s") == "sigmoid\nsin\nsoftmax\nsqrt\nsub\nsum\n"
-    assert complete("bash", "graphsvc gradcheck --op l") == "log\nlog_softmax\n"
+    assert complete("bash", "graphsvc ops pow s") == (
+        "scaled_dot_product_attention\nsigmoid\nsin\nslice\nsoftmax\nsqrt\nstack\nsub\nsum\n"
+    )
+    assert complete("bash", "graphsvc gradcheck --op l") == "layer_norm\nlog\nlog_softmax\n"
