@@ -9,6 +9,10 @@ Floats that JSON cannot hold are written as the strings ``"nan"``, ``"inf"`` and
 every other float is written with Python's shortest round-trip repr, so values survive exactly.
 A tensor node's value or gradient is an object ``{"dtype": "float32", "shape": [2, 3], "data":
 [[...], [...]]}`` (JSON version 2.0, written only for tensor graphs; see schemas/FORMAT.md §13).
+
+Writing goes a chunk of nodes at a time from the columns (:func:`chunks`; the nodes' text in C,
+``graphsvc.native._ctext``, where it was built): a 5M-node chain's 734 MB of JSON is written
+holding one chunk's text, never a document of Python objects.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.format import keys
 from graphsvc.format.document import check_mapped, check_text, not_unicode, quoted
 from graphsvc.format.layout import DEFAULT_LIMITS, MAX_ARRAY_BYTES
 from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists, sealed
+from graphsvc.native.loader import extension
 from graphsvc.text import counted, first_surrogate, json_escaped, shorten
 from graphsvc.topo import topological_sort
 
@@ -145,18 +151,170 @@ def _one_line(match: re.Match[str]) -> str:
 def dumps(graph: Graph) -> str:
     """The graph as indented JSON text: one key per line, an array of numbers or strings on one
     line (parents, a shape, the innermost rows of an array's data). Refuses, as ``save`` does, what
-    a reader would refuse in its text (a lone surrogate, a string over 1 MiB, nesting past 32 levels)."""
+    a reader would refuse in its text (a lone surrogate, a string over 1 MiB, nesting past 32 levels).
+    The same text as :func:`chunks` gives, in one str."""
+    return b"".join(chunks(graph)).decode()
+
+
+#: How many nodes one chunk of :func:`chunks` holds.
+CHUNK_NODES = 1 << 16
+
+
+def chunks(graph: Graph) -> Iterator[bytes]:
+    """:func:`dumps`'s text as UTF-8, a chunk of :data:`CHUNK_NODES` nodes at a time, written from
+    the columns (no document of Python objects: a chunk's text is all that is held). Everything
+    that could refuse the graph (the checks of ``save``, attributes or metadata that JSON cannot
+    hold) is checked before the first chunk is given, so a refused graph writes nothing."""
     check_mapped(graph)
     check_text(graph, DEFAULT_LIMITS)
+    head, tail = _frame(graph)
+    _check_attrs(graph)
+    n = graph.num_nodes
+    if not n:
+        yield (head + "]" + tail).encode()
+        return
+    specials = _special_nodes(graph)
+    yield (head + "\n").encode()
+    for first in range(0, n, CHUNK_NODES):
+        last = min(first + CHUNK_NODES, n)
+        inside = specials[np.searchsorted(specials, first) : np.searchsorted(specials, last)]
+        yield json_escaped(nodes_text(graph, first, last, inside, first > 0)).encode()
+    yield ("\n " + "]" + tail).encode()
+
+
+def _json_text(value: Any, depth: int) -> str:
+    """``value`` as ``json.dumps(value, indent=1)`` writes it at ``depth`` levels of indentation
+    (arrays of numbers or strings on one line), not yet escaped (:func:`json_escaped`, over the chunk)."""
     try:
-        text = json.dumps(to_document(graph), indent=1, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:  # nan, inf or bin data inside attributes or metadata
-        raise GraphsvcError(
-            f"cannot write the graph as JSON: {exc} (in JSON, attributes and metadata cannot hold nan, inf or bin data)"
-        ) from None
-    # no lone surrogate (check_text): UTF-8 encodes it; unprintable characters (U+202E, U+200B...) as
-    # JSON escapes (graphsvc.text.json_escaped), so `convert -o -` sends a terminal nothing raw
-    return json_escaped(_FLAT_ARRAY.sub(_one_line, text)) + "\n"
+        raise _unwritable(exc) from None
+    text = _FLAT_ARRAY.sub(_one_line, text)
+    return text.replace("\n", "\n" + " " * depth) if depth else text  # a string never holds a newline
+
+
+def _frame(graph: Graph) -> tuple[str, str]:
+    """The document around its nodes: the text up to the nodes' ``[`` and from after its ``]``."""
+    document = {
+        "format": JSON_FORMAT_NAME,
+        "version": list(JSON_TENSOR_VERSION if graph.is_tensor_graph else JSON_VERSION),
+        "ops": {
+            tag: {"plugin": source.plugin, "version": source.version}
+            for tag, source in ((tag, graph.op_sources.get(tag, OpSource())) for tag in graph.op_table)
+        },
+        "nodes": [],
+        "outputs": list(graph.outputs),
+        "metadata": graph.metadata,
+    }
+    text = json_escaped(_json_text(document, 0)) + "\n"
+    # the document's own key, at one space: a key inside ops or metadata is indented more, and no
+    # string holds a newline
+    head, tail = text.split('\n "nodes": []', 1)
+    return head + '\n "nodes": [', tail
+
+
+def _check_attrs(graph: Graph) -> None:
+    """Refuse attributes JSON cannot hold (nan, inf, bin data) before anything is written."""
+    attrs = list(graph.attrs.values())
+    for start in range(0, len(attrs), CHUNK_NODES):
+        batch = attrs[start : start + CHUNK_NODES]
+        try:  # compact, in C; what fails here fails indented too, which words it as dumps does
+            json.dumps(batch, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            _json_text(batch, 0)
+
+
+def _unwritable(exc: Exception) -> GraphsvcError:
+    return GraphsvcError(
+        f"cannot write the graph as JSON: {exc} (in JSON, attributes and metadata cannot hold nan, inf or bin data)"
+    )
+
+
+def _special_nodes(graph: Graph) -> npt.NDArray[np.int64]:
+    """The nodes whose text has a part :func:`_parts` writes (an array value or gradient, attributes), sorted."""
+    found = set(graph.attrs).union(graph.arrays, graph.grad_arrays)
+    return np.array(sorted(found), dtype=np.int64)
+
+
+def _parts(graph: Graph, node: int) -> tuple[str | None, str | None, str | None]:
+    """A node's value, gradient and attributes as JSON text at a node's keys' depth, where they are
+    not a scalar (None: the column's float, or no attributes)."""
+    array = graph.arrays.get(node)
+    grad = graph.grad_arrays.get(node)
+    attrs = graph.attrs.get(node)
+    return (
+        None if array is None else _json_text(json_array(array), _KEY_DEPTH),
+        None if grad is None else _json_text(json_array(grad), _KEY_DEPTH),
+        None if attrs is None else _json_text(attrs, _KEY_DEPTH),
+    )
+
+
+#: The indentation of a node's keys: the document's keys at 1, a node at 2, its keys at 3.
+_KEY_DEPTH = 3
+
+
+def nodes_text(graph: Graph, first: int, last: int, specials: npt.NDArray[np.int64], leading_comma: bool) -> str:
+    """The text of nodes ``first`` to ``last - 1`` as :func:`dumps` writes them, joined by ``,\\n``
+    (and one more first with ``leading_comma``), not yet escaped; ``specials``: those of them that
+    :func:`_parts` writes a part of. In C (``graphsvc.native._ctext.graph_json_chunk``) where it
+    was built, else :func:`reference_nodes_text`."""
+    text_module = extension("text")
+    if text_module is None:
+        return reference_nodes_text(graph, first, last, specials, leading_comma)
+    return str(
+        text_module.graph_json_chunk(
+            first,
+            last,
+            graph.op_codes,
+            graph.parent_offsets,
+            graph.parent_indices,
+            graph.values,
+            graph.grads,
+            graph.names or None,
+            graph.op_table,
+            specials,
+            lambda node: _parts(graph, node),
+            leading_comma,
+        )
+    )
+
+
+def reference_nodes_text(
+    graph: Graph, first: int, last: int, specials: npt.NDArray[np.int64], leading_comma: bool
+) -> str:
+    """:func:`nodes_text` in Python."""
+    values = graph.values[first:last].tolist()
+    grads = None if graph.grads is None else graph.grads[first:last].tolist()
+    offsets = graph.parent_offsets[first : last + 1].tolist()
+    parents = graph.parent_indices[offsets[0] : offsets[-1]].tolist()
+    base = offsets[0]
+    tags = [json.dumps(tag, ensure_ascii=False) for tag in graph.op_table]
+    codes = graph.op_codes[first:last].tolist()
+    special = set(specials.tolist())
+    out = []
+    for i, node in enumerate(range(first, last)):
+        name = graph.names.get(node)
+        value, grad, attrs = _parts(graph, node) if node in special else (None, None, None)
+        if value is None:
+            value = _float_text(values[i])
+        if grad is None and grads is not None:
+            grad = _float_text(grads[i])
+        listed = ", ".join(map(str, parents[offsets[i] - base : offsets[i + 1] - base]))
+        text = (
+            f'  {{\n   "id": {node},\n   "name": {"null" if name is None else json.dumps(name, ensure_ascii=False)},'
+            f'\n   "op": {tags[codes[i]]},\n   "parents": [{listed}],\n   "value": {value}'
+        )
+        if grad is not None:
+            text += f',\n   "grad": {grad}'
+        if attrs is not None:
+            text += f',\n   "attrs": {attrs}'
+        out.append(text + "\n  }")
+    return (",\n" if leading_comma else "") + ",\n".join(out)
+
+
+def _float_text(x: float) -> str:
+    """A float as JSON text (:func:`json_float`): its repr, or ``"nan"``, ``"inf"``, ``"-inf"`` quoted."""
+    return repr(x) if math.isfinite(x) else f'"{json_float(x)}"'
 
 
 def loads(text: str) -> Graph:
