@@ -12,7 +12,11 @@ A tensor node's value or gradient is an object ``{"dtype": "float32", "shape": [
 
 Writing goes a chunk of nodes at a time from the columns (:func:`chunks`; the nodes' text in C,
 ``graphsvc.native._ctext``, where it was built): a 5M-node chain's 734 MB of JSON is written
-holding one chunk's text, never a document of Python objects.
+holding one chunk's text, never a document of Python objects. Reading takes the bytes straight
+into the columns (:func:`read_columns`, in C: ``graphsvc.native._cjson``) when the document is in
+the shape a writer gives it, with no Python object per node; any other document, or any doubt, is
+read the long way (:func:`read_objects`: ``json.loads``, then every check), which builds the same
+graph or words the error, so a document gives the same graph, warnings or error either way.
 """
 
 from __future__ import annotations
@@ -30,7 +34,16 @@ from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.format import keys
 from graphsvc.format.document import check_mapped, check_text, not_unicode, quoted
 from graphsvc.format.layout import DEFAULT_LIMITS, MAX_ARRAY_BYTES
-from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists, sealed
+from graphsvc.graph import (
+    FLOAT_DTYPE,
+    MAX_DIMENSIONS,
+    MAX_OPS,
+    Graph,
+    OpSource,
+    graph_from_buffers,
+    graph_from_lists,
+    sealed,
+)
 from graphsvc.native.loader import extension
 from graphsvc.text import counted, first_surrogate, json_escaped, shorten
 from graphsvc.topo import topological_sort
@@ -326,6 +339,86 @@ def loads(text: str) -> Graph:
 
 def loads_versioned(text: str) -> tuple[Graph, tuple[int, int]]:
     """Like :func:`loads`, and also return the version the document declares ``(major, minor)``."""
+    try:  # a BOM in a str is an error of json.loads's: the long way words it
+        data = None if text.startswith("\ufeff") else text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: the long way says where
+        data = None
+    found = None if data is None else read_columns(data)
+    del data
+    return found if found is not None else read_objects(text)
+
+
+def read_columns(data: bytes | bytearray | memoryview) -> tuple[Graph, tuple[int, int]] | None:
+    """The graph of a document in UTF-8 (a BOM allowed) read straight into its columns, in C
+    (``graphsvc.native._cjson``): no Python object per node, and the same graph :func:`read_objects`
+    builds. None, so that :func:`read_objects` reads it and words what is wrong, when the document
+    is not in the shape a writer gives it (ids 0, 1, 2... in order, parents by id before their
+    children, no array object, no unknown or repeated key, only Unicode text, numbers a float64
+    holds), or anything about it is in doubt, or the extension is not in use."""
+    module = extension("json")
+    if module is None:
+        return None
+    try:
+        parsed = module.read(data)
+    except MemoryError:  # the long way says it, or gets through with less
+        return None
+    if parsed is None:
+        return None
+    top, tags, codes, offsets, parents, values, grads, names, attrs = parsed
+    del parsed
+    version = top.get("version")
+    n = len(offsets) // 8 - 1
+    outputs = top.get("outputs", [])
+    metadata = top.get("metadata", {})
+    ops = top.get("ops", {})
+    if (  # what from_document checks of these parts; any doubt: the long way, which words it
+        top.get("format") != JSON_FORMAT_NAME
+        or not isinstance(version, list)
+        or len(version) != 2
+        or not all(type(v) is int and v >= 0 for v in version)
+        or version[0] > JSON_TENSOR_VERSION[0]
+        or not isinstance(outputs, list)
+        or not all(type(o) is int and 0 <= o < n for o in outputs)
+        or not isinstance(metadata, dict)
+        or not isinstance(ops, dict)
+        or not all(
+            isinstance(entry, dict) and all(isinstance(entry.get(k), (str, type(None))) for k in JSON_OP_FIELDS)
+            for entry in ops.values()
+        )
+        or len(set(names.values())) != len(names)
+    ):
+        return None
+    sources = {tag: OpSource(ops.get(tag, {}).get("plugin"), ops.get(tag, {}).get("version")) for tag in tags}
+    graph = graph_from_buffers(
+        tags,
+        codes,
+        offsets,
+        parents,
+        values,
+        grads,
+        names=names,
+        attrs=attrs,
+        outputs=list(outputs),
+        metadata=metadata,
+        op_sources=sources,
+    )
+    try:
+        graph.check()
+    except GraphStructureError:
+        return None
+    if "outputs" not in top:  # left out: the sinks, as GraphBuilder.build() defaults them
+        graph.outputs = [int(s) for s in graph.sinks()]
+    keys.found(keys.in_json({**top, "nodes": []}, False))
+    return graph, (version[0], version[1])
+
+
+#: The keys of an ``ops`` entry.
+JSON_OP_FIELDS = ("plugin", "version")
+
+
+def read_objects(text: str) -> tuple[Graph, tuple[int, int]]:
+    """:func:`loads_versioned` the long way: ``json.loads`` with every check, then the graph built
+    from the decoded document; any problem is a :class:`FormatError` that says what is wrong."""
     try:
         doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float, object_pairs_hook=_object)
     except _RepeatedKey:
