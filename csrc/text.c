@@ -715,6 +715,52 @@ done:
     return result;
 }
 
+/* json_float_rows(values, width) -> list of str: the float64 ``values`` in rows of ``width``, each
+ * as json.dumps writes a list of them once graphsvc.format.jsonio.json_float made them JSON
+ * ("[1.5, \"nan\", -0.0]"): the innermost rows of an array's data in the JSON form. */
+static PyObject *json_float_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *values;
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "On:json_float_rows", &values, &width)) return NULL;
+    Py_buffer view;
+    if (column(values, &view, 8, "d", "values") < 0) return NULL;
+    Py_ssize_t n = view.len / 8;
+    PyObject *rows = NULL;
+    Buffer out = {NULL, 0, 0};
+    if (width <= 0 || n % width) {
+        PyErr_SetString(PyExc_ValueError, "json_float_rows: the values are not rows of that width");
+        goto done;
+    }
+    if ((rows = PyList_New(n / width)) == NULL) goto done;
+    const double *x = view.buf;
+    for (Py_ssize_t r = 0; r < n / width; r++) {
+        out.len = 0;
+        if (reserve(&out, width * (FLOAT_MAX_CHARS + 2) + 2) < 0) goto fail;
+        out.data[out.len++] = '[';
+        for (Py_ssize_t i = 0; i < width; i++) {
+            if (i) {
+                out.data[out.len++] = ',';
+                out.data[out.len++] = ' ';
+            }
+            char *end = write_float(out.data + out.len, x[r * width + i], 1);
+            if (end == NULL) goto fail;
+            out.len = end - out.data;
+        }
+        out.data[out.len++] = ']';
+        PyObject *row = PyUnicode_DecodeASCII(out.data, out.len, "strict");
+        if (row == NULL) goto fail;
+        PyList_SET_ITEM(rows, r, row);
+    }
+    goto done;
+fail:
+    Py_CLEAR(rows);
+done:
+    PyMem_Free(out.data);
+    PyBuffer_Release(&view);
+    return rows;
+}
+
 static PyMethodDef methods[] = {
     {"text_chunk", text_chunk, METH_VARARGS,
      "text_chunk(ids, op_codes, offsets, parents, names, tags, values, grads) -> str\n\n"
@@ -740,6 +786,10 @@ static PyMethodDef methods[] = {
      "code's tag; ``specials`` (int64, sorted): the nodes for which ``parts(node)`` gives the JSON text\n"
      "of their value, gradient and attributes (each a str, or None: the column's float, no attributes).\n"
      "Unprintable characters are left for graphsvc.text.json_escaped, as json_chunk leaves them."},
+    {"json_float_rows", json_float_rows, METH_VARARGS,
+     "json_float_rows(values, width) -> list of str\n\n"
+     "The float64 ``values`` (C-contiguous) in rows of ``width``, each as json.dumps writes a list of\n"
+     "them made JSON (nan and the infinities as strings): '[1.5, \"nan\", -0.0]'."},
     {NULL, NULL, 0, NULL},
 };
 

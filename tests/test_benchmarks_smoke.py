@@ -167,6 +167,7 @@ BENCHMARKS = ROOT / "benchmarks"
 #: The scripts with a command line of options: each answers --help.
 WITH_HELP = [
     "bench_cli.py",
+    "bench_json.py",
     "bench_kernels.py",
     "bench_replay_kernels.py",
     "bench_storage.py",
@@ -361,3 +362,13 @@ def test_replay_kernels_benchmark_runs_on_tiny_graphs(jit, c, registry, capsys) 
         if line.startswith("| mlp") or line.startswith("| chain") or line.startswith("| dag")
     ]
     assert len(rows) == 3 * len(bench.Steps(G.chain(3), registry, c, jit).steps)
+
+
+def test_bench_json_runs_on_a_tiny_chain() -> None:
+    """Every alternative of bench_json.py on a 300-node chain, one round: each process ran and
+    reported its time and peak; graphsvc's rows are there (orjson's and msgspec's where installed)."""
+    result = script(str(BENCHMARKS / "bench_json.py"), "--sizes", "300", "--rounds", "1", "--no-tensors", "--no-write")
+    assert result.returncode == 0, result.stderr
+    for row in ("| graphsvc.load |", "| graphsvc.load, the long way |", "| json.loads |", "| graphsvc convert |"):
+        assert row in result.stdout
+    assert "## chain, 303 nodes: " in result.stdout  # graphs.chain(300): 3 leaves and 100 steps of 3 ops

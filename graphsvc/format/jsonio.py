@@ -256,10 +256,62 @@ def _parts(graph: Graph, node: int) -> tuple[str | None, str | None, str | None]
     grad = graph.grad_arrays.get(node)
     attrs = graph.attrs.get(node)
     return (
-        None if array is None else _json_text(json_array(array), _KEY_DEPTH),
-        None if grad is None else _json_text(json_array(grad), _KEY_DEPTH),
+        None if array is None else _array_text(array, _KEY_DEPTH),
+        None if grad is None else _array_text(grad, _KEY_DEPTH),
         None if attrs is None else _json_text(attrs, _KEY_DEPTH),
     )
+
+
+def _array_text(array: np.ndarray, depth: int) -> str:
+    """``_json_text(json_array(array), depth)``: its innermost rows written one line each
+    (:func:`_row_texts`), the nesting around them here."""
+    dtype, shape = json.dumps(array.dtype.name), json.dumps(list(array.shape))
+    if array.ndim == 0:
+        data_text = json.dumps(json_array(array)["data"], allow_nan=False)
+    else:
+        data_text = _nested(array.shape, iter(_row_texts(array) if array.size else ()))
+    text = f'{{\n "dtype": {dtype},\n "shape": {shape},\n "data": {data_text}\n}}'
+    return text.replace("\n", "\n" + " " * depth)
+
+
+def _row_texts(array: np.ndarray) -> list[str]:
+    """The innermost rows of a non-empty array of at least one dimension, in C order, each as
+    ``json.dumps`` writes a list of :func:`json_array`'s items: a float64 array's in C
+    (``graphsvc.native._ctext.json_float_rows``) where it was built."""
+    width = array.shape[-1]
+    text_module = extension("text")
+    if array.dtype == np.float64 and text_module is not None:
+        return list(text_module.json_float_rows(np.ascontiguousarray(array).reshape(-1), width))
+    if array.dtype.kind == "i" or (array.dtype.itemsize == 8 and bool(np.isfinite(array).all())):
+        return ["[" + ", ".join(map(repr, row)) + "]" for row in array.reshape(-1, width).tolist()]
+    flat = json_array(array.reshape(-1))["data"]
+    return [json.dumps(flat[i : i + width], allow_nan=False) for i in range(0, len(flat), width)]
+
+
+def _nested(shape: tuple[int, ...], rows: Iterator[str]) -> str:
+    """The nesting of an array of ``shape`` around its innermost ``rows``, as ``json.dumps(...,
+    indent=1)`` writes it at one level of indentation (one row a line, ``[]`` for an empty axis).
+    A stack, not recursion (a shape has at most MAX_DIMENSIONS axes)."""
+    last = len(shape) - 1
+    out: list[str] = []
+    work: list[str | tuple[int, int]] = [(0, 1)]  # (axis, indentation), or text
+    while work:
+        item = work.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        axis, level = item
+        if not shape[axis]:
+            out.append("[]")
+        elif axis == last:
+            out.append(next(rows))
+        else:
+            pieces: list[str | tuple[int, int]] = ["[\n"]
+            for i in range(shape[axis]):
+                pieces += [" " * (level + 1), (axis + 1, level + 1), ",\n" if i < shape[axis] - 1 else "\n"]
+            pieces.append(" " * level + "]")
+            work.extend(reversed(pieces))
+    return "".join(out)
 
 
 #: The indentation of a node's keys: the document's keys at 1, a node at 2, its keys at 3.

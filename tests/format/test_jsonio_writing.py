@@ -59,7 +59,29 @@ def tensors_and_scalars() -> Graph:
     return graph
 
 
+def array_shapes() -> Graph:
+    """Arrays of every kind of shape (0-d, empty along any axis, deep) and dtype, nan and inf in them."""
+    b = GraphBuilder()
+    f32 = np.array([[0.1, np.nan], [np.inf, -1e-45], [3.4e38, -0.0]], dtype=np.float32)
+    for i, array in enumerate(
+        [
+            np.float64(2.5).reshape(()),
+            np.zeros((0,)),
+            np.zeros((2, 0)),
+            np.zeros((0, 3)),
+            np.arange(24, dtype=np.int64).reshape(2, 3, 4) - 12,
+            f32,
+            np.array([np.nan, -np.inf, 1e300]),
+            np.ones((1, 1, 1, 2)),
+        ]
+    ):
+        b.leaf(array, name=f"a{i}")
+    return b.build()
+
+
 GRAPHS: dict[str, Callable[[], Graph]] = {
+    **{f"golden v2 {name}": make for name, make in golden.GOLDEN_V2.items()},
+    "array shapes": array_shapes,
     **{f"golden {name}": make for name, make in golden.GOLDEN.items()},
     "hostile": hostile,
     "tensors and scalars": tensors_and_scalars,
@@ -155,3 +177,15 @@ def test_a_graph_json_cannot_hold_is_refused_before_any_chunk(
     assert str(raised.value) == (
         f"cannot write the graph as JSON: {said} (in JSON, attributes and metadata cannot hold nan, inf or bin data)"
     )
+
+
+def test_rows_of_floats_in_c_are_what_json_dumps_writes() -> None:
+    text = require_native("text")
+    bits = np.random.default_rng(7).integers(0, 2**64, size=6009, dtype=np.uint64)
+    special = [0.0, -0.0, 5e-324, 1e16, 1e-5, 0.1, 2.0**53, math.nan, math.inf, -math.inf, 1.7976931348623157e308]
+    values = np.concatenate([bits.view(np.float64), special])  # any bits: nan, subnormal, huge, tiny
+    rows = text.json_float_rows(values, 7)
+    items = [jsonio.json_float(x) for x in values.tolist()]
+    assert rows == [json.dumps(items[i : i + 7]) for i in range(0, len(items), 7)]
+    with pytest.raises(ValueError, match=r"^json_float_rows: the values are not rows of that width$"):
+        text.json_float_rows(values[:10], 7)
