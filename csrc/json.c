@@ -3,13 +3,15 @@
  *
  * read(data) parses the UTF-8 bytes of a document once, from the first byte to the last, and fills
  * the columns as it goes: op codes, parent offsets and ids, values and gradients, with a dict of
- * names and one of attributes (a Python object per name and per attribute, none per node). Like
+ * names and one of attributes (a Python object per name and per attribute, none per node), and a
+ * tensor node's array object's data straight into its array's bytes. Like
  * csrc/table.c it only ever says "this is the graph" or "look closer" (None): it takes the
  * document only in the shape a writer gives it (ids 0, 1, 2... in order, parents given by id and
  * listed before their children, values as numbers or "nan", "inf", "-inf", every key known and
  * none repeated, every string Unicode text) and it never words an error. Anything else (a syntax
  * error, a number too large for a float64, a bare NaN, a repeated or unknown key, a lone
- * surrogate, a name or a parent given by name, an array object, ids in another order...) gives
+ * surrogate, a name or a parent given by name, an array object's keys in another order, ids in
+ * another order...) gives
  * None, and jsonio.py reads the text through json.loads, which says what is wrong or builds the
  * same graph the long way. So a document gives the same graph or the same error either way.
  *
@@ -290,15 +292,21 @@ static int number(Parser *P, Number *n) {
     return OK;
 }
 
-/* An integer literal of at most 18 digits as an int64: 1; else 0 (longer: Python's int). */
+/* An integer literal that fits an int64, as one: 1; else 0 (larger: Python's int). */
 static int small_integer(const Number *n, int64_t *out) {
     const char *p = n->text, *end = n->text + n->len;
     int negative = *p == '-';
     if (negative) p++;
-    if (end - p > 18) return 0;
-    int64_t value = 0;
-    for (; p < end; p++) value = value * 10 + (*p - '0');
-    *out = negative ? -value : value;
+    if (end - p > 19) return 0;
+    uint64_t value = 0; /* 19 digits stay below 2^64 */
+    for (; p < end; p++) value = value * 10 + (uint64_t)(*p - '0');
+    if (negative) {
+        if (value > (uint64_t)1 << 63) return 0;
+        *out = value == (uint64_t)1 << 63 ? INT64_MIN : -(int64_t)value;
+    } else {
+        if (value > (uint64_t)INT64_MAX) return 0;
+        *out = (int64_t)value;
+    }
     return 1;
 }
 
@@ -315,7 +323,7 @@ static int literal(Parser *P, const Number *n) {
 static int number_as_double(Parser *P, const Number *n, double *out) {
     int64_t small;
     if (n->integer && small_integer(n, &small)) {
-        *out = (double)small; /* exact below 2^53, else rounded to nearest even, as float(int) does */
+        *out = (double)small; /* exact below 2^53, else rounded to nearest, ties to even, as float(int) does */
         return OK;
     }
     if (n->integer && n->len > 4000) return LOOK_CLOSER; /* int() of it is refused past 4300 digits */
@@ -467,6 +475,7 @@ static PyObject *value_object(Parser *P, int depth, int *status) {
 typedef struct {
     Column codes, offsets, parents, values, grads;
     PyObject *names, *attrs, *tags, *tag_codes; /* dict, dict, list, dict str -> code */
+    PyObject *arrays, *grad_arrays;             /* dict node -> (dtype name, shape, bytearray) */
     struct {
         const char *text;
         Py_ssize_t len;
@@ -562,6 +571,135 @@ static int op_code(Parser *P, Nodes *N, uint16_t *code) {
     return OK;
 }
 
+/* -- array objects (JSON version 2.0) ----------------------------------------------------------- */
+
+/* The most dimensions a shape may have (graphsvc.graph.MAX_DIMENSIONS). */
+#define MAX_DIMENSIONS 32
+/* The most items an array read here may declare; a larger one (with an empty axis, it may be
+ * valid) is left to json.loads. */
+#define MAX_ITEMS ((int64_t)1 << 40)
+
+enum { FLOAT64, FLOAT32, INT64 };
+
+/* One item of an array's data into ``data``: OK, LOOK_CLOSER, FAILED. */
+static int array_item(Parser *P, int dtype, Column *data) {
+    if (dtype == INT64) {
+        Number n;
+        int64_t value;
+        if (number(P, &n) != OK || !n.integer || !small_integer(&n, &value)) return LOOK_CLOSER;
+        return column_put(data, &value, 8);
+    }
+    double value;
+    int status = scalar(P, &value);
+    if (status != OK) return status;
+    if (dtype == FLOAT64) return column_put(data, &value, 8);
+    float narrow = (float)value; /* to nearest, ties to even, as numpy's astype(float32) */
+    if (isinf(narrow) && isfinite(value)) return LOOK_CLOSER; /* too large for a float32: an error there */
+    return column_put(data, &narrow, 4);
+}
+
+/* The data of an array of ``shape``: lists nested exactly as the shape says (a 0-d array's is one
+ * item). A stack of item counts, one per axis, not recursion. */
+static int array_data(Parser *P, int dtype, const int64_t *shape, int ndim, Column *data) {
+    if (ndim == 0) return array_item(P, dtype, data);
+    int64_t seen[MAX_DIMENSIONS];
+    int axis = 0;
+    if (!take(P, '[')) return LOOK_CLOSER;
+    seen[0] = 0;
+    for (;;) {
+        /* inside the list of ``axis``, ``seen[axis]`` items read */
+        if (seen[axis] == shape[axis]) {
+            if (!take(P, ']')) return LOOK_CLOSER;
+            if (axis == 0) return OK;
+            axis--;
+            seen[axis]++;
+            continue;
+        }
+        if (seen[axis] > 0 && !take(P, ',')) return LOOK_CLOSER;
+        if (axis == ndim - 1) {
+            int status = array_item(P, dtype, data);
+            if (status != OK) return status;
+            seen[axis]++;
+        } else {
+            if (!take(P, '[')) return LOOK_CLOSER;
+            axis++;
+            seen[axis] = 0;
+        }
+    }
+}
+
+/* An array object {"dtype", "shape", "data"} (in that order, as a writer gives it), its ``{``
+ * taken: ``(dtype name, shape, bytearray)`` into *out, or the status. */
+static int array_object(Parser *P, PyObject **out) {
+    static const char *const names[] = {"float64", "float32", "int64"};
+    Raw key, name;
+    if (raw_string(P, &key) != OK || !raw_is(&key, "dtype") || !take(P, ':') || raw_string(P, &name) != OK)
+        return LOOK_CLOSER;
+    int dtype = raw_is(&name, "float64")   ? FLOAT64
+                : raw_is(&name, "float32") ? FLOAT32
+                : raw_is(&name, "int64")   ? INT64
+                                           : -1;
+    if (dtype < 0 || !take(P, ',') || raw_string(P, &key) != OK || !raw_is(&key, "shape") || !take(P, ':') ||
+        !take(P, '['))
+        return LOOK_CLOSER;
+    int64_t shape[MAX_DIMENSIONS], items = 1;
+    int ndim = 0;
+    if (!take(P, ']')) {
+        for (;;) {
+            if (ndim == MAX_DIMENSIONS || node_id(P, MAX_ITEMS, &shape[ndim]) != OK) return LOOK_CLOSER;
+            items *= shape[ndim] ? shape[ndim] : 1;
+            if (items > MAX_ITEMS) return LOOK_CLOSER;
+            ndim++;
+            if (take(P, ',')) continue;
+            if (take(P, ']')) break;
+            return LOOK_CLOSER;
+        }
+    }
+    if (!take(P, ',') || raw_string(P, &key) != OK || !raw_is(&key, "data") || !take(P, ':')) return LOOK_CLOSER;
+    Column data;
+    if (column_init(&data) < 0) return FAILED;
+    int status = array_data(P, dtype, shape, ndim, &data);
+    if (status == OK && !take(P, '}')) status = LOOK_CLOSER;
+    if (status == OK && column_finish(&data) < 0) status = FAILED;
+    if (status != OK) {
+        Py_DECREF(data.array);
+        return status;
+    }
+    PyObject *shape_tuple = PyTuple_New(ndim);
+    if (shape_tuple == NULL) {
+        Py_DECREF(data.array);
+        return FAILED;
+    }
+    for (int i = 0; i < ndim; i++) {
+        PyObject *size = PyLong_FromLongLong(shape[i]);
+        if (size == NULL) {
+            Py_DECREF(shape_tuple);
+            Py_DECREF(data.array);
+            return FAILED;
+        }
+        PyTuple_SET_ITEM(shape_tuple, i, size);
+    }
+    *out = Py_BuildValue("(sNN)", names[dtype], shape_tuple, data.array);
+    return *out ? OK : FAILED;
+}
+
+/* A node's value or gradient: a number or "nan", "inf", "-inf" into *scalar_out, or an array
+ * object into ``table`` under ``index`` (*is_array set). */
+static int value_or_array(Parser *P, double *scalar_out, PyObject *table, int64_t index, int *is_array) {
+    *is_array = 0;
+    if (!take(P, '{')) return scalar(P, scalar_out);
+    PyObject *array = NULL;
+    int status = array_object(P, &array);
+    if (status != OK) return status;
+    PyObject *key = PyLong_FromLongLong(index);
+    int bad = key == NULL || PyDict_SetItem(table, key, array) < 0;
+    Py_XDECREF(key);
+    Py_DECREF(array);
+    if (bad) return FAILED;
+    *is_array = 1;
+    return OK;
+}
+
 enum { K_ID = 1, K_NAME = 2, K_OP = 4, K_PARENTS = 8, K_VALUE = 16, K_GRAD = 32, K_ATTRS = 64 };
 
 /* Node ``index``, its object's ``{`` taken. */
@@ -622,11 +760,17 @@ static int one_node(Parser *P, Nodes *N, int64_t index) {
             }
             break;
         }
-        case K_VALUE: status = scalar(P, &value); break;
-        case K_GRAD:
-            status = scalar(P, &grad);
-            N->has_grads = 1;
+        case K_VALUE: {
+            int is_array;
+            status = value_or_array(P, &value, N->arrays, index, &is_array);
             break;
+        }
+        case K_GRAD: {
+            int is_array;
+            status = value_or_array(P, &grad, N->grad_arrays, index, &is_array);
+            if (!is_array) N->has_grads = 1; /* the grads column: some node has a scalar gradient */
+            break;
+        }
         case K_ATTRS: {
             if (!take(P, '{')) return LOOK_CLOSER;
             PyObject *attrs = object_value(P, 1, &status);
@@ -711,7 +855,7 @@ static int document(Parser *P, Nodes *N, PyObject *top) {
     return seen_nodes && P->p == P->end ? OK : LOOK_CLOSER;
 }
 
-/* read(data) -> (top, tags, op_codes, offsets, parents, values, grads, names, attrs) or None */
+/* read(data) -> (top, tags, op_codes, offsets, parents, values, grads, names, attrs, arrays, grad_arrays) or None */
 static PyObject *read_document(PyObject *self, PyObject *arg) {
     (void)self;
     Py_buffer view;
@@ -724,7 +868,10 @@ static PyObject *read_document(PyObject *self, PyObject *arg) {
     N.attrs = PyDict_New();
     N.tags = PyList_New(0);
     N.tag_codes = PyDict_New();
+    N.arrays = PyDict_New();
+    N.grad_arrays = PyDict_New();
     if (top == NULL || N.names == NULL || N.attrs == NULL || N.tags == NULL || N.tag_codes == NULL ||
+        N.arrays == NULL || N.grad_arrays == NULL ||
         column_init(&N.codes) < 0 || column_init(&N.offsets) < 0 || column_init(&N.parents) < 0 ||
         column_init(&N.values) < 0 || column_init(&N.grads) < 0)
         goto done;
@@ -737,8 +884,9 @@ static PyObject *read_document(PyObject *self, PyObject *arg) {
     if (column_finish(&N.codes) < 0 || column_finish(&N.offsets) < 0 || column_finish(&N.parents) < 0 ||
         column_finish(&N.values) < 0 || column_finish(&N.grads) < 0)
         goto done;
-    result = Py_BuildValue("(OOOOOOOOO)", top, N.tags, N.codes.array, N.offsets.array, N.parents.array,
-                           N.values.array, N.has_grads ? N.grads.array : Py_None, N.names, N.attrs);
+    result = Py_BuildValue("(OOOOOOOOOOO)", top, N.tags, N.codes.array, N.offsets.array, N.parents.array,
+                           N.values.array, N.has_grads ? N.grads.array : Py_None, N.names, N.attrs, N.arrays,
+                           N.grad_arrays);
 done:
     PyBuffer_Release(&view);
     PyMem_Free(P.scratch);
@@ -747,6 +895,8 @@ done:
     Py_XDECREF(N.attrs);
     Py_XDECREF(N.tags);
     Py_XDECREF(N.tag_codes);
+    Py_XDECREF(N.arrays);
+    Py_XDECREF(N.grad_arrays);
     Py_XDECREF(N.codes.array);
     Py_XDECREF(N.offsets.array);
     Py_XDECREF(N.parents.array);
@@ -757,12 +907,14 @@ done:
 
 static PyMethodDef methods[] = {
     {"read", read_document, METH_O,
-     "read(data) -> (top, tags, op_codes, offsets, parents, values, grads, names, attrs) or None\n\n"
+     "read(data) -> (top, tags, op_codes, offsets, parents, values, grads, names, attrs, arrays, grad_arrays)\n"
+     "or None\n\n"
      "A graph's JSON form (UTF-8 bytes, a BOM allowed) read into columns: ``top`` the document's keys\n"
      "other than nodes (format, version, ops, outputs, metadata) as json.loads builds them; ``tags`` the\n"
      "op tags in order of first use; op codes (uint16), parent offsets (int64), parent ids (int32),\n"
      "values and gradients (float64; grads None where no node has one) as bytearrays; names and\n"
-     "attributes as dicts node -> str / dict. None when the document is not in the shape a writer gives\n"
+     "attributes as dicts node -> str / dict; arrays and grad_arrays as dicts node -> (dtype name, shape,\n"
+     "bytearray of the items in C order). None when the document is not in the shape a writer gives\n"
      "it (graphsvc/format/jsonio.py then reads it through json.loads, which words any error)."},
     {NULL, NULL, 0, NULL},
 };

@@ -403,10 +403,11 @@ def loads_versioned(text: str) -> tuple[Graph, tuple[int, int]]:
 def read_columns(data: bytes | bytearray | memoryview) -> tuple[Graph, tuple[int, int]] | None:
     """The graph of a document in UTF-8 (a BOM allowed) read straight into its columns, in C
     (``graphsvc.native._cjson``): no Python object per node, and the same graph :func:`read_objects`
-    builds. None, so that :func:`read_objects` reads it and words what is wrong, when the document
-    is not in the shape a writer gives it (ids 0, 1, 2... in order, parents by id before their
-    children, no array object, no unknown or repeated key, only Unicode text, numbers a float64
-    holds), or anything about it is in doubt, or the extension is not in use."""
+    builds (an array object's data read straight into the array's bytes). None, so that
+    :func:`read_objects` reads it and words what is wrong, when the document is not in the shape a
+    writer gives it (ids 0, 1, 2... in order, parents by id before their children, an array object's
+    keys in the order dtype, shape, data, no unknown or repeated key, only Unicode text, numbers a
+    float64 holds), or anything about it is in doubt, or the extension is not in use."""
     module = extension("json")
     if module is None:
         return None
@@ -416,7 +417,7 @@ def read_columns(data: bytes | bytearray | memoryview) -> tuple[Graph, tuple[int
         return None
     if parsed is None:
         return None
-    top, tags, codes, offsets, parents, values, grads, names, attrs = parsed
+    top, tags, codes, offsets, parents, values, grads, names, attrs, arrays, grad_arrays = parsed
     del parsed
     version = top.get("version")
     n = len(offsets) // 8 - 1
@@ -438,6 +439,7 @@ def read_columns(data: bytes | bytearray | memoryview) -> tuple[Graph, tuple[int
             for entry in ops.values()
         )
         or len(set(names.values())) != len(names)
+        or ((arrays or grad_arrays) and version[0] < JSON_TENSOR_VERSION[0])  # 1.x holds no arrays
     ):
         return None
     sources = {tag: OpSource(ops.get(tag, {}).get("plugin"), ops.get(tag, {}).get("version")) for tag in tags}
@@ -453,6 +455,8 @@ def read_columns(data: bytes | bytearray | memoryview) -> tuple[Graph, tuple[int
         outputs=list(outputs),
         metadata=metadata,
         op_sources=sources,
+        arrays={node: _array_of(*found) for node, found in arrays.items()},
+        grad_arrays={node: _array_of(*found) for node, found in grad_arrays.items()},
     )
     try:
         graph.check()
@@ -462,6 +466,11 @@ def read_columns(data: bytes | bytearray | memoryview) -> tuple[Graph, tuple[int
         graph.outputs = [int(s) for s in graph.sinks()]
     keys.found(keys.in_json({**top, "nodes": []}, False))
     return graph, (version[0], version[1])
+
+
+def _array_of(dtype: str, shape: tuple[int, ...], data: bytearray) -> np.ndarray:
+    """An array the C reader read: its items' bytes viewed, read-only, as a loaded graph keeps them."""
+    return sealed(np.frombuffer(data, dtype=JSON_DTYPES[dtype]).reshape(shape))
 
 
 #: The keys of an ``ops`` entry.

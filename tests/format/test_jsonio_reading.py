@@ -88,8 +88,35 @@ def hostile() -> Graph:
 #: A document's start, up to its nodes.
 TOP = '{"format": "graphsvc-json", "version": [1, 0], "nodes": '
 
+
+def tensors() -> Graph:
+    """Arrays of every dtype and kind of shape, nan and inf in them, scalar nodes between them."""
+    b = GraphBuilder()
+    f32 = np.array([[0.1, np.nan], [np.inf, -1e-45], [3.4e38, -0.0]], dtype=np.float32)
+    for i, array in enumerate(
+        [
+            np.float64(2.5).reshape(()),
+            np.zeros((0,)),
+            np.zeros((2, 0)),
+            np.zeros((0, 3)),
+            np.arange(24, dtype=np.int64).reshape(2, 3, 4) - 12,
+            f32,
+            np.array([np.nan, -np.inf, 1e300, -0.0]),
+            np.ones((1, 1, 1, 2)),
+        ]
+    ):
+        b.leaf(array, name=f"a{i}")
+        b.leaf(float(i))
+    graph = b.build()
+    graph.grad_arrays = {5: np.array([[1.5, 2.0]] * 3, dtype=np.float32).reshape(3, 2), 0: np.float64(1.0).reshape(())}
+    graph.grads = np.arange(graph.num_nodes, dtype=np.float64)
+    return graph
+
+
 WRITTEN: dict[str, Callable[[], Graph]] = {
     **{f"golden {name}": make for name, make in golden.GOLDEN.items()},
+    **{f"golden v2 {name}": make for name, make in golden.GOLDEN_V2.items()},
+    "tensors": tensors,
     "hostile": hostile,
     "empty": lambda: GraphBuilder().build(),
 }
@@ -138,6 +165,18 @@ def test_the_columns_are_the_numbers_json_loads_gives() -> None:
         document([{"op": "leaf"}], outputs=["a"]),
         document([{"op": "leaf", "name": "a"}], outputs=["a"]),
         document([{"op": "leaf", "value": {"dtype": "float64", "shape": [], "data": 1.0}}], version=[2, 0]),
+        document([{"op": "leaf", "value": {"dtype": "float64", "shape": [], "data": 1.0}}]),  # 1.0: no arrays
+        document([{"op": "leaf", "value": {"shape": [1], "dtype": "float64", "data": [1]}}], version=[2, 0]),
+        document([{"op": "leaf", "value": {"dtype": "int64", "shape": [2], "data": [1, 2.0]}}], version=[2, 0]),
+        document([{"op": "leaf", "value": {"dtype": "int64", "shape": [1], "data": [2**63]}}], version=[2, 0]),
+        document([{"op": "leaf", "value": {"dtype": "float32", "shape": [1], "data": [1e39]}}], version=[2, 0]),
+        document([{"op": "leaf", "value": {"dtype": "float32", "shape": [2], "data": [1, "nan"]}}], version=[2, 0]),
+        document([{"op": "leaf", "value": {"dtype": "float64", "shape": [2, 1], "data": [[1], 2]}}], version=[2, 0]),
+        document([{"op": "leaf", "value": {"dtype": "float64", "shape": [0, 2**60], "data": []}}], version=[2, 0]),
+        document([{"op": "leaf", "value": {"dtype": "float64", "shape": [1], "data": [1], "x": 0}}], version=[2, 0]),
+        document(
+            [{"op": "leaf", "value": {"dtype": "float64", "shape": [2], "data": [1, 2]}, "grad": 1.0}], version=[2, 0]
+        ),
         '{"format": "graphsvc-json", "version": [1, 0], "nodes": [{"op": "leaf", "op": "neg"}]}',
         '{"format": "graphsvc-json", "version": [1, 0], "nodes": [], "nodes": []}',
         '{"format": "graphsvc-json", "version": [1, 0], "nodes": [{"op": "leaf", "attrs": {"a": 1, "a": 2}}]}',
@@ -183,6 +222,7 @@ def test_the_c_reader_leaves_to_the_long_way_what_it_does_not_take(cjson: Any) -
         plain.replace('"name": "a"', '"name": "\\udc00"'),  # lone surrogate
         plain[:-1],  # cut short
         plain.replace('"neg"', '"neg", "value": 1e999'),  # too large for a float64
+        plain.replace('"neg"', '"neg", "value": {"shape": [], "dtype": "float64", "data": 1}'),  # keys' order
     ):
         assert cjson.read(left.encode()) is None, left
 
@@ -237,7 +277,7 @@ def mutations(text: str, count: int, seed: int) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("name", ["golden attrs_metadata", "golden grads", "hostile"])
+@pytest.mark.parametrize("name", ["golden attrs_metadata", "golden grads", "hostile", "tensors"])
 def test_mutated_documents_read_as_the_long_way_reads_them(name: str) -> None:
     text = jsonio.dumps(WRITTEN[name]())
     taken = 0
