@@ -180,8 +180,8 @@ def chunks(graph: Graph) -> Iterator[bytes]:
     hold) is checked before the first chunk is given, so a refused graph writes nothing."""
     check_mapped(graph)
     check_text(graph, DEFAULT_LIMITS)
+    _check_attrs(graph)  # before the metadata (in the frame), as the document has them
     head, tail = _frame(graph)
-    _check_attrs(graph)
     n = graph.num_nodes
     if not n:
         yield (head + "]" + tail).encode()
@@ -470,7 +470,8 @@ def read_columns(data: bytes | bytearray | memoryview) -> tuple[Graph, tuple[int
 
 def _array_of(dtype: str, shape: tuple[int, ...], data: bytearray) -> np.ndarray:
     """An array the C reader read: its items' bytes viewed, read-only, as a loaded graph keeps them."""
-    return sealed(np.frombuffer(data, dtype=JSON_DTYPES[dtype]).reshape(shape))
+    # viewed through a read-only buffer, so that no view of it can be made writable again
+    return sealed(np.frombuffer(memoryview(data).toreadonly(), dtype=JSON_DTYPES[dtype]).reshape(shape))
 
 
 #: The keys of an ``ops`` entry.

@@ -286,3 +286,14 @@ def test_mutated_documents_read_as_the_long_way_reads_them(name: str) -> None:
         assert fast == slow, mutated
         taken += took
     assert taken > 100  # many mutations leave a document the C reader takes (a digit, a space)
+
+
+def test_arrays_read_in_c_are_read_only_for_good() -> None:
+    text = jsonio.dumps(tensors())
+    found = jsonio.read_columns(text.encode())
+    assert found is not None
+    graph = found[0]
+    for array in [*graph.arrays.values(), *graph.grad_arrays.values()]:
+        assert not array.flags.writeable
+        with pytest.raises(ValueError, match="cannot set WRITEABLE flag"):
+            array.flags.writeable = True

@@ -189,3 +189,11 @@ def test_rows_of_floats_in_c_are_what_json_dumps_writes() -> None:
     assert rows == [json.dumps(items[i : i + 7]) for i in range(0, len(items), 7)]
     with pytest.raises(ValueError, match=r"^json_float_rows: the values are not rows of that width$"):
         text.json_float_rows(values[:10], 7)
+
+
+def test_attributes_are_refused_before_metadata_as_in_the_document(writer: str) -> None:
+    b = GraphBuilder()
+    b.add("scale", [b.leaf(1.0)], value=1.0, attrs={"lr": math.nan})
+    graph = b.build(metadata={"blob": b"\x00"})
+    with pytest.raises(GraphsvcError, match=r"^cannot write the graph as JSON: Out of range float values .*: nan "):
+        next(jsonio.chunks(graph))
