@@ -1,5 +1,6 @@
 /* Text: node listings made from the columns, twins of graphsvc/console/listing.py's references
- * (reference_text and reference_json_objects), one chunk of nodes at a time.
+ * (reference_text and reference_json_objects), one chunk of nodes at a time; and the nodes of a
+ * graph's JSON form (graph_json_chunk), the twin of graphsvc/format/jsonio.py's reference_nodes_text.
  *
  * Columns: op_codes uint16 (N), offsets int64 (N + 1), parents int32 (E), values and grads float64
  * (N, optional). The text is built as UTF-8 in one growing buffer and decoded into one str at the
@@ -578,6 +579,188 @@ done:
     return result;
 }
 
+/* -- the JSON form of a graph (graphsvc/format/jsonio.py) ---------------------------------------- */
+
+/* A str of Python's as JSON text (json.dumps(text, ensure_ascii=False)), or "null" for None. */
+static int put_json_object_string(Buffer *out, PyObject *text, PyObject *keep, const char *what) {
+    Cell cell;
+    if (cell_of(text, &cell, keep, 1, what) < 0) return -1;
+    if (cell.is_none) return PUT_LITERAL(out, "null");
+    return put_json_string(out, cell.text, cell.len);
+}
+
+/* A part _parts rendered (a str) or None: appended, 1; None, 0; -1 with an exception set. */
+static int put_part(Buffer *out, PyObject *parts, Py_ssize_t index, const char *key, Py_ssize_t key_len,
+                    PyObject *keep) {
+    PyObject *part = PyTuple_GET_ITEM(parts, index);
+    if (part == Py_None) return 0;
+    Cell cell;
+    if (cell_of(part, &cell, keep, 0, "a part") < 0) return -1;
+    if (put(out, key, key_len) < 0 || put(out, cell.text, cell.len) < 0) return -1;
+    return 1;
+}
+
+/* graph_json_chunk(first, last, op_codes, offsets, parents, values, grads, names, tags, specials, parts,
+ * leading_comma) -> str: the twin of graphsvc.format.jsonio.reference_nodes_text. */
+static PyObject *graph_json_chunk(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t first, last;
+    PyObject *op_codes, *offsets, *parents, *values, *grads, *names, *tags, *specials, *parts_of;
+    int leading_comma;
+    if (!PyArg_ParseTuple(args, "nnOOOOOOOOOp:graph_json_chunk", &first, &last, &op_codes, &offsets, &parents, &values,
+                          &grads, &names, &tags, &specials, &parts_of, &leading_comma))
+        return NULL;
+    if (names != Py_None && !PyDict_Check(names)) {
+        PyErr_SetString(PyExc_TypeError, "names: a dict or None");
+        return NULL;
+    }
+    Chunk c; /* its buffers, tags and keep; ids stands for ``specials`` */
+    memset(&c, 0, sizeof c);
+    Buffer out = {NULL, 0, 0};
+    PyObject *result = NULL;
+    if ((c.keep = PyList_New(0)) == NULL) goto done;
+    if (column(specials, &c.ids, 8, "qlL", "specials") < 0 || column(op_codes, &c.op_codes, 2, "H", "op_codes") < 0 ||
+        column(offsets, &c.offsets, 8, "qlL", "offsets") < 0 || column(parents, &c.parents, 4, "ilI", "parents") < 0 ||
+        column(values, &c.values, 8, "d", "values") < 0)
+        goto done;
+    c.has_grads = grads != Py_None;
+    if (c.has_grads && column(grads, &c.grads, 8, "d", "grads") < 0) goto done;
+    if ((c.tags = cells_of(tags, -1, c.keep, 0, "tags", &c.tag_count)) == NULL) goto done;
+    c.nodes = c.op_codes.len / 2;
+    c.slots = c.parents.len / 4;
+    Py_ssize_t special_count = c.ids.len / 8;
+    if (first < 0 || last < first || last > c.nodes || c.offsets.len / 8 != c.nodes + 1 || c.values.len / 8 < c.nodes ||
+        (c.has_grads && c.grads.len / 8 < c.nodes)) {
+        PyErr_SetString(PyExc_ValueError, "graph_json_chunk: the nodes are not all in the columns");
+        goto done;
+    }
+    const int64_t *off = c.offsets.buf, *special = c.ids.buf;
+    const int32_t *parent = c.parents.buf;
+    const uint16_t *code = c.op_codes.buf;
+    const double *value = c.values.buf, *grad = c.grads.buf;
+    Py_ssize_t next = 0; /* the next of ``specials`` */
+    if (reserve(&out, (last - first) * (c.has_grads ? 128 : 96)) < 0) goto done;
+    for (Py_ssize_t node = first; node < last; node++) {
+        if (code[node] >= c.tag_count) {
+            PyErr_Format(PyExc_IndexError, "node %zd: op code %d has no tag", node, (int)code[node]);
+            goto done;
+        }
+        if (off[node] < 0 || off[node] > off[node + 1] || off[node + 1] > c.slots) {
+            PyErr_Format(PyExc_IndexError, "node %zd: parent slots out of range", node);
+            goto done;
+        }
+        if ((node > first || leading_comma) && PUT_LITERAL(&out, ",\n") < 0) goto done;
+        if (PUT_LITERAL(&out, "  {\n   \"id\": ") < 0 || put_int(&out, node) < 0 ||
+            PUT_LITERAL(&out, ",\n   \"name\": ") < 0)
+            goto done;
+        PyObject *name = NULL;
+        if (names != Py_None && PyDict_GET_SIZE(names)) {
+            PyObject *key = PyLong_FromSsize_t(node);
+            if (key == NULL) goto done;
+            name = PyDict_GetItemWithError(names, key);
+            Py_DECREF(key);
+            if (name == NULL && PyErr_Occurred()) goto done;
+        }
+        if (put_json_object_string(&out, name ? name : Py_None, c.keep, "a name") < 0) goto done;
+        const Cell *tag = &c.tags[code[node]];
+        if (PUT_LITERAL(&out, ",\n   \"op\": ") < 0 || put_json_string(&out, tag->text, tag->len) < 0 ||
+            PUT_LITERAL(&out, ",\n   \"parents\": [") < 0)
+            goto done;
+        int64_t count = off[node + 1] - off[node];
+        if (reserve(&out, count * 13 + 1) < 0) goto done;
+        char *p = out.data + out.len;
+        for (int64_t slot = off[node]; slot < off[node + 1]; slot++) {
+            if (slot > off[node]) {
+                *p++ = ',';
+                *p++ = ' ';
+            }
+            p = write_int(p, parent[slot]);
+        }
+        *p++ = ']';
+        out.len = p - out.data;
+        while (next < special_count && special[next] < node) next++;
+        PyObject *parts = NULL;
+        if (next < special_count && special[next] == node) {
+            parts = PyObject_CallFunction(parts_of, "n", node);
+            if (parts == NULL) goto done;
+            if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 3) {
+                Py_DECREF(parts);
+                PyErr_SetString(PyExc_TypeError, "parts: a tuple of 3");
+                goto done;
+            }
+            if (PyList_Append(c.keep, parts) < 0) {
+                Py_DECREF(parts);
+                goto done;
+            }
+            Py_DECREF(parts); /* ``keep`` holds it until the text is made */
+        }
+        int got;
+        static const char value_key[] = ",\n   \"value\": ", grad_key[] = ",\n   \"grad\": ",
+                          attrs_key[] = ",\n   \"attrs\": ";
+        got = parts ? put_part(&out, parts, 0, value_key, sizeof value_key - 1, c.keep) : 0;
+        if (got < 0 || (!got && (put(&out, value_key, sizeof value_key - 1) < 0 || put_float(&out, value[node], 1) < 0)))
+            goto done;
+        got = parts ? put_part(&out, parts, 1, grad_key, sizeof grad_key - 1, c.keep) : 0;
+        if (got < 0 || (!got && c.has_grads &&
+                        (put(&out, grad_key, sizeof grad_key - 1) < 0 || put_float(&out, grad[node], 1) < 0)))
+            goto done;
+        if ((parts && put_part(&out, parts, 2, attrs_key, sizeof attrs_key - 1, c.keep) < 0) ||
+            PUT_LITERAL(&out, "\n  }") < 0)
+            goto done;
+    }
+    result = finish(&out);
+done:
+    PyMem_Free(out.data);
+    release(&c);
+    return result;
+}
+
+/* json_float_rows(values, width) -> list of str: the float64 ``values`` in rows of ``width``, each
+ * as json.dumps writes a list of them once graphsvc.format.jsonio.json_float made them JSON
+ * ("[1.5, \"nan\", -0.0]"): the innermost rows of an array's data in the JSON form. */
+static PyObject *json_float_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *values;
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "On:json_float_rows", &values, &width)) return NULL;
+    Py_buffer view;
+    if (column(values, &view, 8, "d", "values") < 0) return NULL;
+    Py_ssize_t n = view.len / 8;
+    PyObject *rows = NULL;
+    Buffer out = {NULL, 0, 0};
+    if (width <= 0 || n % width) {
+        PyErr_SetString(PyExc_ValueError, "json_float_rows: the values are not rows of that width");
+        goto done;
+    }
+    if ((rows = PyList_New(n / width)) == NULL) goto done;
+    const double *x = view.buf;
+    for (Py_ssize_t r = 0; r < n / width; r++) {
+        out.len = 0;
+        if (reserve(&out, width * (FLOAT_MAX_CHARS + 2) + 2) < 0) goto fail;
+        out.data[out.len++] = '[';
+        for (Py_ssize_t i = 0; i < width; i++) {
+            if (i) {
+                out.data[out.len++] = ',';
+                out.data[out.len++] = ' ';
+            }
+            char *end = write_float(out.data + out.len, x[r * width + i], 1);
+            if (end == NULL) goto fail;
+            out.len = end - out.data;
+        }
+        out.data[out.len++] = ']';
+        PyObject *row = PyUnicode_DecodeASCII(out.data, out.len, "strict");
+        if (row == NULL) goto fail;
+        PyList_SET_ITEM(rows, r, row);
+    }
+    goto done;
+fail:
+    Py_CLEAR(rows);
+done:
+    PyMem_Free(out.data);
+    PyBuffer_Release(&view);
+    return rows;
+}
+
 static PyMethodDef methods[] = {
     {"text_chunk", text_chunk, METH_VARARGS,
      "text_chunk(ids, op_codes, offsets, parents, names, tags, values, grads) -> str\n\n"
@@ -594,6 +777,19 @@ static PyMethodDef methods[] = {
      "``tags`` each op code's tag, neither escaped: this function writes them as JSON strings, as\n"
      "json.dumps does (graphsvc.console.listing then writes each unprintable character left in them as\n"
      "its JSON escape, graphsvc.text.json_escaped, as it does the reference's)."},
+    {"graph_json_chunk", graph_json_chunk, METH_VARARGS,
+     "graph_json_chunk(first, last, op_codes, offsets, parents, values, grads, names, tags, specials, parts,\n"
+     "                 leading_comma) -> str\n\n"
+     "The nodes first to last - 1 of a graph in its JSON form, as graphsvc.format.jsonio writes them\n"
+     "(json.dumps(..., indent=1, ensure_ascii=False), arrays of numbers on one line), joined by ',\\n'\n"
+     "(one more first if ``leading_comma``). ``names``: a dict node -> str, or None; ``tags``: each op\n"
+     "code's tag; ``specials`` (int64, sorted): the nodes for which ``parts(node)`` gives the JSON text\n"
+     "of their value, gradient and attributes (each a str, or None: the column's float, no attributes).\n"
+     "Unprintable characters are left for graphsvc.text.json_escaped, as json_chunk leaves them."},
+    {"json_float_rows", json_float_rows, METH_VARARGS,
+     "json_float_rows(values, width) -> list of str\n\n"
+     "The float64 ``values`` (C-contiguous) in rows of ``width``, each as json.dumps writes a list of\n"
+     "them made JSON (nan and the infinities as strings): '[1.5, \"nan\", -0.0]'."},
     {NULL, NULL, 0, NULL},
 };
 

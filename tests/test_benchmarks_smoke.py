@@ -169,6 +169,7 @@ WITH_HELP = [
     "bench_capture.py",
     "bench_cli.py",
     "bench_memory.py",
+    "bench_json.py",
     "bench_kernels.py",
     "bench_per_node.py",
     "bench_replay_kernels.py",
@@ -394,3 +395,13 @@ def test_bench_capture_compares_a_step_with_and_without_capture() -> None:
     # t and addmm (or t, matmul and add: the linear layer), three muls and the sum
     assert row["nodes"] == (6 if "addmm" in load_registry()[0] else 7)
     assert row["ratio_min"] <= row["ratio_median"] <= row["ratio_max"]
+
+
+def test_bench_json_runs_on_a_tiny_chain() -> None:
+    """Every alternative of bench_json.py on a 300-node chain, one round: each process ran and
+    reported its time and peak; graphsvc's rows are there (orjson's and msgspec's where installed)."""
+    result = script(str(BENCHMARKS / "bench_json.py"), "--sizes", "300", "--rounds", "1", "--no-tensors", "--no-write")
+    assert result.returncode == 0, result.stderr
+    for row in ("| graphsvc.load |", "| graphsvc.load, the long way |", "| json.loads |", "| graphsvc convert |"):
+        assert row in result.stdout
+    assert "## chain, 303 nodes: " in result.stdout  # graphs.chain(300): 3 leaves and 100 steps of 3 ops

@@ -113,13 +113,20 @@ def write(graph: Graph, form: str, target: Path, quiet: bool = False) -> None:
             fmt.save(graph, target)
         printing.wrote(target, graph.num_nodes)
         return
-    with progress(f"converting to {form}", quiet=quiet):
-        data = jsonio.dumps(graph).encode() if form == "json" else fmt.dumps(graph)
-    if printing.is_stdio(target):
-        printing.write_bytes(data)
+    if form == "msgpack":  # to standard output: msgpack's encoder gives views of the columns
+        with progress(f"converting to {form}", quiet=quiet):
+            printing.write_bytes(fmt.dumps(graph))
         return
-    from graphsvc.format.atomic import atomic_writer
+    # JSON is written a chunk of nodes at a time (jsonio.chunks), never whole in memory; every check
+    # that could refuse the graph is made before its first chunk, so a refused graph writes nothing
+    with progress(f"converting to {form}", quiet=quiet):
+        if printing.is_stdio(target):
+            for chunk in jsonio.chunks(graph):
+                printing.write_bytes(chunk)
+            return
+        from graphsvc.format.atomic import atomic_writer
 
-    with atomic_writer(target, "wb") as stream:
-        stream.write(data)
+        with atomic_writer(target, "wb") as stream:
+            for chunk in jsonio.chunks(graph):
+                stream.write(chunk)
     printing.wrote(target, graph.num_nodes)

@@ -486,13 +486,18 @@ def _check_json_head(head: bytes | bytearray) -> None:
 def _read_json(data: bytes | bytearray, limits: Limits) -> tuple[Graph, tuple[int, int]]:
     from graphsvc.format import jsonio
 
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise FormatError(f"the JSON text is not valid UTF-8 (at byte {exc.start})") from None
     with gc_paused():  # a map per node's attributes: see graphsvc.collector
-        graph, version = jsonio.loads_versioned(text)
-    del text
+        found = jsonio.read_columns(data)  # straight from the bytes, where the document allows it
+    if found is not None:
+        graph, version = found
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise FormatError(f"the JSON text is not valid UTF-8 (at byte {exc.start})") from None
+        with gc_paused():
+            graph, version = jsonio.read_objects(text)
+        del text
     if graph.num_nodes > limits.max_nodes:
         raise FormatError(f"the graph has {counted(graph.num_nodes, 'node')}, over the limit {limits.max_nodes}")
     if len(graph.parent_indices) > limits.max_edges:

@@ -9,6 +9,14 @@ Floats that JSON cannot hold are written as the strings ``"nan"``, ``"inf"`` and
 every other float is written with Python's shortest round-trip repr, so values survive exactly.
 A tensor node's value or gradient is an object ``{"dtype": "float32", "shape": [2, 3], "data":
 [[...], [...]]}`` (JSON version 2.0, written only for tensor graphs; see schemas/FORMAT.md §13).
+
+Writing goes a chunk of nodes at a time from the columns (:func:`chunks`; the nodes' text in C,
+``graphsvc.native._ctext``, where it was built): a 5M-node chain's 734 MB of JSON is written
+holding one chunk's text, never a document of Python objects. Reading takes the bytes straight
+into the columns (:func:`read_columns`, in C: ``graphsvc.native._cjson``) when the document is in
+the shape a writer gives it, with no Python object per node; any other document, or any doubt, is
+read the long way (:func:`read_objects`: ``json.loads``, then every check), which builds the same
+graph or words the error, so a document gives the same graph, warnings or error either way.
 """
 
 from __future__ import annotations
@@ -20,12 +28,23 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from graphsvc.errors import FormatError, GraphStructureError, GraphsvcError
 from graphsvc.format import keys
 from graphsvc.format.document import check_mapped, check_text, not_unicode, quoted
 from graphsvc.format.layout import DEFAULT_LIMITS, MAX_ARRAY_BYTES
-from graphsvc.graph import FLOAT_DTYPE, MAX_DIMENSIONS, MAX_OPS, Graph, OpSource, graph_from_lists, sealed
+from graphsvc.graph import (
+    FLOAT_DTYPE,
+    MAX_DIMENSIONS,
+    MAX_OPS,
+    Graph,
+    OpSource,
+    graph_from_buffers,
+    graph_from_lists,
+    sealed,
+)
+from graphsvc.native.loader import extension
 from graphsvc.text import counted, first_surrogate, json_escaped, shorten
 from graphsvc.topo import topological_sort
 
@@ -145,18 +164,222 @@ def _one_line(match: re.Match[str]) -> str:
 def dumps(graph: Graph) -> str:
     """The graph as indented JSON text: one key per line, an array of numbers or strings on one
     line (parents, a shape, the innermost rows of an array's data). Refuses, as ``save`` does, what
-    a reader would refuse in its text (a lone surrogate, a string over 1 MiB, nesting past 32 levels)."""
+    a reader would refuse in its text (a lone surrogate, a string over 1 MiB, nesting past 32 levels).
+    The same text as :func:`chunks` gives, in one str."""
+    return b"".join(chunks(graph)).decode()
+
+
+#: How many nodes one chunk of :func:`chunks` holds.
+CHUNK_NODES = 1 << 16
+
+
+def chunks(graph: Graph) -> Iterator[bytes]:
+    """:func:`dumps`'s text as UTF-8, a chunk of :data:`CHUNK_NODES` nodes at a time, written from
+    the columns (no document of Python objects: a chunk's text is all that is held). Everything
+    that could refuse the graph (the checks of ``save``, attributes or metadata that JSON cannot
+    hold) is checked before the first chunk is given, so a refused graph writes nothing."""
     check_mapped(graph)
     check_text(graph, DEFAULT_LIMITS)
+    _check_attrs(graph)  # before the metadata (in the frame), as the document has them
+    head, tail = _frame(graph)
+    n = graph.num_nodes
+    if not n:
+        yield (head + "]" + tail).encode()
+        return
+    specials = _special_nodes(graph)
+    yield (head + "\n").encode()
+    for first in range(0, n, CHUNK_NODES):
+        last = min(first + CHUNK_NODES, n)
+        inside = specials[np.searchsorted(specials, first) : np.searchsorted(specials, last)]
+        yield json_escaped(nodes_text(graph, first, last, inside, first > 0)).encode()
+    yield ("\n " + "]" + tail).encode()
+
+
+def _json_text(value: Any, depth: int) -> str:
+    """``value`` as ``json.dumps(value, indent=1)`` writes it at ``depth`` levels of indentation
+    (arrays of numbers or strings on one line), not yet escaped (:func:`json_escaped`, over the chunk)."""
     try:
-        text = json.dumps(to_document(graph), indent=1, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:  # nan, inf or bin data inside attributes or metadata
-        raise GraphsvcError(
-            f"cannot write the graph as JSON: {exc} (in JSON, attributes and metadata cannot hold nan, inf or bin data)"
-        ) from None
-    # no lone surrogate (check_text): UTF-8 encodes it; unprintable characters (U+202E, U+200B...) as
-    # JSON escapes (graphsvc.text.json_escaped), so `convert -o -` sends a terminal nothing raw
-    return json_escaped(_FLAT_ARRAY.sub(_one_line, text)) + "\n"
+        raise _unwritable(exc) from None
+    text = _FLAT_ARRAY.sub(_one_line, text)
+    return text.replace("\n", "\n" + " " * depth) if depth else text  # a string never holds a newline
+
+
+def _frame(graph: Graph) -> tuple[str, str]:
+    """The document around its nodes: the text up to the nodes' ``[`` and from after its ``]``."""
+    document = {
+        "format": JSON_FORMAT_NAME,
+        "version": list(JSON_TENSOR_VERSION if graph.is_tensor_graph else JSON_VERSION),
+        "ops": {
+            tag: {"plugin": source.plugin, "version": source.version}
+            for tag, source in ((tag, graph.op_sources.get(tag, OpSource())) for tag in graph.op_table)
+        },
+        "nodes": [],
+        "outputs": list(graph.outputs),
+        "metadata": graph.metadata,
+    }
+    text = json_escaped(_json_text(document, 0)) + "\n"
+    # the document's own key, at one space: a key inside ops or metadata is indented more, and no
+    # string holds a newline
+    head, tail = text.split('\n "nodes": []', 1)
+    return head + '\n "nodes": [', tail
+
+
+def _check_attrs(graph: Graph) -> None:
+    """Refuse attributes JSON cannot hold (nan, inf, bin data) before anything is written."""
+    attrs = list(graph.attrs.values())
+    for start in range(0, len(attrs), CHUNK_NODES):
+        batch = attrs[start : start + CHUNK_NODES]
+        try:  # compact, in C; what fails here fails indented too, which words it as dumps does
+            json.dumps(batch, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            _json_text(batch, 0)
+
+
+def _unwritable(exc: Exception) -> GraphsvcError:
+    return GraphsvcError(
+        f"cannot write the graph as JSON: {exc} (in JSON, attributes and metadata cannot hold nan, inf or bin data)"
+    )
+
+
+def _special_nodes(graph: Graph) -> npt.NDArray[np.int64]:
+    """The nodes whose text has a part :func:`_parts` writes (an array value or gradient, attributes), sorted."""
+    found = set(graph.attrs).union(graph.arrays, graph.grad_arrays)
+    return np.array(sorted(found), dtype=np.int64)
+
+
+def _parts(graph: Graph, node: int) -> tuple[str | None, str | None, str | None]:
+    """A node's value, gradient and attributes as JSON text at a node's keys' depth, where they are
+    not a scalar (None: the column's float, or no attributes)."""
+    array = graph.arrays.get(node)
+    grad = graph.grad_arrays.get(node)
+    attrs = graph.attrs.get(node)
+    return (
+        None if array is None else _array_text(array, _KEY_DEPTH),
+        None if grad is None else _array_text(grad, _KEY_DEPTH),
+        None if attrs is None else _json_text(attrs, _KEY_DEPTH),
+    )
+
+
+def _array_text(array: np.ndarray, depth: int) -> str:
+    """``_json_text(json_array(array), depth)``: its innermost rows written one line each
+    (:func:`_row_texts`), the nesting around them here."""
+    dtype, shape = json.dumps(array.dtype.name), json.dumps(list(array.shape))
+    if array.ndim == 0:
+        data_text = json.dumps(json_array(array)["data"], allow_nan=False)
+    else:
+        data_text = _nested(array.shape, iter(_row_texts(array) if array.size else ()))
+    text = f'{{\n "dtype": {dtype},\n "shape": {shape},\n "data": {data_text}\n}}'
+    return text.replace("\n", "\n" + " " * depth)
+
+
+def _row_texts(array: np.ndarray) -> list[str]:
+    """The innermost rows of a non-empty array of at least one dimension, in C order, each as
+    ``json.dumps`` writes a list of :func:`json_array`'s items: a float64 array's in C
+    (``graphsvc.native._ctext.json_float_rows``) where it was built."""
+    width = array.shape[-1]
+    text_module = extension("text")
+    if array.dtype == np.float64 and text_module is not None:
+        return list(text_module.json_float_rows(np.ascontiguousarray(array).reshape(-1), width))
+    if array.dtype.kind == "i" or (array.dtype.itemsize == 8 and bool(np.isfinite(array).all())):
+        return ["[" + ", ".join(map(repr, row)) + "]" for row in array.reshape(-1, width).tolist()]
+    flat = json_array(array.reshape(-1))["data"]
+    return [json.dumps(flat[i : i + width], allow_nan=False) for i in range(0, len(flat), width)]
+
+
+def _nested(shape: tuple[int, ...], rows: Iterator[str]) -> str:
+    """The nesting of an array of ``shape`` around its innermost ``rows``, as ``json.dumps(...,
+    indent=1)`` writes it at one level of indentation (one row a line, ``[]`` for an empty axis).
+    A stack, not recursion (a shape has at most MAX_DIMENSIONS axes)."""
+    last = len(shape) - 1
+    out: list[str] = []
+    work: list[str | tuple[int, int]] = [(0, 1)]  # (axis, indentation), or text
+    while work:
+        item = work.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        axis, level = item
+        if not shape[axis]:
+            out.append("[]")
+        elif axis == last:
+            out.append(next(rows))
+        else:
+            pieces: list[str | tuple[int, int]] = ["[\n"]
+            for i in range(shape[axis]):
+                pieces += [" " * (level + 1), (axis + 1, level + 1), ",\n" if i < shape[axis] - 1 else "\n"]
+            pieces.append(" " * level + "]")
+            work.extend(reversed(pieces))
+    return "".join(out)
+
+
+#: The indentation of a node's keys: the document's keys at 1, a node at 2, its keys at 3.
+_KEY_DEPTH = 3
+
+
+def nodes_text(graph: Graph, first: int, last: int, specials: npt.NDArray[np.int64], leading_comma: bool) -> str:
+    """The text of nodes ``first`` to ``last - 1`` as :func:`dumps` writes them, joined by ``,\\n``
+    (and one more first with ``leading_comma``), not yet escaped; ``specials``: those of them that
+    :func:`_parts` writes a part of. In C (``graphsvc.native._ctext.graph_json_chunk``) where it
+    was built, else :func:`reference_nodes_text`."""
+    text_module = extension("text")
+    if text_module is None:
+        return reference_nodes_text(graph, first, last, specials, leading_comma)
+    return str(
+        text_module.graph_json_chunk(
+            first,
+            last,
+            graph.op_codes,
+            graph.parent_offsets,
+            graph.parent_indices,
+            graph.values,
+            graph.grads,
+            graph.names or None,
+            graph.op_table,
+            specials,
+            lambda node: _parts(graph, node),
+            leading_comma,
+        )
+    )
+
+
+def reference_nodes_text(
+    graph: Graph, first: int, last: int, specials: npt.NDArray[np.int64], leading_comma: bool
+) -> str:
+    """:func:`nodes_text` in Python."""
+    values = graph.values[first:last].tolist()
+    grads = None if graph.grads is None else graph.grads[first:last].tolist()
+    offsets = graph.parent_offsets[first : last + 1].tolist()
+    parents = graph.parent_indices[offsets[0] : offsets[-1]].tolist()
+    base = offsets[0]
+    tags = [json.dumps(tag, ensure_ascii=False) for tag in graph.op_table]
+    codes = graph.op_codes[first:last].tolist()
+    special = set(specials.tolist())
+    out = []
+    for i, node in enumerate(range(first, last)):
+        name = graph.names.get(node)
+        value, grad, attrs = _parts(graph, node) if node in special else (None, None, None)
+        if value is None:
+            value = _float_text(values[i])
+        if grad is None and grads is not None:
+            grad = _float_text(grads[i])
+        listed = ", ".join(map(str, parents[offsets[i] - base : offsets[i + 1] - base]))
+        text = (
+            f'  {{\n   "id": {node},\n   "name": {"null" if name is None else json.dumps(name, ensure_ascii=False)},'
+            f'\n   "op": {tags[codes[i]]},\n   "parents": [{listed}],\n   "value": {value}'
+        )
+        if grad is not None:
+            text += f',\n   "grad": {grad}'
+        if attrs is not None:
+            text += f',\n   "attrs": {attrs}'
+        out.append(text + "\n  }")
+    return (",\n" if leading_comma else "") + ",\n".join(out)
+
+
+def _float_text(x: float) -> str:
+    """A float as JSON text (:func:`json_float`): its repr, or ``"nan"``, ``"inf"``, ``"-inf"`` quoted."""
+    return repr(x) if math.isfinite(x) else f'"{json_float(x)}"'
 
 
 def loads(text: str) -> Graph:
@@ -168,6 +391,96 @@ def loads(text: str) -> Graph:
 
 def loads_versioned(text: str) -> tuple[Graph, tuple[int, int]]:
     """Like :func:`loads`, and also return the version the document declares ``(major, minor)``."""
+    try:  # a BOM in a str is an error of json.loads's: the long way words it
+        data = None if text.startswith("\ufeff") else text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: the long way says where
+        data = None
+    found = None if data is None else read_columns(data)
+    del data
+    return found if found is not None else read_objects(text)
+
+
+def read_columns(data: bytes | bytearray | memoryview) -> tuple[Graph, tuple[int, int]] | None:
+    """The graph of a document in UTF-8 (a BOM allowed) read straight into its columns, in C
+    (``graphsvc.native._cjson``): no Python object per node, and the same graph :func:`read_objects`
+    builds (an array object's data read straight into the array's bytes). None, so that
+    :func:`read_objects` reads it and words what is wrong, when the document is not in the shape a
+    writer gives it (ids 0, 1, 2... in order, parents by id before their children, an array object's
+    keys in the order dtype, shape, data, no unknown or repeated key, only Unicode text, numbers a
+    float64 holds), or anything about it is in doubt, or the extension is not in use."""
+    module = extension("json")
+    if module is None:
+        return None
+    try:
+        parsed = module.read(data)
+    except MemoryError:  # the long way says it, or gets through with less
+        return None
+    if parsed is None:
+        return None
+    top, tags, codes, offsets, parents, values, grads, names, attrs, arrays, grad_arrays = parsed
+    del parsed
+    version = top.get("version")
+    n = len(offsets) // 8 - 1
+    outputs = top.get("outputs", [])
+    metadata = top.get("metadata", {})
+    ops = top.get("ops", {})
+    if (  # what from_document checks of these parts; any doubt: the long way, which words it
+        top.get("format") != JSON_FORMAT_NAME
+        or not isinstance(version, list)
+        or len(version) != 2
+        or not all(type(v) is int and v >= 0 for v in version)
+        or version[0] > JSON_TENSOR_VERSION[0]
+        or not isinstance(outputs, list)
+        or not all(type(o) is int and 0 <= o < n for o in outputs)
+        or not isinstance(metadata, dict)
+        or not isinstance(ops, dict)
+        or not all(
+            isinstance(entry, dict) and all(isinstance(entry.get(k), (str, type(None))) for k in JSON_OP_FIELDS)
+            for entry in ops.values()
+        )
+        or len(set(names.values())) != len(names)
+        or ((arrays or grad_arrays) and version[0] < JSON_TENSOR_VERSION[0])  # 1.x holds no arrays
+    ):
+        return None
+    sources = {tag: OpSource(ops.get(tag, {}).get("plugin"), ops.get(tag, {}).get("version")) for tag in tags}
+    graph = graph_from_buffers(
+        tags,
+        codes,
+        offsets,
+        parents,
+        values,
+        grads,
+        names=names,
+        attrs=attrs,
+        outputs=list(outputs),
+        metadata=metadata,
+        op_sources=sources,
+        arrays={node: _array_of(*found) for node, found in arrays.items()},
+        grad_arrays={node: _array_of(*found) for node, found in grad_arrays.items()},
+    )
+    try:
+        graph.check()
+    except GraphStructureError:
+        return None
+    if "outputs" not in top:  # left out: the sinks, as GraphBuilder.build() defaults them
+        graph.outputs = [int(s) for s in graph.sinks()]
+    keys.found(keys.in_json({**top, "nodes": []}, False))
+    return graph, (version[0], version[1])
+
+
+def _array_of(dtype: str, shape: tuple[int, ...], data: bytearray) -> np.ndarray:
+    """An array the C reader read: its items' bytes viewed, read-only, as a loaded graph keeps them."""
+    # viewed through a read-only buffer, so that no view of it can be made writable again
+    return sealed(np.frombuffer(memoryview(data).toreadonly(), dtype=JSON_DTYPES[dtype]).reshape(shape))
+
+
+#: The keys of an ``ops`` entry.
+JSON_OP_FIELDS = ("plugin", "version")
+
+
+def read_objects(text: str) -> tuple[Graph, tuple[int, int]]:
+    """:func:`loads_versioned` the long way: ``json.loads`` with every check, then the graph built
+    from the decoded document; any problem is a :class:`FormatError` that says what is wrong."""
     try:
         doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float, object_pairs_hook=_object)
     except _RepeatedKey:

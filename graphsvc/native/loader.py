@@ -10,7 +10,7 @@ from functools import cache
 from types import ModuleType
 
 #: graphsvc's C extensions: ``csrc/NAME.c`` is the module ``graphsvc.native._cNAME``.
-EXTENSIONS = ("memory", "replay", "table", "text", "topo", "walk")
+EXTENSIONS = ("json", "memory", "replay", "table", "text", "topo", "walk")
 
 #: The environment variable that turns every extension off when set to ``0``.
 SWITCH = "GRAPHSVC_NATIVE"

@@ -87,3 +87,26 @@ def test_write_both_forms_to_files_and_json_to_stdout(
         "value": 2.0,
         "grad": 22.0,
     }
+
+
+def test_json_is_written_a_chunk_at_a_time_and_a_refused_graph_writes_nothing(
+    seed004_file: Graph, tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from graphsvc.errors import GraphsvcError
+    from graphsvc.format import jsonio
+
+    monkeypatch.setattr(jsonio, "CHUNK_NODES", 2)  # seed004's 7 nodes: 4 chunks of nodes
+    writes: list[bytes] = []
+    real = convert.printing.write_bytes
+    monkeypatch.setattr(convert.printing, "write_bytes", lambda data: (writes.append(data), real(data))[1])
+    convert.write(seed004_file, "json", Path("-"), quiet=True)
+    out = capsysbinary.readouterr().out
+    assert len(writes) == 6 and b"".join(writes) == out == jsonio.dumps(seed004_file).encode()
+    graph = seed004_file.copy()
+    graph.attrs[6] = {"lr": float("nan")}  # the last node: its chunk is the last one
+    writes.clear()
+    target = tmp_path / "g.json"
+    for where in (Path("-"), target):
+        with pytest.raises(GraphsvcError, match=r"^cannot write the graph as JSON: Out of range float values"):
+            convert.write(graph, "json", where, quiet=True)
+    assert writes == [] and capsysbinary.readouterr() == (b"", b"") and not target.exists()

@@ -16,7 +16,7 @@ def test_every_c_source_is_an_extension_that_was_built() -> None:
     """Each csrc/NAME.c is the module graphsvc.native._cNAME. Where one was not built (no C compiler at
     install), graphsvc runs its pure-Python references and this test skips, except with
     GRAPHSVC_REQUIRE_NATIVE=1 (as .ci/run sets it), where it fails."""
-    assert NAMES == ["memory", "replay", "table", "text", "topo", "walk"]
+    assert NAMES == ["json", "memory", "replay", "table", "text", "topo", "walk"]
     from graphsvc import native  # native.built(), which graphsvc --version reports, looks for these
 
     assert list(native.EXTENSIONS) == NAMES
