@@ -324,9 +324,14 @@ def test_broken_plugins_are_reported_by_name_and_the_rest_still_load(tmp_path: P
         ),
         PluginProblem(paths["malformed_op"], "malformed op: register() expects a graphsvc.ops.Op, not str"),
         PluginProblem(
-            paths["typo_hook"], "unknown hook 'graphsvc_register_op' (the only hook is graphsvc_register_ops)"
+            paths["typo_hook"],
+            "unknown hook 'graphsvc_register_op' (the hooks are graphsvc_register_ops and "
+            "graphsvc_register_op_families)",
         ),
-        PluginProblem(paths["no_hook"], "defines no @hookimpl graphsvc_register_ops(register)"),
+        PluginProblem(
+            paths["no_hook"],
+            "defines no @hookimpl graphsvc_register_ops(register) or graphsvc_register_op_families(register)",
+        ),
         PluginProblem(
             "graphsvc_no_such_plugin", "cannot import: ModuleNotFoundError: No module named 'graphsvc_no_such_plugin'"
         ),
