@@ -21,7 +21,10 @@ examples/), and its blocks run there in order, in subprocesses, with this enviro
 Commands that install packages, run the whole test suite or fuzz for minutes are listed in
 SKIPPED_COMMANDS with the reason and taken out of their block; a block left with nothing to run is
 skipped. Blocks that write an image need Graphviz's ``dot``: without it they skip, or fail when
-GRAPHSVC_REQUIRE_GRAPHVIZ=1 (CI sets it). A block in any other language fails, so a new block cannot go
+GRAPHSVC_REQUIRE_GRAPHVIZ=1 (CI sets it). Blocks that need PyTorch (a python block that imports
+torch, or that names a file an earlier block of its document wrote that imports it; a console or bash
+block that names such a file) skip without it, or fail when GRAPHSVC_REQUIRE_TORCH=1 (CI sets it).
+A block in any other language fails, so a new block cannot go
 untested.
 """
 
@@ -40,7 +43,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, graphviz_missing
+from tests.conftest import REQUIRE_TORCH, ROOT, graphviz_missing, torch_missing
 
 DOCUMENTS = (
     "README.md",
@@ -49,6 +52,7 @@ DOCUMENTS = (
     "plugins/graphsvc-activations/README.md",
     "plugins/graphsvc-binary/README.md",
     "plugins/graphsvc-conv/README.md",
+    "plugins/graphsvc-torch/README.md",
 )
 #: What each document's directory starts with, copied from the checkout.
 COPIED = {"README.md": ("examples",), "docs/cli.md": ("examples",)}
@@ -57,7 +61,8 @@ COPIED = {"README.md": ("examples",), "docs/cli.md": ("examples",)}
 SKIPPED_COMMANDS = {
     "pip install .": "installs graphsvc; the blocks run the graphsvc installed from this checkout",
     'pip install -q -e ".[test]"': "installs the test tools, which these tests already run under",
-    "pip install -q ./plugins/graphsvc-activations ./plugins/graphsvc-binary ./plugins/graphsvc-conv": (
+    "pip install -q ./plugins/graphsvc-activations ./plugins/graphsvc-binary ./plugins/graphsvc-conv "
+    "./plugins/graphsvc-torch": (
         "installs the example plugins; the test environment has them (CI's command installs them)"
     ),
     "pip install ./plugins/graphsvc-activations ./plugins/graphsvc-binary": (
@@ -69,6 +74,10 @@ SKIPPED_COMMANDS = {
         )
         for name in ("activations", "binary", "conv")
     },
+    "pip install ./plugins/graphsvc-torch torch==2.13.0": (
+        "installs the torch plugin and PyTorch; the test environment has the plugin (CI's command installs it), "
+        "and the blocks that need PyTorch skip without it"
+    ),
     "python -m pytest -q": (
         "runs the whole test suite, this file included; tests/test_readme.py checks it is CI's command"
     ),
@@ -176,6 +185,32 @@ def check_graphviz(block: Block) -> None:
     raise Skipped(reason)
 
 
+NEEDS_TORCH = re.compile(r"^\s*(?:import torch\b|from torch\b)", re.M)
+
+
+def torch_files(document: str) -> list[str]:
+    """The files (``NAME.py``) blocks of ``document`` write that import PyTorch."""
+    return [
+        mark["name"]
+        for block in ALL_BLOCKS
+        if block.document == document and (mark := FILE_MARK.match(block.first_line)) and NEEDS_TORCH.search(block.text)
+    ]
+
+
+def check_torch(block: Block) -> None:
+    """Skip a block that needs PyTorch where it is missing (fail it under GRAPHSVC_REQUIRE_TORCH=1)."""
+    stems = [name.removesuffix(".py") for name in torch_files(block.document)]
+    needs = any(stem in block.text for stem in stems)
+    if block.language == "python" and not FILE_MARK.match(block.first_line):
+        needs = needs or bool(NEEDS_TORCH.search(block.text))
+    reason = torch_missing() if needs else None
+    if reason is None:
+        return
+    if os.environ.get(REQUIRE_TORCH) == "1":
+        pytest.fail(f"{block.id}: {reason}")
+    raise Skipped(reason)
+
+
 # -- python ------------------------------------------------------------------------------------------
 
 
@@ -205,6 +240,7 @@ def run_python(block: Block, directory: Path) -> None:
     if quote_mark := QUOTE_MARK.match(first):
         check_quote(block, quote_mark["path"])
         return
+    check_torch(block)
     result = run([sys.executable, "-c", block.text], directory)
     expect(result.returncode == 0, f"{block.id} failed: {report(result)}")
     prints = [line.strip() for line in block.text.splitlines() if line.strip().startswith("print(")]
@@ -238,6 +274,7 @@ def console_commands(block: Block) -> list[Command]:
 
 def run_console(block: Block, directory: Path) -> None:
     check_graphviz(block)
+    check_torch(block)
     commands = [command for command in console_commands(block) if command.text not in SKIPPED_COMMANDS]
     if not commands:
         raise Skipped("; ".join(SKIPPED_COMMANDS[command.text] for command in console_commands(block)))
@@ -281,6 +318,7 @@ def bash_script(block: Block) -> tuple[str, list[str]]:
 
 def run_bash(block: Block, directory: Path) -> None:
     check_graphviz(block)
+    check_torch(block)
     script, reasons = bash_script(block)
     if not script.strip():
         raise Skipped("; ".join(reasons))

@@ -151,7 +151,7 @@ def _missing_ops(graph: Graph, registry: OpRegistry, missing: list[str]) -> Miss
         reason = registry.unknown_reason(tag)
         if reason is not None:  # an op family's plugin refused it
             explained += 1
-            described.append(f"{_item(tag)} ({shorten(escape(reason), 2 * ITEM_CHARS)})")
+            described.append(f"{_item(tag)} ({shorten(escape(reason), _REASON_CHARS)})")
             continue
         if source is not None and source.plugin:  # a plugin registered it when the file was saved
             version = f" {_item(source.version)}" if source.version else ""
@@ -238,6 +238,8 @@ def _check_attributes(graph: Graph, ops: list[Op | None]) -> None:
 
 #: How many names a message lists before it says "and N more".
 _LISTED = 10
+#: Longest reason an op family's plugin gives for a tag that a message quotes.
+_REASON_CHARS = 300
 
 
 def _item(text: str) -> str:
