@@ -22,6 +22,7 @@ from graphsvc.errors import MissingOpsError, UnknownOpError
 from graphsvc.graph import GraphBuilder
 from graphsvc.ops import Op, OpRegistry
 from graphsvc.pluginhost import load_registry
+from graphsvc.testing import check_vjp
 from graphsvc.torch.calls import encode_call
 from tests.conftest import ROOT, needs_torch
 
@@ -236,6 +237,28 @@ def test_an_operator_that_writes_into_its_argument_leaves_the_input_alone() -> N
     assert out.tolist() == [0.0, 2.0, 0.0] and x.tolist() == [-1.0, 2.0, -3.0]
     (gx,) = op.vjp(read_only(np.ones(3)), out, x, args=[{"input": 0}])  # type: ignore[misc]
     assert gx.tolist() == [0.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("tag", "attrs", "inputs"),
+    [
+        ("aten.gelu.default", {"args": [{"input": 0}], "kwargs": {"approximate": "tanh"}}, [(3, 4)]),
+        ("aten.mm.default", {"args": [{"input": 0}, {"input": 1}]}, [(2, 3), (3, 4)]),
+        ("aten.var_mean.correction", {"args": [{"input": 0}, [1]], "kwargs": {"correction": 1}, "output": 0}, [(3, 5)]),
+    ],
+)
+def test_the_vjp_against_finite_differences_with_and_without_the_forward_s_graph(
+    tag: str, attrs: dict[str, Any], inputs: list[tuple[int, ...]]
+) -> None:
+    needs_torch()
+    rng = np.random.default_rng(4)
+    op = registry().get(tag)
+    arrays = [rng.standard_normal(shape) for shape in inputs]
+    # check_vjp: finite differences, forward_with_residuals' output equal to forward's, the
+    # cotangents given the residuals equal to those given None
+    result = check_vjp(op, *arrays, attrs=attrs)
+    assert result.ok, result.message
+    assert result.points == sum(a.size for a in arrays)
 
 
 # -- a replay of a saved graph -----------------------------------------------------------------------

@@ -22,7 +22,9 @@ call is decoded (:func:`graphsvc.torch.calls.decode_call`) and made without auto
 array sharing its memory (copied only to make it contiguous, or off another device). The VJP makes
 the same call with autograd on, the floating-point inputs that need a gradient requiring one, and
 returns ``torch.autograd.grad(out, inputs, g, allow_unused=True)``: ``None`` for an input that
-gets no gradient (an integer index), zeros for a floating one the output does not depend on.
+gets no gradient (an integer index), zeros for a floating one the output does not depend on. A
+replay that goes on to a backward pass makes the call once, with autograd on
+(``forward_with_residuals``), and the VJP uses the graph PyTorch kept, as PyTorch's own backward does.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def aten_op(tag: str) -> Op:
         1,
         forward=call.forward,
         vjp=call.vjp,
+        forward_with_residuals=call.forward_with_residuals,
         variadic=True,
         doc=f"PyTorch's {schema}, replayed by PyTorch (graphsvc-torch; its VJP by autograd).",
     )
@@ -113,6 +116,7 @@ def function_op(function: type, name: str | None = None, *, doc: str | None = No
         1,
         forward=call.forward,
         vjp=call.vjp,
+        forward_with_residuals=call.forward_with_residuals,
         variadic=True,
         doc=doc if doc is not None else f"The torch.autograd.Function {tag}, replayed by PyTorch (graphsvc-torch).",
     )
@@ -130,24 +134,42 @@ class _Call:
     def __repr__(self) -> str:
         return f"<graphsvc_torch call of {self.tag}>"
 
-    def _run(self, torch: Any, tensors: Sequence[Any], args: Any, kwargs: Any, output: Any) -> Any:
+    def _run(self, tensors: Sequence[Any], args: Any, kwargs: Any, output: Any) -> Any:
         if args is None and not kwargs:
             result = self.function(*tensors)
         else:
-            from graphsvc.torch.calls import decode_call
-
-            positional, keywords = decode_call({"args": args or [], "kwargs": kwargs or {}}, tensors)
+            positional, keywords = _decode_call()({"args": args or [], "kwargs": kwargs or {}}, tensors)
             result = self.function(*positional, **keywords)
-        return _pick(torch, self.tag, result, output)
+        return _pick(self.tag, result, output)
 
     def forward(self, *inputs: np.ndarray, args: Any = None, kwargs: Any = None, output: Any = None) -> np.ndarray:
         torch = _torch(self.tag)
-        with warnings.catch_warnings():  # from_numpy of a read-only input warns; nothing writes into it
-            warnings.simplefilter("ignore", UserWarning)
-            tensors = [_tensor(torch, x, copy=self.mutable) for x in inputs]
-            with torch.no_grad():
-                result = self._run(torch, tensors, args, kwargs, output)
-        return _array(result)
+        # no autograd to turn off: tensors made from arrays do not require a gradient
+        tensors = [_tensor(torch, x, copy=self.mutable) for x in inputs]
+        return _array(torch, self._run(tensors, args, kwargs, output))
+
+    def _recorded(
+        self, torch: Any, inputs: Sequence[np.ndarray], wanted: Sequence[bool], args: Any, kwargs: Any, output: Any
+    ) -> tuple[list[Any], Any]:
+        """The call made with autograd on, the ``wanted`` inputs requiring a gradient: the input
+        tensors (autograd's leaves) and the output."""
+        leaves = [_tensor(torch, x, copy=False) for x in inputs]
+        leaves = [t.detach().requires_grad_(True) if w else t for t, w in zip(leaves, wanted, strict=True)]
+        # an operator that writes into its arguments gets copies (autograd refuses in-place
+        # changes of a leaf that requires grad, and the inputs are graphsvc's own)
+        tensors = [t.clone() if self.mutable else t for t in leaves]
+        with torch.enable_grad():
+            return leaves, self._run(tensors, args, kwargs, output)
+
+    def forward_with_residuals(
+        self, *inputs: np.ndarray, args: Any = None, kwargs: Any = None, output: Any = None
+    ) -> tuple[np.ndarray, tuple[list[Any], Any]]:
+        """:meth:`forward` for a replay that goes on to a backward pass: the call made once, with
+        autograd on (every floating-point input requiring a gradient), its graph kept for the VJP."""
+        torch = _torch(self.tag)
+        wanted = [_floating(x) for x in inputs]
+        leaves, result = self._recorded(torch, inputs, wanted, args, kwargs, output)
+        return _array(torch, result), (leaves, result)
 
     def vjp(
         self,
@@ -158,27 +180,23 @@ class _Call:
         kwargs: Any = None,
         output: Any = None,
         needs_input_grad: Sequence[bool] | None = None,
+        residuals: tuple[list[Any], Any] | None = None,
     ) -> list[np.ndarray | None]:
         torch = _torch(self.tag)
         needs = needs_input_grad if needs_input_grad is not None else (True,) * len(inputs)
-        wanted = [bool(need) and np.asarray(x).dtype.kind == "f" for x, need in zip(inputs, needs, strict=True)]
+        wanted = [bool(need) and _floating(x) for x, need in zip(inputs, needs, strict=True)]
         if not any(wanted):
             return [None] * len(inputs)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            leaves = [_tensor(torch, x, copy=False) for x in inputs]
-            leaves = [t.detach().requires_grad_(True) if w else t for t, w in zip(leaves, wanted, strict=True)]
-            # an operator that writes into its arguments gets copies (autograd refuses in-place
-            # changes of a leaf that requires grad, and the inputs are graphsvc's own)
-            tensors = [t.clone() if self.mutable else t for t in leaves]
-            with torch.enable_grad():
-                result = self._run(torch, tensors, args, kwargs, output)
-            sources = [t for t, w in zip(leaves, wanted, strict=True) if w]
-            if isinstance(result, torch.Tensor) and result.requires_grad:
-                seed = _tensor(torch, g, copy=False).to(result.dtype)
-                grads = list(torch.autograd.grad(result, sources, grad_outputs=seed, allow_unused=True))
-            else:  # an output that does not depend on any input differentiably (an index, a mask)
-                grads = [None] * len(sources)
+        if residuals is None:  # not computed by forward_with_residuals in this replay: make the call again
+            leaves, result = self._recorded(torch, inputs, wanted, args, kwargs, output)
+        else:
+            leaves, result = residuals
+        sources = [t for t, w in zip(leaves, wanted, strict=True) if w]
+        if isinstance(result, torch.Tensor) and result.requires_grad:
+            seed = _tensor(torch, g, copy=False).to(result.dtype)
+            grads = list(torch.autograd.grad(result, sources, grad_outputs=seed, allow_unused=True))
+        else:  # an output that does not depend on any input differentiably (an index, a mask)
+            grads = [None] * len(sources)
         found = iter(grads)
         cotangents: list[np.ndarray | None] = []
         for x, want in zip(inputs, wanted, strict=True):
@@ -186,8 +204,12 @@ class _Call:
                 cotangents.append(None)
                 continue
             grad = next(found)
-            cotangents.append(np.zeros_like(np.asarray(x)) if grad is None else _array(grad))
+            cotangents.append(np.zeros_like(np.asarray(x)) if grad is None else _array(torch, grad))
         return cotangents
+
+
+def _floating(x: Any) -> bool:
+    return bool(np.asarray(x).dtype.kind == "f")
 
 
 def _torch(tag: str) -> Any:
@@ -201,16 +223,39 @@ def _torch(tag: str) -> Any:
 
 def _tensor(torch: Any, x: Any, *, copy: bool) -> Any:
     """A tensor of ``x``'s dtype sharing its memory (``copy``: a writable copy of its own)."""
-    array = np.asarray(x)
+    array = x if type(x) is np.ndarray else np.asarray(x)
     if copy:
         return torch.from_numpy(np.array(array))
+    global _warned
     try:
-        return torch.from_numpy(array)
+        if _warned or array.flags.writeable:
+            return torch.from_numpy(array)
+        # PyTorch warns once per process that a read-only array (graphsvc's inputs are) is not
+        # writable; nothing writes into it here, so that once is silenced
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            tensor = torch.from_numpy(array)
+        _warned = True
+        return tensor
     except (ValueError, TypeError):  # negative strides (a reversed view): torch cannot share them
         return torch.from_numpy(np.ascontiguousarray(array))
 
 
-def _pick(torch: Any, tag: str, result: Any, output: Any) -> Any:
+_warned = False  # PyTorch's one warning about a read-only array has been given (and silenced)
+_decoder: Callable[..., tuple[list[Any], dict[str, Any]]] | None = None
+
+
+def _decode_call() -> Callable[..., tuple[list[Any], dict[str, Any]]]:
+    """:func:`graphsvc.torch.calls.decode_call`, imported on first use."""
+    global _decoder
+    if _decoder is None:
+        from graphsvc.torch.calls import decode_call
+
+        _decoder = decode_call
+    return _decoder
+
+
+def _pick(tag: str, result: Any, output: Any) -> Any:
     """The output the node holds: ``result`` itself, or its ``output``-th element for a call that
     returns several (``output`` must then be given)."""
     if isinstance(result, (tuple, list)):
@@ -225,17 +270,16 @@ def _pick(torch: Any, tag: str, result: Any, output: Any) -> Any:
     return result
 
 
-def _array(result: Any) -> np.ndarray:
+def _array(torch: Any, result: Any) -> np.ndarray:
     """A tensor as a contiguous numpy array sharing its memory where it can (on the CPU, not
     conjugated or negated lazily); anything else as an array."""
-    import torch
-
     if not isinstance(result, torch.Tensor):
         return np.asarray(result)
-    tensor = result.detach()
+    tensor = result.detach() if result.requires_grad else result
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
-    tensor = tensor.resolve_conj().resolve_neg()
+    if tensor.is_conj() or tensor.is_neg():
+        tensor = tensor.resolve_conj().resolve_neg()
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
-    return np.asarray(tensor.numpy())
+    return tensor.numpy()
