@@ -90,6 +90,29 @@ def test_loading_the_plugin_and_listing_its_family_import_no_torch() -> None:
     )
 
 
+@pytest.mark.parametrize("command", [["order"], ["inspect"], ["render", "-o", "-"], ["ops"]])
+def test_commands_that_replay_nothing_import_no_torch_with_the_plugin_loaded(
+    tmp_path: Path, command: list[str]
+) -> None:
+    b = GraphBuilder()
+    x = b.leaf(np.ones((2, 3), dtype=np.float32), name="x")
+    b.add("aten.mkldnn_rnn_layer.default", [x], name="y", attrs={"args": [{"input": 0}], "output": 0})
+    path = tmp_path / "step.msgpack"
+    graphsvc.save(b.build(), path)
+    argv = ["graphsvc", command[0], *([] if command == ["ops"] else [str(path)]), *command[1:]]
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: sys.stderr.write(f'torch imported: {\"torch\" in sys.modules}\\n'))\n"
+        f"sys.argv = {argv!r}\n"
+        "from graphsvc.__main__ import main\n"
+        "main()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[-1] == "torch imported: False"
+    assert "aten." in result.stdout
+
+
 def test_a_tag_that_is_not_an_operator_s_name_is_refused_without_torch() -> None:
     with pytest.raises(UnknownOpError) as caught:
         registry().get("aten.relu")
