@@ -64,7 +64,8 @@ NodeRef = int | str
 #: keeps this equal to): written here so that ``inspect`` need not load the op table.
 BUILTIN_TAGS = frozenset(
     "abs add amax broadcast_to concatenate const cos div exp leaf log log_softmax matmul max mean min mul neg "
-    "nll_loss pow relu reshape sigmoid sin softmax sqrt sub sum take tanh transpose".split()
+    "nll_loss pow relu reshape sigmoid sin softmax sqrt sub sum take tanh transpose "
+    "addmm layer_norm batch_norm scaled_dot_product_attention stack slice where mse_loss clamp".split()
 )
 #: :meth:`Graph.ops_by_plugin`'s key for builtin tags a file attributes to no plugin.
 BUILTIN_KEY = "graphsvc (builtin)"

@@ -24,13 +24,17 @@ pytestmark = pytest.mark.usefixtures("no_installed_plugins")
 BUILTIN_LINES = [
     "abs\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "add\t2\t1\tgraphsvc 0.1.0\tvectorized",
+    "addmm\t3\t1\tgraphsvc 0.1.0\tvjp",
     "amax\t1\t1\tgraphsvc 0.1.0\tvjp",
+    "batch_norm\t3-5\t1\tgraphsvc 0.1.0\tvjp",
     "broadcast_to\t1\t1\tgraphsvc 0.1.0\tvjp",
+    "clamp\t1\t1\tgraphsvc 0.1.0\tvjp",
     "concatenate\t1+\t1\tgraphsvc 0.1.0\tvjp",
     "const\t0\t1\tgraphsvc 0.1.0\tleaf tag",
     "cos\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "div\t2\t1\tgraphsvc 0.1.0\tvectorized",
     "exp\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "layer_norm\t3\t1\tgraphsvc 0.1.0\tvjp",
     "leaf\t0\t1\tgraphsvc 0.1.0\tleaf tag",
     "log\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "log_softmax\t1\t1\tgraphsvc 0.1.0\tvjp",
@@ -38,21 +42,26 @@ BUILTIN_LINES = [
     "max\t2\t1\tgraphsvc 0.1.0\tvectorized",
     "mean\t1\t1\tgraphsvc 0.1.0\tvjp",
     "min\t2\t1\tgraphsvc 0.1.0\tvectorized",
+    "mse_loss\t2\t1\tgraphsvc 0.1.0\tvjp",
     "mul\t2\t1\tgraphsvc 0.1.0\tvectorized",
     "neg\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "nll_loss\t2\t1\tgraphsvc 0.1.0\tvjp",
     "pow\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "relu\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "reshape\t1\t1\tgraphsvc 0.1.0\tvjp",
+    "scaled_dot_product_attention\t3-4\t1\tgraphsvc 0.1.0\tvjp",
     "sigmoid\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "sin\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "slice\t1\t1\tgraphsvc 0.1.0\tvjp",
     "softmax\t1\t1\tgraphsvc 0.1.0\tvjp",
     "sqrt\t1\t1\tgraphsvc 0.1.0\tvectorized",
+    "stack\t1+\t1\tgraphsvc 0.1.0\tvjp",
     "sub\t2\t1\tgraphsvc 0.1.0\tvectorized",
     "sum\t1\t1\tgraphsvc 0.1.0\tvjp",
     "take\t2\t1\tgraphsvc 0.1.0\tvjp",
     "tanh\t1\t1\tgraphsvc 0.1.0\tvectorized",
     "transpose\t1\t1\tgraphsvc 0.1.0\tvjp",
+    "where\t3\t1\tgraphsvc 0.1.0\tvjp",
 ]
 
 PLUGIN = """
@@ -126,14 +135,10 @@ def test_ops_json() -> None:
         "doc": "x + y. Distributes the gradient: both inputs receive it unchanged.",
         "vjp": False,
     }
-    concatenate = document["ops"][4]
-    assert [concatenate[key] for key in ("name", "arity", "variadic", "max_arity", "vjp")] == [
-        "concatenate",
-        1,
-        True,
-        None,
-        True,
-    ]
+    ops = {item["name"]: item for item in document["ops"]}
+    keys = ("name", "arity", "variadic", "max_arity", "vjp")
+    assert [ops["concatenate"][key] for key in keys] == ["concatenate", 1, True, None, True]
+    assert [ops["batch_norm"][key] for key in keys] == ["batch_norm", 3, True, 5, True]
 
 
 def test_ops_shows_a_variadic_ops_range_of_inputs() -> None:

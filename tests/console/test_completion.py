@@ -65,7 +65,7 @@ def test_the_file_is_found_among_the_words_when_the_parse_stopped_short(monkeypa
 def test_op_names_take_inputs(no_installed_plugins: None) -> None:
     names = completion.op_names("")
     assert "add" in names and "relu" in names and "leaf" not in names
-    assert completion.op_names("ad") == ["add"]
+    assert completion.op_names("ad") == ["add", "addmm"]
 
 
 # -- candidates from a file, quoted for the shell that completes ----------------------------------

@@ -67,16 +67,20 @@ def test_local_derivatives_match_central_differences(
 
 def test_the_builtins_are_exactly_the_documented_ops_registered_by_graphsvc(registry: OpRegistry) -> None:
     assert [op.name for op in registry] == [
-        "abs", "add", "amax", "broadcast_to", "concatenate", "const", "cos", "div", "exp", "leaf",
-        "log", "log_softmax", "matmul", "max", "mean", "min", "mul", "neg", "nll_loss", "pow", "relu",
-        "reshape", "sigmoid", "sin", "softmax", "sqrt", "sub", "sum", "take", "tanh", "transpose",
+        "abs", "add", "addmm", "amax", "batch_norm", "broadcast_to", "clamp", "concatenate", "const", "cos",
+        "div", "exp", "layer_norm", "leaf", "log", "log_softmax", "matmul", "max", "mean", "min", "mse_loss",
+        "mul", "neg", "nll_loss", "pow", "relu", "reshape", "scaled_dot_product_attention", "sigmoid", "sin",
+        "slice", "softmax", "sqrt", "stack", "sub", "sum", "take", "tanh", "transpose", "where",
     ]  # fmt: skip
     assert {(op.plugin, op.plugin_version, op.version) for op in registry} == {("graphsvc", graphsvc.__version__, "1")}
     assert {op.name: op.arity for op in registry if op.arity != 1} == {
         "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "leaf": 0, "const": 0,
-        "matmul": 2, "nll_loss": 2, "take": 2,
+        "matmul": 2, "nll_loss": 2, "take": 2, "addmm": 3, "layer_norm": 3, "batch_norm": 3,
+        "scaled_dot_product_attention": 3, "where": 3, "mse_loss": 2,
     }  # fmt: skip
-    assert [op.name for op in registry if op.variadic] == ["concatenate"]
+    assert [(op.name, op.max_arity) for op in registry if op.variadic] == [
+        ("batch_norm", 5), ("concatenate", None), ("scaled_dot_product_attention", 4), ("stack", None),
+    ]  # fmt: skip
 
 
 def test_the_builtins_come_through_the_same_hook_as_plugins() -> None:

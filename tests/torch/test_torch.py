@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import graphsvc.torch  # noqa: F401
+
 
 def test_importing_graphsvc_torch_does_not_import_torch() -> None:
     code = "import sys, graphsvc.torch; print('torch' in sys.modules)"
