@@ -23,7 +23,8 @@ SKIPPED_COMMANDS with the reason and taken out of their block; a block left with
 skipped. Blocks that write an image need Graphviz's ``dot``: without it they skip, or fail when
 GRAPHSVC_REQUIRE_GRAPHVIZ=1 (CI sets it). Blocks that need PyTorch (a python block that imports
 torch, or that names a file an earlier block of its document wrote that imports it; a console or bash
-block that names such a file) skip without it, or fail when GRAPHSVC_REQUIRE_TORCH=1 (CI sets it).
+block that names such a file), or the graphsvc-torch plugin (code that imports it, a command that
+names it), skip without it, or fail when GRAPHSVC_REQUIRE_TORCH=1 (CI sets it).
 A block in any other language fails, so a new block cannot go
 untested.
 """
@@ -31,6 +32,7 @@ untested.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import re
 import shutil
@@ -186,24 +188,33 @@ def check_graphviz(block: Block) -> None:
 
 
 NEEDS_TORCH = re.compile(r"^\s*(?:import torch\b|from torch\b)", re.M)
+#: The plugin's own README: its blocks replay with it.
+TORCH_PLUGIN_README = "plugins/graphsvc-torch/README.md"
+#: Code that needs the graphsvc-torch plugin: it imports it, or a command names it.
+NEEDS_TORCH_PLUGIN = re.compile(r"^\s*(?:import graphsvc_torch\b|from graphsvc_torch\b|\$ .*graphsvc-torch)", re.M)
 
 
-def torch_files(document: str) -> list[str]:
-    """The files (``NAME.py``) blocks of ``document`` write that import PyTorch."""
-    return [
-        mark["name"]
+def torch_files(document: str) -> dict[str, str]:
+    """The files (``NAME.py``) blocks of ``document`` write that import PyTorch, and their text."""
+    return {
+        mark["name"]: block.text
         for block in ALL_BLOCKS
         if block.document == document and (mark := FILE_MARK.match(block.first_line)) and NEEDS_TORCH.search(block.text)
-    ]
+    }
 
 
 def check_torch(block: Block) -> None:
-    """Skip a block that needs PyTorch where it is missing (fail it under GRAPHSVC_REQUIRE_TORCH=1)."""
-    stems = [name.removesuffix(".py") for name in torch_files(block.document)]
-    needs = any(stem in block.text for stem in stems)
-    if block.language == "python" and not FILE_MARK.match(block.first_line):
-        needs = needs or bool(NEEDS_TORCH.search(block.text))
+    """Skip a block that needs PyTorch, or the graphsvc-torch plugin, where it is missing (fail it
+    under GRAPHSVC_REQUIRE_TORCH=1, where CI has installed both)."""
+    files = {name: text for name, text in torch_files(block.document).items() if name.removesuffix(".py") in block.text}
+    code = block.text if not FILE_MARK.match(block.first_line) else ""
+    needs = bool(files) or (block.language == "python" and bool(NEEDS_TORCH.search(code)))
+    plugin = block.document == TORCH_PLUGIN_README or any(
+        NEEDS_TORCH_PLUGIN.search(text) for text in (code, *files.values())
+    )
     reason = torch_missing() if needs else None
+    if reason is None and plugin and importlib.util.find_spec("graphsvc_torch") is None:
+        reason = "needs the graphsvc-torch plugin: pip install ./plugins/graphsvc-torch"
     if reason is None:
         return
     if os.environ.get(REQUIRE_TORCH) == "1":
