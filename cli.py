@@ -257,9 +257,10 @@ def _with_cli_remedies(exc: GraphsvcError) -> str:
     from graphsvc.errors import MissingOpsError, TooLargeToDraw
 
     if isinstance(exc, MissingOpsError):
-        if not exc.install_hint:  # every op named has a likely spelling: no plugin to install
+        if not exc.install_hint:  # every op named has a likely spelling, or the message says what to install
             if STATE.disable_plugins:
-                return f"{exc}; if not, run without --disable-plugins (it keeps out every plugin, --plugin ones too)"
+                remedy = "if not, run" if exc.misspelt else "and run"
+                return f"{exc}; {remedy} without --disable-plugins (it keeps out every plugin, --plugin ones too)"
             return str(exc)
         if STATE.disable_plugins:
             return f"{exc}, without --disable-plugins (it keeps out every plugin, --plugin ones too)"

@@ -69,11 +69,13 @@ class MissingOpsError(OpError):
     """A graph uses ops no loaded plugin registers (the message names them and their plugins). Exit 4.
 
     ``install_hint``: whether the message ends by saying to install a plugin (``False`` when every
-    op it names is given a registered name it likely misspells instead)."""
+    op it names is given a registered name it likely misspells instead, or the message says what to
+    install itself); ``misspelt``: whether it gives such a name for one of them."""
 
-    def __init__(self, message: str, *, install_hint: bool = True) -> None:
+    def __init__(self, message: str, *, install_hint: bool = True, misspelt: bool = False) -> None:
         super().__init__(message)
         self.install_hint = install_hint
+        self.misspelt = misspelt
 
 
 class PluginError(OpError):

@@ -147,6 +147,45 @@ def graphviz_dot() -> None:
     pytest.skip(reason)
 
 
+#: Why a test that needs PyTorch did not run, and what to do about it.
+TORCH_REASON = "needs PyTorch: pip install torch==2.13.0"
+#: Set to 1 (as ``.ci/run`` does) to make a test that needs PyTorch fail where it is missing.
+REQUIRE_TORCH = "GRAPHSVC_REQUIRE_TORCH"
+
+
+def torch_missing() -> str | None:
+    """Why PyTorch cannot be used here (not installed, or failing to import), or None."""
+    try:
+        import torch  # noqa: F401
+    except Exception as exc:
+        return f"{TORCH_REASON} ({type(exc).__name__}: {exc})"
+    return None
+
+
+def needs_torch(*, module_level: bool = False) -> ModuleType:
+    """PyTorch, for a test that needs it: the one way the tests ask for it. Skipped where it is
+    missing, except with ``GRAPHSVC_REQUIRE_TORCH=1`` (as ``.ci/run`` sets it), where that fails
+    the test (``module_level``: called at the top of a test module, which it then skips or fails
+    whole)."""
+    reason = torch_missing()
+    if reason is not None:
+        if os.environ.get(REQUIRE_TORCH) == "1":
+            pytest.fail(f"{reason}; {REQUIRE_TORCH}=1 makes that a failure, not a skip", pytrace=False)
+        pytest.skip(TORCH_REASON, allow_module_level=module_level)
+    import torch
+
+    return torch
+
+
+def have_torch() -> bool:
+    """For a test that also compares with PyTorch where it is here: whether it is. Where it is
+    missing, False, except under ``GRAPHSVC_REQUIRE_TORCH=1``, where that fails the test."""
+    reason = torch_missing()
+    if reason is not None and os.environ.get(REQUIRE_TORCH) == "1":
+        pytest.fail(f"{reason}; {REQUIRE_TORCH}=1 makes that a failure, not a skip", pytrace=False)
+    return reason is None
+
+
 def native_missing(reason: str) -> NoReturn:
     """Skip a test of graphsvc's C extensions that were not built here, except with
     ``GRAPHSVC_REQUIRE_NATIVE=1`` (as ``.ci/run`` sets it), where that fails it."""

@@ -26,7 +26,7 @@ from graphsvc.ops import opmath
 from graphsvc.ops.opmath import PRIMITIVE_ARITY, PRIMITIVES
 from graphsvc.replay import columns as replay
 from graphsvc.topo import levels, reverse_topological_order
-from tests.conftest import ROOT, require_compiled, same_bits
+from tests.conftest import ROOT, needs_torch, require_compiled, same_bits
 
 
 def test_dag_has_exactly_n_nodes_one_output_and_small_depth():
@@ -150,7 +150,7 @@ def test_micrograd_mlp_converts_and_replays(registry):
 
 
 def test_torch_expression_matches(registry):
-    torch = pytest.importorskip("torch", reason="pip install torch==2.13.0")
+    torch = needs_torch()
     g = G.dag(300)
     out, leaves, leaf_ids = G.to_torch(g)
     assert out.dtype == torch.float64 and out.dim() == 0
@@ -249,7 +249,7 @@ def test_memstep_runs_a_step_on_a_tiny_graph(tmp_path: Path) -> None:
 
 
 def test_torch_backward_runs_on_a_tiny_graph(tmp_path: Path) -> None:
-    pytest.importorskip("torch", reason="pip install torch==2.13.0")
+    needs_torch()
     graphsvc.save(G.chain(30), tmp_path / "chain.graphsvc")
     result = script(str(BENCHMARKS / "torch_backward.py"), str(tmp_path / "chain.graphsvc"), "1")
     assert result.returncode == 0, result.stderr[-500:]
@@ -385,7 +385,7 @@ def test_replay_kernels_benchmark_runs_on_tiny_graphs(jit, c, registry, capsys) 
 
 
 def test_bench_capture_compares_a_step_with_and_without_capture() -> None:
-    pytest.importorskip("torch", reason="needs PyTorch: pip install torch==2.13.0")
+    needs_torch()
     from benchmarks import bench_capture
 
     row = bench_capture.per_call(rounds=1, n=3)

@@ -25,7 +25,11 @@ installed, as the README's test command runs without it; CI installs it.
 Commands that install packages, run the whole test suite or fuzz for minutes are listed in
 SKIPPED_COMMANDS with the reason and taken out of their block; a block left with nothing to run is
 skipped. Blocks that write an image need Graphviz's ``dot``: without it they skip, or fail when
-GRAPHSVC_REQUIRE_GRAPHVIZ=1 (CI sets it). A block in any other language fails, so a new block cannot go
+GRAPHSVC_REQUIRE_GRAPHVIZ=1 (CI sets it). Blocks that need PyTorch (a python block that imports
+torch, or that names a file an earlier block of its document wrote that imports it; a console or bash
+block that names such a file), or the graphsvc-torch plugin (code that imports it, a command that
+names it), skip without it, or fail when GRAPHSVC_REQUIRE_TORCH=1 (CI sets it).
+A block in any other language fails, so a new block cannot go
 untested.
 """
 
@@ -45,7 +49,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, graphviz_missing
+from tests.conftest import REQUIRE_TORCH, ROOT, graphviz_missing, torch_missing
 
 DOCUMENTS = (
     "README.md",
@@ -54,6 +58,7 @@ DOCUMENTS = (
     "plugins/graphsvc-activations/README.md",
     "plugins/graphsvc-binary/README.md",
     "plugins/graphsvc-conv/README.md",
+    "plugins/graphsvc-torch/README.md",
 )
 #: What each document's directory starts with, copied from the checkout.
 COPIED = {"README.md": ("examples",), "docs/cli.md": ("examples",)}
@@ -62,7 +67,8 @@ COPIED = {"README.md": ("examples",), "docs/cli.md": ("examples",)}
 SKIPPED_COMMANDS = {
     "pip install .": "installs graphsvc; the blocks run the graphsvc installed from this checkout",
     'pip install -q -e ".[test]"': "installs the test tools, which these tests already run under",
-    "pip install -q ./plugins/graphsvc-activations ./plugins/graphsvc-binary ./plugins/graphsvc-conv": (
+    "pip install -q ./plugins/graphsvc-activations ./plugins/graphsvc-binary ./plugins/graphsvc-conv "
+    "./plugins/graphsvc-torch": (
         "installs the example plugins; the test environment has them (CI's command installs them)"
     ),
     "pip install ./plugins/graphsvc-activations ./plugins/graphsvc-binary": (
@@ -74,6 +80,10 @@ SKIPPED_COMMANDS = {
         )
         for name in ("activations", "binary", "conv")
     },
+    "pip install ./plugins/graphsvc-torch torch==2.13.0": (
+        "installs the torch plugin and PyTorch; the test environment has the plugin (CI's command installs it), "
+        "and the blocks that need PyTorch skip without it"
+    ),
     "python -m pytest -q": (
         "runs the whole test suite, this file included; tests/test_readme.py checks it is CI's command"
     ),
@@ -181,6 +191,47 @@ def check_graphviz(block: Block) -> None:
     raise Skipped(reason)
 
 
+NEEDS_TORCH = re.compile(r"^\s*(?:import torch\b|from torch\b|from graphsvc\.torch\b)", re.M)
+#: A file only a block that captured a PyTorch step writes: reading it needs that block to have run.
+CAPTURED_FILE = re.compile(r"\bcaptured_\w+\.msgpack\b")
+#: The plugin's own README: its blocks replay with it.
+TORCH_PLUGIN_README = "plugins/graphsvc-torch/README.md"
+#: Code that needs the graphsvc-torch plugin: it imports it, or a command names it.
+NEEDS_TORCH_PLUGIN = re.compile(r"^\s*(?:import graphsvc_torch\b|from graphsvc_torch\b|\$ .*graphsvc-torch)", re.M)
+
+
+def torch_files(document: str) -> dict[str, str]:
+    """The files (``NAME.py``) blocks of ``document`` write that import PyTorch, and their text."""
+    return {
+        mark["name"]: block.text
+        for block in ALL_BLOCKS
+        if block.document == document and (mark := FILE_MARK.match(block.first_line)) and NEEDS_TORCH.search(block.text)
+    }
+
+
+def check_torch(block: Block) -> None:
+    """Skip a block that needs PyTorch, or the graphsvc-torch plugin, where it is missing (fail it
+    under GRAPHSVC_REQUIRE_TORCH=1, where CI has installed both)."""
+    files = {name: text for name, text in torch_files(block.document).items() if name.removesuffix(".py") in block.text}
+    code = block.text if not FILE_MARK.match(block.first_line) else ""
+    needs = (
+        bool(files)
+        or (block.language == "python" and bool(NEEDS_TORCH.search(code)))
+        or bool(CAPTURED_FILE.search(block.text))
+    )
+    plugin = block.document == TORCH_PLUGIN_README or any(
+        NEEDS_TORCH_PLUGIN.search(text) for text in (code, *files.values())
+    )
+    reason = torch_missing() if needs else None
+    if reason is None and plugin and importlib.util.find_spec("graphsvc_torch") is None:
+        reason = "needs the graphsvc-torch plugin: pip install ./plugins/graphsvc-torch"
+    if reason is None:
+        return
+    if os.environ.get(REQUIRE_TORCH) == "1":
+        pytest.fail(f"{block.id}: {reason}")
+    raise Skipped(reason)
+
+
 # -- python ------------------------------------------------------------------------------------------
 
 
@@ -201,18 +252,7 @@ def check_quote(block: Block, path: str) -> None:
         expect(without_bodies(statement) in present, f"{block.id}: not in {path}:\n{without_bodies(statement)}")
 
 
-#: What a block that needs PyTorch says: an import of it, or a file captured from it.
-NEEDS_TORCH = re.compile(r"^\s*(?:import torch|from torch\b|from graphsvc\.torch\b)|\bcaptured_\w+\.msgpack\b", re.M)
-
-
-def check_torch(block: Block) -> None:
-    """Skip a block that needs PyTorch where it is not installed."""
-    if NEEDS_TORCH.search(block.text) and importlib.util.find_spec("torch") is None:
-        raise Skipped("needs PyTorch: pip install torch==2.13.0")
-
-
 def run_python(block: Block, directory: Path) -> None:
-    check_torch(block)
     first = block.first_line
     if file_mark := FILE_MARK.match(first):
         compile(block.text, file_mark["name"], "exec")
@@ -221,6 +261,7 @@ def run_python(block: Block, directory: Path) -> None:
     if quote_mark := QUOTE_MARK.match(first):
         check_quote(block, quote_mark["path"])
         return
+    check_torch(block)
     result = run([sys.executable, "-c", block.text], directory)
     expect(result.returncode == 0, f"{block.id} failed: {report(result)}")
     prints = [line.strip() for line in block.text.splitlines() if line.strip().startswith("print(")]
@@ -298,6 +339,7 @@ def bash_script(block: Block) -> tuple[str, list[str]]:
 
 def run_bash(block: Block, directory: Path) -> None:
     check_graphviz(block)
+    check_torch(block)
     script, reasons = bash_script(block)
     if not script.strip():
         raise Skipped("; ".join(reasons))

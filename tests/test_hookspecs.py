@@ -1,5 +1,6 @@
-"""graphsvc.hookspecs: the pluggy markers of project "graphsvc" and its one hook specification,
-graphsvc_register_ops(register). A plugin's hookimpl is checked against it by pluggy."""
+"""graphsvc.hookspecs: the pluggy markers of project "graphsvc" and its two hook specifications,
+graphsvc_register_ops(register) and graphsvc_register_op_families(register). A plugin's hookimpl is
+checked against them by pluggy."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import graphsvc
 from graphsvc import hookspecs
 from graphsvc.hookspecs import hookimpl
-from graphsvc.ops import Op
+from graphsvc.ops import Op, OpFamily
 
 
 def manager() -> pluggy.PluginManager:
@@ -28,12 +29,26 @@ def test_the_markers_belong_to_project_graphsvc() -> None:
     assert graphsvc.hookimpl is hookimpl
 
 
-def test_the_module_specifies_one_hook_taking_register() -> None:
+def test_the_module_specifies_two_hooks_taking_register() -> None:
     specs = [name for name, value in vars(hookspecs).items() if hasattr(value, "graphsvc_spec")]
-    assert specs == ["graphsvc_register_ops"]
-    assert list(inspect.signature(hookspecs.graphsvc_register_ops).parameters) == ["register"]
-    assert hookspecs.graphsvc_register_ops.graphsvc_spec["firstresult"] is False
-    assert hookspecs.graphsvc_register_ops.graphsvc_spec["historic"] is False
+    assert specs == ["graphsvc_register_ops", "graphsvc_register_op_families"]
+    for spec in (hookspecs.graphsvc_register_ops, hookspecs.graphsvc_register_op_families):
+        assert list(inspect.signature(spec).parameters) == ["register"]
+        assert spec.graphsvc_spec["firstresult"] is False  # type: ignore[attr-defined]
+        assert spec.graphsvc_spec["historic"] is False  # type: ignore[attr-defined]
+
+
+def test_a_plugin_marked_with_hookimpl_registers_op_families() -> None:
+    class Plugin:
+        @hookimpl
+        def graphsvc_register_op_families(self, register: Any) -> None:
+            register(OpFamily("scale.", lambda tag: None, doc="x times K"))
+
+    pm = manager()
+    pm.register(Plugin(), name="scales")
+    registered: list[OpFamily] = []
+    assert pm.hook.graphsvc_register_op_families(register=registered.append) == []
+    assert [(family.prefix, family.doc, family.name) for family in registered] == [("scale.", "x times K", "scale.*")]
 
 
 def test_a_plugin_marked_with_hookimpl_is_called_with_register() -> None:

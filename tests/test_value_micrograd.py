@@ -6,15 +6,13 @@ hand (the derivation is in the comments), and also against PyTorch when it is in
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from graphsvc.value import Value
-
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
+from tests.conftest import have_torch
 
 
 def sanity_check(V: Callable[[float], Any]) -> tuple[Any, Any]:
@@ -59,7 +57,7 @@ def test_sanity_check() -> None:
     # dz/dx = 3; dq/dx = 0 (relu is off) + x*dz/dx + z = -12 - 10 = -22; dh/dx = 2z*dz/dx = -60;
     # dy/dx = dh/dx + dq/dx * (1 + x) + q = -60 + 66 + 40 = 46.
     assert (y.data, x.grad) == (-20.0, 46.0)
-    if HAVE_TORCH:
+    if have_torch():
         xt, yt = sanity_check(torch_leaf)
         assert y.data == yt.item()
         assert x.grad == xt.grad.item()
@@ -77,7 +75,7 @@ def test_more_ops() -> None:
     assert abs(g.data - (24.5 + 10 / 49)) < tol
     assert abs(a.grad - dg_de * -20) < tol
     assert abs(b.grad - dg_de * -93) < tol
-    if HAVE_TORCH:
+    if have_torch():
         at, bt, gt = more_ops(torch_leaf)
         assert abs(g.data - gt.item()) < tol
         assert abs(a.grad - at.grad.item()) < tol
@@ -92,7 +90,7 @@ def test_unary_tanh_and_exp(x: float) -> None:
         out = getattr(v, method)()
         out.backward()
         assert v.grad == pytest.approx(derivative(out.data), rel=1e-12)
-        if HAVE_TORCH:
+        if have_torch():
             xt = torch_leaf(x)
             yt = getattr(xt, method)()
             yt.sum().backward()

@@ -173,8 +173,13 @@ def print_info(graph: Graph, version: tuple[int, int], file: str, file_size: int
 OP_FIELDS = ("name", "arity", "variadic", "max_arity", "version", "plugin", "plugin_version", "vectorized", "doc")
 
 
+#: The fields of an op family in ``ops --json`` (``families``).
+FAMILY_FIELDS = ("name", "prefix", "plugin", "plugin_version", "doc")
+
+
 def op_rows(registry: OpRegistry) -> list[list[str]]:
-    """Each op: name, inputs (``1+``: one or more; ``2-3``), version, plugin, kind; escaped."""
+    """Each op: name, inputs (``1+``: one or more; ``2-3``), version, plugin, kind; each op family
+    one row, in name order with the ops (``aten.*``, inputs and version ``-``, kind ``family``); escaped."""
     from graphsvc.text import escape
 
     rows = []
@@ -183,15 +188,18 @@ def op_rows(registry: OpRegistry) -> list[list[str]]:
             arity = str(op.arity)
         else:
             arity = f"{op.arity}+" if op.max_arity is None else f"{op.arity}-{op.max_arity}"
-        rows.append([escape(op.name), arity, escape(str(op.version)), escape(op.source), op.kind])
-    return rows
+        rows.append((op.name, [escape(op.name), arity, escape(str(op.version)), escape(op.source), op.kind]))
+    for family in registry.families():
+        rows.append((family.name, [escape(family.name), "-", "-", escape(family.source), "family"]))
+    return [row for _, row in sorted(rows, key=lambda row: row[0])]
 
 
 def print_ops(registry: OpRegistry, as_json: bool) -> None:
-    """``ops``: every op, as :func:`op_rows` or in --json ``{"ops": [...]}``."""
+    """``ops``: every op and op family, as :func:`op_rows` or in --json ``{"ops": [...], "families": [...]}``."""
     if as_json:
         ops = [{field: getattr(op, field) for field in OP_FIELDS} | {"vjp": op.vjp is not None} for op in registry]
-        printing.print_json({"ops": ops})
+        families = [{field: getattr(family, field) for field in FAMILY_FIELDS} for family in registry.families()]
+        printing.print_json({"ops": ops, "families": families})
         return
     columns = (("op", "left"), ("inputs", "right"), ("version", "left"), ("plugin", "left"), ("kind", "left"))
     printing.print_rows(columns, op_rows(registry))

@@ -63,6 +63,12 @@ The registry owns the table of ops: registering a name twice is an :class:`~grap
 naming both plugins, and nothing is ever overridden. Plugins do not touch the registry directly;
 they call the ``register`` callback of the ``graphsvc_register_ops`` hook (see
 :mod:`graphsvc.hookspecs` and :mod:`graphsvc.pluginhost`).
+
+An *op family* (:class:`OpFamily`) serves an open set of tags that share a prefix (``aten.``: every
+PyTorch operator): the registry asks its ``resolve(tag)`` for an op the first time a graph uses
+such a tag, after the ops registered by name, and keeps the answer. A resolver that raises, or
+returns anything but a well-formed op of that name, leaves the tag unknown, with the reason
+(:meth:`OpRegistry.unknown_reason`).
 """
 
 from __future__ import annotations
@@ -87,9 +93,11 @@ from graphsvc.text import counted, listed, shorten
 __all__ = [
     "Attributes",
     "Op",
+    "OpFamily",
     "OpRegistry",
     "UserInterrupt",
     "attribute_parameters",
+    "check_family_declaration",
     "check_op_declaration",
     "describe_source",
     "elementwise_vjp",
@@ -321,6 +329,68 @@ class VJP(NamedTuple):
         return cls(function, NEEDS_INPUT_GRAD in parameters, RESIDUALS in parameters)
 
 
+@dataclass(frozen=True)
+class OpFamily:
+    """An open set of op tags sharing a prefix, whose ops a plugin makes when a graph asks for them.
+
+    ``resolve(tag)`` is called the first time a graph uses a tag that starts with ``prefix`` and no
+    op is registered by that name; it returns the :class:`Op` of that name, or ``None`` for a tag it
+    does not know. To refuse a tag with a reason, it raises :class:`~graphsvc.errors.OpError` with
+    that reason (any other exception is reported as the plugin's fault). The answer is kept for the
+    registry's lifetime."""
+
+    #: The start of every tag of the family: ``"aten."``.
+    prefix: str
+    #: ``resolve(tag) -> Op | None``.
+    resolve: Callable[[str], Any]
+    #: One line for ``graphsvc ops``: what the family's ops are.
+    doc: str = ""
+    #: The distribution (or module) that registered the family; filled in by the registry.
+    plugin: str | None = None
+    #: That distribution's version, when known; filled in by the registry.
+    plugin_version: str | None = None
+
+    @property
+    def source(self) -> str:
+        """Who registered the family, for messages: ``"graphsvc-torch 0.1.0"``."""
+        return describe_source(self.plugin, self.plugin_version)
+
+    @property
+    def name(self) -> str:
+        """How listings name the family: its prefix and ``*`` (``aten.*``)."""
+        return f"{self.prefix}*"
+
+
+def check_family_declaration(family: object) -> OpFamily:
+    """Return ``family`` if it is a well-formed :class:`OpFamily`, else raise :class:`OpError` saying what is wrong."""
+    if not isinstance(family, OpFamily):
+        raise OpError(f"register() expects a graphsvc.ops.OpFamily, not {type(family).__name__}")
+    if not isinstance(family.prefix, str) or not family.prefix:
+        raise OpError(f"an op family's prefix must be a non-empty string, not {family.prefix!r}")
+    if not callable(family.resolve):
+        raise OpError(f"op family {family.name!r}: resolve must be a function, not {family.resolve!r}")
+    if not isinstance(family.doc, str):
+        raise OpError(f"op family {family.name!r}: doc must be a string, not {family.doc!r}")
+    return family
+
+
+#: Tag prefixes graphsvc knows the plugin of, for a graph that uses such a tag where no plugin
+#: serves it: what the tags are, and what replaying them needs (the error says so).
+KNOWN_FAMILIES: dict[str, tuple[str, str]] = {
+    "aten.": (
+        "a PyTorch operator",
+        "the graphsvc-torch plugin and PyTorch (pip install ./plugins/graphsvc-torch torch==2.13.0)",
+    ),
+}
+
+
+def known_family(tag: object) -> tuple[str, str] | None:
+    """What :data:`KNOWN_FAMILIES` says of ``tag`` (what it is, what replaying it needs), or None."""
+    if not isinstance(tag, str):
+        return None
+    return next((said for prefix, said in KNOWN_FAMILIES.items() if tag.startswith(prefix)), None)
+
+
 def describe_source(plugin: str | None, version: str | None) -> str:
     """``"name version"``, ``"name"`` or ``"an unnamed plugin"``."""
     if plugin is None:
@@ -419,10 +489,15 @@ def _check_positionals(op: Op, field: str, function: Any, count: int, what: str)
 
 
 class OpRegistry:
-    """The table of ops, keyed by name. Registering a name twice is an error; nothing is overridden."""
+    """The table of ops, keyed by name, and the op families (:class:`OpFamily`) that make ops for
+    tags no op is registered by. Registering a name or a family's prefix twice is an error; nothing
+    is overridden."""
 
     def __init__(self) -> None:
         self._ops: dict[str, Op] = {}
+        self._families: dict[str, OpFamily] = {}
+        self._resolved: dict[str, Op | None] = {}  # what the families answered, tag by tag
+        self._unresolved: dict[str, str] = {}  # why a family's tag has no op
 
     def register(self, op: Op, *, plugin: str | None = None, plugin_version: str | None = None) -> None:
         """Add ``op``, recording the plugin that registered it (when given, it replaces ``op.plugin``).
@@ -437,17 +512,125 @@ class OpRegistry:
         if existing is not None:
             raise OpError(duplicate_message(existing, op))
         self._ops[op.name] = op
+        self._resolved.pop(op.name, None)
+        self._unresolved.pop(op.name, None)
+
+    def register_family(
+        self, family: OpFamily, *, plugin: str | None = None, plugin_version: str | None = None
+    ) -> None:
+        """Add an op family, recording the plugin that registered it (as :meth:`register` does).
+
+        Raises :class:`OpError` for a malformed family or a prefix another family has; the message
+        names both plugins, and the registry is left unchanged."""
+        if plugin is not None and isinstance(family, OpFamily):
+            family = dataclasses.replace(family, plugin=plugin, plugin_version=plugin_version)
+        check_family_declaration(family)
+        existing = self._families.get(family.prefix)
+        if existing is not None:
+            raise OpError(duplicate_family_message(existing, family))
+        self._families[family.prefix] = family
+        self._resolved.clear()
+        self._unresolved.clear()
+
+    def registered(self, name: object) -> Op | None:
+        """The op registered by the name ``name``, or None; no family is asked (a plugin's load
+        must not run another plugin's resolver)."""
+        try:
+            return self._ops.get(name)  # type: ignore[call-overload]
+        except TypeError:  # an unhashable name
+            return None
+
+    def family(self, prefix: str) -> OpFamily | None:
+        """The family registered with the prefix ``prefix``, or None."""
+        return self._families.get(prefix)
+
+    def families(self) -> list[OpFamily]:
+        """The op families, by prefix."""
+        return [self._families[prefix] for prefix in sorted(self._families)]
+
+    def family_of(self, name: object) -> OpFamily | None:
+        """The family whose prefix starts ``name`` (the longest such prefix), or None."""
+        if not isinstance(name, str) or not self._families:
+            return None
+        found = [family for prefix, family in self._families.items() if name.startswith(prefix)]
+        return max(found, key=lambda family: len(family.prefix)) if found else None
+
+    def _lookup(self, name: object) -> Op | None:
+        """The op called ``name``: registered by that name, or made by its family (asked once)."""
+        try:
+            return self._ops[name]  # type: ignore[index]
+        except (KeyError, TypeError):
+            pass
+        if not self._families or not isinstance(name, str):
+            return None
+        try:
+            return self._resolved[name]
+        except KeyError:
+            pass
+        family = self.family_of(name)
+        op = None if family is None else self._resolve(family, name)
+        self._resolved[name] = op
+        return op
+
+    def _resolve(self, family: OpFamily, name: str) -> Op | None:
+        """``family.resolve(name)``, contained: a resolver that raises or returns anything but a
+        well-formed op called ``name`` leaves the tag unknown, its reason kept."""
+        with interrupts_told_apart():
+            try:
+                op = family.resolve(name)
+            except BaseException as exc:  # a plugin's code: sys.exit and its own KeyboardInterrupt included
+                if is_user_interrupt(exc):
+                    raise
+                if isinstance(exc, OpError):  # the plugin's refusal, in its words
+                    reason = shorten(str(exc), EXCEPTION_CHARS)
+                else:
+                    reason = f"its resolver raised {describe_exception(exc)}"
+                self._unresolved[name] = f"{family.source}: {reason}"
+                return None
+        if op is None:
+            self._unresolved[name] = f"{family.source} knows no op of that name"
+            return None
+        if not isinstance(op, Op):
+            returned = type(op).__name__
+            self._unresolved[name] = f"{family.source}: its resolver returned {returned}, not a graphsvc.ops.Op"
+            return None
+        try:
+            check_op_declaration(op)
+            if op.name != name:
+                raise OpError(f"its resolver returned op {op.name!r} for this tag")
+        except OpError as exc:
+            self._unresolved[name] = f"{family.source}: malformed op: {shorten(str(exc), EXCEPTION_CHARS)}"
+            return None
+        return dataclasses.replace(op, plugin=family.plugin, plugin_version=family.plugin_version)
+
+    def unknown_reason(self, name: object) -> str | None:
+        """Why ``name`` has no op here, when there is more to say than that no plugin registers it:
+        what its family's plugin said (``"graphsvc-torch 0.1.0: PyTorch has no operator ..."``), or
+        for a tag graphsvc knows the plugin of (:data:`KNOWN_FAMILIES`) and no family serves, what
+        it is and what replaying it needs. None for an op that is here."""
+        if self._lookup(name) is not None:
+            return None
+        if isinstance(name, str) and name in self._unresolved:
+            return self._unresolved[name]
+        said = known_family(name) if self.family_of(name) is None else None
+        if said is not None:
+            what, needs = said
+            return f"{what}: replaying it needs {needs}"
+        return None
 
     def get(self, name: str) -> Op:
         """The op called ``name``; :class:`OpError` naming it when no plugin registered it."""
-        try:
-            return self._ops[name]
-        except (KeyError, TypeError):
-            close = self.closest(name)
-            guess = f"; did you mean {close!r}?" if close is not None else ""
-            raise UnknownOpError(
-                f"unknown op {name!r}: no loaded plugin registers it{guess} (see `graphsvc ops`)"
-            ) from None
+        op = self._lookup(name)
+        if op is not None:
+            return op
+        reason = self.unknown_reason(name)
+        if reason is not None and name not in self._unresolved:
+            raise UnknownOpError(f"op {name!r} is {reason}")
+        if reason is not None:
+            raise UnknownOpError(f"unknown op {name!r}: {reason}")
+        close = self.closest(name)
+        guess = f"; did you mean {close!r}?" if close is not None else ""
+        raise UnknownOpError(f"unknown op {name!r}: no loaded plugin registers it{guess} (see `graphsvc ops`)")
 
     def closest(self, name: object) -> str | None:
         """The registered name most like ``name`` (:func:`difflib.get_close_matches`), if one is
@@ -456,7 +639,8 @@ class OpRegistry:
             return None
         import difflib
 
-        close = difflib.get_close_matches(name, list(self._ops), n=1)
+        known = [*self._ops, *(tag for tag, op in self._resolved.items() if op is not None)]
+        close = difflib.get_close_matches(name, known, n=1)
         return close[0] if close else None
 
     def record_sources(self, graph: Any) -> None:
@@ -470,16 +654,25 @@ class OpRegistry:
                 graph.op_sources[tag] = OpSource(op.plugin, op.plugin_version)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._ops
+        return self._lookup(name) is not None
 
     def __iter__(self) -> Iterator[Op]:
+        """The ops registered by name, by name (not those the families made)."""
         return iter([self._ops[name] for name in sorted(self._ops)])
 
     def __len__(self) -> int:
         return len(self._ops)
 
     def __repr__(self) -> str:
-        return f"<OpRegistry of {counted(len(self._ops), 'op')}>"
+        families = f" and {counted(len(self._families), 'op family', plural='op families')}" if self._families else ""
+        return f"<OpRegistry of {counted(len(self._ops), 'op')}{families}>"
+
+
+def duplicate_family_message(first: OpFamily, second: OpFamily) -> str:
+    """The error for a second family of ``first.prefix``: it names both plugins."""
+    if (first.plugin, first.plugin_version) == (second.plugin, second.plugin_version):
+        return f"op family {first.name!r} is registered twice by {first.source} (the first one is kept)"
+    return f"op family {first.name!r} is registered by both {first.source} and {second.source} (the first one is kept)"
 
 
 def duplicate_message(first: Op, second: Op) -> str:

@@ -19,9 +19,11 @@ others (the lesson of simonw/llm issue #1280, where one bad entry point took the
 :func:`graphsvc.ops.interrupts_told_apart`). Whatever plugin code prints while it is imported or its
 hook runs goes to stderr in the CLI (:func:`plugin_output_to_stderr`), so it cannot corrupt ``--json``.
 A plugin's hook gets its own ``register`` callback, so every op is recorded with the plugin that
-registered it; its ops are staged and committed only if the hook returns without raising. Problems
-(an import that fails, a hook that raises, a hook with the wrong signature, a malformed op, an op
-name that is already taken) are returned as :class:`PluginProblem`; with ``strict=True`` the first
+registered it; its ops are staged and committed only if the hook returns without raising. The
+same holds for the op families of ``graphsvc_register_op_families`` (a plugin implements either
+hook or both). Problems (an import that fails, a hook that raises, a hook with the wrong
+signature, a malformed op or family, an op name or family prefix that is already taken) are
+returned as :class:`PluginProblem`; with ``strict=True`` the first
 one raises :class:`~graphsvc.errors.PluginError` (exit code 4).
 
 The registry used where none is given (:class:`~graphsvc.value.Value`, :func:`graphsvc.forward`,
@@ -55,9 +57,12 @@ from graphsvc.errors import OpError, PluginError
 from graphsvc.ops import (
     BUILTIN_PLUGIN,
     Op,
+    OpFamily,
     OpRegistry,
+    check_family_declaration,
     check_op_declaration,
     describe_exception,
+    duplicate_family_message,
     duplicate_message,
     expect_registry,
     interrupts_told_apart,
@@ -87,6 +92,9 @@ DISABLE_ENV = "GRAPHSVC_DISABLE_PLUGINS"
 PROBLEM_CHARS = 300
 
 _HOOK = "graphsvc_register_ops"
+_FAMILY_HOOK = "graphsvc_register_op_families"
+#: The hooks a plugin may implement, and what each one registers.
+_HOOKS = {_HOOK: "ops", _FAMILY_HOOK: "op families"}
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 
@@ -608,46 +616,56 @@ class _Loader:
         impls = self._hookimpls(label, module)
         if impls is None:
             return
-        register = _Registration(self, label, plugin, version)
-        for impl in impls:
-            try:
-                impl.function(**dict.fromkeys(impl.argnames, register))
-            except BaseException as exc:
-                if is_user_interrupt(exc):
-                    raise
-                self._problem(label, f"{_HOOK} raised {describe_exception(exc)} (none of its ops were registered)")
-                register.staged.clear()
-                register.duplicates.clear()
-                break
-        register.closed = True
-        register.report_duplicates()
-        for op in register.staged:
-            try:
-                self.registry.register(op, plugin=plugin, plugin_version=version)
-            except OpError as exc:  # cannot happen after the callback's checks; report it anyway
-                self._problem(label, str(exc))
+        for hook, hook_impls in impls.items():
+            register: _Registration | _FamilyRegistration
+            if hook == _HOOK:
+                register = _Registration(self, label, plugin, version)
+            else:
+                register = _FamilyRegistration(self, label, plugin, version)
+            for impl in hook_impls:
+                try:
+                    impl.function(**dict.fromkeys(impl.argnames, register))
+                except BaseException as exc:
+                    if is_user_interrupt(exc):
+                        raise
+                    self._problem(
+                        label, f"{hook} raised {describe_exception(exc)} (none of its {_HOOKS[hook]} were registered)"
+                    )
+                    register.staged.clear()
+                    register.duplicates.clear()
+                    break
+            register.closed = True
+            register.report_duplicates()
+            register.commit()
 
-    def _hookimpls(self, label: str, module: ModuleType) -> list[Any] | None:
-        """The module's implementations of the one hook; None (and a problem) when it has none usable."""
+    def _hookimpls(self, label: str, module: ModuleType) -> dict[str, list[Any]] | None:
+        """The module's implementations of each hook it implements (ops first, then op families);
+        None (and a problem) when it has none usable."""
         unknown = [caller.name for caller in self.manager.get_hookcallers(module) or [] if not caller.has_spec()]
         if unknown:
             self.manager.unregister(module)
-            self._problem(label, f"unknown hook {unknown[0]!r} (the only hook is {_HOOK})")
+            self._problem(label, f"unknown hook {unknown[0]!r} (the hooks are {_HOOK} and {_FAMILY_HOOK})")
             return None
-        impls = [impl for impl in getattr(self.manager.hook, _HOOK).get_hookimpls() if impl.plugin is module]
-        if not impls:
-            self._problem(label, f"defines no @hookimpl {_HOOK}(register)")
+        found = {
+            hook: [impl for impl in getattr(self.manager.hook, hook).get_hookimpls() if impl.plugin is module]
+            for hook in _HOOKS
+        }
+        found = {hook: impls for hook, impls in found.items() if impls}
+        if not found:
+            self._problem(label, f"defines no @hookimpl {_HOOK}(register) or {_FAMILY_HOOK}(register)")
             return None
-        for impl in impls:
-            if impl.wrapper or impl.hookwrapper:
-                self._problem(label, f"bad hook: {_HOOK} must not be a hook wrapper")
-                return None
-            if "register" not in impl.argnames:  # pluggy accepts it; it could never register an op
-                self._problem(
-                    label, f"bad hook: {_HOOK}() takes no argument, so it cannot register ops: {_HOOK}(register)"
-                )
-                return None
-        return impls
+        for hook, impls in found.items():
+            for impl in impls:
+                if impl.wrapper or impl.hookwrapper:
+                    self._problem(label, f"bad hook: {hook} must not be a hook wrapper")
+                    return None
+                if "register" not in impl.argnames:  # pluggy accepts it; it could never register anything
+                    self._problem(
+                        label,
+                        f"bad hook: {hook}() takes no argument, so it cannot register {_HOOKS[hook]}: {hook}(register)",
+                    )
+                    return None
+        return found
 
 
 class _Registration:
@@ -672,8 +690,7 @@ class _Registration:
             return
         recorded = dataclasses.replace(op, plugin=self.plugin, plugin_version=self.version)
         registry = self.loader.registry
-        first = registry.get(op.name) if op.name in registry else None
-        first = first or next((s for s in self.staged if s.name == op.name), None)
+        first = registry.registered(op.name) or next((s for s in self.staged if s.name == op.name), None)
         if first is not None:
             self.duplicates.append((first, recorded))
             return
@@ -700,6 +717,57 @@ class _Registration:
                 )
             self.loader._problem(self.label, message)
 
+    def commit(self) -> None:
+        """Add the staged ops to the registry."""
+        for op in self.staged:
+            try:
+                self.loader.registry.register(op, plugin=self.plugin, plugin_version=self.version)
+            except OpError as exc:  # cannot happen after the callback's checks; report it anyway
+                self.loader._problem(self.label, str(exc))
+
+
+class _FamilyRegistration:
+    """The ``register`` callback of one plugin's ``graphsvc_register_op_families``: it checks each
+    op family and stages it."""
+
+    def __init__(self, loader: _Loader, label: str, plugin: str, version: str | None) -> None:
+        self.loader = loader
+        self.label = label
+        self.plugin = plugin
+        self.version = version
+        self.staged: list[OpFamily] = []
+        self.duplicates: list[tuple[OpFamily, OpFamily]] = []  # (the family kept, the one refused)
+        self.closed = False
+
+    def __call__(self, family: OpFamily) -> None:
+        if self.closed:
+            raise OpError(f"register() was called after {_FAMILY_HOOK} returned; call it inside the hook")
+        try:
+            check_family_declaration(family)
+        except OpError as exc:
+            self.loader._problem(self.label, f"malformed op family: {exc}")
+            return
+        recorded = dataclasses.replace(family, plugin=self.plugin, plugin_version=self.version)
+        first = self.loader.registry.family(family.prefix)
+        first = first or next((s for s in self.staged if s.prefix == family.prefix), None)
+        if first is not None:
+            self.duplicates.append((first, recorded))
+            return
+        self.staged.append(recorded)
+
+    def report_duplicates(self) -> None:
+        """One problem per prefix registered again."""
+        for first, second in self.duplicates:
+            self.loader._problem(self.label, duplicate_family_message(first, second))
+
+    def commit(self) -> None:
+        """Add the staged families to the registry."""
+        for family in self.staged:
+            try:
+                self.loader.registry.register_family(family, plugin=self.plugin, plugin_version=self.version)
+            except OpError as exc:  # cannot happen after the callback's checks; report it anyway
+                self.loader._problem(self.label, str(exc))
+
 
 def _module_version(module: ModuleType) -> str | None:
     version = getattr(module, "__version__", None)
@@ -707,17 +775,18 @@ def _module_version(module: ModuleType) -> str | None:
 
 
 def _signature_problem(module: ModuleType) -> str | None:
-    """Say what is wrong with the hook's arguments, when that is what pluggy refused."""
-    function = getattr(module, _HOOK, None)
-    if function is None:
-        return None
-    try:
-        signature = inspect.signature(function)
-    except (TypeError, ValueError):
-        return None
-    if set(signature.parameters) <= {"register"}:
-        return None
-    return f"{_HOOK}{signature} must take the one argument the hook passes: {_HOOK}(register)"
+    """Say what is wrong with a hook's arguments, when that is what pluggy refused."""
+    for hook in _HOOKS:
+        function = getattr(module, hook, None)
+        if function is None:
+            continue
+        try:
+            signature = inspect.signature(function)
+        except (TypeError, ValueError):
+            continue
+        if not set(signature.parameters) <= {"register"}:
+            return f"{hook}{signature} must take the one argument the hook passes: {hook}(register)"
+    return None
 
 
 def _one_line(text: str) -> str:

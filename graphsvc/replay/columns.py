@@ -128,12 +128,31 @@ def _missing_ops(graph: Graph, registry: OpRegistry, missing: list[str]) -> Miss
     """The error naming the ops of ``graph`` that ``registry`` lacks, each with the plugin and
     version the file records for it. An op the file records no plugin for, whose name is close to a
     registered one, is most likely misspelt: it gets that name instead of the install hint, e.g.
-    ``log_sofmax (plugin unknown; did you mean 'log_softmax'?)``."""
+    ``log_sofmax (plugin unknown; did you mean 'log_softmax'?)``. A tag an op family's plugin
+    refused gets that plugin's reason; tags graphsvc knows the plugin of (``aten.``: PyTorch's
+    operators, :data:`graphsvc.ops.KNOWN_FAMILIES`) that no family serves are said last, with what
+    replaying them needs."""
     # listed() would cut "tag (from plugin version)" as one item: each part is cut on its own
+    from graphsvc.ops import known_family
+
+    needing: dict[str, list[str]] = {}  # what replaying them needs -> the tags (what they are: its first)
+    others = []
+    for tag in missing:
+        said = known_family(tag) if registry.family_of(tag) is None else None
+        if said is not None:
+            needing.setdefault(said[1], [said[0]]).append(tag)
+        else:
+            others.append(tag)
     described = []
-    suggested = 0
-    for tag in missing[:_LISTED]:
+    explained = 0  # the tags given a likely spelling or a family's reason: no plugin to install for them
+    misspelt = False
+    for tag in others[:_LISTED]:
         source = graph.op_sources.get(tag)
+        reason = registry.unknown_reason(tag)
+        if reason is not None:  # an op family's plugin refused it
+            explained += 1
+            described.append(f"{_item(tag)} ({shorten(escape(reason), _REASON_CHARS)})")
+            continue
         if source is not None and source.plugin:  # a plugin registered it when the file was saved
             version = f" {_item(source.version)}" if source.version else ""
             described.append(f"{_item(tag)} (from {_item(source.plugin)}{version})")
@@ -142,24 +161,36 @@ def _missing_ops(graph: Graph, registry: OpRegistry, missing: list[str]) -> Miss
         if close is None:
             described.append(f"{_item(tag)} (plugin unknown)")
         else:
-            suggested += 1
+            explained += 1
+            misspelt = True
             described.append(f"{_item(tag)} (plugin unknown; did you mean {close!r}?)")
-    several = len(missing) > 1
-    count, more = "", ""
-    if len(missing) > _LISTED:
-        count, more = f"{len(missing):,} ", f" and {len(missing) - _LISTED:,} more"
-    others = len(missing) - suggested
-    if not suggested:
-        hint = f"; install the plugin that provides {'them' if several else 'it'}"
-    elif others:
-        hint = f"; install the plugin that provides {'the others' if others > 1 else 'the other'}"
-    else:
-        hint = ""
-    return MissingOpsError(
-        f"the graph uses {count}{'ops' if several else 'an op'} not registered here: "
-        f"{', '.join(described)}{more}{hint}",
-        install_hint=bool(others),
-    )
+    parts = []
+    hinted = False
+    if others:
+        several = len(others) > 1
+        count, more = "", ""
+        if len(others) > _LISTED:
+            count, more = f"{len(others):,} ", f" and {len(others) - _LISTED:,} more"
+        rest = len(others) - explained
+        if not explained:
+            hint = f"; install the plugin that provides {'them' if several else 'it'}"
+        elif rest:
+            hint = f"; install the plugin that provides {'the others' if rest > 1 else 'the other'}"
+        else:
+            hint = ""
+        hinted = bool(rest)
+        parts.append(
+            f"the graph uses {count}{'ops' if several else 'an op'} not registered here: "
+            f"{', '.join(described)}{more}{hint}"
+        )
+    for needs, (what, *tags) in needing.items():
+        names = listed(tags, shown=_LISTED, quoted=True)
+        if len(tags) == 1:
+            parts.append(f"op {names} is {what}: replaying it needs {needs}")
+        else:
+            article = what.split(" ", 1)[1]
+            parts.append(f"ops {names} are {article}s: replaying them needs {needs}")
+    return MissingOpsError("; ".join(parts), install_hint=hinted, misspelt=misspelt)
 
 
 def _check_attributes(graph: Graph, ops: list[Op | None]) -> None:
@@ -207,6 +238,8 @@ def _check_attributes(graph: Graph, ops: list[Op | None]) -> None:
 
 #: How many names a message lists before it says "and N more".
 _LISTED = 10
+#: Longest reason an op family's plugin gives for a tag that a message quotes.
+_REASON_CHARS = 300
 
 
 def _item(text: str) -> str:

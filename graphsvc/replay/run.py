@@ -329,7 +329,7 @@ def check_replayable(graph: Graph, registry: OpRegistry | None = None, label: st
         what = "a valid graph" if label is None else f"{label}: a valid graph file"
         message = f"{what}, but it cannot be replayed here: {exc}"
         if isinstance(exc, MissingOpsError):
-            raise MissingOpsError(message, install_hint=exc.install_hint) from None
+            raise MissingOpsError(message, install_hint=exc.install_hint, misspelt=exc.misspelt) from None
         raise type(exc)(message) from None
 
 

@@ -120,7 +120,8 @@ def test_ops_json() -> None:
     result = runner.invoke(app, ["ops", "--json"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
-    assert list(document) == ["ops"]
+    assert list(document) == ["ops", "families"]
+    assert document["families"] == []
     assert [item["name"] for item in document["ops"]] == [line.split("\t")[0] for line in BUILTIN_LINES]
     assert document["ops"][1] == {
         "name": "add",

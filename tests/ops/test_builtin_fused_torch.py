@@ -12,8 +12,9 @@ import pytest
 
 from graphsvc.ops import Op
 from graphsvc.ops import builtin as builtin_ops
+from tests.conftest import needs_torch
 
-torch = pytest.importorskip("torch", reason="needs PyTorch: pip install torch==2.13.0")
+torch = needs_torch(module_level=True)
 F = torch.nn.functional
 
 DTYPES = [pytest.param(np.float64, id="float64"), pytest.param(np.float32, id="float32")]

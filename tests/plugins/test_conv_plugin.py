@@ -21,13 +21,13 @@ from graphsvc.graph import GraphBuilder
 from graphsvc.ops import Op
 from graphsvc.pluginhost import load_registry
 from graphsvc.testing import check_vjp
+from tests.conftest import needs_torch
 
 graphsvc_conv = pytest.importorskip("graphsvc_conv", reason="pip install ./plugins/graphsvc-conv")
 
 pytestmark = pytest.mark.usefixtures("no_installed_plugins")
 
 CONV2D, MAX_POOL2D = graphsvc_conv.OPS
-TORCH_REASON = "pip install torch==2.13.0"
 
 # x = 1..9 in a 3x3 image, w = [[1, 2], [3, 4]]
 X = np.arange(1.0, 10.0).reshape(1, 1, 3, 3)
@@ -165,7 +165,7 @@ def test_max_pool2d_sends_a_windows_gradient_to_its_last_nan_as_pytorch_does(str
     else:  # (0,0) and (1,0) pick x[1, 0], (0,1) its only nan x[0, 1], (1,1) its maximum x[2, 2]
         assert np.isnan(out[0, 0]).tolist() == [[True, True], [True, False]]
         assert gx.tolist() == [[[[0.0, np.inf, 0.0], [np.inf, 0.0, 0.0], [0.0, 0.0, np.inf]]]]
-    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    torch = needs_torch()
     tx = torch.tensor(x, requires_grad=True)
     pooled = torch.nn.functional.max_pool2d(tx, 2, stride)
     pooled.backward(torch.ones_like(pooled))
@@ -412,7 +412,7 @@ def test_a_large_conv2d_kernel_over_small_images_keeps_no_columns() -> None:
 
 
 def test_a_large_conv2d_kernel_over_small_images_matches_pytorch() -> None:
-    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    torch = needs_torch()
     x, w, b, g = large_kernel_over_small_images()
     out = graphsvc_conv.conv2d(read_only(x), read_only(w), read_only(b), stride=1, padding=150)
     grads = graphsvc_conv.conv2d_vjp(read_only(g), out, read_only(x), read_only(w), read_only(b), padding=150)
@@ -673,7 +673,7 @@ def test_the_installed_plugin_registers_both_ops_under_its_distribution() -> Non
 
 # -- PyTorch -------------------------------------------------------------------------------------
 def torch_or_skip() -> Any:
-    return pytest.importorskip("torch", reason=TORCH_REASON)
+    return needs_torch()
 
 
 @pytest.mark.parametrize(("stride", "padding"), list(itertools.product([1, 2, [2, 1]], [0, 1, [1, 2]])))

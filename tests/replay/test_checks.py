@@ -7,10 +7,10 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.replay import compare as checks
+from tests.conftest import needs_torch
 
 
 def test_differences_are_zero_for_equal_numbers_and_inf_where_one_side_is_nan() -> None:
@@ -115,7 +115,7 @@ def test_a_float32_step_as_pytorch_computed_it_passes_the_default_check(tmp_path
     """An MLP 784-128-10 (batch 64, float32) whose stored values and gradients are PyTorch's: the
     replay (numpy, other summation orders) is within float32's default tolerance everywhere, and
     beyond float64's."""
-    torch = pytest.importorskip("torch", reason="needs PyTorch: pip install torch==2.13.0")
+    torch = needs_torch()
     from graphsvc.pluginhost import load_registry
     from graphsvc.replay.run import replay_values
 

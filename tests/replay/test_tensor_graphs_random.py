@@ -25,7 +25,7 @@ import pytest
 
 import graphsvc
 from graphsvc.graph import Graph, GraphBuilder
-from tests.conftest import builtin_registry
+from tests.conftest import builtin_registry, needs_torch
 
 pytestmark = pytest.mark.usefixtures("no_installed_plugins")
 
@@ -565,7 +565,7 @@ def torch_ops(torch: Any) -> dict[str, Callable[..., Any]]:
 
 
 def test_random_graphs_match_pytorch() -> None:
-    torch = pytest.importorskip("torch", reason="pip install torch==2.13.0")
+    torch = needs_torch()
     ops = torch_ops(torch)
     assert set(ops) == {*UNARY, *BINARY, *TENSOR}
     for seed in range(GRAPHS):

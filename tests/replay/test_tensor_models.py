@@ -21,10 +21,10 @@ from benchmarks.tensor_models import MODELS, SMALL_OP_MODELS, TensorModel
 from graphsvc.graph import GraphBuilder
 from graphsvc.ops import OpRegistry
 from graphsvc.pluginhost import load_registry
+from tests.conftest import needs_torch
 
 pytestmark = pytest.mark.usefixtures("no_installed_plugins")
 
-TORCH_REASON = "pip install torch==2.13.0"
 CONV_REASON = "pip install ./plugins/graphsvc-conv"
 RTOL: dict[type, float] = {np.float64: 1e-10, np.float32: 1e-4}
 #: Small versions of the three models (the benchmark uses the issue's sizes, the builders' defaults).
@@ -61,7 +61,7 @@ def assert_close(got: Any, expected: np.ndarray, dtype: type, what: str) -> None
 
 @pytest.mark.parametrize(("name", "dtype"), CASES, ids=[f"{n}-{d.__name__}" for n, d in CASES])
 def test_graphsvc_gradients_match_pytorch_and_the_hand_written_numpy(name: str, dtype: type) -> None:
-    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    torch = needs_torch()
     registry = registry_for(name)
     model = small(name, dtype)
     replayed = graphsvc.backward(model.graph, output="loss", registry=registry)
@@ -105,7 +105,7 @@ SMALL_OP_CASES = [(name, dtype) for name in SMALL_OPS for dtype in RTOL]
 
 @pytest.mark.parametrize(("name", "dtype"), SMALL_OP_CASES, ids=[f"{n}-{d.__name__}" for n, d in SMALL_OP_CASES])
 def test_the_graphs_of_small_ops_give_pytorchs_loss_and_gradients(name: str, dtype: type) -> None:
-    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    torch = needs_torch()
     model = SMALL_OP_MODELS[name](dtype, 3, **SMALL_OPS[name])
     replayed = graphsvc.backward(model.graph, output="loss", registry=registry_for(name))
     params = {key: torch.tensor(value, requires_grad=True) for key, value in model.params.items()}

@@ -22,6 +22,7 @@ from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.ops import Op, OpRegistry, elementwise_vjp, unbroadcast
 from graphsvc.pluginhost import load_registry
 from graphsvc.replay.arrays import describe, read_only_memory
+from tests.conftest import needs_torch
 
 pytestmark = pytest.mark.usefixtures("no_installed_plugins")
 
@@ -405,7 +406,7 @@ def mlp_graph(x: np.ndarray, params: list[np.ndarray], labels: np.ndarray) -> Gr
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_an_mlp_with_cross_entropy_matches_pytorch(dtype: type) -> None:
-    torch = pytest.importorskip("torch", reason="pip install torch==2.13.0")
+    torch = needs_torch()
     rng = np.random.default_rng(5)
     x = rng.standard_normal((8, 5)).astype(dtype)
     params = [rng.standard_normal(shape).astype(dtype) for shape in ((5, 7), (7,), (7, 3), (3,))]

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from graphsvc.torch.calls import UnencodableArgument, decode_call, encode_call
+from tests.conftest import needs_torch
 
 
 class Tensor:
@@ -52,7 +53,7 @@ def test_importing_the_package_and_the_codec_does_not_import_torch() -> None:
 
 
 def test_torch_objects_round_trip() -> None:
-    torch = pytest.importorskip("torch", reason="needs PyTorch: pip install torch==2.13.0")
+    torch = needs_torch()
     attrs, _ = encode_call(
         [torch.float32], {"device": torch.device("cpu"), "memory_format": torch.contiguous_format}, is_tensor
     )

@@ -13,9 +13,9 @@ import pytest
 import graphsvc
 from graphsvc.graph import Graph
 from graphsvc.pluginhost import load_registry
-from tests.conftest import run_cli
+from tests.conftest import needs_torch, run_cli
 
-torch = pytest.importorskip("torch", reason="needs PyTorch: pip install torch==2.13.0")
+torch = needs_torch(module_level=True)
 nn = torch.nn
 F = torch.nn.functional
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import graphsvc.torch
+from tests.conftest import needs_torch
 
 
 def test_importing_graphsvc_torch_does_not_import_torch() -> None:
@@ -17,7 +18,7 @@ def test_importing_graphsvc_torch_does_not_import_torch() -> None:
 
 
 def test_capture_is_the_capturing_modules_and_other_names_are_not_there() -> None:
-    pytest.importorskip("torch", reason="needs PyTorch: pip install torch==2.13.0")
+    needs_torch()
     from graphsvc.torch import capturing
 
     assert graphsvc.torch.capture is capturing.capture

@@ -1,0 +1,285 @@
+"""graphsvc-torch: graphsvc ops that call PyTorch, for the nodes of a captured PyTorch step that
+graphsvc has no builtin op for.
+
+- The op family ``aten.``: a node tagged with an ATen operator's name (``aten.embedding.default``,
+  ``aten.mkldnn_rnn_layer.default``: ``str(func)`` of the ``OpOverload``), its call in its
+  attributes as :mod:`graphsvc.torch.calls` writes them (``args``, ``kwargs``, ``output``), is
+  replayed by calling ``torch.ops.aten.NAME.OVERLOAD`` on its inputs; its VJP is PyTorch's
+  autograd of that same call.
+- :func:`function_op`: the op of a custom ``torch.autograd.Function``, tagged by its qualified name
+  (``module.QualName``, the tag a capture records), for a plugin author to register.
+
+Loading the plugin does not import PyTorch (every graphsvc command loads plugins). The family's
+resolver checks a tag when a graph first uses it (``validate``, a replay): a name that is not
+``aten.NAME.OVERLOAD`` is refused at once; where PyTorch cannot be imported, the tag is refused
+with ``pip install torch==2.13.0`` (exit code 4, as for any op that is not here); otherwise PyTorch
+is imported there, once, and a tag that names no operator of this PyTorch is refused by name.
+
+How a node runs (forward): each input array becomes a tensor sharing its memory
+(``torch.from_numpy``, dtype kept; an operator that writes into its arguments gets copies), the
+call is decoded (:func:`graphsvc.torch.calls.decode_call`) and made without autograd, output
+``output`` is picked from an operator that returns several, and the tensor comes back as a numpy
+array sharing its memory (copied only to make it contiguous, or off another device). The VJP makes
+the same call with autograd on, the floating-point inputs that need a gradient requiring one, and
+returns ``torch.autograd.grad(out, inputs, g, allow_unused=True)``: ``None`` for an input that
+gets no gradient (an integer index), zeros for a floating one the output does not depend on. A
+replay that goes on to a backward pass makes the call once, with autograd on
+(``forward_with_residuals``), and the VJP uses the graph PyTorch kept, as PyTorch's own backward does.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphsvc.hookspecs import hookimpl
+from graphsvc.ops import Op, OpError, OpFamily
+
+__version__ = "0.1.0"
+__all__ = ["PREFIX", "TORCH_INSTALL", "aten_op", "function_op"]
+
+#: The tags this plugin's family serves.
+PREFIX = "aten."
+#: What to run where PyTorch is missing.
+TORCH_INSTALL = "pip install torch==2.13.0"
+_ATEN_TAG = re.compile(r"aten\.([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\Z")
+
+
+# -- the family: PyTorch's operators ---------------------------------------------------------------
+def aten_op(tag: str) -> Op:
+    """The op of the ATen operator ``tag`` (``aten.NAME.OVERLOAD``): the family's resolver.
+    Raises :class:`~graphsvc.errors.OpError` with the reason for a tag it cannot serve."""
+    match = _ATEN_TAG.match(tag)
+    if match is None:
+        raise OpError(f"{tag!r} is not the name of a PyTorch operator, aten.NAME.OVERLOAD (aten.embedding.default)")
+    try:
+        import torch
+    except ImportError:
+        raise OpError(f"replaying {tag} needs PyTorch, which cannot be imported here: {TORCH_INSTALL}") from None
+    name, overload = match.groups()
+    try:
+        packet = getattr(torch.ops.aten, name)
+    except Exception:  # AttributeError: no such operator
+        raise OpError(f"PyTorch {torch.__version__} has no operator aten.{name}") from None
+    if overload not in packet.overloads():
+        known = ", ".join(sorted(packet.overloads()))
+        raise OpError(f"PyTorch {torch.__version__}'s aten.{name} has no overload {overload!r} (it has: {known})")
+    function = getattr(packet, overload)
+    schema = function._schema
+    call = _Call(tag, function, mutable=bool(schema.is_mutable))
+    return Op(
+        tag,
+        1,
+        forward=call.forward,
+        vjp=call.vjp,
+        forward_with_residuals=call.forward_with_residuals,
+        variadic=True,
+        doc=f"PyTorch's {schema}, replayed by PyTorch (graphsvc-torch; its VJP by autograd).",
+    )
+
+
+@hookimpl
+def graphsvc_register_op_families(register: Callable[[OpFamily], None]) -> None:
+    register(
+        OpFamily(
+            PREFIX,
+            aten_op,
+            doc=f"PyTorch's operators (aten.NAME.OVERLOAD), replayed by PyTorch ({TORCH_INSTALL}).",
+        )
+    )
+
+
+# -- custom autograd Functions -----------------------------------------------------------------------
+def function_op(function: type, name: str | None = None, *, doc: str | None = None) -> Op:
+    """The op of the custom ``torch.autograd.Function`` ``function``: its forward is
+    ``function.apply`` on the node's inputs as tensors, its VJP PyTorch's autograd through it (so
+    through the Function's own ``backward``). Tagged ``name``, by default the Function's qualified
+    name ``module.QualName``, the tag a capture records for it. A node may give ``args`` (and
+    ``kwargs``) as :mod:`graphsvc.torch.calls` writes them, for a Function that takes more than
+    tensors, and ``output`` for one that returns several. Register it in your plugin's hook::
+
+        @hookimpl
+        def graphsvc_register_ops(register):
+            register(function_op(Multiply))
+    """
+    apply = getattr(function, "apply", None)
+    if not isinstance(function, type) or not callable(apply):
+        raise TypeError(f"function_op() takes a torch.autograd.Function subclass, not {function!r}")
+    tag = name if name is not None else f"{function.__module__}.{function.__qualname__}"
+    call = _Call(tag, apply, mutable=False)
+    return Op(
+        tag,
+        1,
+        forward=call.forward,
+        vjp=call.vjp,
+        forward_with_residuals=call.forward_with_residuals,
+        variadic=True,
+        doc=doc if doc is not None else f"The torch.autograd.Function {tag}, replayed by PyTorch (graphsvc-torch).",
+    )
+
+
+# -- one call of a PyTorch function, forward and backward --------------------------------------------
+class _Call:
+    """Calls ``function`` (an ATen ``OpOverload`` or a Function's ``apply``) on a node's inputs."""
+
+    def __init__(self, tag: str, function: Callable[..., Any], *, mutable: bool) -> None:
+        self.tag = tag
+        self.function = function
+        self.mutable = mutable  # it writes into arguments: give it copies
+
+    def __repr__(self) -> str:
+        return f"<graphsvc_torch call of {self.tag}>"
+
+    def _run(self, tensors: Sequence[Any], args: Any, kwargs: Any, output: Any) -> Any:
+        if args is None and not kwargs:
+            result = self.function(*tensors)
+        else:
+            positional, keywords = _decode_call()({"args": args or [], "kwargs": kwargs or {}}, tensors)
+            result = self.function(*positional, **keywords)
+        return _pick(self.tag, result, output)
+
+    def forward(self, *inputs: np.ndarray, args: Any = None, kwargs: Any = None, output: Any = None) -> np.ndarray:
+        torch = _torch(self.tag)
+        # no autograd to turn off: tensors made from arrays do not require a gradient
+        tensors = [_tensor(torch, x, copy=self.mutable) for x in inputs]
+        return _array(torch, self._run(tensors, args, kwargs, output))
+
+    def _recorded(
+        self, torch: Any, inputs: Sequence[np.ndarray], wanted: Sequence[bool], args: Any, kwargs: Any, output: Any
+    ) -> tuple[list[Any], Any]:
+        """The call made with autograd on, the ``wanted`` inputs requiring a gradient: the input
+        tensors (autograd's leaves) and the output."""
+        leaves = [_tensor(torch, x, copy=False) for x in inputs]
+        leaves = [t.detach().requires_grad_(True) if w else t for t, w in zip(leaves, wanted, strict=True)]
+        # an operator that writes into its arguments gets copies (autograd refuses in-place
+        # changes of a leaf that requires grad, and the inputs are graphsvc's own)
+        tensors = [t.clone() if self.mutable else t for t in leaves]
+        with torch.enable_grad():
+            return leaves, self._run(tensors, args, kwargs, output)
+
+    def forward_with_residuals(
+        self, *inputs: np.ndarray, args: Any = None, kwargs: Any = None, output: Any = None
+    ) -> tuple[np.ndarray, tuple[list[Any], Any]]:
+        """:meth:`forward` for a replay that goes on to a backward pass: the call made once, with
+        autograd on (every floating-point input requiring a gradient), its graph kept for the VJP."""
+        torch = _torch(self.tag)
+        wanted = [_floating(x) for x in inputs]
+        leaves, result = self._recorded(torch, inputs, wanted, args, kwargs, output)
+        return _array(torch, result), (leaves, result)
+
+    def vjp(
+        self,
+        g: np.ndarray,
+        out: np.ndarray,
+        *inputs: np.ndarray,
+        args: Any = None,
+        kwargs: Any = None,
+        output: Any = None,
+        needs_input_grad: Sequence[bool] | None = None,
+        residuals: tuple[list[Any], Any] | None = None,
+    ) -> list[np.ndarray | None]:
+        torch = _torch(self.tag)
+        needs = needs_input_grad if needs_input_grad is not None else (True,) * len(inputs)
+        wanted = [bool(need) and _floating(x) for x, need in zip(inputs, needs, strict=True)]
+        if not any(wanted):
+            return [None] * len(inputs)
+        if residuals is None:  # not computed by forward_with_residuals in this replay: make the call again
+            leaves, result = self._recorded(torch, inputs, wanted, args, kwargs, output)
+        else:
+            leaves, result = residuals
+        sources = [t for t, w in zip(leaves, wanted, strict=True) if w]
+        if isinstance(result, torch.Tensor) and result.requires_grad:
+            seed = _tensor(torch, g, copy=False).to(result.dtype)
+            grads = list(torch.autograd.grad(result, sources, grad_outputs=seed, allow_unused=True))
+        else:  # an output that does not depend on any input differentiably (an index, a mask)
+            grads = [None] * len(sources)
+        found = iter(grads)
+        cotangents: list[np.ndarray | None] = []
+        for x, want in zip(inputs, wanted, strict=True):
+            if not want:
+                cotangents.append(None)
+                continue
+            grad = next(found)
+            cotangents.append(np.zeros_like(np.asarray(x)) if grad is None else _array(torch, grad))
+        return cotangents
+
+
+def _floating(x: Any) -> bool:
+    return bool(np.asarray(x).dtype.kind == "f")
+
+
+def _torch(tag: str) -> Any:
+    """PyTorch, imported; an error naming ``tag`` and what to install where it is missing."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise ModuleNotFoundError(f"replaying {tag} needs PyTorch ({exc}): {TORCH_INSTALL}") from None
+    return torch
+
+
+def _tensor(torch: Any, x: Any, *, copy: bool) -> Any:
+    """A tensor of ``x``'s dtype sharing its memory (``copy``: a writable copy of its own)."""
+    array = x if type(x) is np.ndarray else np.asarray(x)
+    if copy:
+        return torch.from_numpy(np.array(array))
+    global _warned
+    try:
+        if _warned or array.flags.writeable:
+            return torch.from_numpy(array)
+        # PyTorch warns once per process that a read-only array (graphsvc's inputs are) is not
+        # writable; nothing writes into it here, so that once is silenced
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            tensor = torch.from_numpy(array)
+        _warned = True
+        return tensor
+    except (ValueError, TypeError):  # negative strides (a reversed view): torch cannot share them
+        return torch.from_numpy(np.ascontiguousarray(array))
+
+
+_warned = False  # PyTorch's one warning about a read-only array has been given (and silenced)
+_decoder: Callable[..., tuple[list[Any], dict[str, Any]]] | None = None
+
+
+def _decode_call() -> Callable[..., tuple[list[Any], dict[str, Any]]]:
+    """:func:`graphsvc.torch.calls.decode_call`, imported on first use."""
+    global _decoder
+    if _decoder is None:
+        from graphsvc.torch.calls import decode_call
+
+        _decoder = decode_call
+    return _decoder
+
+
+def _pick(tag: str, result: Any, output: Any) -> Any:
+    """The output the node holds: ``result`` itself, or its ``output``-th element for a call that
+    returns several (``output`` must then be given)."""
+    if isinstance(result, (tuple, list)):
+        if output is None:
+            raise ValueError(f"{tag} returns {len(result)} outputs: the node must say which it holds (output)")
+        if isinstance(output, bool) or not isinstance(output, int) or not 0 <= output < len(result):
+            last = len(result) - 1
+            raise ValueError(f"{tag} returns {len(result)} outputs, so output must be 0 to {last}, not {output!r}")
+        return result[output]
+    if output not in (None, 0) or isinstance(output, bool):
+        raise ValueError(f"{tag} returns one output, so output must be 0 or left out, not {output!r}")
+    return result
+
+
+def _array(torch: Any, result: Any) -> np.ndarray:
+    """A tensor as a contiguous numpy array sharing its memory where it can (on the CPU, not
+    conjugated or negated lazily); anything else as an array."""
+    if not isinstance(result, torch.Tensor):
+        return np.asarray(result)
+    tensor = result.detach() if result.requires_grad else result
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    if tensor.is_conj() or tensor.is_neg():
+        tensor = tensor.resolve_conj().resolve_neg()
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    return tensor.numpy()
