@@ -248,3 +248,31 @@ def test_a_tensor_op_with_a_wrong_vjp_is_named(bad_plugin: str) -> None:
     failure = result.leaves[0].failure
     assert failure is not None and failure[0] == 0
     assert failure[1] == pytest.approx(1.5 * right, rel=1e-6) and failure[2] == pytest.approx(right, rel=1e-6)
+
+
+def test_int64_leaves_are_not_perturbed() -> None:
+    builder = GraphBuilder()
+    x = builder.leaf(np.array([1.0, 2.0, 3.0, 4.0]), "x")
+    idx = builder.leaf(np.array([0, 2, 2]), "idx")
+    taken = builder.add("take", [x, idx], value=np.zeros(3))
+    builder.add("sum", [taken], value=np.zeros(()), name="s")
+    graph = graphsvc.forward(builder.build(["s"]))
+    result = gradcheck(graph)
+    assert result.passed and result.skipped == ["idx"] and [leaf.name for leaf in result.leaves] == ["x"]
+    np.testing.assert_array_equal(graphsvc.backward(graph).grad("x"), [1.0, 0.0, 2.0, 0.0])
+    from graphsvc.console.views import graph_gradcheck_lines
+
+    assert graph_gradcheck_lines(result) == [
+        "output s: 1 leaf, 4 elements, replayed in float64",
+        "not perturbed (int64): idx",
+        "each leaf element perturbed (9 replays; eps 1e-06, rtol 0.001, atol 1e-05)",
+        "  x: ok",
+        "ok: the gradient with respect to 1 leaf matches",
+    ]
+    with pytest.raises(UsageError, match=r"^no float leaf to check: the gradient is with respect to float leaves$"):
+        gradcheck(graph, leaves=["idx"])
+
+
+def test_leaves_refuses_a_node_that_is_not_a_leaf() -> None:
+    result = runner.invoke(app, ["gradcheck", "examples/seed004.msgpack", "--leaves", "L"])
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", "Error: --leaves L: not a leaf (mul)\n")
