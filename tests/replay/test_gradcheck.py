@@ -276,3 +276,24 @@ def test_int64_leaves_are_not_perturbed() -> None:
 def test_leaves_refuses_a_node_that_is_not_a_leaf() -> None:
     result = runner.invoke(app, ["gradcheck", "examples/seed004.msgpack", "--leaves", "L"])
     assert (result.exit_code, result.stdout, result.stderr) == (2, "", "Error: --leaves L: not a leaf (mul)\n")
+
+
+def test_plugins_from_the_environment_and_a_plugin_that_raises(tmp_path: Path, bad_file: str, bad_plugin: str) -> None:
+    by_env = runner.invoke(app, ["gradcheck", bad_file], env={"GRAPHSVC_PLUGINS": bad_plugin})
+    assert (by_env.exit_code, by_env.stderr) == (1, "Error: gradcheck failed for c\n")
+    boom = tmp_path / "boom.py"
+    boom.write_text(
+        "from graphsvc.hookspecs import hookimpl\n"
+        "from graphsvc.ops import Op\n"
+        "def f(x, y):\n"
+        "    if x != 2.0:\n"
+        "        raise RuntimeError('moved')\n"
+        "    return x * y\n"
+        "@hookimpl\n"
+        "def graphsvc_register_ops(register):\n"
+        "    register(Op('bad_mul', 2, forward=f, derivatives=lambda x, y, out: (y, y), vectorized=False))\n",
+        encoding="utf-8",
+    )
+    result = runner.invoke(app, ["--plugin", str(boom), "gradcheck", bad_file])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == "Error: node p: op 'bad_mul' (boom): forward raised RuntimeError: moved\n"
