@@ -827,6 +827,14 @@ def ops(
 @command()
 @handles_errors
 def gradcheck(
+    file: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="[FILE]",
+            help="Check this graph's gradient against finite differences of its forward replays.",
+            show_default=False,
+        ),
+    ] = None,
     op: Annotated[
         list[str] | None,
         typer.Option(
@@ -836,15 +844,50 @@ def gradcheck(
             autocompletion=_complete_op,
         ),
     ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output", metavar="NODE", help="With FILE: the node differentiated (default: the single output)."
+        ),
+    ] = None,
+    set_: SetOpt = None,
+    leaves: Annotated[
+        list[str] | None,
+        typer.Option("--leaves", metavar="NAME", help="With FILE: check only this leaf. Repeatable."),
+    ] = None,
+    rtol: Annotated[float, typer.Option("--rtol", metavar="R", help="With FILE: the relative tolerance.")] = 1e-3,
+    atol: Annotated[float, typer.Option("--atol", metavar="A", help="With FILE: the absolute tolerance.")] = 1e-5,
+    eps: Annotated[float, typer.Option("--eps", metavar="E", help="With FILE: the finite-difference step.")] = 1e-6,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="With FILE: the random directions' seed.")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check each op's local derivatives against central finite differences at sample points.
+    """Check each op's local derivatives against central finite differences at sample points, or
+    with FILE the graph's gradient with respect to its leaves against finite differences of replays.
 
     Prints one line per op and exits 1 when any op fails, naming them (graphsvc.testing.check_op
-    is the same check, for a plugin's own tests).
+    is the same check, for a plugin's own tests). With FILE: a line per leaf and, when one fails,
+    the op whose derivative is wrong; exit 1 when a leaf fails.
 
     Example: graphsvc --plugin my_ops.py gradcheck --op cube
     """
+    if file is not None:
+        if op:
+            raise UsageError("gradcheck takes FILE or --op, not both")
+        _gradcheck_file(file, output, set_, leaves, (rtol, atol, eps), seed, as_json)
+        return
+    given = [name for name, value in (("--output", output), ("--set", set_), ("--leaves", leaves)) if value]
+    given += [
+        name
+        for name, value, default in (
+            ("--rtol", rtol, 1e-3),
+            ("--atol", atol, 1e-5),
+            ("--eps", eps, 1e-6),
+            ("--seed", seed, 0),
+        )
+        if value != default
+    ]
+    if given:
+        raise UsageError(f"{given[0]} needs FILE: gradcheck FILE {given[0]} ...")
     from graphsvc.console.views import print_gradcheck
     from graphsvc.testing import check_registry
     from graphsvc.text import counted, listed
@@ -856,6 +899,49 @@ def gradcheck(
     failed = [r.op for r in results if not r.ok]
     if failed:
         raise GraphsvcError(f"gradcheck failed for {len(failed)} of {counted(len(results), 'op')}: {listed(failed)}")
+
+
+def _gradcheck_file(
+    file: Path,
+    output: str | None,
+    set_: list[str] | None,
+    leaves: list[str] | None,
+    tolerances: tuple[float, float, float],
+    seed: int,
+    as_json: bool,
+) -> None:
+    """``gradcheck FILE``: load, check (graphsvc.replay.gradcheck), print; exit 1 when a leaf fails."""
+    import math
+
+    from graphsvc.console.views import print_graph_gradcheck
+    from graphsvc.replay.gradcheck import gradcheck as check_graph
+    from graphsvc.replay.run import set_from_text
+    from graphsvc.text import listed
+
+    rtol, atol, eps = tolerances
+    for name, number in (("--rtol", rtol), ("--atol", atol), ("--eps", eps)):
+        if not (math.isfinite(number) and number >= 0) or (name == "--eps" and number == 0):
+            raise UsageError(
+                f"{name} must be a finite number, {'more than 0' if name == '--eps' else '0 or more'}, not {number:g}"
+            )
+    graph = _load(file)
+    registry = _registry()
+    output_ref = None if output is None else graph.node_id(output, "outputs")  # a name or an id, as elsewhere
+    with _replaying("checking gradients"):
+        result = check_graph(
+            graph,
+            output_ref,
+            dict(set_from_text(set_ or (), "--set")),
+            leaves,
+            eps=eps,
+            rtol=rtol,
+            atol=atol,
+            seed=seed,
+            registry=registry,
+        )
+    print_graph_gradcheck(result, as_json)
+    if not result.passed:
+        raise GraphsvcError(f"gradcheck failed for {listed(result.failed)}")
 
 
 def run() -> None:

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 
     from graphsvc.graph import Graph
     from graphsvc.ops import Op, OpRegistry
+    from graphsvc.replay.gradcheck import GraphGradcheck
     from graphsvc.testing import GradcheckResult
 
 __all__ = [
     "gradcheck_line",
+    "graph_gradcheck_lines",
     "graph_info",
     "info_rows",
     "metadata_text",
@@ -31,6 +33,7 @@ __all__ = [
     "op_inputs",
     "op_rows",
     "print_gradcheck",
+    "print_graph_gradcheck",
     "print_info",
     "print_op_details",
     "print_ops",
@@ -332,3 +335,61 @@ def print_gradcheck(results: Sequence[GradcheckResult], as_json: bool) -> None:
         return
     for result in results:
         typer.echo(gradcheck_line(result))
+
+
+def _number(number: float) -> str:
+    return f"{number:.6g}"
+
+
+def graph_gradcheck_lines(result: GraphGradcheck) -> list[str]:
+    """``gradcheck FILE`` as text: how it checked, a line a leaf, the culprit op and the verdict; escaped."""
+    from graphsvc.text import counted, escape, listed
+
+    elements = sum(leaf.elements for leaf in result.leaves)
+    cast = " (its float32 numbers cast)" if result.cast_float32 else ""
+    lines = [
+        f"output {escape(result.output_name)}: {counted(len(result.leaves), 'leaf', plural='leaves')},"
+        f" {counted(elements, 'element')}, replayed in float64{cast}"
+    ]
+    if result.projected:
+        lines.append(f"the output is not a scalar: checked is sum(output * r), r random (seed {result.seed})")
+    if result.skipped:
+        lines.append(f"not perturbed (int64): {listed(result.skipped)}")
+    if result.method == "elements":
+        how = "each leaf element perturbed"
+    else:
+        how = "random directions over all the leaves, then one a leaf when one fails"
+    lines.append(
+        f"{how} ({counted(result.replays, 'replay')}; eps {result.eps:g}, rtol {result.rtol:g}, atol {result.atol:g})"
+    )
+    for leaf in result.leaves:
+        name = escape(leaf.name)
+        if leaf.failure is None:
+            if result.method == "elements":  # directions: only the leaves that fail, --json lists all
+                lines.append(f"  {name}: ok")
+            continue
+        element, analytic, numeric = leaf.failure
+        where = "in a random direction" if element is None else f"at element {element}"
+        lines.append(f"  {name}: FAIL {where}: analytic {_number(analytic)}, finite differences {_number(numeric)}")
+    culprit = result.culprit
+    if culprit is not None:
+        lines.append(
+            f"wrong derivative: node {culprit.node} ({escape(culprit.name)}), op {escape(culprit.op)}"
+            f" from {escape(culprit.plugin)}: input {culprit.input} gets {_number(culprit.analytic)},"
+            f" finite differences {_number(culprit.numeric)}"
+        )
+    elif not result.passed:
+        lines.append("no single op's derivative disagrees at its inputs")
+    if result.passed:
+        lines.append(f"ok: the gradient with respect to {counted(len(result.leaves), 'leaf', plural='leaves')} matches")
+    else:
+        lines.append(f"FAIL: {listed(result.failed)}")
+    return lines
+
+
+def print_graph_gradcheck(result: GraphGradcheck, as_json: bool) -> None:
+    """``gradcheck FILE``: :func:`graph_gradcheck_lines`, or in --json the result's fields."""
+    if as_json:
+        printing.print_json(result.to_dict())
+        return
+    typer.echo("\n".join(graph_gradcheck_lines(result)))

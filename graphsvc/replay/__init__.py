@@ -7,5 +7,6 @@ graphs of arrays one op call per node; either way the result is one
 :class:`~graphsvc.replay.run.ReplayRun`, its steps :class:`~graphsvc.replay.step.Step`.
 :mod:`graphsvc.replay.compare` holds replayed numbers against stored ones (one ``Comparison``) and
 finds where nan or inf first appears (one ``NonFinite``); :mod:`graphsvc.replay.memory` keeps
-freed blocks for the next pass of a tensor replay.
+freed blocks for the next pass of a tensor replay. :mod:`graphsvc.replay.gradcheck` checks a graph's
+gradient against finite differences of its replays.
 """
