@@ -536,8 +536,8 @@ def test_an_image_needs_graphviz_or_is_skipped(tmp_path: Path, monkeypatch: pyte
 
 
 def test_a_block_that_needs_pytorch_skips_without_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    monkeypatch.setattr(sys.modules[__name__], "torch_missing", lambda: "needs PyTorch: pip install torch==2.13.0")
+    monkeypatch.delenv(REQUIRE_TORCH, raising=False)
     for block in (
         Block("doc.md", 1, "python", "import torch\nprint(1)  # 2\n"),
         Block("doc.md", 1, "python", "x = 1\nfrom graphsvc.torch import capture\n"),

@@ -369,8 +369,8 @@ def test_progress_covers_from_micrograd() -> None:
         (["order"], "Error: FILE is missing; give - to read the graph from standard input; see graphsvc order -h\n"),
         (["order", "--nosuch", "F"], "Error: No such option: --nosuch; see graphsvc order -h\n"),
         (
-            ["ops", "g.msgpack"],
-            "Error: Got unexpected extra argument(s) (g.msgpack); see graphsvc ops -h\n",
+            ["order", "g.msgpack", "h.msgpack"],
+            "Error: Got unexpected extra argument(s) (h.msgpack); see graphsvc order -h\n",
         ),
         (["nosuchcommand"], "Error: No such command 'nosuchcommand'; see graphsvc -h\n"),
         (["--plugin"], "Error: Option '--plugin' requires an argument; see graphsvc -h\n"),
