@@ -332,7 +332,7 @@ def test_backward_check_passes_on_a_graph_with_pytorch_operators(tmp_path: Path)
     result = runner.invoke(app, ["backward", str(path), "--check", "--rtol", "1e-12"])
     assert result.exit_code == 0, result.output
     checks = [line for line in result.stdout.splitlines() if line.startswith("check ")]
-    assert [line.split(": ")[0] for line in checks] == [
+    assert [line[: line.index("): ") + 1] for line in checks] == [
         "check values (float64: rtol 1e-12, atol 1e-12; int64: rtol 1e-12, atol 0)",
         "check grads (float64: rtol 1e-12, atol 1e-12)",
     ]
