@@ -257,3 +257,14 @@ def test_a_captured_pytorch_step_against_itself_and_against_one_weight_changed(t
     # the weight until it flows through 2.weight into 1.relu).
     grads = document["first_divergence"]["grads"]
     assert (grads["name"], grads["op"]) == ("1.relu", "relu")
+
+
+def test_parents_that_differ_through_the_alignment_are_structural() -> None:
+    # s = a * b in A, s = b * a in B: the same names, the parents swapped.
+    builder = GraphBuilder()
+    a = builder.leaf(2.0, name="a")
+    b = builder.leaf(3.0, name="b")
+    builder.add("mul", [b, a], name="s")
+    found = diff(graphsvc.forward(scalars(2.0)), graphsvc.forward(builder.build()))
+    assert [(d.kind, d.node, d.a, d.b) for d in found.structural] == [("parents", 2, [0, 1], [1, 0])]
+    assert found.numeric == [] and not found.equal
