@@ -539,6 +539,50 @@ def validate(
 
 @command()
 @handles_errors
+def diff(
+    file_a: Annotated[
+        Path, typer.Argument(metavar="A", help="The first graph file (- reads standard input).", show_default=False)
+    ],
+    file_b: Annotated[Path, typer.Argument(metavar="B", help="The second graph file.", show_default=False)],
+    rtol: Annotated[
+        float | None,
+        typer.Option(
+            "--rtol", metavar="R", help="The relative tolerance (default: by dtype, 1e-9 float64, 1e-4 float32)."
+        ),
+    ] = None,
+    atol: Annotated[
+        float | None,
+        typer.Option(
+            "--atol", metavar="A", help="The absolute tolerance (default: by dtype, 1e-12 float64, 1e-6 float32)."
+        ),
+    ] = None,
+    nan_equal: Annotated[bool, typer.Option("--nan-equal", help="Count nan equal to nan.")] = False,
+    as_json: JsonOpt = False,
+    limit: Annotated[
+        int | None, typer.Option("--limit", metavar="N", min=0, help="Print at most N items of each list.")
+    ] = None,
+) -> None:
+    """Compare two graphs: align their nodes (by name, then by structure from the outputs), list
+    the structural and numeric differences and name the first divergence of values and of
+    gradients. Exit 0 when they are equal within tolerance, 1 when not.
+
+    Example: graphsvc diff examples/seed004.msgpack changed.msgpack
+    """
+    from graphsvc.console.diffview import print_diff
+    from graphsvc.diff import diff as compare
+
+    if _is_stdio(file_a) and _is_stdio(file_b):
+        raise _fail("A and B cannot both be standard input", 2)
+    graph_a = _load(file_a)
+    graph_b = _load(file_b)
+    found = compare(graph_a, graph_b, rtol=rtol, atol=atol, nan_equal=nan_equal)
+    print_diff(found.to_json(limit), as_json, limit)
+    if not found.equal:
+        raise typer.Exit(1)
+
+
+@command()
+@handles_errors
 def convert(
     file: FileArg,
     to: Annotated[

@@ -34,6 +34,7 @@ __all__ = [
     "Value",
     "__version__",
     "backward",
+    "diff",
     "dumps",
     "forward",
     "from_micrograd",
@@ -66,6 +67,7 @@ _HOME = {
     "ReplayError": "graphsvc.errors",
     "Value": "graphsvc.value",
     "backward": "graphsvc.replay.run",
+    "diff": "graphsvc.diff",
     "dumps": "graphsvc.format",
     "forward": "graphsvc.replay.run",
     "from_micrograd": "graphsvc.micrograd",
@@ -82,6 +84,7 @@ _HOME = {
 }
 
 if TYPE_CHECKING:
+    from graphsvc.diff import diff
     from graphsvc.errors import FormatError, GraphsvcError, OpError, PluginError, ReplayError
     from graphsvc.format import Limits, dumps, load, loads
     from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder, OpSource

@@ -17,7 +17,19 @@ from tests.conftest import EXAMPLES, ROOT
 def test_every_public_name_has_a_home_and_is_the_home_modules_object() -> None:
     assert set(graphsvc.__all__) == set(graphsvc._HOME) | {"__version__"}
     for name, home in graphsvc._HOME.items():
+        if name == "diff":  # the function, or the room graphsvc.diff once imported, which called is the function
+            assert getattr(graphsvc, name) in (graphsvc.diff, importlib.import_module(home)), name
+            continue
         assert getattr(graphsvc, name) is getattr(importlib.import_module(home), name), name
+
+
+def test_graphsvc_diff_is_the_function_before_and_after_the_room_is_imported() -> None:
+    import graphsvc.diff as room
+
+    graph = graphsvc.load(EXAMPLES / "seed004.msgpack")
+    assert graphsvc.diff(graph, graph).equal
+    assert room(graph, graph, rtol=0.0, atol=0.0).equal
+    assert room.diff(graph, graph).to_json()["first_divergence"] == {"values": None, "grads": None}
 
 
 def test_a_name_once_used_is_a_plain_attribute() -> None:
