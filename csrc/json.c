@@ -647,8 +647,10 @@ static int array_object(Parser *P, PyObject **out) {
     if (!take(P, ']')) {
         for (;;) {
             if (ndim == MAX_DIMENSIONS || node_id(P, MAX_ITEMS, &shape[ndim]) != OK) return LOOK_CLOSER;
+            /* items <= MAX_ITEMS and a size < MAX_ITEMS: checked by division before the product,
+             * which could pass 2**63 (an empty axis then hides a shape too large for numpy) */
+            if (shape[ndim] > 1 && items > MAX_ITEMS / shape[ndim]) return LOOK_CLOSER;
             items *= shape[ndim] ? shape[ndim] : 1;
-            if (items > MAX_ITEMS) return LOOK_CLOSER;
             ndim++;
             if (take(P, ',')) continue;
             if (take(P, ']')) break;

@@ -227,6 +227,24 @@ def test_the_c_reader_leaves_to_the_long_way_what_it_does_not_take(cjson: Any) -
         assert cjson.read(left.encode()) is None, left
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [[0, 2**39, 2**39], [0, 2**39, 2**39, 2**39], [3, 0, 2**39, 2**39 + 1], [0, 2**40 - 1, 2**40 - 1, 16]],
+)
+def test_an_empty_axis_beside_sizes_whose_product_passes_2_63_is_refused_as_the_long_way_does(
+    shape: list[int], cjson: Any
+) -> None:
+    """The item count of a shape is checked before each product (an int64 product would wrap, and
+    the C reader took the shape numpy then refused with an uncaught ValueError)."""
+    text = document(
+        [{"op": "leaf", "value": {"dtype": "float64", "shape": shape, "data": [[]] * shape[0]}}], version=[2, 0]
+    )
+    assert cjson.read(text.encode()) is None
+    with pytest.raises(fmt.FormatError) as error:
+        jsonio.loads_versioned(text)
+    assert str(error.value) == f"node 0: value: the shape {shape} is too large (more than 2**63 - 1 bytes)"
+
+
 def test_out_of_memory_in_c_reads_the_long_way(monkeypatch: pytest.MonkeyPatch) -> None:
     text = jsonio.dumps(golden.GOLDEN["grads"]())
 
