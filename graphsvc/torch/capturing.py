@@ -1056,19 +1056,21 @@ def _numpy_dtype(dtype: Any) -> np.dtype:
 
 
 def _kept(value: Any, private: set[int]) -> np.ndarray:
-    """A value or gradient (a tensor, or an array the capture made) as the graph keeps it: C-ordered
-    and read-only, int64 for integer and bool tensors; a copy unless it is a C-ordered tensor on
-    memory only the capture uses (its id in ``private``)."""
+    """A value or gradient (a tensor, or an array the capture made) as the graph keeps it: read-only,
+    int64 for integer and bool tensors, in the layout it has (a transposed weight stays a transposed
+    view: a graph holds any layout and saving writes C order); a copy, made in that layout (one
+    pass over the memory, not a strided gather), unless it is a tensor on memory only the capture
+    uses (its id in ``private``)."""
     if isinstance(value, np.ndarray):
         array = value
     else:
         array = _numpy(value)
         if id(value) not in private:
-            array = np.array(array, order="C")
+            array = np.array(array, order="K")
     if array.dtype.kind in "biu" and array.dtype != np.int64:
         array = array.astype(np.int64)
-    if not array.flags.c_contiguous or not array.dtype.isnative:  # (ascontiguousarray makes 0-d 1-d)
-        array = np.array(array, order="C")
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
     return sealed(array)
 
 
