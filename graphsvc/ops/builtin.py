@@ -432,13 +432,23 @@ def _addmm(bias: np.ndarray, m1: np.ndarray, m2: np.ndarray, beta: float = 1.0, 
     return np.add(product, _scaled(bias, beta), dtype=product.dtype)
 
 
-def _addmm_shape(
-    bias: tuple[int, ...], m1: tuple[int, ...], m2: tuple[int, ...], **attrs: Any
-) -> tuple[int, ...] | None:
-    try:
-        return _addmm_check(bias, m1, m2)
-    except ValueError:
-        return None
+def _unfit_is_unknown(out_shape: Callable[..., Sequence[int]]) -> Callable[..., Sequence[int] | None]:
+    """An ``out_shape`` that answers ``None`` (cannot tell: the op's own check words the error when
+    it runs) where the shapes do not fit together (``out_shape`` raises ValueError)."""
+
+    @functools.wraps(out_shape)
+    def shape(*shapes: tuple[int, ...], **attrs: Any) -> Sequence[int] | None:
+        try:
+            return out_shape(*shapes, **attrs)
+        except ValueError:
+            return None
+
+    return shape
+
+
+@_unfit_is_unknown
+def _addmm_shape(bias: tuple[int, ...], m1: tuple[int, ...], m2: tuple[int, ...], **attrs: Any) -> tuple[int, ...]:
+    return _addmm_check(bias, m1, m2)
 
 
 def _addmm_vjp(
@@ -691,14 +701,12 @@ def _attention_shapes(
     return scores, (*batch, q[-2], v[-1])
 
 
+@_unfit_is_unknown
 def _attention_shape(
     q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...], *mask: tuple[int, ...], **attrs: Any
-) -> tuple[int, ...] | None:
+) -> tuple[int, ...]:
     """out_shape: the larger of the scores (..., L, S) and the output (..., L, Ev)."""
-    try:
-        scores, output = _attention_shapes(q, k, v, mask[0] if mask else None)
-    except ValueError:
-        return None
+    scores, output = _attention_shapes(q, k, v, mask[0] if mask else None)
     return max(scores, output, key=math.prod)
 
 
@@ -882,11 +890,9 @@ def _where(condition: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(condition if condition.dtype == bool else condition != 0, x, y)
 
 
-def _where_shape(condition: tuple[int, ...], x: tuple[int, ...], y: tuple[int, ...]) -> tuple[int, ...] | None:
-    try:
-        return np.broadcast_shapes(condition, x, y)
-    except ValueError:
-        return None
+@_unfit_is_unknown
+def _where_shape(condition: tuple[int, ...], x: tuple[int, ...], y: tuple[int, ...]) -> tuple[int, ...]:
+    return np.broadcast_shapes(condition, x, y)
 
 
 def _where_vjp(
@@ -933,12 +939,10 @@ def _mse_loss(x: np.ndarray, target: np.ndarray, reduction: str = "mean") -> np.
     return losses.sum() if reduction == "sum" else losses.mean()
 
 
-def _mse_loss_shape(x: tuple[int, ...], target: tuple[int, ...], reduction: str = "mean") -> tuple[int, ...] | None:
+@_unfit_is_unknown
+def _mse_loss_shape(x: tuple[int, ...], target: tuple[int, ...], reduction: str = "mean") -> tuple[int, ...]:
     """out_shape: the squared differences, x and the target broadcast together (reduced or not)."""
-    try:
-        return np.broadcast_shapes(x, target)
-    except ValueError:
-        return None
+    return np.broadcast_shapes(x, target)
 
 
 def _mse_loss_vjp(
