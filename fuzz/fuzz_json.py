@@ -38,6 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from fuzz.property import described  # noqa: E402
 from graphsvc import format as fmt  # noqa: E402
 from graphsvc.errors import GraphFileError  # noqa: E402
 from graphsvc.format import jsonio  # noqa: E402
@@ -153,21 +154,6 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
         else:  # a quote, a bracket or a comma added or removed
             out[at:at] = bytes([rng.choice(b'"[]{},:\\')])
     return bytes(out)
-
-
-def described(graph: Graph) -> tuple[Any, ...]:
-    """Everything a graph holds, types and bits included."""
-    columns = tuple(
-        None if column is None else (column.dtype.str, column.tobytes())
-        for column in (graph.op_codes, graph.parent_offsets, graph.parent_indices, graph.values, graph.grads)
-    )
-    arrays = tuple(
-        (node, a.dtype.str, a.shape, a.tobytes())
-        for table in (graph.arrays, graph.grad_arrays)
-        for node, a in table.items()
-    )
-    texts = repr((graph.op_table, graph.names, graph.attrs, graph.outputs, graph.metadata, graph.op_sources))
-    return columns, arrays, texts
 
 
 def outcome(read: Callable[[], tuple[Graph, tuple[int, int]]]) -> tuple[Any, ...]:

@@ -16,10 +16,12 @@ array (``dumps`` writes the arrays' bytes) or on the error.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 from graphsvc import format as fmt
 from graphsvc.errors import FormatError, GraphsvcError, UnknownKeyWarning
 from graphsvc.format import codec, document
+from graphsvc.graph import Graph
 from graphsvc.ops import OpRegistry
 from graphsvc.replay import columns as replay
 from graphsvc.topo import depth, reverse_topological_order
@@ -66,3 +68,18 @@ def general_outcome(data: bytes) -> bytes | str:
         return fmt.dumps(document.validate(doc, fmt.DEFAULT_LIMITS)[0])
     except FormatError as exc:
         return str(exc)
+
+
+def described(graph: Graph) -> tuple[Any, ...]:
+    """Everything a graph holds, types and bits included (1 and 1.0 differ, so do nan's bits)."""
+    columns = tuple(
+        None if column is None else (column.dtype.str, column.tobytes())
+        for column in (graph.op_codes, graph.parent_offsets, graph.parent_indices, graph.values, graph.grads)
+    )
+    arrays = tuple(
+        (node, a.dtype.str, a.shape, a.tobytes())
+        for table in (graph.arrays, graph.grad_arrays)
+        for node, a in table.items()
+    )
+    texts = repr((graph.op_table, graph.names, graph.attrs, graph.outputs, graph.metadata, graph.op_sources))
+    return columns, arrays, texts

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fuzz.property import described
 from graphsvc import format as fmt
 from graphsvc.errors import GraphFileError
 from graphsvc.format import jsonio
@@ -26,21 +27,6 @@ golden = make_golden()
 @pytest.fixture(autouse=True)
 def cjson() -> Any:
     return require_native("json")
-
-
-def described(graph: Graph) -> tuple[Any, ...]:
-    """Everything a graph holds, types and bits included (1 and 1.0 differ, so do nan's bits)."""
-    columns = tuple(
-        None if column is None else (column.dtype.str, column.tobytes())
-        for column in (graph.op_codes, graph.parent_offsets, graph.parent_indices, graph.values, graph.grads)
-    )
-    arrays = tuple(
-        (node, a.dtype.str, a.shape, a.tobytes())
-        for table in (graph.arrays, graph.grad_arrays)
-        for node, a in table.items()
-    )
-    texts = repr((graph.op_table, graph.names, graph.attrs, graph.outputs, graph.metadata, graph.op_sources))
-    return columns, arrays, texts
 
 
 def outcome(read: Callable[[], tuple[Graph, tuple[int, int]]]) -> tuple[Any, ...]:
