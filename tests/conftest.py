@@ -154,7 +154,14 @@ REQUIRE_TORCH = "GRAPHSVC_REQUIRE_TORCH"
 
 
 def torch_missing() -> str | None:
-    """Why PyTorch cannot be used here (not installed, or failing to import), or None."""
+    """Why PyTorch cannot be used here (not installed, or failing to import), or None.
+
+    Looked up before it is imported: pytest puts ``tests/`` on ``sys.path``, where the folder
+    ``tests/torch`` would pass for a (namespace) package named ``torch`` where PyTorch is missing;
+    only a module with a file of its own (``torch/__init__.py``) is PyTorch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return f"{TORCH_REASON} (no module named 'torch')"
     try:
         import torch  # noqa: F401
     except Exception as exc:

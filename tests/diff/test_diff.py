@@ -13,7 +13,7 @@ import graphsvc
 from graphsvc.diff import GraphDiff, close, diff, tolerances
 from graphsvc.format import save
 from graphsvc.graph import Graph, GraphBuilder
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, needs_torch, run_cli
 
 SEED004 = ROOT / "examples" / "seed004.msgpack"
 
@@ -223,7 +223,7 @@ def test_a_graph_diff_is_what_python_gets() -> None:
 
 
 def torch_step(change: bool) -> Graph:
-    torch = pytest.importorskip("torch", reason="needs PyTorch: pip install torch==2.13.0")
+    torch = needs_torch()
     from torch import nn
 
     from graphsvc.torch import capture

@@ -15,6 +15,7 @@ from cli import app
 from graphsvc.errors import UsageError
 from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.replay.gradcheck import ELEMENT_LIMIT, gradcheck
+from tests.conftest import needs_torch
 
 runner = CliRunner()
 
@@ -150,7 +151,7 @@ def test_float32_tensor_graph_is_checked_in_float64() -> None:
 
 
 def test_tensor_graph_gradient_matches_pytorch() -> None:
-    torch = pytest.importorskip("torch", reason="needs PyTorch: pip install torch==2.13.0")
+    torch = needs_torch()
     graph = tensor_graph(np.float64)
     x = torch.tensor(graph.arrays[0], requires_grad=True)
     w = torch.tensor(graph.arrays[1], requires_grad=True)
