@@ -35,6 +35,7 @@ __all__ = [
     "__version__",
     "backward",
     "diff",
+    "draw",
     "dumps",
     "forward",
     "from_micrograd",
@@ -68,6 +69,7 @@ _HOME = {
     "Value": "graphsvc.value",
     "backward": "graphsvc.replay.run",
     "diff": "graphsvc.diff",
+    "draw": "graphsvc.drawing",
     "dumps": "graphsvc.format",
     "forward": "graphsvc.replay.run",
     "from_micrograd": "graphsvc.micrograd",
@@ -85,6 +87,7 @@ _HOME = {
 
 if TYPE_CHECKING:
     from graphsvc.diff import diff
+    from graphsvc.drawing import draw
     from graphsvc.errors import FormatError, GraphsvcError, OpError, PluginError, ReplayError
     from graphsvc.format import Limits, dumps, load, loads
     from graphsvc.graph import CONST, LEAF, Graph, GraphBuilder, OpSource
@@ -101,6 +104,9 @@ def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module 'graphsvc' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
+    module = importlib.import_module(home)
+    # graphsvc.diff is a room that, called, is its function: the name is bound to the room, as
+    # importing it binds it, whichever comes first (else `import graphsvc.diff` could give the function)
+    value = module if home == f"{__name__}.{name}" else getattr(module, name)
     globals()[name] = value
     return value

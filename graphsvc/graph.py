@@ -295,6 +295,34 @@ class Graph:
             plugins.setdefault(key, []).append(tag)
         return {key: sorted(tags) for key, tags in sorted(plugins.items())}
 
+    def __repr__(self) -> str:
+        """One line, however large the graph: sizes, the commonest ops, the outputs, what it holds."""
+        n = self.num_nodes
+        counts = np.bincount(self.op_codes, minlength=len(self.op_table)) if n else np.zeros(0, dtype=np.int64)
+        tags = {op: int(counts[code]) for code, op in enumerate(self.op_table) if code < len(counts)}
+        kinds = [counted(tags.get(LEAF, 0), "leaf", plural="leaves", thousands=True)]
+        if tags.get(CONST):
+            kinds.append(counted(tags[CONST], "const", thousands=True))
+        ops = sorted(((c, op) for op, c in tags.items() if op not in LEAF_TAGS and c), key=lambda t: (-t[0], t[1]))
+        shown = " ".join(f"{op}×{c:,}" for c, op in ops[:5]) + (f" +{len(ops) - 5} more" if len(ops) > 5 else "")
+        parts = [
+            f"{counted(n, 'node', thousands=True)} ({', '.join(kinds)})",
+            counted(self.num_edges, "edge", thousands=True),
+        ]
+        if shown:
+            parts.append(f"ops {shown}")
+        if self.outputs:
+            labels = ", ".join(repr(self.label(o)) if self.name(o) else self.label(o) for o in self.outputs[:3])
+            parts.append(f"output {labels}" + (f" +{len(self.outputs) - 3} more" if len(self.outputs) > 3 else ""))
+        if self.is_tensor_graph:
+            dtypes = sorted({str(a.dtype) for a in self.arrays.values()})
+            largest = max(self.arrays.values(), key=lambda a: a.size, default=None)
+            holds = f"tensors {'/'.join(dtypes)}" + ("" if largest is None else f" (largest {list(largest.shape)})")
+        else:
+            holds = "float64 scalars"
+        parts.append(holds + (", grads" if self.has_grads else ""))
+        return f"<Graph: {', '.join(parts)}>"
+
     def op_histogram(self) -> dict[str, int]:
         counts = np.bincount(self.op_codes, minlength=len(self.op_table))
         return {tag: int(c) for tag, c in zip(self.op_table, counts, strict=False) if c}

@@ -140,7 +140,7 @@ class Value:
 
     def __repr__(self) -> str:
         name = f"name={self.name!r}, " if self.name is not None else ""
-        return f"Value({name}data={self.data}, grad={self.grad})"
+        return f"Value({name}data={_brief(self.data)}, grad={_brief(self.grad)})"
 
     # -- arithmetic ----------------------------------------------------------------------------
     def __add__(self, other: Value | float) -> Value:
@@ -496,3 +496,12 @@ def save(obj: Value | Sequence[Value] | Graph, path: str | os.PathLike[str]) -> 
     else:
         raise TypeError(f"save() takes a Value, a sequence of Values or a Graph, not {type(obj).__name__}")
     format.save(graph, path)
+
+
+def _brief(x: object) -> str:
+    """A number as Python writes it; an array (a plugin op's result) by its shape and dtype, never
+    its elements, so a repr stays one short line."""
+    shape = getattr(x, "shape", None)
+    if shape is not None and shape != ():
+        return f"<array {list(shape)} {getattr(x, 'dtype', '')}>"
+    return repr(x.item()) if shape == () and hasattr(x, "item") else repr(x)

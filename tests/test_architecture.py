@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("graphsvc.replay",),  # the engines and the replay entry points
     ("graphsvc.console",),  # listings and rendering
     ("graphsvc.torch", "graphsvc.diff", "graphsvc.view"),  # rooms to come (one layer until they need more)
-    ("graphsvc.value", "graphsvc.micrograd", "graphsvc.testing"),  # what users import
+    ("graphsvc.value", "graphsvc.micrograd", "graphsvc.testing", "graphsvc.drawing"),  # what users import
     ("graphsvc", "graphsvc.__main__", "cli"),  # the top: the package's lazy names, the CLI
 ]
 

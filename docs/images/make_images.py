@@ -6,6 +6,7 @@
 * micrograd_mlp.svg: the neighbourhood of the loss of a small micrograd MLP (``examples/micrograd_mlp.msgpack``,
   written here too, from ``micrograd.nn.MLP(3, [4, 4, 1])`` on the four samples of micrograd's demo, with the
   parameters named ``w{layer}.{neuron}.{input}`` and ``b{layer}.{neuron}``, the predictions ``ypred{i}``).
+* notebook_draw.svg: what ``graphsvc.draw(L)`` shows in a notebook for seed 004 built with ``Value``.
 * rooms.svg: the packages of graphsvc and their layers (docs/architecture.md), drawn from ``rooms.dot``.
 """
 
@@ -62,7 +63,20 @@ def main() -> None:
     seed004.grads = replay.backward(seed004, registry, replay.default_output(seed004), values)
     render(seed004, IMAGES / "seed004.svg")
     render(load(micrograd_mlp()), IMAGES / "micrograd_mlp.svg", around="loss", depth=3)
+    notebook_draw()
     rooms()
+
+
+def notebook_draw() -> None:
+    """The tutorial's notebook picture: graphsvc.draw of seed 004's loss, built with Value."""
+    import graphsvc
+    from graphsvc import Value
+
+    a, b, c = Value(2.0, name="a"), Value(3.0, name="b"), Value(1.0, name="c")
+    loss = (a * b + c) * (a + b)
+    loss.name = "L"
+    loss.backward()
+    graphsvc.draw(loss).save(IMAGES / "notebook_draw.svg")
 
 
 if __name__ == "__main__":
