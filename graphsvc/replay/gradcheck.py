@@ -12,9 +12,15 @@ differences of forward replays, as ``torch.autograd.gradcheck`` does for a funct
   chosen leaves are (two forward replays each), and when one fails, a direction restricted to
   each leaf says which leaves fail;
 - int64 leaves and consts are not perturbed;
-- when a check fails, each op node the output depends on is checked alone, walking from the
-  output (its VJP at its replayed inputs against finite differences of its forward): the first
-  that disagrees is the culprit, named with its op and plugin.
+- when a check fails, the op whose derivative is wrong is found by bisection over the op nodes the
+  output depends on, in topological order from the output: node ``k`` *passes* when the gradient
+  of the output with respect to ``k``'s value (``k`` cut from its inputs and made a leaf) agrees
+  with finite differences, which holds for every node from the output down to the wrong op and
+  fails below it along the path the gradient takes; O(log n) checks of the whole graph find the
+  last node that passes. That node's own VJP, at its replayed inputs, is then checked against
+  finite differences of its forward; where the graph's branches break the order (the candidate's
+  own check passes), each op node is checked alone, walking from the output. The culprit is named
+  with its op and plugin.
 """
 
 from __future__ import annotations
@@ -397,28 +403,123 @@ def _culprit(
     """The first op node from ``output`` whose own VJP, at its replayed inputs ``values``, disagrees
     with finite differences of its forward: each is checked as a graph of its own, its float inputs
     leaves (int64 ones consts)."""
-    for node in _ancestors(graph, output):
-        builder = GraphBuilder()
-        inputs: dict[int, int] = {}
-        parents = []
-        for position, parent in enumerate(graph.parents(node)):
-            value = values[parent]
-            if np.asarray(value).dtype == np.int64:
-                parents.append(builder.const(value))
-            else:
-                parents.append(builder.leaf(value))
-                inputs[parents[-1]] = position
-        if not inputs:
-            continue
-        top = builder.add(graph.op(node), parents, value=values[node], attrs=graph.attrs.get(node))
-        alone = builder.build([top])
-        point = _leaf_values(alone, {})
-        alone, last = _projected(alone, registry, top, point, seed)
-        checker = _Checker(alone, registry, last, point, eps, rtol, atol, np.random.default_rng(seed))
-        each = sum(point[n].size for n in inputs) <= ELEMENT_LIMIT
-        for leaf in checker.check(list(inputs), each):
-            if not leaf.passed and leaf.failure is not None:
-                op = registry.get(graph.op(node))
-                _, analytic, numeric = leaf.failure
-                return Culprit(node, graph.label(node), op.name, op.source, inputs[leaf.node], analytic, numeric)
+    ancestors = _ancestors(graph, output)
+    candidate = _bisect(graph, registry, output, ancestors, values, eps, rtol, atol, seed)
+    if candidate is not None:
+        found = _op_check(graph, registry, candidate, values, eps, rtol, atol, seed)
+        if found is not None:
+            return found
+    for node in ancestors:
+        found = _op_check(graph, registry, node, values, eps, rtol, atol, seed)
+        if found is not None:
+            return found
+    return None
+
+
+def _bisect(
+    graph: Graph,
+    registry: OpRegistry,
+    output: int,
+    ancestors: list[int],
+    values: Any,
+    eps: float,
+    rtol: float,
+    atol: float,
+    seed: int,
+) -> int | None:
+    """The last of ``ancestors`` (nearest the output first) whose cut passes (see the module
+    docstring), by bisection: the output's own cut passes, the leaves' check failed."""
+    if len(ancestors) < 3:
+        return ancestors[0] if ancestors else None
+    lo, hi = 0, len(ancestors)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _cut_passes(graph, registry, output, ancestors[mid], values, eps, rtol, atol, seed):
+            lo = mid
+        else:
+            hi = mid
+    return ancestors[lo]
+
+
+def _cut_passes(
+    graph: Graph,
+    registry: OpRegistry,
+    output: int,
+    node: int,
+    values: Any,
+    eps: float,
+    rtol: float,
+    atol: float,
+    seed: int,
+) -> bool:
+    """Whether the output's gradient with respect to ``node``'s value, ``node`` made a leaf holding
+    its replayed value, agrees with finite differences (one random direction)."""
+    from graphsvc.graph import LEAF_TAGS, graph_from_buffers
+
+    value = np.asarray(values[node])
+    if value.dtype == np.int64:
+        return True
+    table = list(graph.op_table)
+    if LEAF not in table:
+        table.append(LEAF)
+    codes = graph.op_codes.copy()
+    codes[node] = table.index(LEAF)
+    offsets = graph.parent_offsets
+    count = int(offsets[node + 1] - offsets[node])
+    parents = np.concatenate([graph.parent_indices[: offsets[node]], graph.parent_indices[offsets[node + 1] :]])
+    new_offsets = offsets.copy()
+    new_offsets[node + 1 :] -= count
+    arrays = dict(graph.arrays)
+    column = graph.values.copy()
+    if node in graph.arrays or value.ndim:
+        arrays[node] = value.astype(np.float64)
+        column[node] = math.nan
+    else:
+        column[node] = float(value)
+    cut = graph_from_buffers(
+        table,
+        codes.tobytes(),
+        new_offsets.tobytes(),
+        parents.tobytes(),
+        column.tobytes(),
+        names=dict(graph.names),
+        attrs={n: a for n, a in graph.attrs.items() if n != node},
+        outputs=[output],
+        op_sources=dict(graph.op_sources),
+        arrays=arrays,
+    )
+    assert cut.op(node) in LEAF_TAGS
+    point = {node: value.astype(np.float64)}
+    checker = _Checker(cut, registry, output, point, eps, rtol, atol, np.random.default_rng(seed))
+    return checker.check([node], False)[0].passed
+
+
+def _op_check(
+    graph: Graph, registry: OpRegistry, node: int, values: Any, eps: float, rtol: float, atol: float, seed: int
+) -> Culprit | None:
+    """``node``'s own VJP at its replayed inputs against finite differences of its forward, as a
+    graph of its own (float inputs leaves, int64 ones consts): the culprit, or None where it agrees."""
+    builder = GraphBuilder()
+    inputs: dict[int, int] = {}
+    parents = []
+    for position, parent in enumerate(graph.parents(node)):
+        value = values[parent]
+        if np.asarray(value).dtype == np.int64:
+            parents.append(builder.const(value))
+        else:
+            parents.append(builder.leaf(value))
+            inputs[parents[-1]] = position
+    if not inputs:
+        return None
+    top = builder.add(graph.op(node), parents, value=values[node], attrs=graph.attrs.get(node))
+    alone = builder.build([top])
+    point = _leaf_values(alone, {})
+    alone, last = _projected(alone, registry, top, point, seed)
+    checker = _Checker(alone, registry, last, point, eps, rtol, atol, np.random.default_rng(seed))
+    each = sum(point[n].size for n in inputs) <= ELEMENT_LIMIT
+    for leaf in checker.check(list(inputs), each):
+        if not leaf.passed and leaf.failure is not None:
+            op = registry.get(graph.op(node))
+            _, analytic, numeric = leaf.failure
+            return Culprit(node, graph.label(node), op.name, op.source, inputs[leaf.node], analytic, numeric)
     return None

@@ -210,6 +210,44 @@ def test_a_large_graph_with_a_wrong_op_names_the_leaf_and_the_node(bad_plugin: s
     )
 
 
+def test_a_wrong_op_in_the_middle_of_a_long_chain_is_found_by_bisection(
+    bad_plugin: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from graphsvc.pluginhost import load_registry
+    from graphsvc.replay import gradcheck as room
+
+    registry, _ = load_registry([bad_plugin])
+    builder = GraphBuilder()
+    h = builder.leaf(0.5, "x")
+    step = builder.const(0.001)
+    c = builder.leaf(2.0, "c")
+    for i in range(10_000):
+        if i == 6_000:  # bad_mul(c, h): its derivative for h (input 1) is h, not c
+            h = bad = builder.add("bad_mul", [c, h], value=0.0, name="middle")
+        else:
+            h = builder.add("add", [h, step], value=0.0)
+    graph = graphsvc.forward(builder.build([h]), registry=registry)
+    checked_alone = []
+    op_check = room._op_check
+
+    def counting(graph: Graph, registry: object, node: int, *args: object) -> object:
+        checked_alone.append(node)
+        return op_check(graph, registry, node, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(room, "_op_check", counting)
+    result = gradcheck(graph, registry=registry)
+    assert result.failed == ["x"]  # dL/dx is c = 2; the wrong op gives h = 6.5
+    assert result.culprit is not None
+    assert (result.culprit.node, result.culprit.name, result.culprit.op, result.culprit.input) == (
+        bad,
+        "middle",
+        "bad_mul",
+        1,
+    )
+    # bisection's candidate was the op: one op checked alone, not the 4,000 between it and the output
+    assert checked_alone == [bad]
+
+
 def test_refusals(seed004_file: Graph) -> None:
     both = runner.invoke(app, ["gradcheck", "examples/seed004.msgpack", "--op", "add"])
     assert (both.exit_code, both.stderr) == (2, "Error: gradcheck takes FILE or --op, not both\n")
