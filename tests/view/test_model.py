@@ -212,3 +212,102 @@ def test_names_are_given_as_text_not_changed() -> None:
     b.leaf(1.0, '<script>alert(1)</script>.x&"')
     model = ViewModel(b.build())
     assert model.view([])["items"][0]["label"] == "<script>alert(1)</script>"
+
+
+def micrograd_named() -> Graph:
+    """A micrograd MLP layer of 2 neurons on inputs x.0, x.1, named as micrograd parameters are
+    (``w1.{neuron}.{input}``, ``b1.{neuron}``); products, sums and tanh unnamed, as micrograd makes them."""
+    b = GraphBuilder()
+    xs = [b.leaf(v, f"x.{i}") for i, v in enumerate([0.5, -1.0])]
+    weights = {(0, 0): 0.2, (0, 1): -0.4, (1, 0): 0.3, (1, 1): 0.1}
+    outs = []
+    for j in range(2):
+        w = [b.leaf(weights[j, k], f"w1.{j}.{k}") for k in range(2)]
+        s = b.leaf(0.1 * (j + 1), f"b1.{j}")
+        for k in range(2):
+            s = b.add("add", [s, b.add("mul", [w[k], xs[k]])])
+        outs.append(b.add("tanh", [s]))
+    b.add("add", outs, name="loss")
+    return graphsvc.backward(b.build())
+
+
+def test_micrograd_parameter_names_group_by_layer_and_neuron() -> None:
+    # ids: x.0 0, x.1 1; neuron 0: w 2, 3, b 4, w*x 5, add 6, w*x 7, add 8, tanh 9; neuron 1: 10..17; loss 18
+    model = ViewModel(micrograd_named())
+    root = json_ok(model.view([]))
+    assert labels(root) == [("g1", "x", None), ("g2", "w1", None), ("g5", "b1", None), ("n18", "loss", None)]
+    assert [item["nodes"] for item in root["items"][:3]] == [2, 8, 8]  # w*x join w1.j; the sums and tanh, b1
+    assert root["edges"] == [
+        {"source": "g1", "target": "g2", "count": 4},  # each x into both neurons' products
+        {"source": "g2", "target": "g5", "count": 4},  # each product into its running sum
+        {"source": "g5", "target": "n18", "count": 2},  # the two tanh into the loss
+    ]
+    opened = json_ok(model.view([2, 3]))
+    assert [
+        (item["key"], item["label"], item["path"] if item["kind"] == "group" else None, item["parent"])
+        for item in opened["items"]
+    ] == [
+        ("g1", "x", "x", None),
+        ("g5", "b1", "b1", None),
+        ("n18", "loss", None, None),
+        ("g2", "w1", "w1", None),
+        ("g4", "1", "w1.1", "g2"),
+        ("g3", "0", "w1.0", "g2"),
+        ("n2", "w1.0.0", None, "g3"),
+        ("n3", "w1.0.1", None, "g3"),
+        ("n5", "#5", None, "g3"),
+        ("n7", "#7", None, "g3"),
+    ]
+    assert opened["edges"] == [  # nodes first, then groups, as sources and as targets
+        {"source": "n2", "target": "n5", "count": 1},
+        {"source": "n3", "target": "n7", "count": 1},
+        {"source": "n5", "target": "g5", "count": 1},
+        {"source": "n7", "target": "g5", "count": 1},
+        {"source": "g1", "target": "n5", "count": 1},
+        {"source": "g1", "target": "n7", "count": 1},
+        {"source": "g1", "target": "g4", "count": 2},
+        {"source": "g4", "target": "g5", "count": 2},
+        {"source": "g5", "target": "n18", "count": 2},
+    ]
+    # dloss/dw1.0.0 = (1 - tanh(s0)^2) * x.0 with s0 = 0.1 + 0.2*0.5 - 0.4*-1.0 = 0.6
+    w000 = next(item for item in opened["items"] if item["label"] == "w1.0.0")
+    assert w000["max_abs_grad"] == pytest.approx((1 - math.tanh(0.6) ** 2) * 0.5, rel=1e-15)
+    assert model.search("w1.1")["matches"] == [
+        {"id": 10, "label": "w1.1.0", "op": "leaf", "groups": [0, 2, 4]},
+        {"id": 11, "label": "w1.1.1", "op": "leaf", "groups": [0, 2, 4]},
+    ]
+
+
+def test_captured_module_paths_group_by_module() -> None:
+    b = GraphBuilder()
+    h = b.leaf(np.ones((2, 3)), "input")
+    for i in range(2):
+        w = b.leaf(np.full((3, 3), 0.5), f"encoder.layers.{i}.linear1.weight")
+        h = b.add("matmul", [h, w], name=f"encoder.layers.{i}.linear1.mm")
+        h = b.add("tanh", [h], name=f"encoder.layers.{i}.act.tanh")
+    b.add("sum", [h], name="loss.sum")
+    model = ViewModel(graphsvc.backward(b.build()))
+    root = json_ok(model.view([]))
+    # encoder holds only layers: one group, "encoder.layers"; loss holds a node, so it stays
+    assert labels(root) == [("g1", "encoder.layers", None), ("g8", "loss", None), ("n0", "input", None)]
+    assert root["edges"] == [{"source": "n0", "target": "g1", "count": 1}, {"source": "g1", "target": "g8", "count": 1}]
+    opened = json_ok(model.view([1, 2, 3]))
+    assert [(item["key"], item["label"], item["parent"]) for item in opened["items"]][2:] == [
+        ("g1", "encoder.layers", None),
+        ("g5", "1", "g1"),
+        ("g2", "0", "g1"),
+        ("g4", "act", "g2"),
+        ("g3", "linear1", "g2"),
+        ("n1", "encoder.layers.0.linear1.weight", "g3"),
+        ("n2", "encoder.layers.0.linear1.mm", "g3"),
+    ]
+    mm = next(item for item in opened["items"] if item["key"] == "n2")
+    assert (mm["op"], mm["dtype"], mm["shape"], mm["value"]) == ("matmul", "float64", [2, 3], "[2, 3] float64 mean 1.5")
+    assert opened["edges"] == [
+        {"source": "n0", "target": "n2", "count": 1},
+        {"source": "n1", "target": "n2", "count": 1},
+        {"source": "n2", "target": "g4", "count": 1},
+        {"source": "g4", "target": "g5", "count": 1},
+        {"source": "g5", "target": "g8", "count": 1},
+    ]
+    assert [m["groups"] for m in model.search("tanh")["matches"]] == [[0, 1, 2, 4], [0, 1, 5, 7]]
