@@ -311,3 +311,36 @@ def test_captured_module_paths_group_by_module() -> None:
         {"source": "g5", "target": "g8", "count": 1},
     ]
     assert [m["groups"] for m in model.search("tanh")["matches"]] == [[0, 1, 2, 4], [0, 1, 5, 7]]
+
+
+def test_edges_of_random_views_agree_with_each_node_mapped_to_the_item_shown() -> None:
+    """The edges a view gives (merged group pairs and the shown nodes' own edges) against the
+    definition: each edge's ends mapped to the outermost closed group holding them, or themselves."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder()
+    nodes = [b.leaf(1.0, f"in.{i}") for i in range(40)]
+    for i in range(600):
+        first, second = (int(k) for k in rng.integers(0, len(nodes), 2))
+        name = None if i % 3 == 0 else f"s{i % 4}.l{i % 7}.op{i}"
+        nodes.append(b.add("add", [nodes[first], nodes[second]], name=name))
+    graph = b.build()
+    model = ViewModel(graph)
+    groups = json_ok(model.meta())["groups"]
+    for _ in range(30):
+        opened = sorted({int(g) for g in rng.integers(1, groups, 4)})
+        view = model.view(opened)
+        is_open = set(view["open"])
+        expected: dict[tuple[str, str], int] = {}
+        item = []
+        for v in range(graph.num_nodes):
+            around = model.node(v)["groups"]
+            closed = [g for g in around[1:] if g not in is_open]
+            item.append(f"g{closed[0]}" if closed else f"n{v}")
+        for child in range(graph.num_nodes):
+            for parent in graph.parents(child):
+                if item[parent] != item[child]:
+                    key = (item[parent], item[child])
+                    expected[key] = expected.get(key, 0) + 1
+        assert {(e["source"], e["target"]): e["count"] for e in view["edges"]} == expected
+        keys = {it["key"] for it in view["items"]}
+        assert all(e["source"] in keys and e["target"] in keys for e in view["edges"])
