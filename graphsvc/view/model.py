@@ -324,16 +324,16 @@ class ViewModel:
             self._abs_grad[node], bad_grad[node] = self._array_numbers(array)
         self._bad_value = bad_value
         self._bad_grad = bad_grad
-        # where a nan/inf first appears: the forward's first (topological order); where the forward
-        # has none, the backward's first (from the output down), as the nan/inf report names it
+        # where a nan/inf first appears, as replay's report names it (graphsvc.replay.compare's
+        # first_nonfinite, NonFinite): in the values the lowest id (the forward meets it first), in
+        # the gradients the highest (the backward sweep runs in decreasing id order); each flagged
         first = np.full(n, False)
         bad_v = np.flatnonzero(bad_value)
         if len(bad_v):
             first[bad_v[0]] = True
-        else:  # a backward that goes wrong on finite values: the first node it reached (highest id)
-            bad_g = np.flatnonzero(bad_grad)
-            if len(bad_g):
-                first[bad_g[-1]] = True
+        bad_g = np.flatnonzero(bad_grad)
+        if len(bad_g):
+            first[bad_g[-1]] = True
         self._first_bad = first
         order = reverse_topological_order(graph)
         self._step = np.full(n, -1, dtype=np.int64)

@@ -13,6 +13,7 @@ import graphsvc
 from graphsvc import GraphBuilder
 from graphsvc.errors import UsageError
 from graphsvc.graph import Graph
+from graphsvc.replay.run import nonfinite_findings
 from graphsvc.view.model import FANOUT, MAX_ITEMS, ViewModel
 
 
@@ -175,7 +176,14 @@ def test_nan_and_inf_are_flagged_and_given_as_strings() -> None:
     assert blocks["label"] == "blocks" and blocks["nonfinite"] == 2 and blocks["first_nonfinite"] == 1
     node = json_ok(model.view([1, 2]))["items"]
     log = next(item for item in node if item["label"] == "blocks.0.log")
-    assert [item["label"] for item in node if item["first_nonfinite"] is True] == ["blocks.0.log"]
+    # the nodes replay's nan/inf report names: the first nan value (log(-1), node 1) and the first
+    # nan gradient of the backward sweep (x's: d(r*x)/dx = r = nan; r's own is x = -1, finite)
+    flagged = [item["label"] for item in node if item["first_nonfinite"] is True]
+    assert flagged == ["x", "blocks.0.log"]
+    found = nonfinite_findings(False, graph.values, graph.grads)
+    assert {what: f.node for what, f in found.items() if f is not None} == {"values": 1, "grads": 0}
+    x = next(item for item in node if item["label"] == "x")
+    assert x["nonfinite"] == "grad" and x["grad"] == "nan" and x["value"] == "-1"
     assert log["nonfinite"] == "value" and log["first_nonfinite"] is True and log["value"] == "nan"
     assert json_ok(model.node(1))["value"]["nan"] == 1 and math.isnan(float(graph.values[1]))
 
@@ -201,10 +209,28 @@ def test_diff_overlay_marks_the_first_divergence() -> None:
     found = graphsvc.diff(seed004(2.0), seed004(2.5))
     assert found.first_value is not None and found.first_value.name == "body.ab"
     assert meta["diff"]["first_divergence"]["values"]["name"] == "body.ab"
-    items = {item["label"]: item for item in json_ok(model.view([1, 2]))["items"]}
-    assert items["body.ab"]["first_divergence"] in ("values", "both") and items["in.a"]["diff"] == "both"
-    assert items["in.c"]["diff"] == "grads"  # c's value agrees; dL/dc = a + b does not
-    assert items["body"]["diff"] == 3
+    # a = 2 against 2.5 (b = 3, c = 1): values 6/7/5/35 against 7.5/8.5/5.5/46.75; grads of a, b, c
+    # 22/17/5 against 25/22.25/5.5, of a*b, a*b + c, a + b 5/5/7 against 5.5/5.5/8.5; L's grad 1 in both.
+    # The backward sweep's first differing gradient is a + b's (node 5: the highest id)
+    assert meta["diff"]["first_divergence"]["grads"] == {"name": "body.apb", "node": 5, "op": "add", "a": 7.0, "b": 8.5}
+    assert meta["diff"]["differing"] == 7 and meta["diff"]["unaligned"] == 0
+    items = json_ok(model.view([1, 2]))["items"]
+    assert [(item["label"], item["diff"], item.get("first_divergence")) for item in items] == [
+        ("L", "values", None),
+        ("in", 3, None),
+        ("in.a", "both", None),
+        ("in.b", "grads", None),
+        ("in.c", "grads", None),
+        ("body", 3, None),
+        ("body.ab", "both", "values"),
+        ("body.abc", "both", None),
+        ("body.apb", "both", "grads"),
+    ]
+    assert json_ok(model.node(3))["diff"] == {
+        "status": "both",
+        "node_b": 3,
+        "differences": [{"kind": "value", "a": "6.0", "b": "7.5"}, {"kind": "grad", "a": "5.0", "b": "5.5"}],
+    }
 
 
 def test_names_are_given_as_text_not_changed() -> None:
