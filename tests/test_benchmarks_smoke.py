@@ -176,6 +176,7 @@ WITH_HELP = [
     "bench_storage.py",
     "bench_tensors.py",
     "bench_value.py",
+    "bench_view.py",
     "numba_kernels.py",
     "run.py",
 ]
@@ -224,6 +225,18 @@ def test_bench_tensors_refuses_to_isolate_alternatives_that_run_several_threads(
     assert result.stderr.endswith(
         "error: --isolate runs with --threads 1 only (PyTorch's OpenMP threads do not survive a fork)\n"
     )
+
+
+def test_bench_view_runs_on_tiny_graphs(tmp_path: Path) -> None:
+    result = script(
+        str(BENCHMARKS / "bench_view.py"), "--nodes", "300", "--rounds", "1", "--dir", str(tmp_path), "--no-write"
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    rows = [line.split(" | ")[:3] for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    # the chain: 100 steps of mul, add, relu after x0, w, b; the MLP(7, [7, 7, 1]): 7 inputs, then per
+    # layer 3 x inputs x outputs + 2 x outputs (weights, products, sums; biases, tanh)
+    assert rows == [["| graph", "nodes", "groups"], ["| chain", "303", "6"], ["| mlp", "352", "21"]]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["chain-300.msgpack", "mlp-300.msgpack"]
 
 
 def test_bench_memory_runs_on_tiny_graphs(tmp_path: Path) -> None:

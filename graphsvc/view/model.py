@@ -91,6 +91,8 @@ class ViewModel:
         self._node_diff: npt.NDArray[np.int8] | None = None
         if other is not None:
             self._diff_with(other)
+        self._summaries()
+        self._edge_index()
 
     # -- grouping --------------------------------------------------------------------------------
     def _build_groups(self) -> None:
@@ -322,16 +324,16 @@ class ViewModel:
             self._abs_grad[node], bad_grad[node] = self._array_numbers(array)
         self._bad_value = bad_value
         self._bad_grad = bad_grad
-        # where a nan/inf first appears: the forward's first (topological order); where the forward
-        # has none, the backward's first (from the output down), as the nan/inf report names it
+        # where a nan/inf first appears, as replay's report names it (graphsvc.replay.compare's
+        # first_nonfinite, NonFinite): in the values the lowest id (the forward meets it first), in
+        # the gradients the highest (the backward sweep runs in decreasing id order); each flagged
         first = np.full(n, False)
         bad_v = np.flatnonzero(bad_value)
         if len(bad_v):
             first[bad_v[0]] = True
-        else:  # a backward that goes wrong on finite values: the first node it reached (highest id)
-            bad_g = np.flatnonzero(bad_grad)
-            if len(bad_g):
-                first[bad_g[-1]] = True
+        bad_g = np.flatnonzero(bad_grad)
+        if len(bad_g):
+            first[bad_g[-1]] = True
         self._first_bad = first
         order = reverse_topological_order(graph)
         self._step = np.full(n, -1, dtype=np.int64)
@@ -452,47 +454,131 @@ class ViewModel:
         start = self._slice_start[g]
         return self._node_order[start : start + self._direct_nodes[g]]
 
-    def _edges(self, is_open: npt.NDArray[np.bool_]) -> list[dict[str, Any]]:
-        """Each edge between the items shown, with how many graph edges it stands for."""
+    def _edge_index(self) -> None:
+        """What every view's edges are made from: the graph's edges between two groups, merged per
+        pair of innermost groups with a count, and each node's edges to its children (a CSR)."""
         n = self._n
         groups = len(self._gparent)
-        # the item standing for each group: its outermost closed group, or -1 when it is open
-        rep = np.full(groups, -1, dtype=np.int64)
-        for g in range(1, groups):  # pre-order: a parent before its children
-            p = self._gparent[g]
-            if rep[p] >= 0:
-                rep[g] = rep[p]
-            elif not is_open[g]:
-                rep[g] = g
-        node_rep = rep[self._node_group]
-        item = np.where(node_rep >= 0, n + node_rep, np.arange(n, dtype=np.int64))
-        src = item[self.graph.parent_indices]
-        dst = item[self._child_of_edge]
-        keep = src != dst
-        pairs = src[keep] * (n + groups) + dst[keep]
+        parents, children = self.graph.parent_indices.astype(np.int64), self._child_of_edge
+        pairs = self._node_group[parents] * groups + self._node_group[children]
         keys, counts = np.unique(pairs, return_counts=True)
-        out = []
+        self._pair_src, self._pair_dst = np.divmod(keys, groups)
+        self._pair_count = counts
+        by_parent = np.argsort(parents, kind="stable")
+        self._child_edges = children[by_parent]
+        self._child_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(parents, minlength=n), out=self._child_offsets[1:])
+        # each group's ancestor at each depth (itself where it is not that deep), for views
+        depth_max = int(self._gdepth.max()) if groups else 0
+        up = [np.arange(groups, dtype=np.int64)]
+        for _ in range(depth_max):
+            prev = up[-1]
+            up.append(np.where(prev > 0, self._gparent[np.maximum(prev, 0)], 0))
+        # ancestors[d][g]: g's ancestor at depth d (d <= depth(g)), else g
+        gdepth = self._gdepth
+        self._ancestors = []
+        for d in range(depth_max + 1):
+            steps = np.maximum(gdepth - d, 0)
+            at = np.empty(groups, dtype=np.int64)
+            for k in range(depth_max + 1):
+                sel = steps == k
+                at[sel] = up[k][sel]
+            self._ancestors.append(at)
+
+    def _edges(self, is_open: npt.NDArray[np.bool_]) -> list[dict[str, Any]]:
+        """Each edge between the items shown, with how many graph edges it stands for: the edges
+        between closed groups from the merged pairs, the edges of the nodes shown from the CSRs."""
+        n = self._n
+        groups = len(self._gparent)
+        # the item standing for each group: its outermost ancestor (or itself) that is not open
+        rep = np.full(groups, -1, dtype=np.int64)
+        for at in self._ancestors[1:]:
+            closed = (rep < 0) & ~is_open[at]
+            rep[closed] = at[closed]
+        total = n + groups
+        # edges between two nodes in closed groups
+        both_closed = (rep[self._pair_src] >= 0) & (rep[self._pair_dst] >= 0)
+        src = n + rep[self._pair_src[both_closed]]
+        dst = n + rep[self._pair_dst[both_closed]]
+        weight = self._pair_count[both_closed]
+        # edges of the nodes shown (nodes directly in open groups): into them, and out of them to nodes not shown
+        shown = np.concatenate([self._direct(int(g)) for g in np.flatnonzero(is_open)])
+        if len(shown):
+            offsets, parents = self.graph.parent_offsets, self.graph.parent_indices
+            into = np.concatenate([parents[offsets[v] : offsets[v + 1]] for v in shown]).astype(np.int64)
+            into_dst = np.repeat(shown, (offsets[shown + 1] - offsets[shown]).astype(np.int64))
+            out = np.concatenate(
+                [self._child_edges[self._child_offsets[v] : self._child_offsets[v + 1]] for v in shown]
+            )
+            out_src = np.repeat(shown, self._child_offsets[shown + 1] - self._child_offsets[shown])
+            hidden = rep[self._node_group[out]] >= 0  # a child shown is counted with its parents above
+            node_src = np.concatenate([into, out_src[hidden]])
+            node_dst = np.concatenate([into_dst, out[hidden]])
+            item_src = np.where(rep[self._node_group[node_src]] >= 0, n + rep[self._node_group[node_src]], node_src)
+            item_dst = np.where(rep[self._node_group[node_dst]] >= 0, n + rep[self._node_group[node_dst]], node_dst)
+            src = np.concatenate([src, item_src])
+            dst = np.concatenate([dst, item_dst])
+            weight = np.concatenate([weight, np.ones(len(item_src), dtype=weight.dtype)])
+        keep = src != dst
+        keys, where = np.unique(src[keep] * total + dst[keep], return_inverse=True)
+        counts = np.bincount(where.ravel(), weights=weight[keep], minlength=len(keys))
+        result = []
         for key, count in zip(keys.tolist(), counts.tolist(), strict=True):
-            s, t = divmod(key, n + groups)
-            out.append({"source": self._key(s), "target": self._key(t), "count": count})
-        return out
+            s, t = divmod(key, total)
+            result.append({"source": self._key(s), "target": self._key(t), "count": int(count)})
+        return result
 
     def _key(self, item: int) -> str:
         return f"n{item}" if item < self._n else f"g{item - self._n}"
 
+    def _summaries(self) -> None:
+        """Each group's numbers over the nodes inside it (all depths), for every group at once: a
+        group's nodes are one slice of ``_node_order``, so each is a reduction over slices."""
+        order, starts, ends = self._node_order, self._slice_start, self._slice_end
+        n, big = self._n, np.iinfo(np.int64).max
+        empty = ends <= starts
+        # each slice [start, end) reduced with reduceat over interleaved bounds (one sentinel at the end)
+        bounds = np.stack([starts, ends], axis=1).ravel()
+
+        def reduce(ufunc: np.ufunc, column: npt.NDArray[Any], fill: Any) -> npt.NDArray[Any]:
+            values = np.append(column[order], fill)
+            out = ufunc.reduceat(values, bounds)[::2]
+            out[empty] = fill
+            return out
+
+        def count(flags: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+            prefix = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(flags[order], out=prefix[1:])
+            return prefix[ends] - prefix[starts]
+
+        with np.errstate(invalid="ignore"):
+            self._g_value = reduce(np.fmax, self._abs_value, np.nan)
+            self._g_grad = reduce(np.fmax, self._abs_grad, np.nan)
+        bad = self._bad_value | self._bad_grad
+        self._g_bad = count(bad)
+        ids = np.arange(n, dtype=np.int64)
+        self._g_first_bad = reduce(np.minimum, np.where(self._first_bad, ids, big), big)
+        stepped = self._step >= 0
+        self._g_step_lo = reduce(np.minimum, np.where(stepped, self._step, big), big)
+        self._g_step_hi = reduce(np.maximum, np.where(stepped, self._step, -1), -1)
+        self._g_diff = None if self._node_diff is None else count(self._node_diff != 0)
+        self._g_ops: dict[int, dict[str, int]] = {}
+
+    def _group_ops(self, g: int) -> dict[str, int]:
+        """The five commonest ops inside group ``g`` (computed once per group)."""
+        found = self._g_ops.get(g)
+        if found is None:
+            nodes = self._node_order[self._slice_start[g] : self._slice_end[g]]
+            ops = np.bincount(self.graph.op_codes[nodes], minlength=len(self.graph.op_table))
+            top = np.argsort(-ops, kind="stable")[:5]
+            table = self.graph.op_table
+            found = self._g_ops[g] = {table[int(c)]: int(ops[c]) for c in top if ops[c] > 0}
+        return found
+
     def _group_item(self, g: int, parent: str | None, is_open: bool) -> dict[str, Any]:
-        nodes = self._node_order[self._slice_start[g] : self._slice_end[g]]
-        ops = np.bincount(self.graph.op_codes[nodes], minlength=len(self.graph.op_table))
-        top = np.argsort(-ops, kind="stable")[:5]
-        table = self.graph.op_table
-        bad = self._bad_value[nodes] | self._bad_grad[nodes]
-        bad_ids = nodes[bad]
-        steps = self._step[nodes]
-        steps = steps[steps >= 0]
-        diff = None
-        if self._node_diff is not None:
-            diff = int(np.count_nonzero(self._node_diff[nodes]))
-        firsts = nodes[self._first_bad[nodes]]
+        big = np.iinfo(np.int64).max
+        value, grad = float(self._g_value[g]), float(self._g_grad[g])
+        first_bad, lo, hi = int(self._g_first_bad[g]), int(self._g_step_lo[g]), int(self._g_step_hi[g])
         return {
             "key": f"g{g}",
             "kind": "group",
@@ -501,15 +587,15 @@ class ViewModel:
             "label": self._glabel[g],
             "path": self._gpath[g],
             "open": is_open,
-            "nodes": len(nodes),
+            "nodes": int(self._slice_end[g] - self._slice_start[g]),
             "items": len(self._gchildren[g]) + int(self._direct_nodes[g]),
-            "ops": {table[int(c)]: int(ops[c]) for c in top if ops[c] > 0},
-            "max_abs_value": self._max(self._abs_value[nodes]),
-            "max_abs_grad": self._max(self._abs_grad[nodes]),
-            "nonfinite": len(bad_ids),
-            "first_nonfinite": int(firsts.min()) if len(firsts) else None,
-            "steps": [int(steps.min()), int(steps.max())] if len(steps) else None,
-            "diff": diff,
+            "ops": self._group_ops(g),
+            "max_abs_value": None if math.isnan(value) else value,
+            "max_abs_grad": None if math.isnan(grad) else grad,
+            "nonfinite": int(self._g_bad[g]),
+            "first_nonfinite": None if first_bad == big else first_bad,
+            "steps": [lo, hi] if hi >= 0 else None,
+            "diff": None if self._g_diff is None else int(self._g_diff[g]),
         }
 
     @staticmethod

@@ -13,6 +13,7 @@ import graphsvc
 from graphsvc import GraphBuilder
 from graphsvc.errors import UsageError
 from graphsvc.graph import Graph
+from graphsvc.replay.run import nonfinite_findings
 from graphsvc.view.model import FANOUT, MAX_ITEMS, ViewModel
 
 
@@ -175,7 +176,14 @@ def test_nan_and_inf_are_flagged_and_given_as_strings() -> None:
     assert blocks["label"] == "blocks" and blocks["nonfinite"] == 2 and blocks["first_nonfinite"] == 1
     node = json_ok(model.view([1, 2]))["items"]
     log = next(item for item in node if item["label"] == "blocks.0.log")
-    assert [item["label"] for item in node if item["first_nonfinite"] is True] == ["blocks.0.log"]
+    # the nodes replay's nan/inf report names: the first nan value (log(-1), node 1) and the first
+    # nan gradient of the backward sweep (x's: d(r*x)/dx = r = nan; r's own is x = -1, finite)
+    flagged = [item["label"] for item in node if item["first_nonfinite"] is True]
+    assert flagged == ["x", "blocks.0.log"]
+    found = nonfinite_findings(False, graph.values, graph.grads)
+    assert {what: f.node for what, f in found.items() if f is not None} == {"values": 1, "grads": 0}
+    x = next(item for item in node if item["label"] == "x")
+    assert x["nonfinite"] == "grad" and x["grad"] == "nan" and x["value"] == "-1"
     assert log["nonfinite"] == "value" and log["first_nonfinite"] is True and log["value"] == "nan"
     assert json_ok(model.node(1))["value"]["nan"] == 1 and math.isnan(float(graph.values[1]))
 
@@ -201,10 +209,28 @@ def test_diff_overlay_marks_the_first_divergence() -> None:
     found = graphsvc.diff(seed004(2.0), seed004(2.5))
     assert found.first_value is not None and found.first_value.name == "body.ab"
     assert meta["diff"]["first_divergence"]["values"]["name"] == "body.ab"
-    items = {item["label"]: item for item in json_ok(model.view([1, 2]))["items"]}
-    assert items["body.ab"]["first_divergence"] in ("values", "both") and items["in.a"]["diff"] == "both"
-    assert items["in.c"]["diff"] == "grads"  # c's value agrees; dL/dc = a + b does not
-    assert items["body"]["diff"] == 3
+    # a = 2 against 2.5 (b = 3, c = 1): values 6/7/5/35 against 7.5/8.5/5.5/46.75; grads of a, b, c
+    # 22/17/5 against 25/22.25/5.5, of a*b, a*b + c, a + b 5/5/7 against 5.5/5.5/8.5; L's grad 1 in both.
+    # The backward sweep's first differing gradient is a + b's (node 5: the highest id)
+    assert meta["diff"]["first_divergence"]["grads"] == {"name": "body.apb", "node": 5, "op": "add", "a": 7.0, "b": 8.5}
+    assert meta["diff"]["differing"] == 7 and meta["diff"]["unaligned"] == 0
+    items = json_ok(model.view([1, 2]))["items"]
+    assert [(item["label"], item["diff"], item.get("first_divergence")) for item in items] == [
+        ("L", "values", None),
+        ("in", 3, None),
+        ("in.a", "both", None),
+        ("in.b", "grads", None),
+        ("in.c", "grads", None),
+        ("body", 3, None),
+        ("body.ab", "both", "values"),
+        ("body.abc", "both", None),
+        ("body.apb", "both", "grads"),
+    ]
+    assert json_ok(model.node(3))["diff"] == {
+        "status": "both",
+        "node_b": 3,
+        "differences": [{"kind": "value", "a": "6.0", "b": "7.5"}, {"kind": "grad", "a": "5.0", "b": "5.5"}],
+    }
 
 
 def test_names_are_given_as_text_not_changed() -> None:
@@ -212,3 +238,135 @@ def test_names_are_given_as_text_not_changed() -> None:
     b.leaf(1.0, '<script>alert(1)</script>.x&"')
     model = ViewModel(b.build())
     assert model.view([])["items"][0]["label"] == "<script>alert(1)</script>"
+
+
+def micrograd_named() -> Graph:
+    """A micrograd MLP layer of 2 neurons on inputs x.0, x.1, named as micrograd parameters are
+    (``w1.{neuron}.{input}``, ``b1.{neuron}``); products, sums and tanh unnamed, as micrograd makes them."""
+    b = GraphBuilder()
+    xs = [b.leaf(v, f"x.{i}") for i, v in enumerate([0.5, -1.0])]
+    weights = {(0, 0): 0.2, (0, 1): -0.4, (1, 0): 0.3, (1, 1): 0.1}
+    outs = []
+    for j in range(2):
+        w = [b.leaf(weights[j, k], f"w1.{j}.{k}") for k in range(2)]
+        s = b.leaf(0.1 * (j + 1), f"b1.{j}")
+        for k in range(2):
+            s = b.add("add", [s, b.add("mul", [w[k], xs[k]])])
+        outs.append(b.add("tanh", [s]))
+    b.add("add", outs, name="loss")
+    return graphsvc.backward(b.build())
+
+
+def test_micrograd_parameter_names_group_by_layer_and_neuron() -> None:
+    # ids: x.0 0, x.1 1; neuron 0: w 2, 3, b 4, w*x 5, add 6, w*x 7, add 8, tanh 9; neuron 1: 10..17; loss 18
+    model = ViewModel(micrograd_named())
+    root = json_ok(model.view([]))
+    assert labels(root) == [("g1", "x", None), ("g2", "w1", None), ("g5", "b1", None), ("n18", "loss", None)]
+    assert [item["nodes"] for item in root["items"][:3]] == [2, 8, 8]  # w*x join w1.j; the sums and tanh, b1
+    assert root["edges"] == [
+        {"source": "g1", "target": "g2", "count": 4},  # each x into both neurons' products
+        {"source": "g2", "target": "g5", "count": 4},  # each product into its running sum
+        {"source": "g5", "target": "n18", "count": 2},  # the two tanh into the loss
+    ]
+    opened = json_ok(model.view([2, 3]))
+    assert [
+        (item["key"], item["label"], item["path"] if item["kind"] == "group" else None, item["parent"])
+        for item in opened["items"]
+    ] == [
+        ("g1", "x", "x", None),
+        ("g5", "b1", "b1", None),
+        ("n18", "loss", None, None),
+        ("g2", "w1", "w1", None),
+        ("g4", "1", "w1.1", "g2"),
+        ("g3", "0", "w1.0", "g2"),
+        ("n2", "w1.0.0", None, "g3"),
+        ("n3", "w1.0.1", None, "g3"),
+        ("n5", "#5", None, "g3"),
+        ("n7", "#7", None, "g3"),
+    ]
+    assert opened["edges"] == [  # nodes first, then groups, as sources and as targets
+        {"source": "n2", "target": "n5", "count": 1},
+        {"source": "n3", "target": "n7", "count": 1},
+        {"source": "n5", "target": "g5", "count": 1},
+        {"source": "n7", "target": "g5", "count": 1},
+        {"source": "g1", "target": "n5", "count": 1},
+        {"source": "g1", "target": "n7", "count": 1},
+        {"source": "g1", "target": "g4", "count": 2},
+        {"source": "g4", "target": "g5", "count": 2},
+        {"source": "g5", "target": "n18", "count": 2},
+    ]
+    # dloss/dw1.0.0 = (1 - tanh(s0)^2) * x.0 with s0 = 0.1 + 0.2*0.5 - 0.4*-1.0 = 0.6
+    w000 = next(item for item in opened["items"] if item["label"] == "w1.0.0")
+    assert w000["max_abs_grad"] == pytest.approx((1 - math.tanh(0.6) ** 2) * 0.5, rel=1e-15)
+    assert model.search("w1.1")["matches"] == [
+        {"id": 10, "label": "w1.1.0", "op": "leaf", "groups": [0, 2, 4]},
+        {"id": 11, "label": "w1.1.1", "op": "leaf", "groups": [0, 2, 4]},
+    ]
+
+
+def test_captured_module_paths_group_by_module() -> None:
+    b = GraphBuilder()
+    h = b.leaf(np.ones((2, 3)), "input")
+    for i in range(2):
+        w = b.leaf(np.full((3, 3), 0.5), f"encoder.layers.{i}.linear1.weight")
+        h = b.add("matmul", [h, w], name=f"encoder.layers.{i}.linear1.mm")
+        h = b.add("tanh", [h], name=f"encoder.layers.{i}.act.tanh")
+    b.add("sum", [h], name="loss.sum")
+    model = ViewModel(graphsvc.backward(b.build()))
+    root = json_ok(model.view([]))
+    # encoder holds only layers: one group, "encoder.layers"; loss holds a node, so it stays
+    assert labels(root) == [("g1", "encoder.layers", None), ("g8", "loss", None), ("n0", "input", None)]
+    assert root["edges"] == [{"source": "n0", "target": "g1", "count": 1}, {"source": "g1", "target": "g8", "count": 1}]
+    opened = json_ok(model.view([1, 2, 3]))
+    assert [(item["key"], item["label"], item["parent"]) for item in opened["items"]][2:] == [
+        ("g1", "encoder.layers", None),
+        ("g5", "1", "g1"),
+        ("g2", "0", "g1"),
+        ("g4", "act", "g2"),
+        ("g3", "linear1", "g2"),
+        ("n1", "encoder.layers.0.linear1.weight", "g3"),
+        ("n2", "encoder.layers.0.linear1.mm", "g3"),
+    ]
+    mm = next(item for item in opened["items"] if item["key"] == "n2")
+    assert (mm["op"], mm["dtype"], mm["shape"], mm["value"]) == ("matmul", "float64", [2, 3], "[2, 3] float64 mean 1.5")
+    assert opened["edges"] == [
+        {"source": "n0", "target": "n2", "count": 1},
+        {"source": "n1", "target": "n2", "count": 1},
+        {"source": "n2", "target": "g4", "count": 1},
+        {"source": "g4", "target": "g5", "count": 1},
+        {"source": "g5", "target": "g8", "count": 1},
+    ]
+    assert [m["groups"] for m in model.search("tanh")["matches"]] == [[0, 1, 2, 4], [0, 1, 5, 7]]
+
+
+def test_edges_of_random_views_agree_with_each_node_mapped_to_the_item_shown() -> None:
+    """The edges a view gives (merged group pairs and the shown nodes' own edges) against the
+    definition: each edge's ends mapped to the outermost closed group holding them, or themselves."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder()
+    nodes = [b.leaf(1.0, f"in.{i}") for i in range(40)]
+    for i in range(600):
+        first, second = (int(k) for k in rng.integers(0, len(nodes), 2))
+        name = None if i % 3 == 0 else f"s{i % 4}.l{i % 7}.op{i}"
+        nodes.append(b.add("add", [nodes[first], nodes[second]], name=name))
+    graph = b.build()
+    model = ViewModel(graph)
+    groups = json_ok(model.meta())["groups"]
+    for _ in range(30):
+        opened = sorted({int(g) for g in rng.integers(1, groups, 4)})
+        view = model.view(opened)
+        is_open = set(view["open"])
+        expected: dict[tuple[str, str], int] = {}
+        item = []
+        for v in range(graph.num_nodes):
+            around = model.node(v)["groups"]
+            closed = [g for g in around[1:] if g not in is_open]
+            item.append(f"g{closed[0]}" if closed else f"n{v}")
+        for child in range(graph.num_nodes):
+            for parent in graph.parents(child):
+                if item[parent] != item[child]:
+                    key = (item[parent], item[child])
+                    expected[key] = expected.get(key, 0) + 1
+        assert {(e["source"], e["target"]): e["count"] for e in view["edges"]} == expected
+        keys = {it["key"] for it in view["items"]}
+        assert all(e["source"] in keys and e["target"] in keys for e in view["edges"])
