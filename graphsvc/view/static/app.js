@@ -181,7 +181,12 @@ function draw(view, placed) {
 }
 
 function drawItem(item, box) {
-  const g = svg("g", { class: `item ${item.kind}`, transform: `translate(${box.x},${box.y})`, "data-key": item.key });
+  const g = svg("g", {
+    class: `item ${item.kind}`,
+    transform: `translate(${box.x},${box.y})`,
+    "data-key": item.key,
+    "data-parent": item.parent || "",
+  });
   if (item.kind === "group" && item.open) {
     g.classList.add("open");
     g.append(svg("rect", { width: box.width, height: box.height, rx: 6 }));
@@ -551,6 +556,7 @@ async function start() {
     state.meta = await api("/api/graph");
   } catch (error) {
     showMessage(error.message);
+    document.body.dataset.ready = "1";
     return;
   }
   document.title = `graphsvc view: ${state.meta.files.join(" and ")}`;
