@@ -860,20 +860,20 @@ def view(
         server = ViewServer(model, port)
     except OSError as exc:
         raise UsageError(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+    from graphsvc.text import counted
+
     with server:
-        from graphsvc.text import counted
+        try:  # from the serving line on, Ctrl-C is how a user ends the server: exit 0
+            shown = " and ".join(files)
+            typer.echo(f"graphsvc view: serving {shown} ({counted(graph.num_nodes, 'node')}) at {server.url}")
+            sys.stdout.flush()
+            if not no_browser:
+                import webbrowser
 
-        shown = " and ".join(files)
-        typer.echo(f"graphsvc view: serving {shown} ({counted(graph.num_nodes, 'node')}) at {server.url}")
-        sys.stdout.flush()
-        if not no_browser:
-            import webbrowser
-
-            webbrowser.open(server.url)
-        try:
+                webbrowser.open(server.url)
             server.serve_forever()
         except KeyboardInterrupt:
-            pass  # Ctrl-C is how a user ends the server: exit 0
+            pass
 
 
 # -- op and plugin commands ----------------------------------------------------------------------

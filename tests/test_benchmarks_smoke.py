@@ -176,6 +176,7 @@ WITH_HELP = [
     "bench_storage.py",
     "bench_tensors.py",
     "bench_value.py",
+    "bench_view_page.py",
     "numba_kernels.py",
     "run.py",
 ]

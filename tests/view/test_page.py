@@ -38,11 +38,12 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-TOP_MODULES = ["encoder", "head", "loss", "x"]
-ENCODER = "encoder"
-ENCODER_CHILDREN = ["layers"]
-TOP_MLP: list[str] = []
-W1_CHILDREN: list[str] = []
+TOP_MODULES = ["encoder.layers", "head", "loss", "x"]
+ENCODER = "encoder.layers"
+ENCODER_CHILDREN = ["0", "1"]
+#: micrograd_mlp.msgpack: w2 holds one neuron (merged: w2.0); unnamed nodes in range groups of node ids
+TOP_MLP = ["w2.0", "w1", "w0", "#3–179", "b0", "b1", "b2", "#180–308", "#311–393"]
+W1_CHILDREN = ["3", "0", "1", "2"]
 SCRIPT_NAME = "head.<script>alert(1)</script>"
 
 

@@ -127,7 +127,7 @@ function elkGraph(view) {
     if (item.kind === "group" && item.open) {
       node.layoutOptions = { "elk.padding": `[top=${HEADER + 10},left=10,bottom=10,right=10]` };
       // an open group with no member drawn still needs room for its header
-      node.width = Math.max(120, item.label.length * CHAR + 40);
+      node.width = Math.max(120, (clip(item.label, 48).length + 16) * CHAR);
       node.height = HEADER + 20;
     } else {
       const size = sizeOf(item);
@@ -192,8 +192,8 @@ function drawItem(item, box) {
     g.append(svg("rect", { width: box.width, height: box.height, rx: 6 }));
     const header = svg("g", { class: "header", tabindex: 0, role: "button", "aria-label": `close group ${item.label}` });
     header.append(svg("rect", { width: box.width, height: HEADER, rx: 6 }));
-    header.append(svg("text", { x: 8, y: 16 }, `▾ ${clip(item.label, Math.max(8, Math.floor((box.width - 110) / CHAR)))}`));
-    header.append(svg("text", { x: box.width - 8, y: 16, "text-anchor": "end", class: "small" }, `${item.nodes.toLocaleString("en")} nodes`));
+    header.append(svg("text", { x: 8, y: 16 }, `▾ ${clip(item.label, 48)}`));
+    header.append(svg("text", { x: 8 + (clip(item.label, 48).length + 3) * CHAR, y: 16, class: "small" }, `${item.nodes.toLocaleString("en")} nodes`));
     header.addEventListener("click", () => closeGroup(item.id));
     header.addEventListener("keydown", (event) => {
       if (event.key === "Enter" || event.key === " ") { event.preventDefault(); closeGroup(item.id); }
