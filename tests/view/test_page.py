@@ -4,7 +4,7 @@
 and coloured, and every request it makes is recorded: all go to the server's own address (nothing is
 fetched from anywhere else). Skipped where Chromium or playwright is missing, except with
 GRAPHSVC_REQUIRE_BROWSER=1 (as .ci/run sets it). With GRAPHSVC_SCREENSHOTS=1 the test of the generated
-graph saves docs/img/view.png (a group open, the |grad| overlay on).
+graph saves docs/images/view.png (a group open, the |grad| overlay on).
 """
 
 from __future__ import annotations
@@ -221,5 +221,5 @@ def test_modules_the_grad_overlay_colours_items_and_shows_its_legend(modules: Se
     if os.environ.get("GRAPHSVC_SCREENSHOTS") == "1":
         page.select_option("#overlay", "grad")
         page.locator("#fit").click()
-        page.screenshot(path=str(ROOT / "docs" / "img" / "view.png"))
+        page.screenshot(path=str(ROOT / "docs" / "images" / "view.png"))
     only_to_the_server(modules)
