@@ -821,6 +821,61 @@ def render(
     drawing.picture(graph, out, around, within, STATE.quiet)
 
 
+@command()
+@handles_errors
+def view(
+    file: FileArg,
+    file2: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="[FILE2]",
+            help="A second graph file: the page can colour where the two differ (as graphsvc diff finds it).",
+            show_default=False,
+        ),
+    ] = None,
+    port: Annotated[
+        int,
+        typer.Option("--port", metavar="P", min=0, max=65535, help="The port on 127.0.0.1 (0: a free one)."),
+    ] = 0,
+    no_browser: Annotated[bool, typer.Option("--no-browser", help="Do not open a web browser.")] = False,
+) -> None:
+    """Look at a graph of any size in a web browser: nodes grouped into layers by the dotted
+    structure of their names, collapsed to start, opened on demand; search, details of a node,
+    colours by value, |grad|, nan/inf, backward step (and difference, with FILE2). Serves on
+    127.0.0.1 until Ctrl-C (exit 0).
+
+    Example: graphsvc view examples/seed004.msgpack
+    """
+    from graphsvc.errors import UsageError
+    from graphsvc.view.model import ViewModel
+    from graphsvc.view.server import ViewServer
+
+    if file2 is not None and _is_stdio(file) and _is_stdio(file2):
+        raise _fail("FILE and FILE2 cannot both be standard input", 2)
+    graph = _load(file)
+    other = None if file2 is None else _load(file2)
+    files = [_shown(file)] if file2 is None else [_shown(file), _shown(file2)]
+    model = ViewModel(graph, other, files=files)
+    try:
+        server = ViewServer(model, port)
+    except OSError as exc:
+        raise UsageError(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+    from graphsvc.text import counted
+
+    with server:
+        try:  # from the serving line on, Ctrl-C is how a user ends the server: exit 0
+            shown = " and ".join(files)
+            typer.echo(f"graphsvc view: serving {shown} ({counted(graph.num_nodes, 'node')}) at {server.url}")
+            sys.stdout.flush()
+            if not no_browser:
+                import webbrowser
+
+                webbrowser.open(server.url)
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+
+
 # -- op and plugin commands ----------------------------------------------------------------------
 def _registry() -> OpRegistry:
     """Load the ops with the global plugin options; print each plugin problem as one warning line."""

@@ -147,6 +147,32 @@ def graphviz_dot() -> None:
     pytest.skip(reason)
 
 
+#: The Chromium the browser tests drive (never one Playwright downloads).
+CHROMIUM = os.environ.get("GRAPHSVC_CHROMIUM", "/usr/bin/chromium")
+
+
+def browser_missing() -> str | None:
+    """What driving a real browser lacks here (Chromium, the playwright package), or None."""
+    lacking = []
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        lacking.append(f"needs Chromium at {CHROMIUM}: apt-get install chromium (or set GRAPHSVC_CHROMIUM)")
+    if importlib.util.find_spec("playwright") is None:
+        lacking.append("needs playwright: pip install playwright")
+    return "; ".join(lacking) if lacking else None
+
+
+@pytest.fixture
+def browser_available() -> None:
+    """For tests that load a page in Chromium: skipped where it or playwright is missing, except with
+    ``GRAPHSVC_REQUIRE_BROWSER=1`` (as ``.ci/run`` sets it), where that fails them."""
+    reason = browser_missing()
+    if reason is None:
+        return
+    if os.environ.get("GRAPHSVC_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{reason}; GRAPHSVC_REQUIRE_BROWSER=1 makes that a failure, not a skip", pytrace=False)
+    pytest.skip(reason)
+
+
 #: Why a test that needs PyTorch did not run, and what to do about it.
 TORCH_REASON = "needs PyTorch: pip install torch==2.13.0"
 #: Set to 1 (as ``.ci/run`` does) to make a test that needs PyTorch fail where it is missing.

@@ -177,6 +177,7 @@ WITH_HELP = [
     "bench_tensors.py",
     "bench_value.py",
     "bench_view.py",
+    "bench_view_page.py",
     "numba_kernels.py",
     "run.py",
 ]

@@ -10,6 +10,7 @@ email package ~20 ms, hashlib's OpenSSL) off the small-graph path.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,32 @@ def test_help_and_version_import_neither_numpy_nor_the_plugins(tmp_path: Path) -
         run, modules = imported_by(args, tmp_path)
         assert run.returncode == 0
         assert sorted(m for m in ("numpy", "msgpack", "pluggy", "graphsvc.pluginhost") if m in modules) == []
+
+
+def test_view_help_imports_neither_numpy_nor_the_server(tmp_path: Path) -> None:
+    run, modules = imported_by(["view", "--help"], tmp_path)
+    assert run.returncode == 0
+    heavy = ("numpy", "msgpack", "pluggy", "graphsvc.pluginhost", "graphsvc.view", "http.server", "webbrowser")
+    assert sorted(m for m in heavy if m in modules) == []
+
+
+def test_view_serves_without_torch_or_the_plugins(tmp_path: Path) -> None:
+    """Showing a graph replays nothing: neither PyTorch nor the plugins are loaded."""
+    out = tmp_path / "modules.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHSVC_", "_TYPER"))}
+    command = [sys.executable, "-c", WRAPPER.format(out=str(out)), "view", SEED, "--no-browser"]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith(f"graphsvc view: serving {SEED} (7 nodes) at http://127.0.0.1:")
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert (process.returncode, err) == (0, "")
+    modules = set(out.read_text(encoding="utf-8").splitlines())
+    assert {"graphsvc.view.server", "graphsvc.view.model"} <= modules
+    # the standard library's HTTP server reads headers with the email package: the one start-up cost it adds
+    never = tuple(m for m in NEVER if m != "email")
+    unwanted = [m for m in modules if m.split(".")[0] in (*never, "torch") or m.startswith("graphsvc.pluginhost")]
+    assert sorted(unwanted) == []
 
 
 @pytest.mark.parametrize(

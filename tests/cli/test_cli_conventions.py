@@ -22,7 +22,7 @@ from graphsvc.graph import GraphBuilder
 from tests.conftest import ROOT
 
 SEED004 = ROOT / "examples" / "seed004.msgpack"
-COMMANDS = ("order", "inspect", "validate", "convert", "forward", "backward", "render", "ops", "gradcheck")
+COMMANDS = ("order", "inspect", "validate", "convert", "forward", "backward", "render", "ops", "gradcheck", "view")
 
 runner = CliRunner()
 
