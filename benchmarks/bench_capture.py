@@ -14,6 +14,10 @@ the op itself costs next to nothing): (captured time - plain time) / (calls the 
 with the calls counted from the graph (its nodes other than leaves and consts; the table's
 ``nodes`` column counts the same).
 
+The ``floor`` column is what keeping every value costs at least: a plain step followed by one copy
+of each parameter, its gradient and the step's input (what the caller still holds and may change
+next, so a graph must copy it), over the plain step of the same round (median).
+
 ``python benchmarks/bench_capture.py [--rounds K]`` prints the table and writes
 ``results/bench_capture.md`` and ``.json``.
 """
@@ -38,21 +42,21 @@ from graphsvc.torch import capture
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def mlp() -> tuple[nn.Module, Callable[[], Any]]:
+def mlp() -> tuple[nn.Module, Callable[[], Any], list[Any]]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
     x, y = torch.randn(128, 784), torch.randint(0, 10, (128,))
-    return model, lambda: F.cross_entropy(model(x), y)
+    return model, lambda: F.cross_entropy(model(x), y), [x]
 
 
-def transformer() -> tuple[nn.Module, Callable[[], Any]]:
+def transformer() -> tuple[nn.Module, Callable[[], Any], list[Any]]:
     torch.manual_seed(0)
     model = nn.TransformerEncoderLayer(128, 4, dim_feedforward=512, dropout=0.0, batch_first=True)
     x = torch.randn(8, 64, 128)
-    return model, lambda: model(x).pow(2).mean()
+    return model, lambda: model(x).pow(2).mean(), [x]
 
 
-def chain(n: int) -> tuple[nn.Module, Callable[[], Any]]:
+def chain(n: int) -> tuple[nn.Module, Callable[[], Any], list[Any]]:
     """n tiny ops: what a call costs the capture, not what it costs PyTorch."""
     model = nn.Linear(4, 4)
     x = torch.randn(1, 4)
@@ -63,13 +67,25 @@ def chain(n: int) -> tuple[nn.Module, Callable[[], Any]]:
             h = h * 1.0001
         return h.sum()
 
-    return model, step
+    return model, step, [x]
 
 
 def plain_step(model: nn.Module, loss: Callable[[], Any]) -> float:
     start = time.perf_counter()
     model.zero_grad(set_to_none=True)
     loss().backward()
+    return time.perf_counter() - start
+
+
+def floor_step(model: nn.Module, loss: Callable[[], Any], inputs: list[Any]) -> float:
+    start = time.perf_counter()
+    model.zero_grad(set_to_none=True)
+    loss().backward()
+    kept = [t.detach().numpy().copy() for t in inputs]
+    for p in model.parameters():
+        kept.append(p.detach().numpy().copy())
+        if p.grad is not None:
+            kept.append(p.grad.numpy().copy())
     return time.perf_counter() - start
 
 
@@ -83,18 +99,21 @@ def captured_step(model: nn.Module, loss: Callable[[], Any]) -> tuple[float, int
     return elapsed, sum(graph.op(n) not in ("leaf", "const") for n in range(graph.num_nodes))
 
 
-def compare(name: str, model: nn.Module, loss: Callable[[], Any], rounds: int) -> dict[str, Any]:
-    for _ in range(2):  # warm-up of both
+def compare(name: str, model: nn.Module, loss: Callable[[], Any], inputs: list[Any], rounds: int) -> dict[str, Any]:
+    for _ in range(2):  # warm-up of each
         plain_step(model, loss)
+        floor_step(model, loss, inputs)
         captured_step(model, loss)
-    plain, captured, ratios = [], [], []
+    plain, captured, ratios, floors = [], [], [], []
     nodes = 0
     for _ in range(rounds):
         p = plain_step(model, loss)
+        f = floor_step(model, loss, inputs)
         c, nodes = captured_step(model, loss)
         plain.append(p)
         captured.append(c)
         ratios.append(c / p)
+        floors.append(f / p)
     return {
         "model": name,
         "plain_ms": statistics.median(plain) * 1e3,
@@ -103,12 +122,12 @@ def compare(name: str, model: nn.Module, loss: Callable[[], Any], rounds: int) -
         "ratio_median": statistics.median(ratios),
         "ratio_max": max(ratios),
         "nodes": nodes,
+        "floor_median": statistics.median(floors),
     }
 
 
 def per_call(rounds: int, n: int = 2000) -> dict[str, Any]:
-    model, loss = chain(n)
-    row = compare(f"chain of {n} tiny ops", model, loss, rounds)
+    row = compare(f"chain of {n} tiny ops", *chain(n), rounds)
     row["us_per_call"] = (row["captured_ms"] - row["plain_ms"]) * 1e3 / row["nodes"]
     return row
 
@@ -126,11 +145,11 @@ def main() -> None:
     lines = [
         f"torch {torch.__version__}, {platform.machine()}, one thread, float32, {args.rounds} rounds",
         "",
-        "| step | plain ms | captured ms | ratio min | median | max | op nodes |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| step | plain ms | captured ms | ratio min | median | max | floor | op nodes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
         *(
             f"| {r['model']} | {r['plain_ms']:.2f} | {r['captured_ms']:.2f} | {r['ratio_min']:.2f} | "
-            f"{r['ratio_median']:.2f} | {r['ratio_max']:.2f} | {r['nodes']} |"
+            f"{r['ratio_median']:.2f} | {r['ratio_max']:.2f} | {r['floor_median']:.2f} | {r['nodes']} |"
             for r in [*rows, call]
         ),
         "",

@@ -465,6 +465,7 @@ class Capture:
         arrays: dict[int, np.ndarray] = {}
         grads: dict[int, np.ndarray] = {}
         ids: dict[int, int] = {}
+        copies: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]] = {}
         for new, old in enumerate(keep):
             record = self._nodes[old]
             ids[old] = new
@@ -475,10 +476,10 @@ class Capture:
             if record.attrs:
                 attrs[new] = record.attrs
             if record.value is not None:
-                arrays[new] = _kept(record.value, private)
+                arrays[new] = _kept(record.value, private, copies)
                 grad = self._grads.get(old)
                 if grad is not None and record.tag != CONST and tuple(grad.shape) == arrays[new].shape:
-                    grads[new] = _kept(grad, private)
+                    grads[new] = _kept(grad, private, copies)
         metadata: dict[str, Any] = {"torch": str(torch.__version__)}
         if self._model is not None:
             metadata["model"] = type(self._model).__name__
@@ -1055,23 +1056,54 @@ def _numpy_dtype(dtype: Any) -> np.dtype:
     return torch.empty((), dtype=dtype).numpy().dtype
 
 
-def _kept(value: Any, private: set[int]) -> np.ndarray:
+def _kept(
+    value: Any,
+    private: set[int],
+    copies: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]],
+) -> np.ndarray:
     """A value or gradient (a tensor, or an array the capture made) as the graph keeps it: read-only,
     int64 for integer and bool tensors, in the layout it has (a transposed weight stays a transposed
     view: a graph holds any layout and saving writes C order); a copy, made in that layout (one
     pass over the memory, not a strided gather), unless it is a tensor on memory only the capture
-    uses (its id in ``private``)."""
+    uses (its id in ``private``). Tensors on the same memory in another order of their axes (a
+    weight and its ``t``, a gradient and its transpose) share one copy: ``copies`` holds the copies
+    made so far by the memory they came from."""
     if isinstance(value, np.ndarray):
         array = value
     else:
         array = _numpy(value)
         if id(value) not in private:
-            array = np.array(array, order="K")
+            array = _copied(value, array, copies)
     if array.dtype.kind in "biu" and array.dtype != np.int64:
         array = array.astype(np.int64)
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
     return sealed(array)
+
+
+def _copied(
+    t: Any,
+    array: np.ndarray,
+    copies: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]],
+) -> np.ndarray:
+    """``array`` (tensor ``t``'s numbers) copied in its layout, or an earlier copy of the same
+    memory seen through ``t``'s order of axes."""
+    shape, strides = tuple(t.shape), tuple(t.stride())
+    axes = sorted(zip(shape, strides, strict=True))
+    key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(axes))
+    known = copies.get(key)
+    if known is None:
+        copy = np.array(array, order="K")
+        copies[key] = (copy, shape, strides)
+        return copy
+    copy, shape0, strides0 = known
+    free = list(range(len(shape0)))
+    order: list[int] = []
+    for size, stride in zip(shape, strides, strict=True):
+        at = next(i for i in free if shape0[i] == size and strides0[i] == stride)
+        free.remove(at)
+        order.append(at)
+    return copy.transpose(order)
 
 
 def _numpy(t: Any) -> np.ndarray:

@@ -438,6 +438,12 @@ def test_the_graph_keeps_the_steps_numbers_after_an_optimizer_changes_the_models
     assert np.array_equal(graph.value("0.weight"), weight.numpy())
     assert np.array_equal(graph.grad("0.weight"), grad.numpy())
     assert not graph.value("0.weight").flags.writeable
+    # the weight and its transpose (and their gradients) are one copy of the step's memory, seen two ways
+    assert np.array_equal(graph.value("0.t"), weight.numpy().T)
+    assert np.array_equal(graph.grad("0.t"), grad.numpy().T)
+    assert np.shares_memory(graph.value("0.t"), graph.value("0.weight"))
+    assert np.shares_memory(graph.grad("0.t"), graph.grad("0.weight"))
+    assert not np.shares_memory(graph.value("0.weight"), graph.grad("0.weight"))
 
 
 def test_a_result_the_steps_code_still_holds_is_copied_and_one_nobody_holds_is_not() -> None:
