@@ -38,7 +38,7 @@ static inline int graphsvc_buffer(PyObject *object, Py_buffer *view, Py_ssize_t 
 
 /* Up to GRAPHSVC_MAX_BUFFERS buffer arguments, taken one by one (graphsvc_take) and released
  * together (graphsvc_release), on success and on failure alike. Start from {.count = 0}. */
-#define GRAPHSVC_MAX_BUFFERS 8
+#define GRAPHSVC_MAX_BUFFERS 10
 
 typedef struct {
     Py_buffer views[GRAPHSVC_MAX_BUFFERS];

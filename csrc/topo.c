@@ -560,6 +560,107 @@ static PyObject *first_arity_mismatch(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(found);
 }
 
+/* align_walk(offsets_a, parents_a, tags_a, offsets_b, parents_b, tags_b, matched, used, differs, stack,
+ * count): twin of graphsvc.diff._walk. Pairs parents of A and B position by position from every
+ * pair on the stack (stack[2 k], stack[2 k + 1]; ``count`` pairs there to begin with), last pushed
+ * first, where their tags (int32, one number per op tag, shared by both graphs) agree and neither
+ * is paired yet; ``differs[pa]`` keeps the first node of B seen in pa's place with another tag,
+ * cleared when pa is paired. matched (int64, N_A), used (bool, N_B), differs (int64, N_A) are read
+ * and written; stack holds 2 N_A int64 (every push pairs a node of A, so N_A pushes at most). */
+static PyObject *align_walk(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[11];
+    Py_ssize_t count;
+    graphsvc_buffers held = {.count = 0};
+    Py_buffer *v[11];
+    static const Py_ssize_t size[11] = {8, 4, 4, 8, 4, 4, 8, 1, 8, 8};
+    static const int writable[11] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1};
+    static const char *names[11] = {"offsets_a", "parents_a", "tags_a",  "offsets_b", "parents_b",
+                                    "tags_b",    "matched",   "used",    "differs",   "stack"};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOn:align_walk", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &count))
+        return NULL;
+    for (int k = 0; k < 10; k++) {
+        if (take(&held, o[k], size[k], writable[k], names[k], &v[k]) < 0) {
+            graphsvc_release(&held);
+            return NULL;
+        }
+    }
+    int64_t na = v[2]->len / 4, nb = v[5]->len / 4, ea = v[1]->len / 4, eb = v[4]->len / 4;
+    if (v[0]->len / 8 != na + 1) return wrong_length(&held, "offsets_a", v[0]->len / 8, na + 1);
+    if (v[3]->len / 8 != nb + 1) return wrong_length(&held, "offsets_b", v[3]->len / 8, nb + 1);
+    if (v[6]->len / 8 != na) return wrong_length(&held, "matched", v[6]->len / 8, na);
+    if (v[7]->len != nb) return wrong_length(&held, "used", v[7]->len, nb);
+    if (v[8]->len / 8 != na) return wrong_length(&held, "differs", v[8]->len / 8, na);
+    if (v[9]->len / 8 != 2 * na) return wrong_length(&held, "stack", v[9]->len / 8, 2 * na);
+    const int64_t *off_a = v[0]->buf, *off_b = v[3]->buf;
+    const int32_t *par_a = v[1]->buf, *par_b = v[4]->buf, *tag_a = v[2]->buf, *tag_b = v[5]->buf;
+    int64_t *matched = v[6]->buf, *differs = v[8]->buf, *stack = v[9]->buf;
+    uint8_t *used = v[7]->buf;
+    if (count < 0 || count > na) {
+        graphsvc_release(&held);
+        return PyErr_Format(PyExc_ValueError, "align_walk: %zd pairs on a stack of %lld", count, (long long)na);
+    }
+    for (Py_ssize_t k = 0; k < 2 * count; k++) {
+        if (stack[k] < 0 || stack[k] >= (k % 2 ? nb : na)) {
+            graphsvc_release(&held);
+            return raise_problem(BAD_START, stack[k]);
+        }
+    }
+    enum problem problem = OK;
+    int64_t where = 0, top = count;
+    Py_BEGIN_ALLOW_THREADS
+    while (top > 0) {
+        top--;
+        int64_t node = stack[2 * top], other = stack[2 * top + 1];
+        int64_t sa = off_a[node], ta = off_a[node + 1], sb = off_b[other], tb = off_b[other + 1];
+        if (sa < 0 || ta < sa || ta > ea) {
+            problem = BAD_OFFSETS;
+            where = node;
+            break;
+        }
+        if (sb < 0 || tb < sb || tb > eb) {
+            problem = BAD_OFFSETS;
+            where = other;
+            break;
+        }
+        for (int64_t ka = sa, kb = sb; ka < ta && kb < tb; ka++, kb++) {
+            int64_t pa = par_a[ka], pb = par_b[kb];
+            if (pa < 0 || pa >= na) {
+                problem = BAD_PARENT;
+                where = node;
+                break;
+            }
+            if (pb < 0 || pb >= nb) {
+                problem = BAD_PARENT;
+                where = other;
+                break;
+            }
+            if (matched[pa] >= 0 || used[pb]) continue;
+            if (tag_a[pa] == tag_b[pb]) {
+                if (top >= na) { /* cannot happen: every push pairs a node of A not paired before */
+                    problem = BAD_START;
+                    where = pa;
+                    break;
+                }
+                matched[pa] = pb;
+                used[pb] = 1;
+                differs[pa] = -1;
+                stack[2 * top] = pa;
+                stack[2 * top + 1] = pb;
+                top++;
+            } else if (differs[pa] < 0) {
+                differs[pa] = pb;
+            }
+        }
+        if (problem != OK) break;
+    }
+    Py_END_ALLOW_THREADS
+    graphsvc_release(&held);
+    if (problem != OK) return raise_problem(problem, where);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"inline_parents", inline_parents, METH_VARARGS,
      "inline_parents(offsets, parents, pairs): each node's first two parents, side by side, into pairs."},
@@ -570,6 +671,9 @@ static PyMethodDef methods[] = {
      "child_count_order(starts, offsets, parents, pairs, counts, reached, order, stack) -> count: the "
      "child-count (Kahn) order into order[:count]; the rest is scratch."},
     {"levels", levels, METH_VARARGS, "levels(offsets, parents, level): each node's level, into level (int64, N)."},
+    {"align_walk", align_walk, METH_VARARGS,
+     "align_walk(offsets_a, parents_a, tags_a, offsets_b, parents_b, tags_b, matched, used, differs, stack, "
+     "count): pairs parents of the pairs on the stack whose tags agree."},
     {"ancestors", ancestors, METH_VARARGS,
      "ancestors(offsets, parents, output, mask): marks output and its ancestors in mask (bool, N, zeros)."},
     {"structure_ok", structure_ok, METH_VARARGS,

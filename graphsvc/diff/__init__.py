@@ -2,7 +2,9 @@
 
 Nodes of A and B are aligned by name first (a name both graphs hold), then by structure: from the
 outputs (paired in order) and from every pair already aligned, parents are paired position by
-position where their op tags agree. The walk keeps a stack of pairs (no recursion over depth).
+position where their op tags agree. The walk keeps a stack of pairs (no recursion over depth) and
+runs in C (``align_walk`` in ``csrc/topo.c``) where the extensions are built, else in Python
+(:func:`_walk`, its reference: the same pairs).
 Two graphs of the same shape, op for op and edge for edge, are aligned node for node without a
 walk (one vectorized comparison).
 
@@ -28,6 +30,7 @@ import numpy as np
 
 from graphsvc.errors import UsageError
 from graphsvc.graph import LEAF_TAGS, Graph
+from graphsvc.native import Engine, compiled_checks
 
 #: Default (rtol, atol) by the dtype compared; int64 is compared exactly.
 DEFAULT_TOLERANCES = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-6), "int64": (0.0, 0.0)}
@@ -162,47 +165,93 @@ def _same_shape(a: Graph, b: Graph) -> bool:
     return all(by_name_b.get(name, node) == node for node, name in a.names.items())
 
 
-def align(a: Graph, b: Graph) -> tuple[np.ndarray, list[Unaligned]]:
-    """Pair the nodes of A with those of B: ``matched[a]`` (-1 for none) and what stayed apart."""
+def _tag_numbers(a: Graph, b: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's op tag as a number both graphs share (int32): equal numbers, equal tags."""
+    number: dict[str, int] = {}
+    for tag in (*a.op_table, *b.op_table):
+        number.setdefault(tag, len(number))
+    table_a = np.array([number[tag] for tag in a.op_table], dtype=np.int32)
+    table_b = np.array([number[tag] for tag in b.op_table], dtype=np.int32)
+    return table_a[a.op_codes], table_b[b.op_codes]
+
+
+def _walk(
+    a: tuple[np.ndarray, np.ndarray, np.ndarray],
+    b: tuple[np.ndarray, np.ndarray, np.ndarray],
+    matched: np.ndarray,
+    used: np.ndarray,
+    differs: np.ndarray,
+    stack: np.ndarray,
+    count: int,
+) -> None:
+    """The structural walk (the reference of the C kernel ``align_walk`` in ``csrc/topo.c``):
+    from every pair on ``stack`` (``count`` pairs, the last pushed first), parents of A and B are
+    paired position by position where their tags agree and neither is paired yet; ``differs[pa]``
+    keeps the first node of B seen in pa's place with another tag, cleared once pa is paired.
+    ``a`` and ``b`` are each graph's (offsets, parents, tags); the arrays are updated in place."""
+    offsets_a, parents_a, tags_a = (column.tolist() for column in a)
+    offsets_b, parents_b, tags_b = (column.tolist() for column in b)
+    pairs = [(int(stack[2 * k]), int(stack[2 * k + 1])) for k in range(count)]
+    while pairs:
+        node, other = pairs.pop()
+        in_a = parents_a[offsets_a[node] : offsets_a[node + 1]]
+        in_b = parents_b[offsets_b[other] : offsets_b[other + 1]]
+        for pa, pb in zip(in_a, in_b, strict=False):
+            if matched[pa] >= 0 or used[pb]:
+                continue
+            if tags_a[pa] == tags_b[pb]:
+                matched[pa] = pb
+                used[pb] = True
+                differs[pa] = -1
+                pairs.append((pa, pb))
+            elif differs[pa] < 0:
+                differs[pa] = pb
+
+
+def align(a: Graph, b: Graph, engine: Engine | None = None) -> tuple[np.ndarray, list[Unaligned]]:
+    """Pair the nodes of A with those of B: ``matched[a]`` (-1 for none) and what stayed apart.
+    The structural walk runs in C (``engine``: by default the compiled kernels where they are
+    built, whatever the graphs' size) or in its pure-Python reference :func:`_walk`."""
     if _same_shape(a, b):
         return np.arange(a.num_nodes, dtype=np.int64), []
+    tags_a, tags_b = _tag_numbers(a, b)
     matched = np.full(a.num_nodes, -1, dtype=np.int64)
     used = np.zeros(b.num_nodes, dtype=bool)
-    differs: dict[int, int] = {}
+    differs = np.full(a.num_nodes, -1, dtype=np.int64)
+    stack = np.empty(2 * a.num_nodes, dtype=np.int64)
+    count = 0
     by_name_b: dict[str, int] = {}
     for node, name in b.names.items():
         by_name_b.setdefault(name, node)
-    stack: list[tuple[int, int]] = []
     for node, name in a.names.items():
         other = by_name_b.get(name)
         if other is not None and not used[other]:
             matched[node] = other
             used[other] = True
-            stack.append((node, other))
+            stack[2 * count : 2 * count + 2] = node, other
+            count += 1
     for node, other in zip(a.outputs, b.outputs, strict=False):
         if matched[node] < 0 and not used[other]:
-            if a.op(node) == b.op(other):
+            if tags_a[node] == tags_b[other]:
                 matched[node] = other
                 used[other] = True
-                stack.append((node, other))
+                stack[2 * count : 2 * count + 2] = node, other
+                count += 1
             else:
                 differs[node] = other
-    while stack:
-        node, other = stack.pop()
-        for pa, pb in zip(a.parents(node), b.parents(other), strict=False):
-            if matched[pa] >= 0 or used[pb]:
-                continue
-            if a.op(pa) == b.op(pb):
-                matched[pa] = pb
-                used[pb] = True
-                differs.pop(pa, None)
-                stack.append((pa, pb))
-            else:
-                differs.setdefault(pa, pb)
+    columns_a = (a.parent_offsets, a.parent_indices, tags_a)
+    columns_b = (b.parent_offsets, b.parent_indices, tags_b)
+    compiled = (engine or compiled_checks()).kernels
+    if compiled is not None:
+        compiled.align_walk(columns_a, columns_b, matched, used, differs, stack, count)
+    else:
+        _walk(columns_a, columns_b, matched, used, differs, stack, count)
     unaligned: list[Unaligned] = []
-    for node in np.flatnonzero(matched < 0).tolist():
-        other = differs.get(node)
-        if other is not None and not used[other]:
+    only_a = np.flatnonzero(matched < 0)
+    others = differs[only_a]
+    in_place = (others >= 0) & ~used[np.maximum(others, 0)]
+    for node, other, differ in zip(only_a.tolist(), others.tolist(), in_place.tolist(), strict=True):
+        if differ:
             unaligned.append(Unaligned("A", node, a.name(node), a.op(node), "op differs", other))
         else:
             unaligned.append(Unaligned("A", node, a.name(node), a.op(node), "only in A"))
@@ -332,13 +381,15 @@ def diff(
                 Difference("parents", node, other, a.name(node), a.op(node), a.parents(node), b.parents(other))
             )
     if not identity or a.attrs or b.attrs:
-        position = {int(n): k for k, n in enumerate(ia.tolist())} if not identity else None
-        for node in sorted(set(a.attrs) | {int(n) for n in np.flatnonzero(matched >= 0) if int(matched[n]) in b.attrs}):
-            if position is not None and node not in position:
-                continue
+        # the aligned nodes with attributes on either side (a mask over A, no loop over nodes)
+        has = np.zeros(a.num_nodes, dtype=bool)
+        has[np.fromiter(a.attrs, dtype=np.int64, count=len(a.attrs))] = True
+        in_b = np.zeros(b.num_nodes, dtype=bool)
+        in_b[np.fromiter(b.attrs, dtype=np.int64, count=len(b.attrs))] = True
+        has[ia] |= in_b[ib]
+        has[matched < 0] = False
+        for node in np.flatnonzero(has).tolist():
             other = int(matched[node])
-            if other < 0:
-                continue
             attrs_a, attrs_b = a.attrs.get(node, {}), b.attrs.get(other, {})
             if attrs_a != attrs_b:
                 keys = sorted(k for k in set(attrs_a) | set(attrs_b) if attrs_a.get(k) != attrs_b.get(k))

@@ -24,6 +24,7 @@ if _ctopo is None:
     raise ImportError("graphsvc.native._ctopo is not in use here (not built, or GRAPHSVC_NATIVE=0)")
 
 __all__ = [
+    "align_walk",
     "ancestors",
     "child_count_order",
     "dfs_postorder",
@@ -91,6 +92,34 @@ def levels(offsets: Int64Array, parents: Int32Array, n: int) -> Int64Array:
     level = np.empty(n, dtype=np.int64)
     _ctopo.levels(_column(offsets, np.int64), _column(parents, np.int32), level)
     return level
+
+
+def align_walk(
+    a: tuple[Int64Array, Int32Array, Int32Array],
+    b: tuple[Int64Array, Int32Array, Int32Array],
+    matched: Int64Array,
+    used: BoolArray,
+    differs: Int64Array,
+    stack: Int64Array,
+    count: int,
+) -> None:
+    """Twin of ``graphsvc.diff._walk``: ``a`` and ``b`` are each graph's (offsets, parents, tags);
+    ``matched``, ``used``, ``differs`` are updated in place; ``stack`` (2 N_A int64) holds ``count``
+    pairs to begin with."""
+    (offsets_a, parents_a, tags_a), (offsets_b, parents_b, tags_b) = a, b
+    _ctopo.align_walk(
+        _column(offsets_a, np.int64),
+        _column(parents_a, np.int32),
+        _column(tags_a, np.int32),
+        _column(offsets_b, np.int64),
+        _column(parents_b, np.int32),
+        _column(tags_b, np.int32),
+        matched,
+        used,
+        differs,
+        stack,
+        int(count),
+    )
 
 
 def ancestors(offsets: Int64Array, parents: Int32Array, output: int, n: int) -> BoolArray:

@@ -22,6 +22,7 @@ from graphsvc.topo import reverse_topological_order
 from tests.conftest import require_compiled, require_native
 
 NAMES = (
+    "align_walk",
     "ancestors",
     "child_count_order",
     "dfs_postorder",
