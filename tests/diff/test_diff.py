@@ -268,3 +268,37 @@ def test_parents_that_differ_through_the_alignment_are_structural() -> None:
     found = diff(graphsvc.forward(scalars(2.0)), graphsvc.forward(builder.build()))
     assert [(d.kind, d.node, d.a, d.b) for d in found.structural] == [("parents", 2, [0, 1], [1, 0])]
     assert found.numeric == [] and not found.equal
+
+
+def _random_pair(seed: int) -> tuple[Graph, Graph]:
+    """Two random DAGs over a few op tags that share a start, then part (another op, another parent,
+    nodes only in one), with some names shared: nodes compete for partners in the walk."""
+    rng = np.random.default_rng(seed)
+    graphs = []
+    for variant in range(2):
+        b = GraphBuilder()
+        nodes = [b.leaf(float(i), f"x{i}" if i % 2 else None) for i in range(4)]
+        for i in range(60):
+            ops = ("add", "mul") if variant == 0 or i < 20 else ("add", "sub")
+            op = ops[int(rng.integers(2))]
+            picks = rng.integers(0, len(nodes), size=2)
+            name = f"n{i}" if rng.random() < 0.2 else None
+            nodes.append(b.add(op, [nodes[int(picks[0])], nodes[int(picks[1])]], name=name))
+        graphs.append(b.build([nodes[-1]]))
+    return graphs[0], graphs[1]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_compiled_walk_aligns_as_the_reference_walk(seed: int) -> None:
+    from graphsvc.diff import align
+    from graphsvc.native import REFERENCE, Engine, _compiled, built
+    from tests.conftest import native_missing
+
+    if not built():
+        native_missing("the C extensions are not built here (pip install -e . builds them)")
+    a, b = _random_pair(seed)
+    matched_c, unaligned_c = align(a, b, engine=Engine(_compiled()))
+    matched_py, unaligned_py = align(a, b, engine=REFERENCE)
+    assert matched_c.tolist() == matched_py.tolist()
+    assert [u.to_json() for u in unaligned_c] == [u.to_json() for u in unaligned_py]
+    assert (matched_c >= 0).any()
