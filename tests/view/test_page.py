@@ -70,8 +70,8 @@ class Served:
 
     def __init__(self, file: Path, playwright: Any) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "graphsvc", "--disable-plugins", "view", str(file), "--no-browser"],
-            cwd=ROOT,
+            [sys.executable, "-m", "graphsvc", "--disable-plugins", "view", file.name, "--no-browser"],
+            cwd=file.parent,  # the page's title shows the file as given: its name
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

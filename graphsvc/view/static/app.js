@@ -301,7 +301,17 @@ function colour() {
     const colourOf = item && !(item.kind === "group" && item.open) ? fill(item) : null;
     if (colourOf) rect.style.fill = colourOf;
     else rect.style.removeProperty("fill");
+    node.classList.toggle("dark", Boolean(colourOf) && dark(colourOf));  // white text on a dark fill
   }
+}
+
+// Whether a fill ("rgb(r,g,b)" or "#rrggbb") is dark enough that dark text on it is hard to read.
+function dark(colourOf) {
+  const rgb = colourOf.startsWith("#")
+    ? [1, 3, 5].map((i) => parseInt(colourOf.slice(i, i + 2), 16))
+    : colourOf.match(/\d+/g).map(Number);
+  const [r, g, b] = rgb.map((v) => v / 255);
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.45;
 }
 
 function swatch(colourOf) {
