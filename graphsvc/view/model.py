@@ -27,6 +27,7 @@ such numbers). Text is given as it is: the page puts it in the page as text, nev
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -102,28 +103,39 @@ class ViewModel:
         parent: list[int] = [-1]
         path_of: list[str] = [""]
         named = np.full(n, -1, dtype=np.int64)  # the name group of a named node
-        for node, name in graph.names.items():
-            prefix, dot, _ = name.rpartition(".")
-            if not dot:
-                named[node] = 0
+        scope = {node: name.rpartition(".")[0] for node, name in graph.names.items()}
+        # a scope holding one name and no other scope, among more than FANOUT such siblings, is no
+        # group: its node sits in the scope around it (a graph that names every node in a scope
+        # of its own, `step7.add`, gets groups of nodes, not a million groups of one)
+        sizes = Counter(scope.values())
+        outer = {prefix.rpartition(".")[0] for prefix in sizes}
+        ones = [prefix for prefix, size in sizes.items() if size == 1 and prefix and prefix not in outer]
+        crowded = {up for up, count in Counter(p.rpartition(".")[0] for p in ones).items() if count > FANOUT}
+        lone = {prefix for prefix in ones if prefix.rpartition(".")[0] in crowded}
+        if lone:
+            for node, prefix in scope.items():
+                if prefix in lone:
+                    scope[node] = prefix.rpartition(".")[0]
+        for prefix in dict.fromkeys(scope.values()):  # each scope once, in the order first named
+            if not prefix or prefix in paths:
                 continue
-            group = paths.get(prefix)
-            if group is None:
-                # create the prefix and any of its ancestors not seen yet, outermost first
-                missing = [prefix]
-                head = prefix
-                while True:
-                    head, dot, _ = head.rpartition(".")
-                    if not dot or head in paths:
-                        break
-                    missing.append(head)
-                for path in reversed(missing):
-                    up = path.rpartition(".")[0]
-                    paths[path] = len(path_of)
-                    parent.append(paths[up] if up else 0)
-                    path_of.append(path)
-                group = paths[prefix]
-            named[node] = group
+            # the scope and those around it not seen yet, outermost first
+            missing = [prefix]
+            head = prefix
+            while True:
+                head, dot, _ = head.rpartition(".")
+                if not dot or head in paths:
+                    break
+                missing.append(head)
+            for path in reversed(missing):
+                up = path.rpartition(".")[0]
+                paths[path] = len(path_of)
+                parent.append(paths[up] if up else 0)
+                path_of.append(path)
+        if scope:
+            named[np.fromiter(scope.keys(), dtype=np.int64, count=len(scope))] = np.fromiter(
+                (paths[prefix] for prefix in scope.values()), dtype=np.int64, count=len(scope)
+            )
         # an unnamed node joins its first parent's group: pointer jumping to the nearest named
         # ancestor along first parents (or an unnamed node without parents: the root)
         rep = np.arange(n, dtype=np.int64)
