@@ -168,6 +168,7 @@ BENCHMARKS = ROOT / "benchmarks"
 WITH_HELP = [
     "bench_capture.py",
     "bench_cli.py",
+    "bench_diff.py",
     "bench_memory.py",
     "bench_json.py",
     "bench_kernels.py",
@@ -226,6 +227,16 @@ def test_bench_tensors_refuses_to_isolate_alternatives_that_run_several_threads(
     assert result.stderr.endswith(
         "error: --isolate runs with --threads 1 only (PyTorch's OpenMP threads do not survive a fork)\n"
     )
+
+
+def test_bench_diff_runs_on_tiny_graphs(tmp_path: Path) -> None:
+    result = script(
+        str(BENCHMARKS / "bench_diff.py"), "--nodes", "300", "--rounds", "1", "--dir", str(tmp_path), "--no-write"
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    rows = [line.split(" | ")[0] for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows == ["| pair", "| identical", "| one leaf", "| one op"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a.msgpack", "leaf.msgpack", "op.msgpack"]
 
 
 def test_bench_view_runs_on_tiny_graphs(tmp_path: Path) -> None:
