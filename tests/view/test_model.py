@@ -370,3 +370,13 @@ def test_edges_of_random_views_agree_with_each_node_mapped_to_the_item_shown() -
         assert {(e["source"], e["target"]): e["count"] for e in view["edges"]} == expected
         keys = {it["key"] for it in view["items"]}
         assert all(e["source"] in keys and e["target"] in keys for e in view["edges"])
+
+
+def test_an_empty_graph_has_only_the_root() -> None:
+    model = ViewModel(GraphBuilder().build(), files=["empty.msgpack"])
+    meta = json_ok(model.meta())
+    assert (meta["nodes"], meta["edges"], meta["groups"], meta["ops"], meta["outputs"]) == (0, 0, 1, {}, [])
+    assert json_ok(model.view([])) == {"items": [], "edges": [], "open": [0]}
+    assert json_ok(model.search("x")) == {"matches": [], "more": False}
+    with pytest.raises(UsageError, match=r"^no group 1: this graph has groups 0 to 0$"):
+        model.view([1])
