@@ -130,13 +130,17 @@ def print_table(columns: Iterable[tuple[str, str]], rows: Sequence[Sequence[str]
     draw(list(columns), rows, show_header)
 
 
+#: Lines :func:`print_rows` joins into one write when it writes plain lines.
+ROWS_PER_WRITE = 4096
+
+
 def print_rows(columns: Iterable[tuple[str, str]], rows: Sequence[Sequence[str]]) -> None:
     """``rows`` as an aligned table under ``columns`` on a terminal, else one tab-separated line each."""
     if wants_table(len(rows)):
         print_table(columns, rows)
-    else:
-        for row in rows:
-            typer.echo("\t".join(row))
+    else:  # a few thousand lines a write: one echo (and flush) a line took 20 µs, 20 s for a million
+        for start in range(0, len(rows), ROWS_PER_WRITE):
+            typer.echo("\n".join("\t".join(row) for row in rows[start : start + ROWS_PER_WRITE]))
 
 
 class _WholeWrites(io.RawIOBase):
