@@ -21,23 +21,13 @@ import numpy as np
 import pytest
 
 import graphsvc
+from benchmarks.bench_view_page import ARGS  # how Chromium runs here: no sandbox, nothing fetched
 from graphsvc import format as fmt
 from graphsvc.graph import GraphBuilder
 from tests.conftest import CHROMIUM, ROOT
 
 pytestmark = pytest.mark.usefixtures("browser_available")
 
-#: How Chromium runs here: no sandbox (containers), nothing fetched of its own (updates, sync, QUIC).
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TOP_MODULES = ["encoder.layers", "head", "loss", "x"]
 ENCODER = "encoder.layers"
 ENCODER_CHILDREN = ["0", "1"]
