@@ -380,3 +380,26 @@ def test_an_empty_graph_has_only_the_root() -> None:
     assert json_ok(model.search("x")) == {"matches": [], "more": False}
     with pytest.raises(UsageError, match=r"^no group 1: this graph has groups 0 to 0$"):
         model.view([1])
+
+
+def test_one_node_scopes_fold_into_their_scope_only_when_crowded() -> None:
+    b = GraphBuilder()
+    x = b.leaf(1.0, "x")
+    for i in range(FANOUT + 1):  # 65 scopes of one node each inside "crowded": no groups of one
+        b.add("neg", [x], name=f"crowded.step{i}.neg")
+    for i in range(3):  # 3 such scopes inside "few": each stays a group
+        b.add("neg", [x], name=f"few.step{i}.neg")
+    model = ViewModel(b.build())
+    top = {item["label"]: item for item in model.view([])["items"]}
+    assert sorted(top) == ["crowded", "few", "x"]
+    crowded, few = top["crowded"], top["few"]
+    assert (crowded["nodes"], crowded["items"]) == (65, 2)  # 65 members: two range groups
+    ranges = [item for item in model.view([crowded["id"]])["items"] if item["parent"] == f"g{crowded['id']}"]
+    first = ranges[0]
+    shown = model.view([crowded["id"], first["id"]])["items"]
+    inside = [(item["kind"], item["label"]) for item in shown if item["parent"] == f"g{first['id']}"]
+    # the range holds the nodes themselves, not 64 groups of one node each
+    assert inside[:2] == [("node", "crowded.step0.neg"), ("node", "crowded.step1.neg")] and len(inside) == 64
+    assert (few["nodes"], few["items"]) == (3, 3)
+    inside_few = [item["label"] for item in model.view([few["id"]])["items"] if item["parent"] == f"g{few['id']}"]
+    assert inside_few == ["step0", "step1", "step2"]
