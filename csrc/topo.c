@@ -566,7 +566,8 @@ static PyObject *first_arity_mismatch(PyObject *self, PyObject *args) {
  * first, where their tags (int32, one number per op tag, shared by both graphs) agree and neither
  * is paired yet; ``differs[pa]`` keeps the first node of B seen in pa's place with another tag,
  * cleared when pa is paired. matched (int64, N_A), used (bool, N_B), differs (int64, N_A) are read
- * and written; stack holds 2 N_A int64 (every push pairs a node of A, so N_A pushes at most). */
+ * and written; a pair whose tags differ is walked on too (its inputs pair by position). stack holds
+ * 4 N_A int64 (a node of A is pushed once when paired and once when first seen differing). */
 static PyObject *align_walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *o[11];
@@ -592,7 +593,7 @@ static PyObject *align_walk(PyObject *self, PyObject *args) {
     if (v[6]->len / 8 != na) return wrong_length(&held, "matched", v[6]->len / 8, na);
     if (v[7]->len != nb) return wrong_length(&held, "used", v[7]->len, nb);
     if (v[8]->len / 8 != na) return wrong_length(&held, "differs", v[8]->len / 8, na);
-    if (v[9]->len / 8 != 2 * na) return wrong_length(&held, "stack", v[9]->len / 8, 2 * na);
+    if (v[9]->len / 8 != 4 * na) return wrong_length(&held, "stack", v[9]->len / 8, 4 * na);
     const int64_t *off_a = v[0]->buf, *off_b = v[3]->buf;
     const int32_t *par_a = v[1]->buf, *par_b = v[4]->buf, *tag_a = v[2]->buf, *tag_b = v[5]->buf;
     int64_t *matched = v[6]->buf, *differs = v[8]->buf, *stack = v[9]->buf;
@@ -638,7 +639,7 @@ static PyObject *align_walk(PyObject *self, PyObject *args) {
             }
             if (matched[pa] >= 0 || used[pb]) continue;
             if (tag_a[pa] == tag_b[pb]) {
-                if (top >= na) { /* cannot happen: every push pairs a node of A not paired before */
+                if (top >= 2 * na) { /* cannot happen: a node of A is pushed once paired, once differing */
                     problem = BAD_START;
                     where = pa;
                     break;
@@ -650,7 +651,15 @@ static PyObject *align_walk(PyObject *self, PyObject *args) {
                 stack[2 * top + 1] = pb;
                 top++;
             } else if (differs[pa] < 0) {
-                differs[pa] = pb;
+                differs[pa] = pb; /* walked on: their inputs pair by position */
+                if (top >= 2 * na) {
+                    problem = BAD_START;
+                    where = pa;
+                    break;
+                }
+                stack[2 * top] = pa;
+                stack[2 * top + 1] = pb;
+                top++;
             }
         }
         if (problem != OK) break;

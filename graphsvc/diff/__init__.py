@@ -206,6 +206,7 @@ def _walk(
                 pairs.append((pa, pb))
             elif differs[pa] < 0:
                 differs[pa] = pb
+                pairs.append((pa, pb))  # walked on: their inputs pair by position, as an edit keeps them
 
 
 def align(a: Graph, b: Graph, engine: Engine | None = None) -> tuple[np.ndarray, list[Unaligned]]:
@@ -218,7 +219,7 @@ def align(a: Graph, b: Graph, engine: Engine | None = None) -> tuple[np.ndarray,
     matched = np.full(a.num_nodes, -1, dtype=np.int64)
     used = np.zeros(b.num_nodes, dtype=bool)
     differs = np.full(a.num_nodes, -1, dtype=np.int64)
-    stack = np.empty(2 * a.num_nodes, dtype=np.int64)
+    stack = np.empty(4 * a.num_nodes, dtype=np.int64)  # a node of A is pushed once paired, once differing
     count = 0
     by_name_b: dict[str, int] = {}
     for node, name in b.names.items():

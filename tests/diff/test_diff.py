@@ -302,3 +302,25 @@ def test_the_compiled_walk_aligns_as_the_reference_walk(seed: int) -> None:
     assert matched_c.tolist() == matched_py.tolist()
     assert [u.to_json() for u in unaligned_c] == [u.to_json() for u in unaligned_py]
     assert (matched_c >= 0).any()
+
+
+def test_one_changed_op_is_one_difference_and_the_rest_aligns() -> None:
+    """The walk goes on through a pair whose ops differ: the nodes the changed op depends on still
+    pair by position (else one edit in the middle of a chain left half of it unaligned)."""
+    from graphsvc.diff import align
+
+    graphs = []
+    for middle_op in ("mul", "add"):
+        b = GraphBuilder()
+        h = b.leaf(0.5)
+        w = b.leaf(2.0)
+        for i in range(200):
+            h = b.add(middle_op if i == 100 else "mul", [h, w])
+        graphs.append(b.build([h]))
+    matched, unaligned = align(*graphs)
+    changed = 2 + 100
+    assert [(u.graph, u.node, u.why, u.other) for u in unaligned] == [
+        ("A", changed, "op differs", changed),
+        ("B", changed, "only in B", None),
+    ]
+    assert (matched == np.arange(len(matched))).sum() == len(matched) - 1
