@@ -187,7 +187,8 @@ def _walk(
     """The structural walk (the reference of the C kernel ``align_walk`` in ``csrc/topo.c``):
     from every pair on ``stack`` (``count`` pairs, the last pushed first), parents of A and B are
     paired position by position where their tags agree and neither is paired yet; ``differs[pa]``
-    keeps the first node of B seen in pa's place with another tag, cleared once pa is paired.
+    keeps the first node of B seen in pa's place with another tag, cleared once pa is paired; such
+    a pair is walked on too (an edited op's inputs still pair by position).
     ``a`` and ``b`` are each graph's (offsets, parents, tags); the arrays are updated in place."""
     offsets_a, parents_a, tags_a = (column.tolist() for column in a)
     offsets_b, parents_b, tags_b = (column.tolist() for column in b)
