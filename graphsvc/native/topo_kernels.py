@@ -104,7 +104,7 @@ def align_walk(
     count: int,
 ) -> None:
     """Twin of ``graphsvc.diff._walk``: ``a`` and ``b`` are each graph's (offsets, parents, tags);
-    ``matched``, ``used``, ``differs`` are updated in place; ``stack`` (2 N_A int64) holds ``count``
+    ``matched``, ``used``, ``differs`` are updated in place; ``stack`` (4 N_A int64) holds ``count``
     pairs to begin with."""
     (offsets_a, parents_a, tags_a), (offsets_b, parents_b, tags_b) = a, b
     _ctopo.align_walk(
