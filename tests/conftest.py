@@ -140,10 +140,15 @@ def graphviz_dot() -> None:
     """For tests that draw with Graphviz for real: skipped where it is missing, except with
     ``GRAPHSVC_REQUIRE_GRAPHVIZ=1`` (as ``.ci/run`` sets it), where a missing Graphviz fails them."""
     reason = graphviz_missing()
-    if reason is None:
-        return
-    if os.environ.get("GRAPHSVC_REQUIRE_GRAPHVIZ") == "1":
-        pytest.fail(f"{reason}; GRAPHSVC_REQUIRE_GRAPHVIZ=1 makes that a failure, not a skip", pytrace=False)
+    if reason is not None:
+        skip_unless_required(reason, "GRAPHSVC_REQUIRE_GRAPHVIZ")
+
+
+def skip_unless_required(reason: str, variable: str) -> NoReturn:
+    """Skip the test for ``reason``, except where ``variable`` is 1 (as ``.ci/run`` sets it): there
+    what is missing fails the test."""
+    if os.environ.get(variable) == "1":
+        pytest.fail(f"{reason}; {variable}=1 makes that a failure, not a skip", pytrace=False)
     pytest.skip(reason)
 
 
@@ -166,11 +171,8 @@ def browser_available() -> None:
     """For tests that load a page in Chromium: skipped where it or playwright is missing, except with
     ``GRAPHSVC_REQUIRE_BROWSER=1`` (as ``.ci/run`` sets it), where that fails them."""
     reason = browser_missing()
-    if reason is None:
-        return
-    if os.environ.get("GRAPHSVC_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"{reason}; GRAPHSVC_REQUIRE_BROWSER=1 makes that a failure, not a skip", pytrace=False)
-    pytest.skip(reason)
+    if reason is not None:
+        skip_unless_required(reason, "GRAPHSVC_REQUIRE_BROWSER")
 
 
 #: Why a test that needs PyTorch did not run, and what to do about it.
@@ -222,9 +224,7 @@ def have_torch() -> bool:
 def native_missing(reason: str) -> NoReturn:
     """Skip a test of graphsvc's C extensions that were not built here, except with
     ``GRAPHSVC_REQUIRE_NATIVE=1`` (as ``.ci/run`` sets it), where that fails it."""
-    if os.environ.get("GRAPHSVC_REQUIRE_NATIVE") == "1":
-        pytest.fail(f"{reason}; GRAPHSVC_REQUIRE_NATIVE=1 makes that a failure, not a skip", pytrace=False)
-    pytest.skip(reason)
+    skip_unless_required(reason, "GRAPHSVC_REQUIRE_NATIVE")
 
 
 def require_native(name: str) -> Any:

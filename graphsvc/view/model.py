@@ -165,7 +165,6 @@ class ViewModel:
         self._gparent = gparent
         self._glabel = labels
         self._gpath = gpaths
-        self._grange = [False] * len(gparent)
         self._node_group = node_group
         self._split_large(alive)
 
@@ -173,7 +172,7 @@ class ViewModel:
         """Range groups, so that no group shows more than FANOUT items."""
         n = self._n
         gparent = list(self._gparent.tolist())
-        labels, paths, ranges = self._glabel, self._gpath, self._grange  # grown by _new_range
+        labels, paths = self._glabel, self._gpath  # grown by _new_range
         node_group = self._node_group
         groups = len(gparent)
         alive_list = alive.tolist()
@@ -265,7 +264,6 @@ class ViewModel:
         self._gparent = np.array([-1] + [int(new_id[gparent[g]]) for g in pre[1:]], dtype=np.int64)
         self._glabel = [labels[g] if g else "" for g in pre]
         self._gpath = [paths[g] for g in pre]
-        self._grange = [ranges[g] for g in pre]
         self._gchildren = [[int(new_id[s]) for s in kids[g]] for g in pre]
         self._node_group = new_id[new_node_group]
         self._gdepth = np.array(self._depths(self._gparent.tolist()), dtype=np.int64)
@@ -287,7 +285,6 @@ class ViewModel:
         gparent.append(g)
         self._glabel.append(_range_label(lo, hi))
         self._gpath.append(f"{self._gpath[g]} {_range_label(lo, hi)}".strip())
-        self._grange.append(True)
         firsts.append(lo)
         lasts.append(hi)
         return r
