@@ -5,7 +5,9 @@ How it records, and why:
 
 - **At the level of ATen operators**, through a ``TorchDispatchMode``: it sees every operator the
   forward runs, with its real arguments, below autograd, after Python-level decompositions (so a
-  ``nn.Linear`` is ``t`` and ``addmm``, whatever Python code called it). Calls made by the backward
+  ``nn.Linear`` is ``t`` and ``addmm``, whatever Python code called it). The backward runs with the
+  mode off (it records nothing, and a Python call for each of its ATen calls cost a third of a
+  transformer layer's step); calls made by a backward inside another mode
   (``torch._C._current_autograd_node()`` is set) and by the capture's own hooks are not recorded.
 - **Gradients come from PyTorch**, not from a replay: a hook (``Tensor.register_hook``) on each
   floating-point tensor a recorded op produced, registered when the next operator is dispatched (the
@@ -400,9 +402,19 @@ class Capture:
         self._backwards.append((tensors, grad_tensors))
         self._accumulating = {node for node, t in self._leaves.items() if t.grad is not None}
         self._quiet += 1
+        # The backward runs outside the dispatch mode (a Python call for each of its ATen calls was
+        # a third of a transformer layer's step): nothing in it is recorded, and what it writes is
+        # memory the capture does not hold (a gradient a hook kept is never accumulated into in
+        # place: autograd does that only to a tensor no one else holds). Only when the mode is the
+        # innermost one: another mode entered inside the block stays as it is.
+        outside = _innermost_mode() is self._mode
+        if outside:
+            self._mode.__exit__(None, None, None)
         try:
             return self._backward(tensors, grad_tensors, *rest, **kwargs)
         finally:
+            if outside:
+                self._mode.__enter__()
             self._quiet -= 1
             self._done = True
             for node, t in self._leaves.items():
@@ -454,8 +466,14 @@ class Capture:
             used = {p for record in self._nodes for p in record.parents}
             outputs = [n for n, r in enumerate(self._nodes) if n not in used and r.tag not in (CONST, LEAF)]
         keep = _ancestors(self._nodes, outputs)
-        # the capture's own references, dropped: what is left in use is someone else's
+        # the capture's own references, dropped: what is left in use is someone else's (the values
+        # of nodes the graph does not keep go too: a detached alias of a kept value holds its memory)
         self._fresh, self._backwards, self._leaves, self._map = [], [], {}, _TensorMap()
+        kept = set(keep)
+        for node, record in enumerate(self._nodes):
+            if node not in kept:
+                record.value = None
+                self._grads.pop(node, None)
         private = self._private(keep)
         tags: list[str] = []
         counts: list[int] = []
@@ -521,18 +539,40 @@ class Capture:
             for t in (record.value, self._grads.get(node)):
                 if isinstance(t, torch.Tensor) and t.device.type == "cpu":
                     groups.setdefault(t.untyped_storage().data_ptr(), {})[id(t)] = t
+        t = None  # no reference of ours left in a variable
         private: set[int] = set()
         for group in groups.values():
-            storage = next(iter(group.values())).untyped_storage()
-            if torch._C._storage_Use_Count(storage._cdata) - 1 > len(group):  # -1: `storage` itself
-                continue
-            for key in list(group):
-                t = group[key]
-                # references besides ours: getrefcount's argument, `t`, the group's entry
-                if sys.getrefcount(t) - 3 <= ours[key]:
-                    private.add(key)
-            del t
+            if self._unshared(group, ours):
+                private.update(group)
         return private
+
+    def _unshared(self, group: dict[int, Any], ours: dict[int, int]) -> bool:
+        """Whether the tensors of ``group`` (id -> tensor, all on one memory) and that memory are
+        held by no one but the capture: every tensor on the memory is one of them or the base of one
+        of their views (a view holds its base), and no tensor has a reference the capture cannot
+        account for. All or none: a view someone holds can change the memory under the others."""
+        torch = self._torch
+        bases: dict[int, Any] = {}
+        viewed: set[int] = set()
+        for t in group.values():
+            base = t._base
+            if base is not None:
+                viewed.add(id(base))
+                if id(base) not in group:
+                    bases[id(base)] = base
+        del base
+        storage = next(iter(group.values())).untyped_storage()
+        if torch._C._storage_Use_Count(storage._cdata) - 1 != len(group) + len(bases):  # -1: `storage`
+            return False
+        # A tensor that C++ code holds (a view holds its base) has one Python reference for all of
+        # them; getrefcount's argument, the dict's entry and the loop's variable are the others
+        # (keys, not items(): a dict's items iterator keeps its last pair).
+        for tensors in (group, bases):
+            for key in tensors:
+                t = tensors[key]
+                if sys.getrefcount(t) - 3 > ours.get(key, 0) + (key in viewed):
+                    return False
+        return True
 
     def _output(self, tensors: Any, grad_tensors: Any) -> int:
         torch = self._torch
@@ -998,6 +1038,12 @@ _MAPPED: dict[str, Handler] = {
 
 # -- helpers --------------------------------------------------------------------------------------------------
 @functools.cache
+def _innermost_mode() -> Any:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return _get_current_dispatch_mode()
+
+
 def _mode_class() -> type:
     from torch.utils._python_dispatch import TorchDispatchMode
 

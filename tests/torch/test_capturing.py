@@ -460,6 +460,34 @@ def test_a_result_the_steps_code_still_holds_is_copied_and_one_nobody_holds_is_n
     assert not exp.flags.writeable
 
 
+def test_a_view_the_steps_code_holds_makes_the_graph_copy_all_of_its_memory() -> None:
+    x = torch.ones(4, dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        held = (x * 2.0).view(2, 2)  # the caller keeps a view; the product's own tensor is the capture's alone
+        (held.view(4).exp() * 1.0).sum().backward()  # another view of the same memory, the capture's alone
+    graph = run.graph()
+    with torch.no_grad():
+        held.add_(100.0)  # changes the product's memory through the view
+    assert graph.value("mul").tolist() == [2.0] * 4
+    assert graph.value("view").tolist() == [[2.0, 2.0], [2.0, 2.0]]
+    assert graph.value("view1").tolist() == [2.0] * 4
+
+
+def test_memory_only_the_capture_holds_is_kept_as_it_is_views_and_unkept_aliases_included() -> None:
+    x = torch.ones(4, dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        h = (x * 2.0).exp()
+        where = h.data_ptr()
+        h.detach().sum()  # recorded, not part of the loss: its alias of h's memory is dropped
+        (h.view(2, 2)[0] * 3.0).sum().backward()
+        del h
+    graph = run.graph()
+    assert graph.value("exp").ctypes.data == where  # not a copy
+    assert graph.value("exp").tolist() == [math.exp(2.0)] * 4
+    assert graph.value("select").ctypes.data == where
+    assert graph.grad("exp").tolist() == [3.0, 3.0, 0.0, 0.0]
+
+
 def test_mse_loss_and_clamp_map_to_graphsvcs_ops_where_it_has_them(tmp_path: Path) -> None:
     x = torch.tensor([[0.5, -2.0], [3.0, 1.0]], dtype=torch.float64, requires_grad=True)
     target = torch.tensor([[1.0, 0.0], [2.0, 1.5]], dtype=torch.float64)
