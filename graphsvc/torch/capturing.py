@@ -62,6 +62,7 @@ How it records, and why:
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import math
@@ -119,7 +120,7 @@ class _TensorMap:
         self._entries[id(t)] = (t, *known)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Node:
     tag: str
     parents: list[int]
@@ -346,8 +347,21 @@ class Capture:
             self._map[t] = (node, t._version)
             record = self._nodes[node]
             if record.value is t and not record.const and t.grad_fn is not None and t.dtype.is_floating_point:
-                # (no handle kept: the hook goes with the step's autograd graph; a leaf's is removed)
-                t.register_hook(functools.partial(self._hook, node))
+                self._hook_on(t, node)
+
+    def _hook_on(self, t: Any, node: int) -> None:
+        """``t.register_hook`` without its handle (the hook goes with the step's autograd graph),
+        which was most of what registering cost: what ``Tensor.register_hook`` does for a plain
+        tensor, keyed so that no handle of the step's code can remove it."""
+        hook = functools.partial(self._hook, node)
+        if type(t) is not self._tensor_type:  # a subclass may handle register_hook itself
+            t.register_hook(hook)
+            return
+        hooks = t._backward_hooks
+        if hooks is None:
+            hooks = t._backward_hooks = collections.OrderedDict()
+            t.grad_fn._register_hook_dict(t)
+        hooks[("graphsvc", node)] = hook
 
     def _hook(self, node: int, grad: Any) -> None:
         if grad is not None and not self._done:
@@ -1154,7 +1168,7 @@ def _copied(
 
 def _numpy(t: Any) -> np.ndarray:
     """A tensor's numbers as a numpy array (sharing its memory when it is on the CPU)."""
-    return t.detach().cpu().resolve_conj().resolve_neg().numpy()
+    return t.numpy(force=True)  # detach, cpu, resolve_conj, resolve_neg in one call
 
 
 def _ancestors(nodes: list[_Node], outputs: list[int]) -> list[int]:
