@@ -16,7 +16,11 @@ with the calls counted from the graph (its nodes other than leaves and consts; t
 
 The ``floor`` column is what keeping every value costs at least: a plain step followed by one copy
 of each parameter, its gradient and the step's input (what the caller still holds and may change
-next, so a graph must copy it), over the plain step of the same round (median).
+next, so a graph must copy it), over the plain step of the same round (median). The ``keeper``
+column is what any recorder at the ATen level pays before it records anything: the same step under
+a ``TorchDispatchMode`` that only keeps each forward op's output and a hook keeping its gradient
+(the backward outside the mode, as capture runs it), plus those copies; the difference between
+``captured`` and ``keeper`` is capture's own work (mapping ops, naming, building the graph).
 
 ``python benchmarks/bench_capture.py [--rounds K]`` prints the table and writes
 ``results/bench_capture.md`` and ``.json``.
@@ -89,6 +93,47 @@ def floor_step(model: nn.Module, loss: Callable[[], Any], inputs: list[Any]) -> 
     return time.perf_counter() - start
 
 
+class _Keeper:
+    """A dispatch mode that keeps every forward output and its gradient, and records nothing."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outputs: list[Any] = []
+        grads: list[Any] = []
+        self.outputs, self.grads = outputs, grads
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                if isinstance(out, torch.Tensor):
+                    outputs.append(out)
+                return out
+
+        self.mode = Mode()
+
+    def hook_all(self) -> None:
+        for t in self.outputs:
+            if t.grad_fn is not None and t.dtype.is_floating_point:
+                t.register_hook(self.grads.append)
+
+
+def keeper_step(model: nn.Module, loss: Callable[[], Any], inputs: list[Any]) -> float:
+    start = time.perf_counter()
+    model.zero_grad(set_to_none=True)
+    keeper = _Keeper()
+    with keeper.mode:
+        value = loss()
+    keeper.hook_all()
+    value.backward()
+    kept = [t.detach().numpy().copy() for t in inputs]
+    for p in model.parameters():
+        kept.append(p.detach().numpy().copy())
+        if p.grad is not None:
+            kept.append(p.grad.numpy().copy())
+    return time.perf_counter() - start
+
+
 def captured_step(model: nn.Module, loss: Callable[[], Any]) -> tuple[float, int]:
     start = time.perf_counter()
     model.zero_grad(set_to_none=True)
@@ -103,17 +148,20 @@ def compare(name: str, model: nn.Module, loss: Callable[[], Any], inputs: list[A
     for _ in range(2):  # warm-up of each
         plain_step(model, loss)
         floor_step(model, loss, inputs)
+        keeper_step(model, loss, inputs)
         captured_step(model, loss)
-    plain, captured, ratios, floors = [], [], [], []
+    plain, captured, ratios, floors, keepers = [], [], [], [], []
     nodes = 0
     for _ in range(rounds):
         p = plain_step(model, loss)
         f = floor_step(model, loss, inputs)
+        k = keeper_step(model, loss, inputs)
         c, nodes = captured_step(model, loss)
         plain.append(p)
         captured.append(c)
         ratios.append(c / p)
         floors.append(f / p)
+        keepers.append(k / p)
     return {
         "model": name,
         "plain_ms": statistics.median(plain) * 1e3,
@@ -123,6 +171,7 @@ def compare(name: str, model: nn.Module, loss: Callable[[], Any], inputs: list[A
         "ratio_max": max(ratios),
         "nodes": nodes,
         "floor_median": statistics.median(floors),
+        "keeper_median": statistics.median(keepers),
     }
 
 
@@ -145,11 +194,12 @@ def main() -> None:
     lines = [
         f"torch {torch.__version__}, {platform.machine()}, one thread, float32, {args.rounds} rounds",
         "",
-        "| step | plain ms | captured ms | ratio min | median | max | floor | op nodes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| step | plain ms | captured ms | ratio min | median | max | floor | keeper | op nodes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         *(
             f"| {r['model']} | {r['plain_ms']:.2f} | {r['captured_ms']:.2f} | {r['ratio_min']:.2f} | "
-            f"{r['ratio_median']:.2f} | {r['ratio_max']:.2f} | {r['floor_median']:.2f} | {r['nodes']} |"
+            f"{r['ratio_median']:.2f} | {r['ratio_max']:.2f} | {r['floor_median']:.2f} | "
+            f"{r['keeper_median']:.2f} | {r['nodes']} |"
             for r in [*rows, call]
         ),
         "",

@@ -120,6 +120,21 @@ class _TensorMap:
         self._entries[id(t)] = (t, *known)
 
 
+class _GradSink:
+    """Where the hooks on the step's tensors put their gradients: all that a tensor the step's code
+    keeps holds of the capture (a hook is not removed: it goes with the step's autograd graph)."""
+
+    __slots__ = ("grads", "open")
+
+    def __init__(self, grads: dict[int, Any]) -> None:
+        self.grads = grads
+        self.open = True
+
+    def __call__(self, node: int, grad: Any) -> None:
+        if grad is not None and self.open:
+            self.grads[node] = grad
+
+
 @dataclass(slots=True)
 class _Node:
     tag: str
@@ -163,6 +178,7 @@ class Capture:
         self._inputs = itertools.count()
         self._quiet = 0
         self._done = False
+        self._sink = _GradSink(self._grads)
         self._backwards: list[tuple[Any, Any]] = []
         self._available = _available_ops()
         self._leaf_names: dict[int, str] = {}
@@ -181,10 +197,13 @@ class Capture:
             torch.nn.modules.module.register_module_forward_hook(self._leave_module, always_call=True),
         ]
         self._backward = torch.autograd.backward
-        torch.autograd.backward = self._wrapped_backward
+        torch.autograd.backward = _backward
         function = torch.autograd.function.Function
         self._apply = function.__dict__["apply"]
-        function.apply = classmethod(self._wrapped_apply)  # type: ignore[method-assign,assignment]
+        if self._backward is not _backward:  # (not inside another capture)
+            _REAL.update(backward=self._backward, apply=self._apply)
+        function.apply = _APPLY  # type: ignore[method-assign,assignment]
+        _ACTIVE.append(self)
         self._mode = _mode_class()(self)
         self._mode.__enter__()
         return self
@@ -196,6 +215,8 @@ class Capture:
         finally:
             torch.autograd.function.Function.apply = self._apply
             torch.autograd.backward = self._backward
+            _ACTIVE.remove(self)
+            self._mode.capture = None
             for handle in self._handles:
                 handle.remove()
             for handle in self._hooks:
@@ -203,10 +224,11 @@ class Capture:
             self._state = "done"
         if exc is not None:
             self._failure = exc
+            self._sink.open, self._sink.grads = False, {}
             return
         self._graph = self._build()
         self._nodes = []
-        self._grads = {}
+        self._grads = self._sink.grads = {}
         self._map = _TensorMap()
 
     def graph(self) -> Graph:
@@ -352,20 +374,17 @@ class Capture:
     def _hook_on(self, t: Any, node: int) -> None:
         """``t.register_hook`` without its handle (the hook goes with the step's autograd graph),
         which was most of what registering cost: what ``Tensor.register_hook`` does for a plain
-        tensor, keyed so that no handle of the step's code can remove it."""
-        hook = functools.partial(self._hook, node)
-        if type(t) is not self._tensor_type:  # a subclass may handle register_hook itself
+        tensor, under a key no handle of the step's code has (theirs count up from 0)."""
+        hook = functools.partial(self._sink, node)
+        grad_fn = t.grad_fn
+        if type(t) is not self._tensor_type or grad_fn is None:  # a subclass may handle register_hook
             t.register_hook(hook)
             return
         hooks = t._backward_hooks
         if hooks is None:
             hooks = t._backward_hooks = collections.OrderedDict()
-            t.grad_fn._register_hook_dict(t)
-        hooks[("graphsvc", node)] = hook
-
-    def _hook(self, node: int, grad: Any) -> None:
-        if grad is not None and not self._done:
-            self._grads[node] = grad
+            grad_fn._register_hook_dict(t)
+        hooks[-1 - node] = hook
 
     def _leaf_hook(self, node: int, grad: Any) -> None:
         """A leaf's gradient, kept only when the leaf had one before (it adds to it): else it is
@@ -431,6 +450,7 @@ class Capture:
                 self._mode.__enter__()
             self._quiet -= 1
             self._done = True
+            self._sink.open = False
             for node, t in self._leaves.items():
                 if node not in self._accumulating and t.grad is not None:
                     self._grads[node] = t.grad
@@ -1051,13 +1071,36 @@ _MAPPED: dict[str, Handler] = {
 
 
 # -- helpers --------------------------------------------------------------------------------------------------
-@functools.cache
+#: The captures running, innermost last. ``torch.autograd.backward`` and ``Function.apply`` are
+#: replaced by the functions below while one runs, not by a capture's bound methods: PyTorch code
+#: that keeps a reference to what it found there (a class made by a lazy import during the step,
+#: Dynamo's table of torch functions) then holds no capture and its graph for the life of the process.
+_ACTIVE: list[Capture] = []
+_REAL: dict[str, Any] = {}  # PyTorch's own backward and apply
+
+
+def _backward(*args: Any, **kwargs: Any) -> Any:
+    if _ACTIVE:
+        return _ACTIVE[-1]._wrapped_backward(*args, **kwargs)
+    return _REAL["backward"](*args, **kwargs)
+
+
+def _apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    if _ACTIVE:
+        return _ACTIVE[-1]._wrapped_apply(cls, *args, **kwargs)
+    return _REAL["apply"].__func__(cls, *args, **kwargs)
+
+
+_APPLY = classmethod(_apply)
+
+
 def _innermost_mode() -> Any:
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
     return _get_current_dispatch_mode()
 
 
+@functools.cache
 def _mode_class() -> type:
     from torch.utils._python_dispatch import TorchDispatchMode
 

@@ -3,7 +3,9 @@ backward --check``; the gradients in the file are PyTorch's."""
 
 from __future__ import annotations
 
+import gc
 import math
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -458,6 +460,27 @@ def test_a_result_the_steps_code_still_holds_is_copied_and_one_nobody_holds_is_n
     exp = graph.value("exp")  # held by no one but the graph: its memory, not a copy of it
     assert exp.tolist() == [math.exp(2.0)] * 3
     assert not exp.flags.writeable
+
+
+def test_every_captures_backward_runs_outside_the_dispatch_mode_and_a_finished_capture_is_not_kept() -> None:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    modes: list[Any] = []
+    finished: list[weakref.ref[Any]] = []
+    for _ in range(3):
+        with capture() as run:
+            y = x * 2.0
+            y.register_hook(lambda g: modes.append(_get_current_dispatch_mode()))
+            (y * y).sum().backward()
+            inside = _get_current_dispatch_mode()
+        assert run.graph().grad("mul").tolist() == [4.0, 4.0, 4.0]
+        assert inside is run._mode  # the mode is back for what the block does after the backward
+        finished.append(weakref.ref(run))
+        del run, inside
+    assert modes == [None, None, None]
+    gc.collect()
+    assert [ref() for ref in finished] == [None, None, None]
 
 
 def test_a_view_the_steps_code_holds_makes_the_graph_copy_all_of_its_memory() -> None:
