@@ -90,6 +90,7 @@ SKIPPED_COMMANDS = {
     'pip install -e ".[fuzz]"': "installs atheris, which only the fuzzer needs",
     "python fuzz/fuzz_loads.py -max_total_time=600": "a ten-minute fuzzing run",
     "python fuzz/fuzz_json.py --seconds 600 --seed 1": "a ten-minute fuzzing run",
+    "python fuzz/fuzz_walk.py --seconds 600 --seed 1": "a ten-minute fuzzing run",
 }
 
 #: ```text blocks, by document and the start of their first line, and why they never run.
