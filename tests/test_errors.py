@@ -42,3 +42,21 @@ def test_too_large_to_draw_around_a_node_comes_back_with_its_problem_node_and_re
     copy = pickle.loads(pickle.dumps(error))
     assert (copy.problem, copy.around) == (error.problem, "x")
     assert str(copy) == "the neighbourhood of x within 2 edges holds more than 5,000 nodes; give a smaller depth"
+
+
+def test_the_exit_code_table_lists_each_code_once_and_every_error_class_code() -> None:
+    import re
+
+    from graphsvc import errors
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    table = text[text.index("| code | meaning |") :].split("\n\n")[0]
+    codes = [int(m) for m in re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)]
+    assert codes == sorted(set(codes)) == [0, 1, 2, 3, 4, 5, 130, 143]
+    raised = {
+        cls.exit_code
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, errors.GraphsvcError) and cls is not errors.GraphsvcError
+    }
+    assert raised <= set(codes)

@@ -802,7 +802,7 @@ def compare(
             worst_abs, worst_abs_at, worst_rel, worst_rel_at = math.inf, (node, ()), math.inf, (node, ())
             continue
         got, want = array.astype(np.float64), expected.astype(np.float64)
-        diff, rel = differences(got, want)
+        diff, rel = differences(got, want, found[1].atol)
         if not np.all(np.isclose(got, want, rtol=found[1].rtol, atol=found[1].atol, equal_nan=True)):
             mismatches += 1
         if diff.size:

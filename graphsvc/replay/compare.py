@@ -155,16 +155,20 @@ class Comparison(NamedTuple):
         return None if self.worst_rel_at is None else self.worst_rel_at[0]
 
 
-def differences(replayed: FloatArray, stored: FloatArray) -> tuple[FloatArray, FloatArray]:
+def differences(replayed: FloatArray, stored: FloatArray, atol: float = 0.0) -> tuple[FloatArray, FloatArray]:
     """``|replayed - stored|`` and that over ``|stored|``, element by element (float64): 0 where
-    the two are equal (two nans included), inf where only one is nan. Shared by the column
-    comparison (:func:`compare`) and the array one (:func:`graphsvc.replay.arrays.compare`)."""
+    the two are equal (two nans included), inf where only one is nan. The relative difference is
+    counted where ``|stored| > atol`` (0 elsewhere): at or below ``atol`` the absolute tolerance
+    decides, and a difference over a stored 0 is no ratio (a gradient of 1e-8 against a stored 0
+    read as a relative difference of 1e+295). Shared by the column comparison (:func:`compare`)
+    and the array one (:func:`graphsvc.replay.arrays.compare`)."""
     with np.errstate(all="ignore"):
         same = (replayed == stored) | (np.isnan(replayed) & np.isnan(stored))
         diff = np.where(same, 0.0, np.abs(replayed - stored))
         diff = np.where(np.isnan(diff), np.inf, diff)
-        rel = np.where(diff == 0.0, 0.0, diff / np.maximum(np.abs(stored), np.finfo(np.float64).tiny))
-        rel = np.where(np.isnan(rel), np.inf, rel)
+        size = np.abs(stored)
+        rel = np.where((diff == 0.0) | (size <= atol), 0.0, diff / np.maximum(size, np.finfo(np.float64).tiny))
+        rel = np.where(np.isnan(rel) | np.isinf(diff), np.inf, rel)
     return diff, rel
 
 
@@ -189,7 +193,7 @@ def compare(
     dtype, (rtol, atol) = tolerance([np.dtype(np.float64)], rtol, atol)
     has_value = ~np.isnan(stored)
     close = np.isclose(replayed, stored, rtol=rtol, atol=atol, equal_nan=True) | ~has_value
-    diff, rel = differences(replayed, stored)
+    diff, rel = differences(replayed, stored, atol)
     n = len(diff)
     unstored = n - int(np.count_nonzero(has_value))
     compared = n > unstored
