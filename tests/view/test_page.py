@@ -154,6 +154,21 @@ def test_the_example_mlp_shows_its_top_level_groups_and_opens_one(mlp: Served) -
     only_to_the_server(mlp)
 
 
+def test_a_graph_under_one_scope_opens_to_what_the_scope_holds(playwright: Any, tmp_path: Path) -> None:
+    b = GraphBuilder()
+    x, w = b.leaf(1.0, name="net.x"), b.leaf(2.0, name="net.w")
+    y = b.add("tanh", [b.add("mul", [x, w], name="net.mul")], name="net.tanh")
+    fmt.save(graphsvc.backward(b.build(outputs=[y])), tmp_path / "net.msgpack")
+    served = Served(tmp_path / "net.msgpack", playwright)
+    try:
+        assert served.labels() == ["net"]
+        assert served.item("net").get_attribute("class") == "item group open"
+        assert sorted(served.labels(served.key_of("net"))) == ["net.mul", "net.tanh", "net.w", "net.x"]
+        only_to_the_server(served)
+    finally:
+        assert served.close()[1] == ""
+
+
 def test_a_group_opens_from_the_keyboard_and_closes_from_its_header(mlp: Served) -> None:
     mlp.item("w0").focus()
     mlp.page.keyboard.press("Enter")

@@ -574,6 +574,12 @@ async function start() {
   const names = { value: "value", grad: "|grad|", nonfinite: "nan/inf", step: "backward step", diff: "diff" };
   for (const overlay of state.meta.overlays) $("overlay").append(el("option", { value: overlay }, names[overlay] || overlay));
   await showView([0], { refit: true });
+  // a graph that sits under one scope (all of it in `model`) opens to what that scope holds
+  for (let depth = 0; depth < 8; depth++) {
+    const items = state.view ? state.view.items : [];
+    if (items.length !== 1 || items[0].kind !== "group" || items[0].open) break;
+    if (!(await showView([...state.open, items[0].id], { refit: true }))) break;
+  }
   document.body.dataset.ready = "1"; // the browser test waits for this
 }
 
