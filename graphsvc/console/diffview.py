@@ -14,7 +14,7 @@ from graphsvc.text import escape
 COLUMNS = (("kind", "left"), ("node", "right"), ("name", "left"), ("op", "left"), ("A", "left"), ("B", "left"))
 
 
-def _number(value: Any) -> str:
+def number_text(value: Any) -> str:
     """A number or an array's summary, as one cell."""
     if isinstance(value, dict) and "shape" in value:
         text = f"{value['dtype']}{value['shape']}"
@@ -35,7 +35,7 @@ def _divergence(what: str, node: dict[str, Any] | None) -> str:
         return f"first divergence ({what}): none"
     return (
         f"first divergence ({what}): node {node['node']} {_name(node['name']) or '-'} ({escape(node['op'])}):"
-        f" A {_number(node['a'])}, B {_number(node['b'])}"
+        f" A {number_text(node['a'])}, B {number_text(node['b'])}"
     )
 
 
@@ -57,8 +57,8 @@ def print_diff(document: dict[str, Any], as_json: bool, limit: int | None) -> No
                 str(item["node"]),
                 _name(item["name"]),
                 escape(item["op"]),
-                _number(item["a"]),
-                _number(item["b"]),
+                number_text(item["a"]),
+                number_text(item["b"]),
             ]
         )
     for item in document["unaligned"]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from graphsvc.console.diffview import number_text
 from graphsvc.errors import UsageError
 from graphsvc.graph import LEAF_TAGS, Graph
 from graphsvc.text import counted
@@ -771,7 +772,7 @@ class ViewModel:
         return {
             "status": self._diff_status(node),
             "node_b": b if b >= 0 else None,
-            "differences": [{"kind": d.kind, "a": self._attr_text(d.a), "b": self._attr_text(d.b)} for d in kinds],
+            "differences": [{"kind": d.kind, "a": number_text(d.a), "b": number_text(d.b)} for d in kinds],
         }
 
     @staticmethod

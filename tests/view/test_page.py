@@ -37,7 +37,7 @@ W1_CHILDREN = ["3", "0", "1", "2"]
 SCRIPT_NAME = "head.<script>alert(1)</script>"
 
 
-def module_graph(path: Path) -> Path:
+def module_graph(path: Path, head: float = 2.0) -> Path:
     """A small model with module-path names (two encoder layers and a head), float32 [2, 3] tensors,
     its gradients computed, and a node whose name holds markup."""
     b = GraphBuilder()
@@ -48,7 +48,7 @@ def module_graph(path: Path) -> Path:
         m = b.add("mul", [h, w], name=f"encoder.layers.{i}.linear.mul")
         a = b.add("add", [m, bias], name=f"encoder.layers.{i}.linear.add")
         h = b.add("tanh", [a], name=f"encoder.layers.{i}.act.tanh")
-    head = b.add("mul", [h, b.leaf(np.full((2, 3), 2.0, dtype=np.float32), name="head.weight")], name="head.mul")
+    head = b.add("mul", [h, b.leaf(np.full((2, 3), head, dtype=np.float32), name="head.weight")], name="head.mul")
     loss = b.add("sum", [b.add("tanh", [head], name=SCRIPT_NAME)], name="loss")
     assert x == 0
     fmt.save(graphsvc.backward(b.build(outputs=[loss])), path)
@@ -58,9 +58,9 @@ def module_graph(path: Path) -> Path:
 class Served:
     """``graphsvc view FILE --no-browser`` in its own process, and Chromium on its page."""
 
-    def __init__(self, file: Path, playwright: Any) -> None:
+    def __init__(self, file: Path, playwright: Any, *more: Path) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "graphsvc", "--disable-plugins", "view", file.name, "--no-browser"],
+            [sys.executable, "-m", "graphsvc", "--disable-plugins", "view", file.name, *map(str, more), "--no-browser"],
             cwd=file.parent,  # the page's title shows the file as given: its name
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -152,6 +152,29 @@ def test_the_example_mlp_shows_its_top_level_groups_and_opens_one(mlp: Served) -
     assert sorted(mlp.labels(mlp.key_of("w1"))) == sorted(W1_CHILDREN)
     assert mlp.page.locator(f'svg .item[data-key="{mlp.key_of("w1")}"]').get_attribute("class") == "item group open"
     only_to_the_server(mlp)
+
+
+def test_two_files_the_diff_overlay_colours_what_differs_and_the_details_say_how(
+    playwright: Any, tmp_path: Path
+) -> None:
+    a = module_graph(tmp_path / "a.msgpack")
+    b = module_graph(tmp_path / "b.msgpack", head=3.0)  # the head's weight: its values and every gradient
+    served = Served(a, playwright, b)
+    try:
+        page = served.page
+        page.select_option("#overlay", "diff")
+        fill = "key => document.querySelector(`svg .item[data-key='${key}'] > rect`).style.fill"
+        assert page.evaluate(fill, served.key_of("x")) == "rgb(116, 192, 252)"  # its gradient differs
+        assert page.evaluate(fill, served.key_of("head")) == "rgb(255, 169, 77)"  # a group holding some
+        assert page.text_content("#legend").startswith("differs in")
+        served.item("x").click()
+        page.wait_for_selector("#detail dl")
+        rows = page.locator("#detail dt").all_text_contents()
+        said = page.locator("#detail dd").all_text_contents()[rows.index("diff")]
+        assert said == "grads (B's node 0); grad: float32[2, 3] max|a-b|=0.612168 at [0, 0]"
+        only_to_the_server(served)
+    finally:
+        assert served.close()[1] == ""
 
 
 def test_a_graph_under_one_scope_opens_to_what_the_scope_holds(playwright: Any, tmp_path: Path) -> None:

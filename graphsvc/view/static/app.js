@@ -505,8 +505,17 @@ async function showNode(id) {
   const children = nodeLinks(node.children || []);
   if (node.more_children) children.append(` and ${node.more_children} more`);
   row(list, "children", children);
-  if (node.diff) row(list, "diff", typeof node.diff === "string" ? node.diff : JSON.stringify(node.diff));
+  if (node.diff) row(list, "diff", diffText(node.diff));
   panel.append(list);
+}
+
+// What the details say of a node's differences with FILE2: "grads (B's node 0); grad: float32[2, 3]
+// max|a-b|=0.612168 at [0, 0]" (an array's summary once: it is the same for A and B), "op: A mul, B add".
+function diffText(diff) {
+  if (typeof diff === "string") return diff;
+  const parts = (diff.differences || []).map((d) => (d.a === d.b ? `${d.kind}: ${d.a}` : `${d.kind}: A ${d.a}, B ${d.b}`));
+  const where = diff.node_b === null ? "only in A" : `B's node ${diff.node_b}`;
+  return [`${diff.status || "same"} (${where})`, ...parts].join("; ");
 }
 
 // -- search ---------------------------------------------------------------------------------------
