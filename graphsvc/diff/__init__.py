@@ -216,6 +216,11 @@ def align(a: Graph, b: Graph, engine: Engine | None = None) -> tuple[np.ndarray,
     built, whatever the graphs' size) or in its pure-Python reference :func:`_walk`."""
     if _same_shape(a, b):
         return np.arange(a.num_nodes, dtype=np.int64), []
+    return _align_walked(a, b, engine)
+
+
+def _align_walked(a: Graph, b: Graph, engine: Engine | None) -> tuple[np.ndarray, list[Unaligned]]:
+    """:func:`align` for two graphs that are not the same but for numbers."""
     tags_a, tags_b = _tag_numbers(a, b)
     matched = np.full(a.num_nodes, -1, dtype=np.int64)
     used = np.zeros(b.num_nodes, dtype=bool)
@@ -363,13 +368,17 @@ def diff(
     for what, tolerance in (("rtol", rtol), ("atol", atol)):
         if tolerance is not None and not (tolerance >= 0 and np.isfinite(tolerance)):
             raise UsageError(f"--{what} must be a finite number >= 0, not {tolerance!r}")
-    matched, unaligned = align(a, b)
+    identity = _same_shape(a, b)  # then the alignment is node for node and every parent list agrees
+    unaligned: list[Unaligned] = []
+    if identity:
+        matched = np.arange(a.num_nodes, dtype=np.int64)
+    else:
+        matched, unaligned = _align_walked(a, b, None)
     ia = np.flatnonzero(matched >= 0)
     ib = matched[ia]
     structural: list[Difference] = []
     # op tags, parents (through the alignment) and attributes of the aligned pairs
     tags_a, tags_b = np.asarray(a.op_table, dtype=object), np.asarray(b.op_table, dtype=object)
-    identity = _same_shape(a, b)  # then the alignment is node for node and every parent list agrees
     suspects = set(np.flatnonzero(tags_a[a.op_codes[ia]] != tags_b[b.op_codes[ib]]).tolist())
     if not identity:
         suspects.update(_parents_differ(a, b, ia, ib, matched).tolist())
