@@ -315,7 +315,8 @@ def main(
     """Save, reload, inspect and replay computation graphs.
 
     Exit codes: 0 success, 1 other failure, 2 usage error, 3 missing, unreadable or invalid graph
-    file, 4 op or plugin problem.
+    file, 4 op or plugin problem, 5 an output that cannot be written, 130 interrupted (Ctrl-C),
+    143 terminated (SIGTERM).
 
     Example: graphsvc backward examples/seed004.msgpack --steps
     """
@@ -612,9 +613,11 @@ def convert(
     """
     from graphsvc.console import convert as converting
 
+    # a missing or broken FILE is that error, whatever OUT would be (standard input is read once, after)
+    graph = None if _is_stdio(file) else _load(file)
     form = converting.form_of(out, file) if to is None else Form.parse("--to", to).value
     target = converting.target_of(file, form, out)
-    converting.write(_load(file), form, target, STATE.quiet)
+    converting.write(_load(file) if graph is None else graph, form, target, STATE.quiet)
 
 
 # -- replay commands -----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import importlib.util
 import os
 import pty
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -20,6 +21,12 @@ import pytest
 if TYPE_CHECKING:
     from graphsvc.graph import Graph
     from graphsvc.ops import Op, OpRegistry
+
+# Tests send Ctrl-C (SIGINT) to commands they start. Started with SIGINT ignored (nohup, a background
+# job of a shell without job control), pytest would pass that on to every child, which would then
+# wait out the test's timeout; with a handler here, each child starts with the default one.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -734,7 +734,10 @@ def is_user_interrupt(exc: BaseException) -> bool:
         return True
     if not isinstance(exc, KeyboardInterrupt) or threading.current_thread() is not threading.main_thread():
         return False
-    return signal.getsignal(signal.SIGINT) is not _raise_user_interrupt  # nobody told them apart
+    handler = signal.getsignal(signal.SIGINT)
+    if handler == signal.SIG_IGN:  # Ctrl-C cannot arrive (nohup, a background job): the plugin raised it
+        return False
+    return handler is not _raise_user_interrupt  # nobody told them apart
 
 
 def describe_exception(exc: BaseException) -> str:

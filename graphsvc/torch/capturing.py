@@ -160,7 +160,13 @@ class Capture:
     def __enter__(self) -> Capture:
         if self._state != "new":
             raise CaptureError("a capture records one step: start a new capture() for the next one")
-        import torch
+        try:
+            import torch
+        except ModuleNotFoundError:
+            raise CaptureError(
+                'capture records PyTorch steps and PyTorch is not installed: pip install ".[torch]" in '
+                "graphsvc's checkout (or pip install torch)"
+            ) from None
 
         self._state = "running"
         self._torch = torch

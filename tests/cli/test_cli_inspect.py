@@ -405,3 +405,17 @@ def test_counts_of_one_are_singular(tmp_path: Path) -> None:
     path = tmp_path / "two.msgpack"
     fmt.save(b.build(), path)
     assert invoke("validate", str(path)) == (0, f"{path}: valid graphsvc graph, 2 nodes, 1 edge\n", "")
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(None, "no such file"), (b"hi\n", "not a graphsvc file: it starts with b'hi\\n', not a msgpack map")],
+)
+def test_convert_of_a_missing_or_broken_file_is_that_error_whatever_out_would_be(
+    tmp_path: Path, content: bytes | None, problem: str
+) -> None:
+    path = tmp_path / "in.msgpack"
+    if content is not None:
+        path.write_bytes(content)
+    result = runner.invoke(app, ["convert", str(path)])
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "", f"Error: {path}: {problem}\n")

@@ -598,3 +598,24 @@ def test_ops_a_graph_lacks_after_plugins_failed_to_load_name_them(broken_file: s
         "Error: the graph uses an op not registered here: my_cube (plugin unknown); install the plugin that "
         f"provides it or pass --plugin; plugins {broken_file}, {quitter} failed to load (see the warning above)"
     )
+
+
+def test_a_plugins_keyboard_interrupt_is_its_failure_where_ctrl_c_cannot_arrive(tmp_path: Path) -> None:
+    """Under nohup or in a background job SIGINT is ignored: no Ctrl-C can come, so a
+    KeyboardInterrupt is the plugin's own, a warning, not the user stopping the command (exit 130)."""
+    import signal
+    import subprocess
+    import sys
+
+    quitter = tmp_path / "quitter.py"
+    quitter.write_text("raise KeyboardInterrupt\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "graphsvc", "--plugin", str(quitter), "ops", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, f"Warning: plugin {quitter}: cannot import: KeyboardInterrupt\n")
+    assert "add" in [op["name"] for op in json.loads(done.stdout)["ops"]]

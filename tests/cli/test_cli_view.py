@@ -18,6 +18,17 @@ from tests.conftest import ROOT, python_m_graphsvc, run_cli
 SEED004 = ROOT / "examples" / "seed004.msgpack"
 
 
+def stop(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """Ctrl-C, then its output; killed if it has not ended in 20 s (no server left behind)."""
+    process.send_signal(signal.SIGINT)
+    try:
+        return process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+
+
 def serve(*args: str) -> tuple[subprocess.Popen[str], str]:
     """``graphsvc view ARGS --no-browser`` running; its first line of output."""
     process = subprocess.Popen(
@@ -41,15 +52,13 @@ def test_it_serves_the_graph_until_ctrl_c_which_exits_0() -> None:
             meta = json.load(response)
         assert (meta["files"], meta["nodes"], meta["edges"]) == (["examples/seed004.msgpack"], 7, 8)
     finally:
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=20)
+        out, err = stop(process)
     assert (process.returncode, out, err) == (0, "", "")
 
 
 def test_two_files_are_named_in_the_serving_line() -> None:
     process, line = serve("examples/seed004.msgpack", "examples/seed004.msgpack")
-    process.send_signal(signal.SIGINT)
-    process.communicate(timeout=20)
+    stop(process)
     assert line.startswith("graphsvc view: serving examples/seed004.msgpack and examples/seed004.msgpack (7 nodes) at ")
 
 
