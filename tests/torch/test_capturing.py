@@ -297,6 +297,33 @@ def test_a_float32_lstm_keeps_pytorchs_fused_rnn_layer_as_an_aten_op_replayed_by
     )
 
 
+def test_a_float32_two_layer_bidirectional_lstm_s_states_are_outputs_of_its_fused_layers(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True)
+    x = torch.randn(2, 3, 3)
+    with capture(model) as run:
+        out, (h, c) = model(x)
+        loss = out.sum() + (h * h).sum() + c.pow(3).sum()
+        loss.backward()
+    graph = run.graph()
+    layers = [n for n in range(graph.num_nodes) if graph.op(n) == "aten.mkldnn_rnn_layer.default"]
+    # each layer and direction: its sequence, last hidden and last cell state, three nodes of one call
+    assert [graph.attrs[n]["output"] for n in layers] == [0, 1, 2] * 4
+    assert [graph.attrs[n]["args"][7] for n in layers] == [False] * 3 + [True] * 3 + [False] * 3 + [True] * 3
+    reverse = graph.node_id("mkldnn_rnn_layer4")
+    assert [graph.label(p) for p in graph.parents(reverse)[:2]] == ["transpose", "weight_ih_l0_reverse"]
+    assert [graph.label(p) for p in graph.parents(graph.node_id("stack"))] == [
+        "mkldnn_rnn_layer1",  # h: each layer's and direction's output 1
+        "mkldnn_rnn_layer5",
+        "mkldnn_rnn_layer9",
+        "mkldnn_rnn_layer13",
+    ]
+    assert graph.value(graph.outputs[0]) == loss.item()
+    assert_parameter_grads(graph, model)
+    needs_torch_plugin()
+    assert_checked(replayed_with_plugins(graph, tmp_path, torch.float32), torch.float32)
+
+
 def test_a_float32_gru_is_graphsvcs_builtin_ops(tmp_path: Path) -> None:
     model, graph, loss = float32_language_model_step(nn.GRU)
     ops = {graph.op(n) for n in range(graph.num_nodes)}
