@@ -41,11 +41,37 @@ def listing(graph: Graph) -> list[str]:
     return rows
 
 
-def replayed(graph: Graph, tmp_path: Path, dtype: Any, *extra: str, env: dict[str, str] | None = None) -> str:
-    """``graphsvc --disable-plugins backward FILE --check`` (graphsvc's builtin ops only) on the graph
-    saved, checked by :func:`assert_checked`: what it printed."""
+def same_bits(a: Any, b: Any) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def saved(graph: Graph, tmp_path: Path) -> Path:
+    """The graph saved (``graphsvc.save``) and loaded back (``graphsvc.load``) with the same nodes,
+    attributes, metadata and numbers, each bit (the file holds PyTorch's values and gradients): its path."""
     path = tmp_path / "step.msgpack"
     graphsvc.save(graph, path)
+    loaded = graphsvc.load(path)
+    assert loaded.num_nodes == graph.num_nodes
+    for node in range(graph.num_nodes):
+        assert (loaded.label(node), loaded.op(node), loaded.parents(node)) == (
+            graph.label(node),
+            graph.op(node),
+            graph.parents(node),
+        )
+    assert (loaded.attrs, loaded.outputs, loaded.metadata) == (graph.attrs, graph.outputs, graph.metadata)
+    for stored, read in ((graph.arrays, loaded.arrays), (graph.grad_arrays, loaded.grad_arrays)):
+        assert stored.keys() == read.keys()
+        assert all(same_bits(stored[node], read[node]) for node in stored)
+    assert same_bits(graph.values, loaded.values)
+    assert graph.grads is None or same_bits(graph.grads, loaded.grads)
+    return path
+
+
+def replayed(graph: Graph, tmp_path: Path, dtype: Any, *extra: str, env: dict[str, str] | None = None) -> str:
+    """``graphsvc --disable-plugins backward FILE --check`` (graphsvc's builtin ops only) on the graph
+    saved (:func:`saved`), checked by :func:`assert_checked`: what it printed."""
+    path = saved(graph, tmp_path)
     return assert_checked(run_cli("backward", str(path), "--check", *TOLERANCE[dtype], *extra, env=env), dtype)
 
 
@@ -102,13 +128,13 @@ def test_an_mlp_with_inplace_relu_replays_to_pytorchs_values_and_gradients(dtype
 
 
 def replayed_with_plugins(graph: Graph, tmp_path: Path, dtype: Any, *plugins: str) -> tuple[int, str, str]:
-    """``graphsvc [--plugin P]... backward FILE --check`` with the installed plugins loaded."""
+    """``graphsvc [--plugin P]... backward FILE --check`` with the installed plugins loaded, on the
+    graph saved (:func:`saved`)."""
     from typer.testing import CliRunner
 
     from cli import app
 
-    path = tmp_path / "step.msgpack"
-    graphsvc.save(graph, path)
+    path = saved(graph, tmp_path)
     flags = [flag for plugin in plugins for flag in ("--plugin", plugin)]
     result = CliRunner().invoke(app, [*flags, "backward", str(path), "--check", *TOLERANCE[dtype]])
     return result.exit_code, result.stdout, result.stderr
