@@ -1,8 +1,9 @@
 """The fourth example plugin, plugins/graphsvc-torch: the op family ``aten.`` replays PyTorch's operators
 through PyTorch, forward and VJP equal to PyTorch's own (an LSTM layer's mkldnn_rnn_layer recorded as a
-capture records it, an embedding with padding_idx, a multi-output operator's second output, a call with
-a dtype and a device); function_op makes the op of a custom autograd.Function (seed 002's); a tensor
-replay of a saved graph passes --check; loading the plugin imports no torch; the refusals, word for word."""
+capture records it, its input a strided view too, an embedding with padding_idx, a multi-output
+operator's second output, a call with a dtype and a device); function_op makes the op of a custom
+autograd.Function (seed 002's); a tensor replay of a saved graph passes --check; loading the plugin
+imports no torch; the refusals, word for word."""
 
 from __future__ import annotations
 
@@ -193,6 +194,17 @@ def test_an_lstm_layer_s_mkldnn_rnn_layer_is_pytorch_s() -> None:
     for got, want in zip(cotangents[1:5], expected[1:], strict=True):
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
     assert abs(cotangents[1]).max() > 0.1  # not zeros
+    # the input as a replay of a batch-first model gives it: a transpose, a strided view (the capture
+    # records the contiguous copy PyTorch made as the same value: a graph's arrays have no layout)
+    strided = np.ascontiguousarray(inputs[0].transpose(1, 0, 2)).transpose(1, 0, 2)
+    strided.flags.writeable = False
+    assert not strided.flags.c_contiguous and np.array_equal(strided, inputs[0])
+    value, residuals = op.forward_with_residuals(strided, *inputs[1:], **attrs, output=0)  # type: ignore[misc]
+    assert np.array_equal(value, outputs[0].detach().numpy())
+    assert np.array_equal(op.forward(strided, *inputs[1:], **attrs, output=0), value)  # type: ignore[misc]
+    again = op.vjp(read_only(g), value, strided, *inputs[1:], **attrs, output=0, residuals=residuals)  # type: ignore[misc]
+    for got, want in zip(again, cotangents, strict=True):
+        assert np.array_equal(got, want)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

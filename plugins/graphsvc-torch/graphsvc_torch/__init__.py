@@ -15,8 +15,9 @@ resolver checks a tag when a graph first uses it (``validate``, a replay): a nam
 with ``pip install torch==2.13.0`` (exit code 4, as for any op that is not here); otherwise PyTorch
 is imported there, once, and a tag that names no operator of this PyTorch is refused by name.
 
-How a node runs (forward): each input array becomes a tensor sharing its memory
-(``torch.from_numpy``, dtype kept; an operator that writes into its arguments gets copies), the
+How a node runs (forward): each input array becomes a C-contiguous tensor sharing its memory
+where the array is C-contiguous (``torch.from_numpy``, dtype kept; a strided view is copied, see
+:func:`_tensor`; an operator that writes into its arguments gets copies), the
 call is decoded (:func:`graphsvc.torch.calls.decode_call`) and made without autograd, output
 ``output`` is picked from an operator that returns several, and the tensor comes back as a numpy
 array sharing its memory (copied only to make it contiguous, or off another device). The VJP makes
@@ -222,23 +223,25 @@ def _torch(tag: str) -> Any:
 
 
 def _tensor(torch: Any, x: Any, *, copy: bool) -> Any:
-    """A tensor of ``x``'s dtype sharing its memory (``copy``: a writable copy of its own)."""
-    array = x if type(x) is np.ndarray else np.asarray(x)
+    """A C-contiguous tensor of ``x``'s dtype, sharing its memory where ``x`` is C-contiguous
+    (``copy``: a writable copy of its own). A graph's arrays carry no memory layout (a capture records
+    ``clone`` and ``contiguous`` as the value they copy; a replayed transpose is a strided view), and
+    some operators read their input as if it were contiguous whatever its strides
+    (``mkldnn_rnn_layer``: a transposed input gives another sequence): each operator gets its inputs
+    in the layout every operator accepts."""
+    array = np.asarray(x, order="C")  # the array itself where it is C-contiguous; a copy otherwise
     if copy:
         return torch.from_numpy(np.array(array))
     global _warned
-    try:
-        if _warned or array.flags.writeable:
-            return torch.from_numpy(array)
-        # PyTorch warns once per process that a read-only array (graphsvc's inputs are) is not
-        # writable; nothing writes into it here, so that once is silenced
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            tensor = torch.from_numpy(array)
-        _warned = True
-        return tensor
-    except (ValueError, TypeError):  # negative strides (a reversed view): torch cannot share them
-        return torch.from_numpy(np.ascontiguousarray(array))
+    if _warned or array.flags.writeable:
+        return torch.from_numpy(array)
+    # PyTorch warns once per process that a read-only array (graphsvc's inputs are) is not
+    # writable; nothing writes into it here, so that once is silenced
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        tensor = torch.from_numpy(array)
+    _warned = True
+    return tensor
 
 
 _warned = False  # PyTorch's one warning about a read-only array has been given (and silenced)
