@@ -254,6 +254,11 @@ class Graph:
         if array is not None:
             return array
         if self.grads is None:
+            if self.grad_arrays:  # a captured step: PyTorch computed none for this node
+                raise UsageError(
+                    f"node {self.label(node)} has no gradient stored "
+                    f"(the graph stores {len(self.grad_arrays):,} others)"
+                )
             raise UsageError(
                 f"the graph holds no gradients, so node {self.label(node)} has none: "
                 "replay it with graphsvc.backward(graph) first"

@@ -630,3 +630,17 @@ def test_builtin_tags_are_the_builtin_ops_and_name_their_plugin() -> None:
     b.add("cube", [b.leaf(2.0, name="x")])
     graph = b.build()
     assert graph.ops_by_plugin() == {"graphsvc (builtin)": ["leaf"], "unknown": ["cube"]}
+
+
+def test_a_node_without_a_gradient_where_others_have_theirs_says_so() -> None:
+    import graphsvc
+    from graphsvc.errors import UsageError
+    from graphsvc.graph import GraphBuilder
+
+    b = GraphBuilder()
+    x = b.leaf(np.ones(2), name="x")
+    graph = graphsvc.backward(b.build(outputs=[b.add("sum", [b.add("exp", [x])], name="s")]))
+    del graph.grad_arrays[0]
+    with pytest.raises(UsageError) as info:
+        graph.grad("x")
+    assert str(info.value) == "node x has no gradient stored (the graph stores 2 others)"

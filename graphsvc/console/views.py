@@ -90,7 +90,40 @@ def graph_info(graph: Graph, version: tuple[int, int], file: str, file_size: int
         "ops": graph.op_histogram(),
         "plugins": graph.ops_by_plugin(),
         "metadata": printing.jsonable(graph.metadata),
+        **({"modules": module_tree(graph)} if "captured" in graph.metadata else {}),
     }
+
+
+#: How deep and how many modules ``inspect`` lists (JSON lists them all).
+MODULE_DEPTH, MODULE_ROWS = 3, 40
+
+
+def module_tree(graph: Graph) -> list[dict[str, Any]]:
+    """A captured step's modules, from its names (``layers.0.linear1.addmm`` ran in
+    ``layers.0.linear1``): each module's path, depth (0 for a top-level one), the nodes that ran in
+    it or its submodules, and its parameters (elements of the leaves under it with a stored
+    gradient), depth first in the order the step first used each."""
+    nodes: dict[str, int] = {}
+    parameters: dict[str, int] = {}
+    for node, name in sorted(graph.names.items()):
+        parts = name.split(".")[:-1]
+        size = 0
+        if node in graph.grad_arrays and graph.op(node) == "leaf":
+            size = int(graph.grad_arrays[node].size)
+        for k in range(1, len(parts) + 1):
+            path = ".".join(parts[:k])
+            nodes[path] = nodes.get(path, 0) + 1
+            parameters[path] = parameters.get(path, 0) + size
+    children: dict[str, list[str]] = {}
+    for path in nodes:  # first use order
+        children.setdefault(path.rpartition(".")[0], []).append(path)
+    tree: list[dict[str, Any]] = []
+    stack = list(reversed(children.get("", [])))
+    while stack:  # depth first, no recursion
+        path = stack.pop()
+        tree.append({"module": path, "depth": path.count("."), "nodes": nodes[path], "parameters": parameters[path]})
+        stack.extend(reversed(children.get(path, [])))
+    return tree
 
 
 def info_rows(graph: Graph, info: dict[str, Any]) -> list[list[str]]:
@@ -118,7 +151,26 @@ def info_rows(graph: Graph, info: dict[str, Any]) -> list[list[str]]:
             + (f"; and {len(plugin_list) - 20:,} more" if len(plugin_list) > 20 else ""),
         ],
         *([["metadata", metadata_text(info["metadata"])]] if info["metadata"] else []),
+        *module_rows(info.get("modules")),
     ]
+
+
+def module_rows(modules: list[dict[str, Any]] | None) -> list[list[str]]:
+    """``inspect``'s rows of :func:`module_tree`: a count, then a module a row, indented by depth
+    (at most :data:`MODULE_DEPTH` deep and :data:`MODULE_ROWS` rows), its own name, nodes and
+    parameters; escaped."""
+    from graphsvc.text import escape
+
+    if not modules:
+        return []
+    shown = [m for m in modules if m["depth"] < MODULE_DEPTH]
+    rows = [["modules", f"{len(modules):,} (nodes, parameters)"]]
+    for module in shown[:MODULE_ROWS]:
+        name = module["module"].rpartition(".")[2]
+        rows.append([f"{'  ' * (module['depth'] + 1)}{escape(name)}", f"{module['nodes']:,}, {module['parameters']:,}"])
+    if len(modules) > len(rows) - 1:
+        rows.append(["  …", f"{len(modules) - (len(rows) - 1):,} more (inspect --json lists every one)"])
+    return rows
 
 
 def metadata_text(metadata: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 
 from graphsvc.console import views
@@ -138,3 +139,37 @@ def test_metadata_text_is_escaped_and_cut() -> None:
         "a\\tb: x\\ny; n: [1,null]; long: " + "z" * 60 + "... (100 characters)"
     )
     assert metadata_text(many).endswith("; k19: 19; and 2 more")
+
+
+def _captured_like() -> Graph:
+    """Names as a captured step has them: module paths, parameters with gradients, an input without."""
+    import graphsvc
+    from graphsvc.graph import GraphBuilder
+
+    b = GraphBuilder()
+    x = b.leaf(np.ones((2, 3)), name="input0")
+    h = x
+    for i in range(2):
+        w = b.leaf(np.full((2, 3), 0.5), name=f"layers.{i}.linear.weight")
+        h = b.add("tanh", [b.add("mul", [h, w], name=f"layers.{i}.linear.mul")], name=f"layers.{i}.act.tanh")
+    head = b.add("mul", [h, b.leaf(np.full((2, 3), 2.0), name="head.weight")], name="head.mul")
+    loss = b.add("sum", [head], name="sum")
+    graph = graphsvc.backward(b.build(outputs=[loss], metadata={"captured": {"torch": "2.13.0"}}))
+    del graph.grad_arrays[0]  # PyTorch computed none for the input
+    return graph
+
+
+def test_a_captured_steps_module_tree_from_its_names() -> None:
+    assert views.module_tree(_captured_like()) == [
+        {"module": "layers", "depth": 0, "nodes": 6, "parameters": 12},
+        {"module": "layers.0", "depth": 1, "nodes": 3, "parameters": 6},
+        {"module": "layers.0.linear", "depth": 2, "nodes": 2, "parameters": 6},
+        {"module": "layers.0.act", "depth": 2, "nodes": 1, "parameters": 0},
+        {"module": "layers.1", "depth": 1, "nodes": 3, "parameters": 6},
+        {"module": "layers.1.linear", "depth": 2, "nodes": 2, "parameters": 6},
+        {"module": "layers.1.act", "depth": 2, "nodes": 1, "parameters": 0},
+        {"module": "head", "depth": 0, "nodes": 2, "parameters": 6},
+    ]
+    rows = views.module_rows(views.module_tree(_captured_like()))
+    assert rows[:3] == [["modules", "8 (nodes, parameters)"], ["  layers", "6, 12"], ["    0", "3, 6"]]
+    assert rows[-1] == ["  head", "2, 6"]
