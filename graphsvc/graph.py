@@ -257,7 +257,7 @@ class Graph:
             if self.grad_arrays:  # a captured step: PyTorch computed none for this node
                 raise UsageError(
                     f"node {self.label(node)} has no gradient stored "
-                    f"(the graph stores {len(self.grad_arrays):,} others)"
+                    f"(the graph stores those of {counted(len(self.grad_arrays), 'other node')})"
                 )
             raise UsageError(
                 f"the graph holds no gradients, so node {self.label(node)} has none: "
