@@ -567,7 +567,7 @@ def _layer_norm_vjp(
         gx *= rstd
         gx = gx.reshape(x.shape)
     g_weight = np.einsum("ij,ij->j", rows, xhat).reshape(weight.shape) if need_weight else None
-    g_bias = np.matmul(np.ones(rows.shape[0], rows.dtype), rows).reshape(bias.shape) if need_bias else None
+    g_bias = np.matmul(np.ones(len(rows), rows.dtype), rows).reshape(bias.shape) if need_bias else None
     return gx, g_weight, g_bias
 
 
