@@ -66,6 +66,7 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_variable] = "1"  # before numpy and torch load: they read it once
 
 import collections  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -197,7 +198,9 @@ def steps(build: Build, graph: Graph, registry: OpRegistry) -> dict[str, Callabl
 # -- where graphsvc's time goes ---------------------------------------------------------------------
 def breakdown(graph: Graph, ops: list[Op | None], passes: int, clock: Callable[[], float]) -> dict[str, Any]:
     """Each op call of the replay timed: ``{"forward NAME" | "vjp NAME": seconds}`` summed over the
-    op's nodes (each node's median over ``passes``), and the nodes of each op."""
+    op's nodes (each node's median over ``passes``), the nodes of each op; and, each pass followed
+    by one pass of the replay itself (the same moment of a shared machine), the medians of a pass's
+    op calls (``total``) and of the replay (``replay``)."""
     output = output_node(graph, None)
     calls = tensors._calls(graph, ops)
     values0 = tensors.forward(graph, ops)
@@ -243,11 +246,25 @@ def breakdown(graph: Graph, ops: list[Op | None], passes: int, clock: Callable[[
                     if ct is not None and need:
                         grads[parent] = ct if grads[parent] is None else grads[parent] + ct
 
+    def replay_pass() -> float:
+        start = clock()
+        tensors.replay(graph, ops, output)
+        return clock() - start
+
     for _ in range(2):
         one_pass()
+        replay_pass()
     per_node.clear()
-    for _ in range(passes):
-        one_pass()
+    replays, totals = [], []
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(passes):
+            one_pass()
+            totals.append(sum(times[-1] for times in per_node.values()))
+            replays.append(replay_pass())
+    finally:
+        gc.enable()
     by_op: dict[str, float] = collections.defaultdict(float)
     nodes: dict[str, int] = collections.Counter()
     for (phase, node), times in per_node.items():
@@ -255,7 +272,12 @@ def breakdown(graph: Graph, ops: list[Op | None], passes: int, clock: Callable[[
         by_op[f"{phase} {name}"] += statistics.median(times)
         nodes[f"{phase} {name}"] += 1
     ranked = sorted(by_op.items(), key=lambda item: -item[1])
-    return {"seconds": dict(ranked), "nodes": dict(nodes), "total": sum(by_op.values())}
+    return {
+        "seconds": dict(ranked),
+        "nodes": dict(nodes),
+        "total": statistics.median(totals),
+        "replay": statistics.median(replays),
+    }
 
 
 # -- the matrix products alone: numpy's BLAS next to PyTorch's ----------------------------------------
@@ -442,6 +464,15 @@ def _ms(s: dict[str, float]) -> str:
     return f"{s['median'] * 1e3:.2f}"
 
 
+def floor(row: dict[str, Any]) -> float:
+    """PyTorch's step with its matrix products at numpy's speed, over PyTorch's step (medians):
+    what an engine that calls numpy's BLAS could reach at best."""
+    pytorch = row["seconds"]["PyTorch"]["median"]
+    products = row["products"]["PyTorch's"]["seconds"]
+    extra = products["np.matmul (OpenBLAS)"]["median"] - products["torch.mm"]["median"]
+    return float((pytorch + extra) / pytorch)
+
+
 def markdown(result: dict[str, Any]) -> str:
     m = result["machine"]
     lines = [
@@ -482,16 +513,30 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {row['model']} | {whose} ({p['count']}) | {_ms(p['seconds']['np.matmul (OpenBLAS)'])} | "
                 f"{_ms(p['seconds']['torch.mm'])} | {_r(p['ratio'])} |"
             )
+    lines += [
+        "",
+        "The floor of a numpy engine: PyTorch's step with its matrix products at numpy's speed (PyTorch's "
+        "time + numpy's products - PyTorch's, PyTorch's own products, medians), over PyTorch's step:",
+        "",
+        "| model | floor / PyTorch | graphsvc replay / floor | graphsvc.backward / floor |",
+        "|---|---:|---:|---:|",
+    ]
+    for row in result["models"]:
+        f = floor(row)
+        lines.append(
+            f"| {row['model']} | {f:.2f}x | {row['ratios']['graphsvc replay']['median'] / f:.2f}x | "
+            f"{row['ratios']['graphsvc.backward']['median'] / f:.2f}x |"
+        )
     for row in result["models"]:
         b = row["breakdown"]
-        replay = row["seconds"]["graphsvc replay"]["median"]
+        replay = b.get("replay", row["seconds"]["graphsvc replay"]["median"])
         lines += [
             "",
             f"## Where graphsvc's time goes: {row['model']} (each op's calls, median of each node's; ms)",
             "",
-            f"The op calls sum to {b['total'] * 1e3:.2f} ms of the replay's {replay * 1e3:.2f} ms "
-            f"(the rest, {(replay - b['total']) * 1e3:.2f} ms, is the engine's own: checks, read-only flags, "
-            "gradients summed, and the timing's noise).",
+            f"A pass's op calls take {b['total'] * 1e3:.2f} ms (median), the replay's own passes, each right "
+            f"after one of those, {replay * 1e3:.2f} ms: the rest, {(replay - b['total']) * 1e3:.2f} ms, is the "
+            "engine's own (checks, read-only flags, the gradients summed).",
             "",
             "| op, pass | nodes | ms | share of the op calls |",
             "|---|---:|---:|---:|",
