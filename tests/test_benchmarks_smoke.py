@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -167,6 +168,7 @@ BENCHMARKS = ROOT / "benchmarks"
 #: The scripts with a command line of options: each answers --help.
 WITH_HELP = [
     "bench_capture.py",
+    "bench_capture_replay.py",
     "bench_cli.py",
     "bench_diff.py",
     "bench_memory.py",
@@ -201,7 +203,7 @@ NEEDS = {
     "numba_kernels.py": ("numba", "pip install -e '.[bench]': benchmarks/numba_kernels.py needs numba"),
 }
 #: The scripts that import PyTorch: asked for as every test asks (needs_torch).
-NEEDS_TORCH = {"bench_capture.py"}
+NEEDS_TORCH = {"bench_capture.py", "bench_capture_replay.py"}
 
 
 @pytest.mark.parametrize("name", WITH_HELP)
@@ -423,6 +425,36 @@ def test_bench_capture_compares_a_step_with_and_without_capture() -> None:
     # t and addmm (or t, matmul and add: the linear layer), three muls and the sum
     assert row["nodes"] == (6 if "addmm" in load_registry()[0] else 7)
     assert row["ratio_min"] <= row["ratio_median"] <= row["ratio_max"]
+
+
+def test_bench_capture_replay_times_a_captured_step_next_to_pytorchs(tmp_path: Path) -> None:
+    """A tiny MLP's step captured, saved, loaded, checked against PyTorch's gradients and replayed,
+    one round of one pass: every alternative timed, the products found, the report written."""
+    import argparse
+
+    torch = needs_torch()
+    from benchmarks import bench_capture_replay as bench
+    from graphsvc.pluginhost import load_registry
+
+    def tiny() -> tuple[Any, Any, list[Any]]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+        x, y = torch.randn(4, 6), torch.randint(0, 3, (4,))
+        return model, lambda: torch.nn.functional.cross_entropy(model(x), y), [x]
+
+    args = argparse.Namespace(rounds=1, passes=1, clock="cpu", storage=False, processes=False)
+    row = bench.bench_model("tiny", "tiny MLP", tiny, load_registry()[0], tmp_path, args)
+    assert row["max_relative_gradient_error"] < 1e-5
+    assert list(row["seconds"]) == list(bench.ALTERNATIVES)
+    assert row["ops"] == {"leaf": 6, "transpose": 2, "addmm": 2, "relu": 1, "log_softmax": 1, "nll_loss": 1}
+    # the forward products and the weights' gradients; the input's gradient in graphsvc's only
+    assert (row["products"]["graphsvc's"]["count"], row["products"]["PyTorch's"]["count"]) == (6, 5)
+    assert set(row["breakdown"]["nodes"]) >= {"forward addmm", "vjp addmm", "vjp nll_loss"}
+    result = {
+        "date": "d", "argv": [], "machine": bench.machine(), "blas_threads": 1, "torch_threads": 1, "rounds": 1,
+        "passes": 1, "clock": "cpu", "load_average": "0", "load_average_end": "0", "seconds": 1.0, "models": [row],
+    }  # fmt: skip
+    assert "| tiny MLP | 7 |" in bench.markdown(result)
 
 
 def test_bench_json_runs_on_a_tiny_chain() -> None:

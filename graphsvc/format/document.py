@@ -594,6 +594,8 @@ def _read_tensors(
     data = doc[DATA_KEY]
     if not isinstance(data, np.ndarray):  # read by fastload: the payload's own buffer, else bytes
         data = expect(data, bytes, DATA_KEY)
+    else:  # read-only down to the memory's owner: no array of the graph can be made writable again
+        data.flags.writeable = False
     size = len(data)
     # Views of a read-only buffer are read-only: no flag to set per array.
     buffer = np.frombuffer(data, dtype=np.uint8)

@@ -693,13 +693,14 @@ def store(graph: Graph, values: Replayed, grads: Replayed | None) -> Graph:
     result = graph.copy(arrays=False)
     result.values = np.full(graph.num_nodes, np.nan, dtype=FLOAT_DTYPE)
     result.arrays = {}
-    _split(values, result.values, result.arrays, keep=graph.arrays)
-    result.grad_arrays = {}
-    if grads is None:
-        result.grads = None
-    else:
-        result.grads = np.full(graph.num_nodes, np.nan, dtype=FLOAT_DTYPE)
-        _split(grads, result.grads, result.grad_arrays, keep=graph.arrays)
+    with memory.reuse():  # the copies, in memory a previous result gave back (as the replay's arrays)
+        _split(values, result.values, result.arrays, keep=graph.arrays)
+        result.grad_arrays = {}
+        if grads is None:
+            result.grads = None
+        else:
+            result.grads = np.full(graph.num_nodes, np.nan, dtype=FLOAT_DTYPE)
+            _split(grads, result.grads, result.grad_arrays, keep=graph.arrays)
     return result
 
 
@@ -709,10 +710,11 @@ def _split(
     """Scalars into ``column``, the rest into ``tensors``, each a sealed view (numpy refuses to make
     it writable: it views a read-only array, :func:`graphsvc.graph.sealed`), sharing the memory it is
     given, whatever its layout (a transpose, a broadcast), with two exceptions, which are copied
-    (C-ordered, sealed): an array whose memory someone could still change (it views a writable
-    array: of the graph given, ``keep``, one a caller made with :meth:`Graph.copy`; a caller's
-    array given to :func:`replay` as an override), and a view holding on to a much larger array
-    (more than twice its own bytes; a loaded graph's views of its file's buffer fail that rule).
+    (in the order their axes have in memory, a transpose's copy one pass over it; sealed): an
+    array whose memory someone could still change (it views a writable array: of the graph given,
+    ``keep``, one a caller made with :meth:`Graph.copy`; a caller's array given to :func:`replay`
+    as an override), and a view holding on to a much larger array (more than twice its own bytes;
+    a loaded graph's views of its file's buffer fail that rule: its leaves, and their transposes).
     What a replay computes is read-only memory (:func:`_kept`), so it is never copied: an array that
     owns its memory gets one view, a view of one is kept as it is. A built graph's arrays are
     read-only views of read-only memory: a leaf's value is shared, not copied. Saving such a result
@@ -741,7 +743,7 @@ def _split(
         if read_only_memory(array) and (root is array or (root.base is None and root.nbytes <= 2 * array.nbytes)):
             tensors[node] = array.view()  # of read-only memory: sealed
         else:
-            tensors[node] = sealed(np.array(array, order="C"))
+            tensors[node] = sealed(np.array(array, order="K"))
 
 
 def read_only_memory(array: np.ndarray) -> bool:

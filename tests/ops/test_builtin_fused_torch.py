@@ -83,6 +83,27 @@ def test_addmm_is_aten_addmm(ops: dict[str, Op], dtype: type, seed: int) -> None
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_take_is_pytorchs_select_index_select_and_take(ops: dict[str, Op], dtype: type) -> None:
+    """Its gradient, written where each index picks an element once and summed where one repeats
+    (a negative index and its positive twin are one element)."""
+    rng = np.random.default_rng(0)
+    x = normal(rng, (3, 4, 5), dtype)
+    for index, axis in ((1, 0), (-1, 1), ([2, 0, 1], 0), ([[4, 0], [1, 3]], 2), ([1, 1, 2], 1), ([-1, 3, 0], 1)):
+        indices = np.array(index, dtype=np.int64)
+
+        def reference(t: Any, _: Any, indices: np.ndarray = indices, axis: int = axis) -> Any:
+            if indices.ndim == 0:
+                return torch.select(t, axis, int(indices))
+            picked = torch.index_select(t, axis, torch.tensor(indices.reshape(-1) % t.shape[axis]))
+            return picked.reshape(*t.shape[:axis], *indices.shape, *t.shape[axis + 1 :])
+
+        compare(ops["take"], [x, indices], {"axis": axis}, reference)
+    for flat in ([7, 0, 59], [5, 5, -55], [[1, 2], [3, 4]]):  # no axis: the flattened array
+        indices = np.array(flat, dtype=np.int64)
+        compare(ops["take"], [x, indices], {}, lambda t, _, i=indices: torch.take(t, torch.tensor(i % 60)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("seed", range(4))
 def test_layer_norm_is_aten_native_layer_norm(ops: dict[str, Op], dtype: type, seed: int) -> None:
     rng = np.random.default_rng(seed)

@@ -192,6 +192,41 @@ def test_a_result_shares_the_replays_arrays_whatever_their_layout_without_copies
             array.flags.writeable = True
 
 
+def test_a_loaded_graphs_arrays_are_sealed_so_a_replay_keeps_a_transposed_leaf_as_a_view(tmp_path: Path) -> None:
+    """A loaded graph's arrays are read-only down to the file's buffer, so no holder can make one
+    writable again, and the replay keeps a transposed weight as a view of it (no copy each pass; a
+    mapped file's is copied: another process may rewrite the file). The result copies the leaves
+    and their transposes (views of a buffer more than twice their size), a transpose in the order
+    its axes have in memory, with the numbers the replay had."""
+    from graphsvc.replay import arrays as tensors
+    from graphsvc.replay import columns as replay
+
+    b = GraphBuilder()
+    w = b.leaf(np.arange(12.0, dtype=np.float32).reshape(3, 4), name="w")
+    t = b.add("transpose", [w], name="t")
+    x = b.leaf(np.ones((2, 4), dtype=np.float32), name="x")
+    b.leaf(np.zeros(64, dtype=np.float32), name="unused")  # the file's buffer: more than twice w's bytes
+    b.add("sum", [b.add("matmul", [x, t], name="y")], name="loss")
+    path = tmp_path / "linear.msgpack"
+    graphsvc.save(b.build(), path)
+    for mapped in (False, True):
+        loaded = graphsvc.load(path, mmap=mapped)
+        for array in loaded.arrays.values():
+            with pytest.raises(ValueError, match="cannot set WRITEABLE flag to True"):
+                array.flags.writeable = True
+        values, grads = tensors.replay(loaded, replay.resolve_ops(loaded, builtins()), loaded.node_id("loss"))
+        assert grads is not None and values[t] is not None
+        assert np.shares_memory(values[t], loaded.arrays[w]) is not mapped
+    loaded = graphsvc.load(path)
+    result = graphsvc.backward(loaded, output="loss", registry=builtins())
+    kept = result.arrays[t]
+    assert not np.shares_memory(kept, loaded.arrays[w]) and kept.flags.f_contiguous
+    assert kept.tolist() == np.arange(12.0).reshape(3, 4).T.tolist()
+    assert result.grad_arrays[w].tolist() == [[2.0] * 4] * 3
+    with pytest.raises(ValueError, match="cannot set WRITEABLE flag to True"):
+        kept.flags.writeable = True
+
+
 def test_a_result_copies_a_view_holding_a_much_larger_array_and_a_callers_writable_override() -> None:
     """A gradient that views an array more than twice its size would keep the larger one alive: it
     is copied. An array a caller gives replay() directly stays the caller's, who may change it: the
