@@ -67,6 +67,7 @@ import functools
 import itertools
 import math
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -209,6 +210,7 @@ class Capture:
         if self._backward is not _backward:  # (not inside another capture)
             _REAL.update(backward=self._backward, apply=self._apply)
         function.apply = _APPLY  # type: ignore[method-assign,assignment]
+        self._thread = threading.get_ident()
         _ACTIVE.append(self)
         self._mode = _mode_class()(self)
         self._mode.__enter__()
@@ -1085,15 +1087,24 @@ _ACTIVE: list[Capture] = []
 _REAL: dict[str, Any] = {}  # PyTorch's own backward and apply
 
 
+def _running() -> Capture | None:
+    """The innermost capture running on this thread (another thread's calls are not its step's)."""
+    if _ACTIVE and _ACTIVE[-1]._thread == threading.get_ident():
+        return _ACTIVE[-1]
+    return None
+
+
 def _backward(*args: Any, **kwargs: Any) -> Any:
-    if _ACTIVE:
-        return _ACTIVE[-1]._wrapped_backward(*args, **kwargs)
+    capture = _running()
+    if capture is not None:
+        return capture._wrapped_backward(*args, **kwargs)
     return _REAL["backward"](*args, **kwargs)
 
 
 def _apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
-    if _ACTIVE:
-        return _ACTIVE[-1]._wrapped_apply(cls, *args, **kwargs)
+    capture = _running()
+    if capture is not None:
+        return capture._wrapped_apply(cls, *args, **kwargs)
     return _REAL["apply"].__func__(cls, *args, **kwargs)
 
 

@@ -650,3 +650,19 @@ def test_mse_loss_and_clamp_map_to_graphsvcs_ops_where_it_has_them(tmp_path: Pat
     assert graph.grad("input0").tolist() == [[-1.0, 0.0], [0.0, -1.0]]  # 2 (x - t), 0 where clamped
     if fused:
         replayed(graph, tmp_path, torch.float64)
+
+
+def test_a_backward_on_another_thread_is_not_the_captured_steps() -> None:
+    import threading
+
+    other = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        thread = threading.Thread(target=lambda: (other * 3.0).sum().backward())
+        thread.start()
+        thread.join()
+        (x * 2.0).sum().backward()
+    assert other.grad is not None and other.grad.tolist() == [3.0, 3.0]
+    graph = run.graph()
+    assert [graph.op(n) for n in range(graph.num_nodes)] == ["leaf", "const", "mul", "sum"]
+    assert graph.grad("input0").tolist() == [2.0, 2.0, 2.0]
