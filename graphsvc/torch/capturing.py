@@ -54,7 +54,8 @@ How it records, and why:
   ``torch.utils.module_tracker.ModuleTracker``, which also hooks every backward).
 - While the block runs, ``torch.autograd.backward``, ``Function.apply`` and two global ``nn.Module``
   forward hooks are the capture's (all restored when it ends, an exception or not); the dispatch mode
-  is the calling thread's, so capture one step at a time.
+  is the calling thread's, and a backward or ``Function.apply`` another thread runs meanwhile is
+  not the step's. Capture one step at a time.
 - int64 and bool tensors are kept as int64 (a graph file holds float64, float32 and int64); other
   dtypes (float16, complex) are refused naming the op. CUDA tensors are copied to the host when the
   graph is built.
