@@ -106,6 +106,8 @@ def module_tree(graph: Graph) -> list[dict[str, Any]]:
     nodes: dict[str, int] = {}
     parameters: dict[str, int] = {}
     for node, name in sorted(graph.names.items()):
+        if graph.op(node) == "const":  # a constant's name is its op's (mul.scalar), not a module's
+            continue
         parts = name.split(".")[:-1]
         size = 0
         if node in graph.grad_arrays and graph.op(node) == "leaf":

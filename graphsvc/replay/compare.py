@@ -159,7 +159,7 @@ def differences(replayed: FloatArray, stored: FloatArray, atol: float = 0.0) -> 
     """``|replayed - stored|`` and that over ``|stored|``, element by element (float64): 0 where
     the two are equal (two nans included), inf where only one is nan. The relative difference is
     counted where ``|stored| > atol`` (0 elsewhere): at or below ``atol`` the absolute tolerance
-    decides, and a difference over a stored 0 is no ratio (a gradient of 1e-8 against a stored 0
+    decides (with ``atol`` 0, a difference from a stored 0 is inf), and a difference over a stored 0 is no ratio (a gradient of 1e-8 against a stored 0
     read as a relative difference of 1e+295). Shared by the column comparison (:func:`compare`)
     and the array one (:func:`graphsvc.replay.arrays.compare`)."""
     with np.errstate(all="ignore"):
@@ -167,7 +167,8 @@ def differences(replayed: FloatArray, stored: FloatArray, atol: float = 0.0) -> 
         diff = np.where(same, 0.0, np.abs(replayed - stored))
         diff = np.where(np.isnan(diff), np.inf, diff)
         size = np.abs(stored)
-        rel = np.where((diff == 0.0) | (size <= atol), 0.0, diff / np.maximum(size, np.finfo(np.float64).tiny))
+        rel = np.where(size == 0.0, np.inf, diff / np.where(size == 0.0, 1.0, size))  # no ratio over 0
+        rel = np.where((diff == 0.0) | ((size <= atol) & (atol > 0)), 0.0, rel)
         rel = np.where(np.isnan(rel) | np.isinf(diff), np.inf, rel)
     return diff, rel
 

@@ -162,6 +162,8 @@ class Capture:
     def __enter__(self) -> Capture:
         if self._state != "new":
             raise CaptureError("a capture records one step: start a new capture() for the next one")
+        if _ACTIVE:
+            raise CaptureError("another capture is running (on this thread or another): capture one step at a time")
         try:
             import torch
         except ModuleNotFoundError:
@@ -208,8 +210,7 @@ class Capture:
         torch.autograd.backward = _backward
         function = torch.autograd.function.Function
         self._apply = function.__dict__["apply"]
-        if self._backward is not _backward:  # (not inside another capture)
-            _REAL.update(backward=self._backward, apply=self._apply)
+        _REAL.update(backward=self._backward, apply=self._apply)
         function.apply = _APPLY  # type: ignore[method-assign,assignment]
         self._thread = threading.get_ident()
         _ACTIVE.append(self)
@@ -231,13 +232,15 @@ class Capture:
             for handle in self._hooks:
                 handle.remove()
             self._state = "done"
+        self._sink.open = False  # a later backward over the step's tensors keeps nothing
         if exc is not None:
             self._failure = exc
-            self._sink.open, self._sink.grads = False, {}
+            self._sink.grads = {}
             return
         self._graph = self._build()
         self._nodes = []
-        self._grads = self._sink.grads = {}
+        self._grads = {}
+        self._sink.grads = {}
         self._map = _TensorMap()
 
     def graph(self) -> Graph:

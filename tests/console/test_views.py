@@ -153,6 +153,7 @@ def _captured_like() -> Graph:
         w = b.leaf(np.full((2, 3), 0.5), name=f"layers.{i}.linear.weight")
         h = b.add("tanh", [b.add("mul", [h, w], name=f"layers.{i}.linear.mul")], name=f"layers.{i}.act.tanh")
     head = b.add("mul", [h, b.leaf(np.full((2, 3), 2.0), name="head.weight")], name="head.mul")
+    head = b.add("mul", [head, b.const(np.array(0.5), name="mul.scalar")], name="mul")  # not a module
     loss = b.add("sum", [head], name="sum")
     graph = graphsvc.backward(b.build(outputs=[loss], metadata={"captured": {"torch": "2.13.0"}}))
     del graph.grad_arrays[0]  # PyTorch computed none for the input

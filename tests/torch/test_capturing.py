@@ -666,3 +666,22 @@ def test_a_backward_on_another_thread_is_not_the_captured_steps() -> None:
     graph = run.graph()
     assert [graph.op(n) for n in range(graph.num_nodes)] == ["leaf", "const", "mul", "sum"]
     assert graph.grad("input0").tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_capture_inside_another_is_refused_and_the_outer_one_still_records() -> None:
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        with pytest.raises(CaptureError) as refused, capture():
+            pass
+        (x * 2.0).sum().backward()
+    assert str(refused.value) == "another capture is running (on this thread or another): capture one step at a time"
+    assert run.graph().grad("input0").tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_backward_after_a_capture_without_one_keeps_nothing_in_it() -> None:
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        y = (x * 2.0).exp()
+    y.sum().backward()
+    assert run._grads == {} and run._sink.grads == {} and not run._sink.open
+    assert run.graph().value("exp").tolist() == [math.exp(2.0)] * 3

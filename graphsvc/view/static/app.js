@@ -514,7 +514,7 @@ async function showNode(id) {
 function diffText(diff) {
   if (typeof diff === "string") return diff;
   const parts = (diff.differences || []).map((d) => (d.a === d.b ? `${d.kind}: ${d.a}` : `${d.kind}: A ${d.a}, B ${d.b}`));
-  const where = diff.node_b === null ? "only in A" : `B's node ${diff.node_b}`;
+  const where = diff.node_b == null ? "only in A" : `B's node ${diff.node_b}`;
   return [`${diff.status || "same"} (${where})`, ...parts].join("; ");
 }
 
