@@ -159,9 +159,9 @@ def differences(replayed: FloatArray, stored: FloatArray, atol: float = 0.0) -> 
     """``|replayed - stored|`` and that over ``|stored|``, element by element (float64): 0 where
     the two are equal (two nans included), inf where only one is nan. The relative difference is
     counted where ``|stored| > atol`` (0 elsewhere): at or below ``atol`` the absolute tolerance
-    decides (with ``atol`` 0, a difference from a stored 0 is inf), and a difference over a stored 0 is no ratio (a gradient of 1e-8 against a stored 0
-    read as a relative difference of 1e+295). Shared by the column comparison (:func:`compare`)
-    and the array one (:func:`graphsvc.replay.arrays.compare`)."""
+    decides (a gradient of 1e-8 against a stored 0 is no ratio: it read as 1e+295); with ``atol``
+    0, a difference from a stored 0 is inf. Shared by the column comparison (:func:`compare`) and
+    the array one (:func:`graphsvc.replay.arrays.compare`)."""
     with np.errstate(all="ignore"):
         same = (replayed == stored) | (np.isnan(replayed) & np.isnan(stored))
         diff = np.where(same, 0.0, np.abs(replayed - stored))
