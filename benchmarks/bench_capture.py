@@ -81,15 +81,21 @@ def plain_step(model: nn.Module, loss: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def floor_step(model: nn.Module, loss: Callable[[], Any], inputs: list[Any]) -> float:
-    start = time.perf_counter()
-    model.zero_grad(set_to_none=True)
-    loss().backward()
+def copies(model: nn.Module, inputs: list[Any]) -> list[Any]:
+    """One copy of the step's inputs, each parameter and its gradient: what a graph must copy."""
     kept = [t.detach().numpy().copy() for t in inputs]
     for p in model.parameters():
         kept.append(p.detach().numpy().copy())
         if p.grad is not None:
             kept.append(p.grad.numpy().copy())
+    return kept
+
+
+def floor_step(model: nn.Module, loss: Callable[[], Any], inputs: list[Any]) -> float:
+    start = time.perf_counter()
+    model.zero_grad(set_to_none=True)
+    loss().backward()
+    copies(model, inputs)
     return time.perf_counter() - start
 
 
@@ -126,11 +132,7 @@ def keeper_step(model: nn.Module, loss: Callable[[], Any], inputs: list[Any]) ->
         value = loss()
     keeper.hook_all()
     value.backward()
-    kept = [t.detach().numpy().copy() for t in inputs]
-    for p in model.parameters():
-        kept.append(p.detach().numpy().copy())
-        if p.grad is not None:
-            kept.append(p.grad.numpy().copy())
+    copies(model, inputs)
     return time.perf_counter() - start
 
 

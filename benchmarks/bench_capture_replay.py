@@ -85,8 +85,8 @@ if str(HERE.parent) not in sys.path:
 import graphsvc  # noqa: E402
 from benchmarks import bench_storage  # noqa: E402
 from benchmarks.bench_per_node import CLOCK_WORDS, CLOCKS, op_nodes, timed  # noqa: E402
-from benchmarks.bench_tensors import blas_threads, one_round  # noqa: E402
-from benchmarks.run import machine, startup_env, stats  # noqa: E402
+from benchmarks.bench_tensors import one_round, run_header  # noqa: E402
+from benchmarks.run import startup_env, stats  # noqa: E402
 from graphsvc import topo  # noqa: E402
 from graphsvc.graph import Graph  # noqa: E402
 from graphsvc.ops import NEEDS_INPUT_GRAD, RESIDUALS, Op, OpRegistry  # noqa: E402
@@ -605,17 +605,9 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         raise SystemExit(f"plugins failed to load: {problems}")
     start = time.perf_counter()
-    result: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "argv": sys.argv[1:] if argv is None else argv,
-        "machine": machine(),
-        "blas_threads": blas_threads(),
-        "torch_threads": torch.get_num_threads(),
-        "rounds": args.rounds,
-        "passes": args.passes,
-        "clock": args.clock,
-        "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-    }
+    result: dict[str, Any] = run_header(
+        argv, torch.get_num_threads(), rounds=args.rounds, passes=args.passes, clock=args.clock
+    )
     print(f"threads: OpenBLAS {result['blas_threads']}, torch {result['torch_threads']}", flush=True)
     models = builders()
     with tempfile.TemporaryDirectory(prefix="bench_capture_replay-") as folder:

@@ -71,10 +71,10 @@ if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
 import graphsvc  # noqa: E402
-from benchmarks.bench_tensors import RESULTS, blas_threads, one_round  # noqa: E402
+from benchmarks.bench_tensors import RESULTS, one_round, run_header  # noqa: E402
 from benchmarks.numpy_models import torch_loss  # noqa: E402
 from benchmarks.op_calls import op_calls_alone  # noqa: E402
-from benchmarks.run import machine, stats  # noqa: E402
+from benchmarks.run import stats  # noqa: E402
 from benchmarks.tensor_models import SMALL_OP_MODELS, TensorModel  # noqa: E402
 from graphsvc.graph import CONST, LEAF  # noqa: E402
 from graphsvc.ops import OpRegistry  # noqa: E402
@@ -292,17 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         raise SystemExit(f"graphsvc's builtin ops failed to load: {problems}")
     start = time.perf_counter()
-    result: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "argv": sys.argv[1:] if argv is None else argv,
-        "machine": machine(),
-        "blas_threads": blas_threads(),
-        "torch_threads": torch.get_num_threads(),
-        "rounds": args.rounds,
-        "passes": args.passes,
-        "clock": args.clock,
-        "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-    }
+    result: dict[str, Any] = run_header(
+        argv, torch.get_num_threads(), rounds=args.rounds, passes=args.passes, clock=args.clock
+    )
     print(f"threads: OpenBLAS {result['blas_threads']}, torch {result['torch_threads']}", flush=True)
     result["models"] = [
         bench_model(name, dtype, registry, args.rounds, args.passes, args.clock)

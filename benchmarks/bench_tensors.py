@@ -120,6 +120,20 @@ def keep_freed_memory() -> None:
         raise SystemExit("mallopt refused the settings (not glibc?)")
 
 
+def run_header(argv: list[str] | None, torch_threads: int, **options: Any) -> dict[str, Any]:
+    """What every tensor benchmark's result begins with: when, how it was run, on what machine and
+    threads, the load, and ``options`` (its rounds, passes, ...)."""
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "argv": sys.argv[1:] if argv is None else argv,
+        "machine": machine(),
+        "blas_threads": blas_threads(),
+        "torch_threads": torch_threads,
+        **options,
+        "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+    }
+
+
 def blas_threads() -> int | None:
     """The thread count numpy's OpenBLAS runs with, asked from the library itself."""
     for path in glob.glob(str(Path(np.__file__).parent.parent / "numpy.libs" / "*openblas*")):
@@ -399,18 +413,14 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         raise SystemExit(f"plugins failed to load ({problems}); the CNN needs: pip install ./plugins/graphsvc-conv")
     start = time.perf_counter()
-    result: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "argv": sys.argv[1:] if argv is None else argv,
-        "machine": machine(),
-        "blas_threads": blas_threads(),
-        "torch_threads": torch.get_num_threads(),
-        "rounds": args.rounds,
-        "passes": args.passes,
-        "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-        "keep_freed_memory": args.keep_freed_memory,
-        "isolate": args.isolate,
-    }
+    result: dict[str, Any] = run_header(
+        argv,
+        torch.get_num_threads(),
+        rounds=args.rounds,
+        passes=args.passes,
+        keep_freed_memory=args.keep_freed_memory,
+        isolate=args.isolate,
+    )
     print(f"threads: OpenBLAS {result['blas_threads']}, torch {result['torch_threads']}", flush=True)
     result["models"] = [bench_model(name, registry, args.rounds, args.passes, args.isolate) for name in args.models]
     result["seconds"] = time.perf_counter() - start

@@ -450,8 +450,10 @@ def test_bench_capture_replay_times_a_captured_step_next_to_pytorchs(tmp_path: P
     # the forward products and the weights' gradients; the input's gradient in graphsvc's only
     assert (row["products"]["graphsvc's"]["count"], row["products"]["PyTorch's"]["count"]) == (6, 5)
     assert set(row["breakdown"]["nodes"]) >= {"forward addmm", "vjp addmm", "vjp nll_loss"}
+    from benchmarks.run import machine as run_machine
+
     result = {
-        "date": "d", "argv": [], "machine": bench.machine(), "blas_threads": 1, "torch_threads": 1, "rounds": 1,
+        "date": "d", "argv": [], "machine": run_machine(), "blas_threads": 1, "torch_threads": 1, "rounds": 1,
         "passes": 1, "clock": "cpu", "load_average": "0", "load_average_end": "0", "seconds": 1.0, "models": [row],
     }  # fmt: skip
     assert "| tiny MLP | 7 |" in bench.markdown(result)
