@@ -50,6 +50,9 @@ How it records, and why:
 - **Names**: parameters and buffers by ``named_parameters()`` and ``named_buffers()``, other inputs
   ``input0``, ``input1``, ... in the order the step first uses them, and every other node
   ``<module path>.<op>`` (``layers.0.linear1.addmm``; a repeat gets a number: ``self_attn.bmm1``).
+  A parameter or input that requires grad is a ``leaf``; one that does not (the batch, labels,
+  buffers, a frozen parameter) is a ``const`` in the graph, so a replay, like PyTorch, computes no
+  gradient for it (ops on such tensors alone stay ops, so a step of plain tensors keeps its ops).
   Module paths come from global forward hooks on ``nn.Module`` (cheaper than
   ``torch.utils.module_tracker.ModuleTracker``, which also hooks every backward).
 - While the block runs, ``torch.autograd.backward``, ``Function.apply`` and two global ``nn.Module``
@@ -504,6 +507,7 @@ class Capture:
             raise CaptureError(f"a capture records one step with one backward; this one ran {len(self._backwards)}")
         torch = self._torch
         output: int | None = None
+        data = {n for n, r in enumerate(self._nodes) if r.tag == LEAF and n not in self._leaves}
         if self._backwards:
             output = self._output(*self._backwards[0])
         if output is not None:
@@ -533,7 +537,7 @@ class Capture:
         for new, old in enumerate(keep):
             record = self._nodes[old]
             ids[old] = new
-            tags.append(record.tag)
+            tags.append(CONST if old in data else record.tag)
             counts.append(len(record.parents))
             parents.extend(ids[p] for p in record.parents)
             names[new] = record.name

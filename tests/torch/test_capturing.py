@@ -108,7 +108,7 @@ def test_an_mlp_with_inplace_relu_replays_to_pytorchs_values_and_gradients(dtype
         "0.weight leaf ",
         "0.t transpose 0.weight",
         "0.bias leaf ",
-        "input0 leaf ",
+        "input0 const ",
         *(row.format("0", "input0") for row in linear),
         "1.relu relu 0.addmm",
         "2.weight leaf ",
@@ -116,7 +116,7 @@ def test_an_mlp_with_inplace_relu_replays_to_pytorchs_values_and_gradients(dtype
         "2.bias leaf ",
         *(row.format("2", "1.relu") for row in linear),
         "log_softmax log_softmax 2.addmm {'axis': 1}",
-        "input1 leaf ",
+        "input1 const ",
         "nll_loss_forward nll_loss log_softmax,input1 {'reduction': 'mean', 'ignore_index': -100}",
     ]
     assert graph.outputs == [graph.num_nodes - 1]
@@ -127,6 +127,38 @@ def test_an_mlp_with_inplace_relu_replays_to_pytorchs_values_and_gradients(dtype
     # the in-place ReLU: the linear layer's output keeps its value before the ReLU
     assert graph.value("0.addmm").min() < 0 <= graph.value("1.relu").min()
     replayed(graph, tmp_path, dtype)
+
+
+def test_tensors_that_require_no_gradient_are_consts_and_a_replay_computes_none_for_them() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1)).double()
+    model[0].weight.requires_grad_(False)  # a frozen layer's weight
+    x = torch.randn(2, 3, dtype=torch.float64)
+    z = torch.randn(2, 1, dtype=torch.float64, requires_grad=True)  # an input whose gradient is wanted
+    with capture(model) as run:
+        loss = (model(x) * z).sum()
+        loss.backward()
+    graph = run.graph()
+    ops = {graph.label(node): graph.op(node) for node in range(graph.num_nodes)}
+    assert [name for name, op in ops.items() if op in ("leaf", "const")] == [
+        "0.weight",
+        "0.bias",
+        "input0",
+        "2.weight",
+        "2.bias",
+        "input1",
+    ]
+    assert {name: ops[name] for name in ("0.weight", "input0", "0.bias", "input1")} == {
+        "0.weight": "const",
+        "input0": "const",
+        "0.bias": "leaf",
+        "input1": "leaf",
+    }
+    assert np.array_equal(graph.grad("input1"), z.grad.numpy())
+    replay = graphsvc.backward(graph)
+    assert math.isnan(replay.grad("0.weight")) and math.isnan(replay.grad("input0"))
+    np.testing.assert_allclose(replay.grad("0.bias"), model[0].bias.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(replay.grad("input1"), z.grad.numpy(), rtol=1e-12)
 
 
 def replayed_with_plugins(graph: Graph, tmp_path: Path, dtype: Any, *plugins: str) -> tuple[int, str, str]:
