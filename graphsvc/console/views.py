@@ -102,18 +102,30 @@ def module_tree(graph: Graph) -> list[dict[str, Any]]:
     """A captured step's modules, from its names (``layers.0.linear1.addmm`` ran in
     ``layers.0.linear1``): each module's path, depth (0 for a top-level one), the nodes that ran in
     it or its submodules, and its parameters (elements of the leaves under it with a stored
-    gradient), depth first in the order the step first used each."""
+    gradient), depth first in the order the step first used each. A prefix that names a node is an
+    op, not a module: the parts of an op the capture wrote as several (``head.addmm.mm`` and
+    ``head.addmm``) ran in ``head``."""
+    import math
+
     nodes: dict[str, int] = {}
     parameters: dict[str, int] = {}
+    named = set(graph.names.values())
+    grads = graph.grads
     for node, name in sorted(graph.names.items()):
-        if graph.op(node) == "const":  # a constant's name is its op's (mul.scalar), not a module's
+        op = graph.op(node)
+        if op == "const":  # a constant's name is its op's (mul.scalar), not a module's
             continue
         parts = name.split(".")[:-1]
         size = 0
-        if node in graph.grad_arrays and graph.op(node) == "leaf":
-            size = int(graph.grad_arrays[node].size)
+        if op == "leaf":
+            if node in graph.grad_arrays:
+                size = int(graph.grad_arrays[node].size)
+            elif node not in graph.arrays and grads is not None and not math.isnan(grads[node]):
+                size = 1  # a 0-d parameter: its gradient is a number in the column
         for k in range(1, len(parts) + 1):
             path = ".".join(parts[:k])
+            if path in named:
+                break
             nodes[path] = nodes.get(path, 0) + 1
             parameters[path] = parameters.get(path, 0) + size
     children: dict[str, list[str]] = {}

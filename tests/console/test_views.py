@@ -152,7 +152,9 @@ def _captured_like() -> Graph:
     for i in range(2):
         w = b.leaf(np.full((2, 3), 0.5), name=f"layers.{i}.linear.weight")
         h = b.add("tanh", [b.add("mul", [h, w], name=f"layers.{i}.linear.mul")], name=f"layers.{i}.act.tanh")
-    head = b.add("mul", [h, b.leaf(np.full((2, 3), 2.0), name="head.weight")], name="head.mul")
+    # a fused op written as two (head.addmm.mm then head.addmm), and a 0-d parameter
+    head = b.add("mul", [h, b.leaf(np.full((2, 3), 2.0), name="head.weight")], name="head.addmm.mm")
+    head = b.add("mul", [head, b.leaf(2.0, name="head.scale")], name="head.addmm")
     head = b.add("mul", [head, b.const(np.array(0.5), name="mul.scalar")], name="mul")  # not a module
     loss = b.add("sum", [head], name="sum")
     graph = graphsvc.backward(b.build(outputs=[loss], metadata={"captured": {"torch": "2.13.0"}}))
@@ -169,8 +171,8 @@ def test_a_captured_steps_module_tree_from_its_names() -> None:
         {"module": "layers.1", "depth": 1, "nodes": 3, "parameters": 6},
         {"module": "layers.1.linear", "depth": 2, "nodes": 2, "parameters": 6},
         {"module": "layers.1.act", "depth": 2, "nodes": 1, "parameters": 0},
-        {"module": "head", "depth": 0, "nodes": 2, "parameters": 6},
+        {"module": "head", "depth": 0, "nodes": 4, "parameters": 7},
     ]
     rows = views.module_rows(views.module_tree(_captured_like()))
     assert rows[:3] == [["modules", "8 (nodes, parameters)"], ["  layers", "6, 12"], ["    0", "3, 6"]]
-    assert rows[-1] == ["  head", "2, 6"]
+    assert rows[-1] == ["  head", "4, 7"]
