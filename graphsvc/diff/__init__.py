@@ -61,7 +61,9 @@ def close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float, nan_equal: boo
 class Difference:
     """One difference between aligned nodes: ``kind`` is ``op``, ``attrs``, ``parents``, ``dtype``,
     ``shape`` (structure) or ``value``, ``grad`` (numbers); ``a`` and ``b`` what each graph holds
-    (numbers, or for arrays a summary: shape, dtype, max_abs_diff, first_index)."""
+    (numbers, or for arrays a summary: shape, dtype, max_abs_diff, first_index; for ``attrs`` the
+    keys that differ, a key one side lacks absent from its side; the attributes of a pair whose ops
+    differ are not compared: the ``op`` difference says it)."""
 
     kind: str
     node: int
@@ -402,8 +404,12 @@ def diff(
         for node in np.flatnonzero(has).tolist():
             other = int(matched[node])
             attrs_a, attrs_b = a.attrs.get(node, {}), b.attrs.get(other, {})
-            if attrs_a != attrs_b:
-                keys = sorted(k for k in set(attrs_a) | set(attrs_b) if attrs_a.get(k) != attrs_b.get(k))
+            if attrs_a != attrs_b and a.op(node) == b.op(other):  # two ops' attributes: the op line says it
+                keys = sorted(
+                    k
+                    for k in attrs_a.keys() | attrs_b.keys()
+                    if k not in attrs_a or k not in attrs_b or attrs_a[k] != attrs_b[k]
+                )
                 structural.append(
                     Difference(
                         "attrs",
@@ -411,8 +417,8 @@ def diff(
                         other,
                         a.name(node),
                         a.op(node),
-                        {k: attrs_a.get(k) for k in keys},
-                        {k: attrs_b.get(k) for k in keys},
+                        {k: attrs_a[k] for k in keys if k in attrs_a},  # a key one side lacks: absent
+                        {k: attrs_b[k] for k in keys if k in attrs_b},
                     )
                 )
     values = _numbers("value", a, b, ia, ib, a.values, b.values, a.arrays, b.arrays, rtol, atol, nan_equal, structural)

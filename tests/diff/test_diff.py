@@ -123,6 +123,22 @@ def test_an_op_that_differs_on_a_named_node_and_its_attributes_are_structural() 
     assert [(d.kind, d.node, d.a, d.b) for d in found.numeric] == [("value", 2, 6.0, 5.0)]
 
 
+def test_attributes_that_differ_name_their_keys_and_a_pair_of_different_ops_has_no_attrs_line() -> None:
+    def powers(exponent: float, extra: dict[str, Any], last: str) -> Graph:
+        builder = GraphBuilder()
+        x = builder.leaf(2.0, name="x")
+        p = builder.add("pow", [x], name="p", attrs={"exponent": exponent, **extra})
+        builder.add(last, [p], name="y", attrs={"exponent": 2.0} if last == "pow" else None)
+        return builder.build()  # not replayed: pow takes no "note" (a plugin's op might)
+
+    found = diff(powers(2.0, {"note": None}, "pow"), powers(3.0, {}, "exp"))
+    assert [(d.kind, d.node, d.a, d.b) for d in found.structural] == [
+        ("attrs", 1, {"exponent": 2.0, "note": None}, {"exponent": 3.0}),
+        ("op", 2, "pow", "exp"),
+    ]
+    assert found.structural[0].to_json()["a"] == {"exponent": 2.0, "note": None}
+
+
 def tensor_graph(dtype: Any) -> Graph:
     builder = GraphBuilder()
     x = builder.leaf(np.linspace(-1.0, 1.0, 6).reshape(2, 3).astype(dtype), name="x")
