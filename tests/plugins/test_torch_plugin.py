@@ -7,6 +7,7 @@ imports no torch; the refusals, word for word."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -165,6 +166,39 @@ def test_a_tag_that_names_no_operator_is_refused_when_it_is_resolved() -> None:
     assert str(unknown.value) == (
         f"unknown op 'aten.embedding.nope': {SOURCE}: PyTorch {torch.__version__}'s aten.embedding has no "
         "overload 'nope' (it has: default, out)"
+    )
+
+
+def test_operators_a_node_cannot_be_are_refused_so_a_file_cannot_read_files_or_print(tmp_path: Path) -> None:
+    needs_torch()
+    found = registry()
+    refused = {
+        "aten.from_file.default": "it takes no tensor (a factory's value is a const in a captured graph)",
+        "aten._print.default": "it takes no tensor (a factory's value is a const in a captured graph)",
+        "aten.zeros.default": "it takes no tensor (a factory's value is a const in a captured graph)",
+        "aten.relu.out": "it writes into an out= argument (a node's op returns its result)",
+        "aten._assert_async.default": "it returns no tensor",
+        "aten._local_scalar_dense.default": "it returns no tensor",
+    }
+    for tag, why in refused.items():
+        with pytest.raises(UnknownOpError) as caught:
+            found.get(tag)
+        assert str(caught.value) == f"unknown op {tag!r}: {SOURCE}: {tag} is not replayed: {why}"
+    # a file whose node would read another file: refused before anything runs (exit 4)
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    path = tmp_path / "hostile.json"
+    path.write_text(
+        '{"format": "graphsvc-json", "version": [1, 0], "nodes": [{"name": "x", "op": "leaf", "value": 1.0}, '
+        '{"name": "y", "op": "aten.from_file.default", "parents": ["x"], '
+        f'"attrs": {{"args": [{json.dumps(str(secret))}, false, 4]}}}}]}}'
+    )
+    result = CliRunner().invoke(app, ["forward", str(path)])
+    assert (result.exit_code, result.stdout) == (4, "")
+    assert result.stderr == (
+        "Error: the graph uses an op not registered here: aten.from_file.default "
+        f"({SOURCE}: aten.from_file.default is not replayed: it takes no tensor (a factory's value is a const in a "
+        "captured graph))\n"
     )
 
 

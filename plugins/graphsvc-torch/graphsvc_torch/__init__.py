@@ -13,7 +13,10 @@ Loading the plugin does not import PyTorch (every graphsvc command loads plugins
 resolver checks a tag when a graph first uses it (``validate``, a replay): a name that is not
 ``aten.NAME.OVERLOAD`` is refused at once; where PyTorch cannot be imported, the tag is refused
 with ``pip install torch==2.13.0`` (exit code 4, as for any op that is not here); otherwise PyTorch
-is imported there, once, and a tag that names no operator of this PyTorch is refused by name.
+is imported there, once, and a tag that names no operator of this PyTorch is refused by name, as
+is one a node cannot be (:func:`_refused`: an operator that takes no tensor, such as ``from_file``
+or ``_print``, writes into an ``out=`` argument or returns no tensor), so a graph file can only make
+a replay compute tensors from its own arrays.
 
 How a node runs (forward): each input array becomes a C-contiguous tensor sharing its memory
 where the array is C-contiguous (``torch.from_numpy``, dtype kept; a strided view is copied, see
@@ -71,6 +74,9 @@ def aten_op(tag: str) -> Op:
         raise OpError(f"PyTorch {torch.__version__}'s aten.{name} has no overload {overload!r} (it has: {known})")
     function = getattr(packet, overload)
     schema = function._schema
+    refused = _refused(schema)
+    if refused:
+        raise OpError(f"{tag} is not replayed: {refused}")
     call = _Call(tag, function, mutable=bool(schema.is_mutable))
     return Op(
         tag,
@@ -81,6 +87,28 @@ def aten_op(tag: str) -> Op:
         variadic=True,
         doc=f"PyTorch's {schema}, replayed by PyTorch (graphsvc-torch; its VJP by autograd).",
     )
+
+
+def _refused(schema: Any) -> str | None:
+    """Why an operator is not replayed, or None: a node computes tensors from tensors, and a graph
+    file is data, so an operator that takes no tensor (a factory, ``from_file`` reading a file,
+    ``_print`` writing to the terminal), writes into an ``out=`` argument or returns no tensor is
+    not called for a node (a capture records none of them: a factory's value is a const, ``out=``
+    calls are refused)."""
+    arguments = list(schema.arguments)
+    if any(a.is_out for a in arguments):
+        return "it writes into an out= argument (a node's op returns its result)"
+    if not any(_is_tensor_type(a.type) for a in arguments):
+        return "it takes no tensor (a factory's value is a const in a captured graph)"
+    if not any(_is_tensor_type(r.type) for r in schema.returns):
+        return "it returns no tensor"
+    return None
+
+
+def _is_tensor_type(kind: Any) -> bool:
+    """Whether a schema type is a tensor, an optional one or a list of them."""
+    text = str(kind)
+    return text.startswith("Tensor") or text.startswith("Optional[Tensor") or text.startswith("List[Tensor")
 
 
 @hookimpl
