@@ -56,6 +56,7 @@ __all__ = [
     "Replayed",
     "array_limit",
     "backward",
+    "byte_size",
     "compare",
     "cotangent_for",
     "cotangents_error",

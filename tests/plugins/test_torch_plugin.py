@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 import graphsvc
 from cli import app
-from graphsvc.errors import MissingOpsError, UnknownOpError
-from graphsvc.graph import GraphBuilder
+from graphsvc.errors import MissingOpsError, ReplayError, UnknownOpError
+from graphsvc.graph import Graph, GraphBuilder
 from graphsvc.ops import Op, OpRegistry
 from graphsvc.pluginhost import load_registry
 from graphsvc.testing import check_vjp
@@ -199,6 +199,39 @@ def test_operators_a_node_cannot_be_are_refused_so_a_file_cannot_read_files_or_p
         "Error: the graph uses an op not registered here: aten.from_file.default "
         f"({SOURCE}: aten.from_file.default is not replayed: it takes no tensor (a factory's value is a const in a "
         "captured graph))\n"
+    )
+
+
+def test_an_operator_whose_output_would_be_above_the_array_limit_is_refused_before_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    needs_torch()
+    found = registry()
+
+    def repeated(times: list[int]) -> Graph:
+        b = GraphBuilder()
+        x = b.leaf(np.arange(12, dtype=np.float32).reshape(4, 3), name="x")
+        big = b.add("aten.repeat.default", [x], name="big", attrs={"args": [{"input": 0}, times]})
+        b.add("sum", [big], name="loss")
+        return b.build()
+
+    with pytest.raises(ReplayError) as caught:  # 160 GB: refused from its shape, nothing allocated
+        graphsvc.forward(repeated([100000, 100000]), registry=found)
+    assert str(caught.value) == (
+        f"node big: op 'aten.repeat.default' ({SOURCE}): forward raised ValueError: aten.repeat.default asks for "
+        "a 400000x300000 float32 array (447.0 GiB), more than the limit of 4.0 GiB on one array "
+        "(GRAPHSVC_MAX_ARRAY_BYTES)"
+    )
+    monkeypatch.setenv("GRAPHSVC_MAX_ARRAY_BYTES", "1KiB")
+    assert np.array_equal(
+        graphsvc.forward(repeated([6, 3]), registry=found).value("big"),
+        np.tile(np.arange(12, dtype=np.float32).reshape(4, 3), (6, 3)),
+    )  # 864 bytes: within 1 KiB
+    with pytest.raises(ReplayError) as caught:  # the call a backward makes, with autograd, too
+        graphsvc.backward(repeated([8, 3]), registry=found)
+    assert str(caught.value).endswith(
+        "forward_with_residuals raised ValueError: aten.repeat.default asks for a 32x9 float32 array (1.1 KiB), "
+        "more than the limit of 1.0 KiB on one array (GRAPHSVC_MAX_ARRAY_BYTES)"
     )
 
 

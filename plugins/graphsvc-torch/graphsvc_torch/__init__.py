@@ -18,17 +18,19 @@ is one a node cannot be (:func:`_refused`: an operator that takes no tensor, suc
 or ``_print``, writes into an ``out=`` argument or returns no tensor), so a graph file can only make
 a replay compute tensors from its own arrays.
 
-How a node runs (forward): each input array becomes a C-contiguous tensor sharing its memory
-where the array is C-contiguous (``torch.from_numpy``, dtype kept; a strided view is copied, see
-:func:`_tensor`; an operator that writes into its arguments gets copies), the
-call is decoded (:func:`graphsvc.torch.calls.decode_call`) and made without autograd, output
-``output`` is picked from an operator that returns several, and the tensor comes back as a numpy
-array sharing its memory (copied only to make it contiguous, or off another device). The VJP makes
-the same call with autograd on, the floating-point inputs that need a gradient requiring one, and
-returns ``torch.autograd.grad(out, inputs, g, allow_unused=True)``: ``None`` for an input that
-gets no gradient (an integer index), zeros for a floating one the output does not depend on. A
-replay that goes on to a backward pass makes the call once, with autograd on
-(``forward_with_residuals``), and the VJP uses the graph PyTorch kept, as PyTorch's own backward does.
+How a node runs (forward): each input array becomes a C-contiguous tensor sharing its memory where
+the array is C-contiguous (``torch.from_numpy``, dtype kept; a strided view is copied, see
+:func:`_tensor`; an operator that writes into its arguments gets copies), the call is decoded
+(:func:`graphsvc.torch.calls.decode_call`), refused when an output would be above graphsvc's limit
+on one array (the same call on PyTorch's ``meta`` device gives its shapes first:
+:meth:`_Call._refuse_large`) and made without autograd, output ``output`` is picked from an operator
+that returns several, and the tensor comes back as a numpy array sharing its memory (copied only to
+make it contiguous, or off another device). The VJP makes the same call with autograd on, the
+floating-point inputs that need a gradient requiring one, and returns ``torch.autograd.grad(out,
+inputs, g, allow_unused=True)``: ``None`` for an input that gets no gradient (an integer index),
+zeros for a floating one the output does not depend on. A replay that goes on to a backward pass
+makes the call once, with autograd on (``forward_with_residuals``), and the VJP uses the graph
+PyTorch kept, as PyTorch's own backward does.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def aten_op(tag: str) -> Op:
     refused = _refused(schema)
     if refused:
         raise OpError(f"{tag} is not replayed: {refused}")
-    call = _Call(tag, function, mutable=bool(schema.is_mutable))
+    call = _Call(tag, function, mutable=bool(schema.is_mutable), sized=True)
     return Op(
         tag,
         1,
@@ -155,21 +157,50 @@ def function_op(function: type, name: str | None = None, *, doc: str | None = No
 class _Call:
     """Calls ``function`` (an ATen ``OpOverload`` or a Function's ``apply``) on a node's inputs."""
 
-    def __init__(self, tag: str, function: Callable[..., Any], *, mutable: bool) -> None:
+    def __init__(self, tag: str, function: Callable[..., Any], *, mutable: bool, sized: bool = False) -> None:
         self.tag = tag
         self.function = function
         self.mutable = mutable  # it writes into arguments: give it copies
+        self.sized = sized  # an ATen operator: its outputs' sizes are known before it runs (_refuse_large)
 
     def __repr__(self) -> str:
         return f"<graphsvc_torch call of {self.tag}>"
 
     def _run(self, tensors: Sequence[Any], args: Any, kwargs: Any, output: Any) -> Any:
+        if self.sized:
+            self._refuse_large(tensors, args, kwargs)
         if args is None and not kwargs:
             result = self.function(*tensors)
         else:
             positional, keywords = _decode_call()({"args": args or [], "kwargs": kwargs or {}}, tensors)
             result = self.function(*positional, **keywords)
         return _pick(self.tag, result, output)
+
+    def _refuse_large(self, tensors: Sequence[Any], args: Any, kwargs: Any) -> None:
+        """Refuse the call before it runs when an output would be above graphsvc's limit on one
+        array (``GRAPHSVC_MAX_ARRAY_BYTES``): the same call on PyTorch's ``meta`` device, which
+        works out shapes and dtypes without memory or arithmetic (a node's ``repeat`` of a small
+        input by ``[100000, 100000]`` would otherwise allocate 160 GB before graphsvc sees the
+        result). An operator without a meta kernel, or whose output's size depends on its values
+        (``nonzero``), runs unchecked: graphsvc checks what it returns."""
+        from graphsvc.replay.arrays import ARRAY_LIMIT_ENV, array_limit, byte_size
+
+        torch = _torch(self.tag)
+        meta = [torch.empty_like(t, device="meta") for t in tensors]
+        try:
+            positional, keywords = _decode_call()({"args": args or [], "kwargs": kwargs or {}}, meta)
+            result = self.function(*positional, **keywords)
+        except Exception:  # no meta kernel, a size known only from values, or a bad call (it fails next)
+            return
+        limit = array_limit()
+        for t in result if isinstance(result, (tuple, list)) else [result]:
+            if isinstance(t, torch.Tensor) and t.numel() * t.element_size() > limit:
+                dims = "x".join(map(str, t.shape)) or "0-d"
+                raise ValueError(
+                    f"{self.tag} asks for a {dims} {str(t.dtype).removeprefix('torch.')} array "
+                    f"({byte_size(t.numel() * t.element_size())}), more than the limit of {byte_size(limit)} on one "
+                    f"array ({ARRAY_LIMIT_ENV})"
+                )
 
     def forward(self, *inputs: np.ndarray, args: Any = None, kwargs: Any = None, output: Any = None) -> np.ndarray:
         torch = _torch(self.tag)
