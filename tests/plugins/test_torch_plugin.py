@@ -7,6 +7,7 @@ imports no torch; the refusals, word for word."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -272,6 +273,57 @@ def test_an_lstm_layer_s_mkldnn_rnn_layer_is_pytorch_s() -> None:
     again = op.vjp(read_only(g), value, strided, *inputs[1:], **attrs, output=0, residuals=residuals)  # type: ignore[misc]
     for got, want in zip(again, cotangents, strict=True):
         assert np.array_equal(got, want)
+
+
+def test_the_nodes_of_an_lstm_layer_s_three_outputs_share_one_call_for_a_backward_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    torch = needs_torch()
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 5, batch_first=True)
+    x = torch.randn(2, 3, 4)
+    (call,) = [c for c in record(torch, lambda: lstm(x)) if str(c[0]) == "aten.mkldnn_rnn_layer.default"]
+    func, args, kwargs, outputs = call
+    op, attrs, inputs = as_node(torch, func, args, kwargs)
+    runner = op.forward_with_residuals.__self__  # type: ignore[union-attr]
+    calls = []
+
+    def counted(*a: Any, **k: Any) -> Any:
+        if a[0].device.type != "meta":  # not the size check's call on the meta device
+            calls.append(a[0])
+        return func(*a, **k)
+
+    monkeypatch.setattr(runner, "function", counted)
+    rng = np.random.default_rng(2)
+    seeds = [read_only(rng.standard_normal(o.shape).astype(np.float32)) for o in outputs[:3]]
+    made = [op.forward_with_residuals(*inputs, **attrs, output=k) for k in range(3)]  # type: ignore[misc]
+    assert len(calls) == 1  # one call for the three nodes
+    assert all(np.array_equal(made[k][0], outputs[k].detach().numpy()) for k in range(3))
+    shared = [
+        op.vjp(seeds[k], made[k][0], *inputs, **attrs, output=k, residuals=made[k][1])  # type: ignore[misc]
+        for k in range(3)
+    ]
+    alone = [op.vjp(seeds[k], made[k][0], *inputs, **attrs, output=k) for k in range(3)]  # type: ignore[misc]
+    assert len(calls) == 4  # a VJP without residuals makes its own call
+    for got, want in zip(shared, alone, strict=True):
+        for a, b in zip(got, want, strict=True):
+            assert np.array_equal(a, b)
+    # the gradient of the three outputs together, by autograd through the module: their sum
+    xt = x.clone().requires_grad_()
+    y, (h, c) = lstm(xt)
+    seeds_t = [torch.from_numpy(seeds[0]).transpose(0, 1), *(torch.from_numpy(g).reshape(h.shape) for g in seeds[1:])]
+    total = torch.autograd.grad([y, h, c], [xt], seeds_t)[0]
+    summed = sum(cotangents[0] for cotangents in shared)
+    np.testing.assert_allclose(summed, total.transpose(0, 1).numpy(), rtol=1e-5, atol=1e-6)
+    # inputs that may change between two calls (writable arrays) are not taken for the same call
+    writable = [np.array(a) for a in inputs]
+    for k in range(2):
+        op.forward_with_residuals(*writable, **attrs, output=k)  # type: ignore[misc]
+    assert len(calls) == 6
+    del made, shared  # the nodes let the call go: the next one is made anew
+    gc.collect()
+    op.forward_with_residuals(*inputs, **attrs, output=1)  # type: ignore[misc]
+    assert len(calls) == 7
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import re
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -162,19 +163,23 @@ class _Call:
         self.function = function
         self.mutable = mutable  # it writes into arguments: give it copies
         self.sized = sized  # an ATen operator: its outputs' sizes are known before it runs (_refuse_large)
+        # the last call made for a backward pass, for the nodes of its other outputs (_shared)
+        self._last: tuple[tuple[Any, ...], list[weakref.ref[Any]], weakref.ref[_Made]] | None = None
 
     def __repr__(self) -> str:
         return f"<graphsvc_torch call of {self.tag}>"
 
     def _run(self, tensors: Sequence[Any], args: Any, kwargs: Any, output: Any) -> Any:
+        return _pick(self.tag, self._call(tensors, args, kwargs), output)
+
+    def _call(self, tensors: Sequence[Any], args: Any, kwargs: Any) -> Any:
+        """The call's whole result (every output of one that returns several)."""
         if self.sized:
             self._refuse_large(tensors, args, kwargs)
         if args is None and not kwargs:
-            result = self.function(*tensors)
-        else:
-            positional, keywords = _decode_call()({"args": args or [], "kwargs": kwargs or {}}, tensors)
-            result = self.function(*positional, **keywords)
-        return _pick(self.tag, result, output)
+            return self.function(*tensors)
+        positional, keywords = _decode_call()({"args": args or [], "kwargs": kwargs or {}}, tensors)
+        return self.function(*positional, **keywords)
 
     def _refuse_large(self, tensors: Sequence[Any], args: Any, kwargs: Any) -> None:
         """Refuse the call before it runs when an output would be above graphsvc's limit on one
@@ -209,27 +214,53 @@ class _Call:
         return _array(torch, self._run(tensors, args, kwargs, output))
 
     def _recorded(
-        self, torch: Any, inputs: Sequence[np.ndarray], wanted: Sequence[bool], args: Any, kwargs: Any, output: Any
+        self, torch: Any, inputs: Sequence[np.ndarray], wanted: Sequence[bool], args: Any, kwargs: Any
     ) -> tuple[list[Any], Any]:
         """The call made with autograd on, the ``wanted`` inputs requiring a gradient: the input
-        tensors (autograd's leaves) and the output."""
+        tensors (autograd's leaves) and the whole result."""
         leaves = [_tensor(torch, x, copy=False) for x in inputs]
         leaves = [t.detach().requires_grad_(True) if w else t for t, w in zip(leaves, wanted, strict=True)]
         # an operator that writes into its arguments gets copies (autograd refuses in-place
         # changes of a leaf that requires grad, and the inputs are graphsvc's own)
         tensors = [t.clone() if self.mutable else t for t in leaves]
         with torch.enable_grad():
-            return leaves, self._run(tensors, args, kwargs, output)
+            return leaves, self._call(tensors, args, kwargs)
 
     def forward_with_residuals(
         self, *inputs: np.ndarray, args: Any = None, kwargs: Any = None, output: Any = None
-    ) -> tuple[np.ndarray, tuple[list[Any], Any]]:
+    ) -> tuple[np.ndarray, tuple[list[Any], Any, _Made]]:
         """:meth:`forward` for a replay that goes on to a backward pass: the call made once, with
-        autograd on (every floating-point input requiring a gradient), its graph kept for the VJP."""
+        autograd on (every floating-point input requiring a gradient), its graph kept for the VJP.
+        The nodes of an operator's several outputs (an LSTM layer's sequence and last states) share
+        one call: a node whose call, inputs (the same read-only arrays, as a replay gives them) and
+        arguments are those of a call whose outputs other nodes still hold picks its output from it."""
         torch = _torch(self.tag)
-        wanted = [_floating(x) for x in inputs]
-        leaves, result = self._recorded(torch, inputs, wanted, args, kwargs, output)
-        return _array(torch, result), (leaves, result)
+        key = self._key(inputs, args, kwargs)
+        made = None if key is None else self._shared(key, inputs)
+        if made is None:
+            made = _Made(*self._recorded(torch, inputs, [_floating(x) for x in inputs], args, kwargs))
+            if key is not None and isinstance(made.result, (tuple, list)):
+                self._last = (key, [weakref.ref(x) for x in inputs], weakref.ref(made))
+        result = _pick(self.tag, made.result, output)
+        return _array(torch, result), (made.leaves, result, made)
+
+    @staticmethod
+    def _key(inputs: Sequence[np.ndarray], args: Any, kwargs: Any) -> tuple[Any, ...] | None:
+        """What makes two calls the same call: the same input arrays, read-only (nothing changed
+        them in between), and the same arguments; None when an input may change."""
+        if not all(type(x) is np.ndarray and not x.flags.writeable for x in inputs):
+            return None
+        return (tuple(map(id, inputs)), repr(args), repr(kwargs))
+
+    def _shared(self, key: tuple[Any, ...], inputs: Sequence[np.ndarray]) -> _Made | None:
+        """The last call's result when ``key`` is its key, its inputs are still those arrays (an id
+        is reused only once its array is gone) and a node still holds its result."""
+        if self._last is None or self._last[0] != key:
+            return None
+        _, refs, made = self._last
+        if not all(ref() is x for ref, x in zip(refs, inputs, strict=True)):
+            return None
+        return made()
 
     def vjp(
         self,
@@ -240,21 +271,26 @@ class _Call:
         kwargs: Any = None,
         output: Any = None,
         needs_input_grad: Sequence[bool] | None = None,
-        residuals: tuple[list[Any], Any] | None = None,
+        residuals: tuple[list[Any], Any, _Made] | None = None,
     ) -> list[np.ndarray | None]:
         torch = _torch(self.tag)
         needs = needs_input_grad if needs_input_grad is not None else (True,) * len(inputs)
         wanted = [bool(need) and _floating(x) for x, need in zip(inputs, needs, strict=True)]
         if not any(wanted):
             return [None] * len(inputs)
+        shared = False  # another output's node may go back through the same autograd graph
         if residuals is None:  # not computed by forward_with_residuals in this replay: make the call again
-            leaves, result = self._recorded(torch, inputs, wanted, args, kwargs, output)
+            leaves, whole = self._recorded(torch, inputs, wanted, args, kwargs)
+            result = _pick(self.tag, whole, output)
         else:
-            leaves, result = residuals
+            leaves, result, made = residuals
+            shared = isinstance(made.result, (tuple, list))
         sources = [t for t, w in zip(leaves, wanted, strict=True) if w]
         if isinstance(result, torch.Tensor) and result.requires_grad:
             seed = _tensor(torch, g, copy=False).to(result.dtype)
-            grads = list(torch.autograd.grad(result, sources, grad_outputs=seed, allow_unused=True))
+            grads = list(
+                torch.autograd.grad(result, sources, grad_outputs=seed, allow_unused=True, retain_graph=shared)
+            )
         else:  # an output that does not depend on any input differentiably (an index, a mask)
             grads = [None] * len(sources)
         found = iter(grads)
@@ -266,6 +302,18 @@ class _Call:
             grad = next(found)
             cotangents.append(np.zeros_like(np.asarray(x)) if grad is None else _array(torch, grad))
         return cotangents
+
+
+class _Made:
+    """One call made for a backward pass: autograd's leaves and the whole result. The nodes of its
+    outputs hold it in their residuals; :class:`_Call` keeps a weak reference, so it goes when they
+    do."""
+
+    __slots__ = ("__weakref__", "leaves", "result")
+
+    def __init__(self, leaves: list[Any], result: Any) -> None:
+        self.leaves = leaves
+        self.result = result
 
 
 def _floating(x: Any) -> bool:
