@@ -269,8 +269,16 @@ def _distinct(indices: np.ndarray, size: int) -> bool:
 
 
 def _take(x: np.ndarray, indices: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """np.take; one index along an axis (PyTorch's select) is a view of ``x``, as PyTorch's: np.take
+    copies it element by element (a transformer layer's q, k and v, 64x8x128 float32 each: 77 us
+    against 12 for the view and the copy a reshape of it makes)."""
     if indices.dtype.kind not in "iu":
         raise ValueError(f"indices must be integers (int64), not {indices.dtype}")
+    if indices.ndim == 0 and type(axis) is int and -x.ndim <= axis < x.ndim:
+        at = axis % x.ndim
+        i = int(indices)
+        if -x.shape[at] <= i < x.shape[at]:  # else np.take says what is wrong
+            return x[(slice(None),) * at + (i,)]
     return np.take(x, indices, axis=axis)
 
 
