@@ -153,8 +153,31 @@ def _tuple(axis: int | Sequence[int] | None) -> int | tuple[int, ...] | None:
     return axis if axis is None or isinstance(axis, int) else tuple(axis)
 
 
+@functools.lru_cache(maxsize=4096)
+def _broadcast_remembered(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    return np.broadcast_shapes(*shapes)
+
+
+def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """np.broadcast_shapes, remembered for shapes seen before (it costs microseconds, a look-up a
+    tenth of one: the shape checks of every matrix product and attention node of every replay);
+    ValueError where they do not broadcast."""
+    try:
+        return _broadcast_remembered(*shapes)
+    except TypeError:  # a shape given as a list: not hashable
+        return np.broadcast_shapes(*shapes)
+
+
 def _count(x: np.ndarray, axis: int | Sequence[int] | None) -> int:
     return math.prod(x.shape[a] for a in _axes(axis, x.ndim))
+
+
+def _inverse(permutation: tuple[int, ...]) -> list[int]:
+    """The permutation that undoes ``permutation`` (transpose's VJP): np.argsort's, without an array."""
+    inverse = [0] * len(permutation)
+    for i, axis in enumerate(permutation):
+        inverse[axis] = i
+    return inverse
 
 
 def _matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -174,7 +197,7 @@ def _matmul_shape(x: tuple[int, ...], y: tuple[int, ...]) -> tuple[int, ...] | N
         return None
     rows, cols = x[-2:-1], y[-1:] if len(y) > 1 else ()
     try:
-        batch = np.broadcast_shapes(x[:-2], y[:-2])
+        batch = _broadcast(x[:-2], y[:-2])
     except ValueError:
         return None
     return (*batch, *rows, *cols)
@@ -439,7 +462,7 @@ def _addmm_check(bias: tuple[int, ...], m1: tuple[int, ...], m2: tuple[int, ...]
             f"m1 of shape {_shape(m1)} and m2 of shape {_shape(m2)} cannot be multiplied ({m1[1]} != {m2[0]})"
         )
     try:
-        if np.broadcast_shapes(bias, (m1[0], m2[1])) != (m1[0], m2[1]):
+        if _broadcast(bias, (m1[0], m2[1])) != (m1[0], m2[1]):
             raise ValueError
     except ValueError:
         raise ValueError(
@@ -725,7 +748,7 @@ def _attention_shapes(
             "expected q (..., L, E), k (..., S, E), v (..., S, Ev)"
         )
     try:
-        batch = np.broadcast_shapes(q[:-2], k[:-2], v[:-2])
+        batch = _broadcast(q[:-2], k[:-2], v[:-2])
     except ValueError:
         raise ValueError(
             f"the batch axes of q {_shape(q)}, k {_shape(k)} and v {_shape(v)} do not broadcast together"
@@ -733,7 +756,7 @@ def _attention_shapes(
     scores = (*batch, q[-2], k[-2])
     if mask is not None:
         try:
-            if np.broadcast_shapes(mask, scores) != scores:
+            if _broadcast(mask, scores) != scores:
                 raise ValueError
         except ValueError:
             raise ValueError(
@@ -1123,7 +1146,7 @@ BUILTIN_OPS: tuple[Op, ...] = (
     Op(
         "transpose", 1,
         forward=lambda x, axes=None: x.transpose(axes),
-        vjp=lambda g, out, x, axes=None: (g.transpose(None if axes is None else np.argsort(_axes(axes, x.ndim))),),
+        vjp=lambda g, out, x, axes=None: (g.transpose(None if axes is None else _inverse(_axes(axes, x.ndim))),),
         samples=_unary_samples({}, {"axes": [1, 2, 0]}, {"axes": [-1, 0, 1]}, shape=(2, 3, 4)),
         doc="np.transpose by `axes` (default: reversed).",
     ),
