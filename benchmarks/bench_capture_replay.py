@@ -33,6 +33,12 @@ the output, as the replay makes them, with its memory reuse), each call timed, m
 ``--passes * 3`` passes, summed by op and pass (forward or VJP); the rest of the replay's time is the
 engine's own (its checks, read-only flags, the gradients summed).
 
+**Where PyTorch's time goes**: the same step under ``torch.profiler`` (CPU), ``--passes * 3`` steps
+after ten: each ATen op's self time (its own, without the ops it calls) per step, summed over
+its calls, with the autograd engine's own nodes (``autograd::engine::...``, ``...Backward0``) and
+every row under 1% of the step left out of the table; the profiler's own cost per call inflates
+the small ops. Next to graphsvc's table, op by op, it says what is left against PyTorch.
+
 **The floor of the matrix products**: every matrix product the step makes (the forward and the
 VJPs' products of ``addmm`` and 2-d ``matmul`` nodes, of the shapes and layouts the replay gives
 them), once with ``np.matmul`` (numpy's BLAS) and once with ``torch.mm`` on the same arrays, each
@@ -271,6 +277,36 @@ def breakdown(graph: Graph, ops: list[Op | None], passes: int, clock: Callable[[
     }
 
 
+def pytorch_breakdown(build: Build, passes: int) -> dict[str, Any]:
+    """PyTorch's step under ``torch.profiler``: ``{"seconds": {ATen op: self seconds per step},
+    "calls": {ATen op: calls per step}, "total": the step's profiled seconds}``, ``passes`` steps
+    after ten; the autograd engine's own nodes left out (their time is the ATen ops' they call)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, loss, _ = build()
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        loss().backward()
+
+    for _ in range(10):  # the allocator's memory touched, as in the timed steps
+        step()
+    start = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(passes):
+            step()
+    total = (time.perf_counter() - start) / passes
+    seconds: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for event in prof.key_averages():
+        if not event.key.startswith("aten::"):
+            continue
+        seconds[event.key] = event.self_cpu_time_total / 1e6 / passes
+        calls[event.key] = round(event.count / passes)
+    ranked = dict(sorted(seconds.items(), key=lambda item: -item[1]))
+    return {"seconds": ranked, "calls": calls, "total": total}
+
+
 # -- the matrix products alone: numpy's BLAS next to PyTorch's ----------------------------------------
 def products(graph: Graph, ops: list[Op | None]) -> list[tuple[np.ndarray, np.ndarray]]:
     """The 2-d matrix products of the step (forward, then each VJP's), as the replay's operands: a
@@ -384,6 +420,7 @@ def bench_model(
     row["seconds"] = {alt: stats(ts) for alt, ts in times.items()}
     row["ratios"] = ratios(times, "PyTorch")
     row["breakdown"] = breakdown(graph, ops, args.passes * 3, CLOCKS[args.clock])
+    row["pytorch_breakdown"] = pytorch_breakdown(build, args.passes * 3)
     pairs = products(graph, ops)
     product_times = timed_rounds(product_steps(pairs), args.rounds, args.passes, args.clock)
     row["products"] = {
@@ -523,6 +560,23 @@ def markdown(result: dict[str, Any]) -> str:
         ]
         for key, seconds in b["seconds"].items():
             lines.append(f"| {key} | {b['nodes'][key]} | {seconds * 1e3:.3f} | {seconds / b['total']:.1%} |")
+        t = row.get("pytorch_breakdown")
+        if t is None:
+            continue
+        shown = {op: sec for op, sec in t["seconds"].items() if sec >= 0.01 * t["total"]}
+        lines += [
+            "",
+            f"## Where PyTorch's time goes: {row['model']} (ATen ops' self time per step under torch.profiler; ms)",
+            "",
+            f"A profiled step takes {t['total'] * 1e3:.2f} ms; its ATen ops' self times sum to "
+            f"{sum(t['seconds'].values()) * 1e3:.2f} ms (the rest: the autograd engine, Python, the profiler). "
+            f"Ops under 1% of the step: {sum(t['seconds'].values()) * 1e3 - sum(shown.values()) * 1e3:.2f} ms.",
+            "",
+            "| ATen op | calls | ms | share of the step |",
+            "|---|---:|---:|---:|",
+        ]
+        for key, seconds in shown.items():
+            lines.append(f"| {key} | {t['calls'][key]} | {seconds * 1e3:.3f} | {seconds / t['total']:.1%} |")
     if all("storage" in row for row in result["models"]):
         lines += [
             "",
