@@ -21,9 +21,6 @@ shared machine wall time measures the other processes too):
 
 - **PyTorch**: PyTorch's own step on the same model and input (``zero_grad(set_to_none=True)``,
   forward, loss, ``backward()``): the parameters' gradients;
-- **PyTorch, input's gradient too**: the same step with the input requiring a gradient: the work
-  graphsvc's replay does, which gives every leaf of the graph a gradient, the input's included
-  (PyTorch skips the input's, which for the MLP is a 128x512 by 512x784 product);
 - **graphsvc replay**: ``graphsvc.replay.arrays.replay`` of the loaded graph from its output, the
   ops resolved before timing (``bench_per_node.py``'s "graphsvc replay"): the engine alone;
 - **graphsvc.backward**: the whole public call on the loaded graph (resolving the ops, the forward
@@ -36,11 +33,18 @@ the output, as the replay makes them, with its memory reuse), each call timed, m
 ``--passes * 3`` passes, summed by op and pass (forward or VJP); the rest of the replay's time is the
 engine's own (its checks, read-only flags, the gradients summed).
 
+**Where PyTorch's time goes**: the same step under ``torch.profiler`` (CPU), ``--passes * 3`` steps
+after ten: each ATen op's self time (its own, without the ops it calls) per step, summed over
+its calls, with the autograd engine's own nodes (``autograd::engine::...``, ``...Backward0``) and
+every row under 1% of the step left out of the table; the profiler's own cost per call inflates
+the small ops. Next to graphsvc's table, op by op, it says what is left against PyTorch.
+
 **The floor of the matrix products**: every matrix product the step makes (the forward and the
 VJPs' products of ``addmm`` and 2-d ``matmul`` nodes, of the shapes and layouts the replay gives
 them), once with ``np.matmul`` (numpy's BLAS) and once with ``torch.mm`` on the same arrays, each
-alternative the sum of its products' times, interleaved in rounds like the steps; twice: the
-products graphsvc makes, and those PyTorch's step makes (without the input's gradient).
+alternative the sum of its products' times, interleaved in rounds like the steps. The replay makes
+the products PyTorch's step makes: the capture records the batch as a ``const``, so neither computes
+the input's gradient.
 
 **Storage of the captured step** (unless ``--no-storage``): ``bench_storage.py``'s save and load
 comparisons on the loaded graph's arrays (every value and gradient), the file in the page cache,
@@ -96,7 +100,7 @@ from graphsvc.replay import columns, memory  # noqa: E402
 from graphsvc.replay.run import output_node  # noqa: E402
 
 RESULTS = HERE / "results"
-ALTERNATIVES = ("PyTorch", "PyTorch, input's gradient too", "graphsvc replay", "graphsvc.backward")
+ALTERNATIVES = ("PyTorch", "graphsvc replay", "graphsvc.backward")
 #: The models, by the name ``--models`` takes (``bench_capture.py``'s builders of the same names).
 MODEL_NAMES = {
     "mlp": "MLP 784-512-512-10, batch 128",
@@ -172,8 +176,6 @@ def check(graph: Graph, registry: OpRegistry) -> float:
 def steps(build: Build, graph: Graph, registry: OpRegistry) -> dict[str, Callable[[], Any]]:
     """One pass of each alternative."""
     model, loss, _ = build()
-    model_x, loss_x, inputs_x = build()  # the same model and input (the same seed), the input requiring grad
-    inputs_x[0].requires_grad_(True)
     ops = columns.resolve_ops(graph, registry)
     output = output_node(graph, None)
 
@@ -181,18 +183,13 @@ def steps(build: Build, graph: Graph, registry: OpRegistry) -> dict[str, Callabl
         model.zero_grad(set_to_none=True)
         loss().backward()
 
-    def pytorch_input_grad() -> None:
-        model_x.zero_grad(set_to_none=True)
-        inputs_x[0].grad = None
-        loss_x().backward()
-
     def graphsvc_replay() -> Any:
         return tensors.replay(graph, ops, output)
 
     def graphsvc_backward() -> Graph:
         return graphsvc.backward(graph, registry=registry)
 
-    return dict(zip(ALTERNATIVES, (pytorch, pytorch_input_grad, graphsvc_replay, graphsvc_backward), strict=True))
+    return dict(zip(ALTERNATIVES, (pytorch, graphsvc_replay, graphsvc_backward), strict=True))
 
 
 # -- where graphsvc's time goes ---------------------------------------------------------------------
@@ -280,21 +277,46 @@ def breakdown(graph: Graph, ops: list[Op | None], passes: int, clock: Callable[[
     }
 
 
+def pytorch_breakdown(build: Build, passes: int) -> dict[str, Any]:
+    """PyTorch's step under ``torch.profiler``: ``{"seconds": {ATen op: self seconds per step},
+    "calls": {ATen op: calls per step}, "total": the step's profiled seconds}``, ``passes`` steps
+    after ten; the autograd engine's own nodes left out (their time is the ATen ops' they call)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, loss, _ = build()
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        loss().backward()
+
+    for _ in range(10):  # the allocator's memory touched, as in the timed steps
+        step()
+    start = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(passes):
+            step()
+    total = (time.perf_counter() - start) / passes
+    seconds: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for event in prof.key_averages():
+        if not event.key.startswith("aten::"):
+            continue
+        seconds[event.key] = event.self_cpu_time_total / 1e6 / passes
+        calls[event.key] = round(event.count / passes)
+    ranked = dict(sorted(seconds.items(), key=lambda item: -item[1]))
+    return {"seconds": ranked, "calls": calls, "total": total}
+
+
 # -- the matrix products alone: numpy's BLAS next to PyTorch's ----------------------------------------
-def products(graph: Graph, ops: list[Op | None], pytorchs: bool) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The 2-d matrix products of the step (forward, then each VJP's), as the replay's operands:
-    those graphsvc makes, or (``pytorchs``) those PyTorch's step makes, without the input's gradient."""
+def products(graph: Graph, ops: list[Op | None]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The 2-d matrix products of the step (forward, then each VJP's), as the replay's operands: a
+    VJP's product for each operand that gets a gradient (:func:`graphsvc.replay.arrays.requires_grad`:
+    the parameters and what is computed from them, not the batch, a ``const``), those PyTorch's step
+    makes."""
     output = output_node(graph, None)
     calls = tensors._calls(graph, ops)
     values = tensors.forward(graph, ops)
     requires = tensors.requires_grad(graph, calls, values)
-    inputs = {n for n in range(graph.num_nodes) if graph.op(n) == "leaf" and n not in graph.grad_arrays}
-    if pytorchs:  # the input PyTorch gives no gradient, and what only it reaches
-        for node, call in enumerate(calls):
-            if node in inputs:
-                requires[node] = False
-            elif call is not None:
-                requires[node] = any(requires[p] for p in call[1]) and values[node].dtype.kind == "f"  # type: ignore[union-attr]
     _, grads = tensors.replay(graph, ops, output)
     assert grads is not None
     found: list[tuple[np.ndarray, np.ndarray]] = []
@@ -397,17 +419,15 @@ def bench_model(
     times = timed_rounds(steps(build, graph, registry), args.rounds, args.passes, args.clock)
     row["seconds"] = {alt: stats(ts) for alt, ts in times.items()}
     row["ratios"] = ratios(times, "PyTorch")
-    row["ratios_same_work"] = ratios({k: times[k] for k in ALTERNATIVES[1:]}, "PyTorch, input's gradient too")
     row["breakdown"] = breakdown(graph, ops, args.passes * 3, CLOCKS[args.clock])
-    row["products"] = {}
-    for whose, pytorchs in (("graphsvc's", False), ("PyTorch's", True)):
-        pairs = products(graph, ops, pytorchs)
-        product_times = timed_rounds(product_steps(pairs), args.rounds, args.passes, args.clock)
-        row["products"][whose] = {
-            "count": len(pairs),
-            "seconds": {alt: stats(ts) for alt, ts in product_times.items()},
-            "ratio": ratios(product_times, "torch.mm")["np.matmul (OpenBLAS)"],
-        }
+    row["pytorch_breakdown"] = pytorch_breakdown(build, args.passes * 3)
+    pairs = products(graph, ops)
+    product_times = timed_rounds(product_steps(pairs), args.rounds, args.passes, args.clock)
+    row["products"] = {
+        "count": len(pairs),
+        "seconds": {alt: stats(ts) for alt, ts in product_times.items()},
+        "ratio": ratios(product_times, "torch.mm")["np.matmul (OpenBLAS)"],
+    }
     print(f"{name} ({row['op_nodes']} op nodes, file {row['file_bytes'] / 1e6:.1f} MB, gradient error {error:.1e}):")
     for alt, s in row["seconds"].items():
         line = f"  {alt:32} {s['median'] * 1e3:8.2f} ms"
@@ -415,9 +435,8 @@ def bench_model(
             r = row["ratios"][alt]
             line += f"   {r['median']:.2f}x PyTorch ({r['min']:.2f}-{r['max']:.2f})"
         print(line, flush=True)
-    for whose, p in row["products"].items():
-        r = p["ratio"]
-        print(f"  {whose} {p['count']} matrix products: np.matmul / torch.mm {_r(r)}")
+    p = row["products"]
+    print(f"  {p['count']} matrix products: np.matmul / torch.mm {_r(p['ratio'])}")
     if args.storage:
         row["storage"] = storage(name, graph, folder, args)
     if args.processes:
@@ -468,7 +487,7 @@ def floor(row: dict[str, Any]) -> float:
     """PyTorch's step with its matrix products at numpy's speed, over PyTorch's step (medians):
     what an engine that calls numpy's BLAS could reach at best."""
     pytorch = row["seconds"]["PyTorch"]["median"]
-    products = row["products"]["PyTorch's"]["seconds"]
+    products = row["products"]["seconds"]
     extra = products["np.matmul (OpenBLAS)"]["median"] - products["torch.mm"]["median"]
     return float((pytorch + extra) / pytorch)
 
@@ -489,34 +508,32 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "## One step: forward and backward (ms, median; ratios to PyTorch within a round, min-max)",
         "",
-        "| model | op nodes | PyTorch | PyTorch, input's gradient too | graphsvc replay | graphsvc.backward "
-        "| replay / PyTorch | backward / PyTorch | replay / PyTorch with the input's gradient |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | op nodes | PyTorch | graphsvc replay | graphsvc.backward | replay / PyTorch | backward / PyTorch |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["models"]:
         s, r = row["seconds"], row["ratios"]
         lines.append(
-            f"| {row['title']} | {row['op_nodes']} | {_ms(s['PyTorch'])} | {_ms(s[ALTERNATIVES[1]])} | "
-            f"{_ms(s['graphsvc replay'])} | {_ms(s['graphsvc.backward'])} | {_r(r['graphsvc replay'])} | "
-            f"{_r(r['graphsvc.backward'])} | {_r(row['ratios_same_work']['graphsvc replay'])} |"
+            f"| {row['title']} | {row['op_nodes']} | {_ms(s['PyTorch'])} | {_ms(s['graphsvc replay'])} | "
+            f"{_ms(s['graphsvc.backward'])} | {_r(r['graphsvc replay'])} | {_r(r['graphsvc.backward'])} |"
         )
     lines += [
         "",
         "## The matrix products alone: numpy's BLAS next to PyTorch's on the same operands",
         "",
         "| model | products | np.matmul ms | torch.mm ms | np.matmul / torch.mm |",
-        "|---|---|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|",
     ]
     for row in result["models"]:
-        for whose, p in row["products"].items():
-            lines.append(
-                f"| {row['model']} | {whose} ({p['count']}) | {_ms(p['seconds']['np.matmul (OpenBLAS)'])} | "
-                f"{_ms(p['seconds']['torch.mm'])} | {_r(p['ratio'])} |"
-            )
+        p = row["products"]
+        lines.append(
+            f"| {row['model']} | {p['count']} | {_ms(p['seconds']['np.matmul (OpenBLAS)'])} | "
+            f"{_ms(p['seconds']['torch.mm'])} | {_r(p['ratio'])} |"
+        )
     lines += [
         "",
         "The floor of a numpy engine: PyTorch's step with its matrix products at numpy's speed (PyTorch's "
-        "time + numpy's products - PyTorch's, PyTorch's own products, medians), over PyTorch's step:",
+        "time + the products' time with np.matmul - with torch.mm, medians), over PyTorch's step:",
         "",
         "| model | floor / PyTorch | graphsvc replay / floor | graphsvc.backward / floor |",
         "|---|---:|---:|---:|",
@@ -543,6 +560,23 @@ def markdown(result: dict[str, Any]) -> str:
         ]
         for key, seconds in b["seconds"].items():
             lines.append(f"| {key} | {b['nodes'][key]} | {seconds * 1e3:.3f} | {seconds / b['total']:.1%} |")
+        t = row.get("pytorch_breakdown")
+        if t is None:
+            continue
+        shown = {op: sec for op, sec in t["seconds"].items() if sec >= 0.01 * t["total"]}
+        lines += [
+            "",
+            f"## Where PyTorch's time goes: {row['model']} (ATen ops' self time per step under torch.profiler; ms)",
+            "",
+            f"A profiled step takes {t['total'] * 1e3:.2f} ms; its ATen ops' self times sum to "
+            f"{sum(t['seconds'].values()) * 1e3:.2f} ms (the rest: the autograd engine, Python, the profiler). "
+            f"Ops under 1% of the step: {sum(t['seconds'].values()) * 1e3 - sum(shown.values()) * 1e3:.2f} ms.",
+            "",
+            "| ATen op | calls | ms | share of the step |",
+            "|---|---:|---:|---:|",
+        ]
+        for key, seconds in shown.items():
+            lines.append(f"| {key} | {t['calls'][key]} | {seconds * 1e3:.3f} | {seconds / t['total']:.1%} |")
     if all("storage" in row for row in result["models"]):
         lines += [
             "",

@@ -21,8 +21,8 @@ The fused ops at the end (addmm, layer_norm, batch_norm, scaled_dot_product_atte
 where, mse_loss, clamp) are PyTorch's, with its names for inputs and attributes: one node where a
 captured PyTorch step has one ATen call (:mod:`graphsvc.torch`), each VJP written directly (no
 decomposition into other ops), what it reuses kept by ``forward_with_residuals`` (x normalized and
-1/std, the attention weights). They keep their inputs' dtype; batch_norm sums its statistics in
-float64 as PyTorch's CPU kernel does.
+1/std, the attention softmax's numerators and their row sums). They keep their inputs' dtype;
+batch_norm sums its statistics in float64 as PyTorch's CPU kernel does.
 """
 
 from __future__ import annotations
@@ -153,8 +153,31 @@ def _tuple(axis: int | Sequence[int] | None) -> int | tuple[int, ...] | None:
     return axis if axis is None or isinstance(axis, int) else tuple(axis)
 
 
+@functools.lru_cache(maxsize=4096)
+def _broadcast_remembered(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    return np.broadcast_shapes(*shapes)
+
+
+def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """np.broadcast_shapes, remembered for shapes seen before (it costs microseconds, a look-up a
+    tenth of one: the shape checks of every matrix product and attention node of every replay);
+    ValueError where they do not broadcast."""
+    try:
+        return _broadcast_remembered(*shapes)
+    except TypeError:  # a shape given as a list: not hashable
+        return np.broadcast_shapes(*shapes)
+
+
 def _count(x: np.ndarray, axis: int | Sequence[int] | None) -> int:
     return math.prod(x.shape[a] for a in _axes(axis, x.ndim))
+
+
+def _inverse(permutation: tuple[int, ...]) -> list[int]:
+    """The permutation that undoes ``permutation`` (transpose's VJP): np.argsort's, without an array."""
+    inverse = [0] * len(permutation)
+    for i, axis in enumerate(permutation):
+        inverse[axis] = i
+    return inverse
 
 
 def _matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -174,7 +197,7 @@ def _matmul_shape(x: tuple[int, ...], y: tuple[int, ...]) -> tuple[int, ...] | N
         return None
     rows, cols = x[-2:-1], y[-1:] if len(y) > 1 else ()
     try:
-        batch = np.broadcast_shapes(x[:-2], y[:-2])
+        batch = _broadcast(x[:-2], y[:-2])
     except ValueError:
         return None
     return (*batch, *rows, *cols)
@@ -269,8 +292,16 @@ def _distinct(indices: np.ndarray, size: int) -> bool:
 
 
 def _take(x: np.ndarray, indices: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """np.take; one index along an axis (PyTorch's select) is a view of ``x``, as PyTorch's: np.take
+    copies it element by element (a transformer layer's q, k and v, 64x8x128 float32 each: 77 us
+    against 12 for the view and the copy a reshape of it makes)."""
     if indices.dtype.kind not in "iu":
         raise ValueError(f"indices must be integers (int64), not {indices.dtype}")
+    if indices.ndim == 0 and type(axis) is int and -x.ndim <= axis < x.ndim:
+        at = axis % x.ndim
+        i = int(indices)
+        if -x.shape[at] <= i < x.shape[at]:  # else np.take says what is wrong
+            return x[(slice(None),) * at + (i,)]
     return np.take(x, indices, axis=axis)
 
 
@@ -431,7 +462,7 @@ def _addmm_check(bias: tuple[int, ...], m1: tuple[int, ...], m2: tuple[int, ...]
             f"m1 of shape {_shape(m1)} and m2 of shape {_shape(m2)} cannot be multiplied ({m1[1]} != {m2[0]})"
         )
     try:
-        if np.broadcast_shapes(bias, (m1[0], m2[1])) != (m1[0], m2[1]):
+        if _broadcast(bias, (m1[0], m2[1])) != (m1[0], m2[1]):
             raise ValueError
     except ValueError:
         raise ValueError(
@@ -445,10 +476,12 @@ def _addmm(bias: np.ndarray, m1: np.ndarray, m2: np.ndarray, beta: float = 1.0, 
     beta, alpha = _number("beta", beta), _number("alpha", alpha)
     for name, x in (("bias", bias), ("m1", m1), ("m2", m2)):
         _floats(name, x)
-    product = _scaled(np.matmul(m1, m2), alpha)
+    product = np.matmul(m1, m2)  # fresh: scaled and biased in place (no second array of the output's size)
+    if alpha != 1.0:
+        np.multiply(product, product.dtype.type(alpha), out=product)
     if beta == 0.0:  # PyTorch: the bias is not read (a nan in it does not come through)
         return product
-    return np.add(product, _scaled(bias, beta), dtype=product.dtype)
+    return np.add(product, _scaled(bias, beta), out=product, dtype=product.dtype)
 
 
 def _unfit_is_unknown(out_shape: Callable[..., Sequence[int]]) -> Callable[..., Sequence[int] | None]:
@@ -715,7 +748,7 @@ def _attention_shapes(
             "expected q (..., L, E), k (..., S, E), v (..., S, Ev)"
         )
     try:
-        batch = np.broadcast_shapes(q[:-2], k[:-2], v[:-2])
+        batch = _broadcast(q[:-2], k[:-2], v[:-2])
     except ValueError:
         raise ValueError(
             f"the batch axes of q {_shape(q)}, k {_shape(k)} and v {_shape(v)} do not broadcast together"
@@ -723,7 +756,7 @@ def _attention_shapes(
     scores = (*batch, q[-2], k[-2])
     if mask is not None:
         try:
-            if np.broadcast_shapes(mask, scores) != scores:
+            if _broadcast(mask, scores) != scores:
                 raise ValueError
         except ValueError:
             raise ValueError(
@@ -744,7 +777,8 @@ def _attention_shape(
 def _attention_scores(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Sequence[np.ndarray], scale: Any, is_causal: Any
 ) -> tuple[np.ndarray, float]:
-    """q @ k^T * scale with the mask applied (-inf where a position takes no part), and the scale."""
+    """q @ k^T * scale with the mask applied (-inf where a position takes no part), an array made
+    here (the caller may write into it), and the scale."""
     _attention_shapes(q.shape, k.shape, v.shape, mask[0].shape if mask else None)
     for name, a in (("q", q), ("k", k), ("v", v)):
         _floats(name, a)
@@ -753,10 +787,12 @@ def _attention_scores(
     if is_causal and mask:
         raise ValueError("give an attn_mask or is_causal, not both")
     factor = 1 / math.sqrt(q.shape[-1]) if scale is None else _number("scale", scale)
-    scores = _scaled(np.matmul(q, np.swapaxes(k, -1, -2)), factor)
+    scores = np.matmul(q, np.swapaxes(k, -1, -2))
     if not scores.flags.writeable:
         scores = scores.copy()
     dtype = scores.dtype
+    if factor != 1.0:
+        np.multiply(scores, dtype.type(factor), out=scores)
     if is_causal:  # an added -inf above the diagonal: a third of the time of writing it through a boolean index
         scores += np.where(np.tri(q.shape[-2], k.shape[-2], dtype=bool), dtype.type(0), dtype.type(-np.inf))
     elif mask:
@@ -768,6 +804,21 @@ def _attention_scores(
     return scores, factor
 
 
+def _row_sums(a: np.ndarray) -> np.ndarray:
+    """The sum along the last axis of a stack of matrices, keeping that axis (size 1): a product with a
+    column of ones (one BLAS call per matrix: a sixth of the time of ``sum(axis=-1)`` on the attention
+    scores of a transformer layer, 8x4x64x64 float32); ``sum`` where the dtype is not BLAS's or an
+    axis is empty."""
+    if a.size == 0 or a.dtype.kind != "f":
+        return a.sum(axis=-1, keepdims=True)
+    return np.matmul(a, np.ones((a.shape[-1], 1), dtype=a.dtype))
+
+
+#: What scaled_dot_product_attention keeps for its VJP: the softmax's numerators exp(scores - row max)
+#: (..., L, S) and their row sums (..., L, 1), 1 where a row is masked out entirely.
+_Attention = tuple[np.ndarray, np.ndarray]
+
+
 def _attention_with_residuals(
     q: np.ndarray,
     k: np.ndarray,
@@ -775,15 +826,17 @@ def _attention_with_residuals(
     *attn_mask: np.ndarray,
     scale: float | None = None,
     is_causal: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, _Attention]:
+    """The output (weights @ v, the weights exp / its row sum), computed as (exp @ v) / row sum: the
+    division on the output (..., L, Ev) rather than on the weights (..., L, S); the same for the VJP."""
     scores, _ = _attention_scores(q, k, v, attn_mask, scale, is_causal)
     top = _max_along(scores, -1)
     top[~np.isfinite(top)] = 0  # a row every position is masked out of: weights 0, as PyTorch gives
-    weights = np.exp(np.subtract(scores, top, out=scores), out=scores)  # in place: the scores are made here
-    total = weights.sum(axis=-1, keepdims=True)
-    total[total == 0] = 1  # such a row's weights stay 0 (a plain divide: a masked one costs more)
-    np.divide(weights, total, out=weights)
-    return np.matmul(weights, v), weights
+    numerators = np.exp(np.subtract(scores, top, out=scores), out=scores)  # in place: the scores are made here
+    total = _row_sums(numerators)
+    total[total == 0] = 1  # such a row's numerators stay 0, and so does its output
+    out = np.matmul(numerators, v)
+    return np.divide(out, total, out=out), (numerators, total)
 
 
 def _attention_vjp(
@@ -796,29 +849,37 @@ def _attention_vjp(
     scale: float | None = None,
     is_causal: bool = False,
     needs_input_grad: Sequence[bool] | None = None,
-    residuals: np.ndarray | None = None,
+    residuals: _Attention | None = None,
 ) -> list[np.ndarray | None]:
+    """With the weights w = e / t (e the numerators, t their row sums): v's cotangent w^T @ g =
+    e^T @ (g / t), the scores' w * (g @ v^T - rowsum(g * out)) = e * ((g / t) @ v^T - rowsum((g / t) * out))
+    (softmax's VJP; rowsum(g @ v^T * w) is rowsum(g * out), PyTorch's flash attention's), then
+    q's and k's through the product q @ k^T * scale."""
     from graphsvc.ops import unbroadcast
 
-    weights = (
+    numerators, total = (
         _attention_with_residuals(q, k, v, *attn_mask, scale=scale, is_causal=is_causal)[1]
         if residuals is None
         else residuals
     )
     factor = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     needs = needs_input_grad or (True,) * (3 + len(attn_mask))
-    g_v = unbroadcast(np.matmul(np.swapaxes(weights, -1, -2), g), v.shape) if needs[2] else None
+    g_out = np.divide(g, total)  # g / t: (..., L, Ev)
+    g_v = unbroadcast(np.matmul(np.swapaxes(numerators, -1, -2), g_out), v.shape) if needs[2] else None
     g_q = g_k = g_mask = None
     float_mask = bool(attn_mask) and attn_mask[0].dtype.kind == "f"
     if needs[0] or needs[1] or (float_mask and needs[3]):
-        g_scores = np.matmul(g, np.swapaxes(v, -1, -2))  # the weights' cotangent, then in place the scores'
-        along = np.sum(g_scores * weights, axis=-1, keepdims=True)
-        g_scores -= along
-        g_scores *= weights  # softmax's VJP: weights * (g_weights - sum(g_weights * weights))
+        g_scores = np.matmul(g_out, np.swapaxes(v, -1, -2))  # the weights' cotangent over t, then in place the scores'
+        g_out *= out
+        g_scores -= _row_sums(g_out)
+        g_scores *= numerators
+        dtype = g_scores.dtype.type
         if needs[0]:
-            g_q = unbroadcast(_scaled(np.matmul(g_scores, k), factor), q.shape)
+            g_q = np.matmul(g_scores, k)
+            g_q = unbroadcast(np.multiply(g_q, dtype(factor), out=g_q), q.shape)
         if needs[1]:
-            g_k = unbroadcast(_scaled(np.matmul(np.swapaxes(g_scores, -1, -2), q), factor), k.shape)
+            g_k = np.matmul(np.swapaxes(g_scores, -1, -2), q)
+            g_k = unbroadcast(np.multiply(g_k, dtype(factor), out=g_k), k.shape)
         if float_mask and needs[3]:
             g_mask = unbroadcast(g_scores, attn_mask[0].shape)
     return [g_q, g_k, g_v, *([g_mask] if attn_mask else [])]
@@ -1085,7 +1146,7 @@ BUILTIN_OPS: tuple[Op, ...] = (
     Op(
         "transpose", 1,
         forward=lambda x, axes=None: x.transpose(axes),
-        vjp=lambda g, out, x, axes=None: (g.transpose(None if axes is None else np.argsort(_axes(axes, x.ndim))),),
+        vjp=lambda g, out, x, axes=None: (g.transpose(None if axes is None else _inverse(_axes(axes, x.ndim))),),
         samples=_unary_samples({}, {"axes": [1, 2, 0]}, {"axes": [-1, 0, 1]}, shape=(2, 3, 4)),
         doc="np.transpose by `axes` (default: reversed).",
     ),

@@ -88,7 +88,8 @@ def test_take_is_pytorchs_select_index_select_and_take(ops: dict[str, Op], dtype
     (a negative index and its positive twin are one element)."""
     rng = np.random.default_rng(0)
     x = normal(rng, (3, 4, 5), dtype)
-    for index, axis in ((1, 0), (-1, 1), ([2, 0, 1], 0), ([[4, 0], [1, 3]], 2), ([1, 1, 2], 1), ([-1, 3, 0], 1)):
+    picks = ((1, 0), (-1, 1), (2, -1), ([2, 0, 1], 0), ([[4, 0], [1, 3]], 2), ([1, 1, 2], 1), ([-1, 3, 0], 1))
+    for index, axis in picks:
         indices = np.array(index, dtype=np.int64)
 
         def reference(t: Any, _: Any, indices: np.ndarray = indices, axis: int = axis) -> Any:
@@ -179,6 +180,24 @@ def test_scaled_dot_product_attention_is_pytorchs(ops: dict[str, Op], dtype: typ
     compare(op, [q, k, v, keep.astype(np.int64)], {}, attention_reference(torch.tensor(keep)), seed=seed)
     additive = normal(rng, (*batch[-1:], length, source), dtype)
     compare(op, [q, k, v, additive], {}, attention_reference(), seed=seed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scaled_dot_product_attention_broadcast_and_in_a_captured_layout(ops: dict[str, Op], dtype: type) -> None:
+    """k and v shared by the heads (batch axes of 1), a float mask broadcast over the batch; then q,
+    k and v as a captured transformer layer hands them over (a transpose of (L, N, H, E): each head's
+    rows 4096 bytes apart), a row masked out entirely, and a float mask for its gradient."""
+    rng = np.random.default_rng(3)
+    op = ops["scaled_dot_product_attention"]
+    q, k, v = normal(rng, (2, 3, 4, 5), dtype), normal(rng, (2, 1, 6, 5), dtype), normal(rng, (1, 1, 6, 3), dtype)
+    compare(op, [q, k, v], {}, attention_reference())
+    compare(op, [q, k, v, normal(rng, (4, 6), dtype)], {"scale": 0.3}, attention_reference(scale=0.3))
+    q, k, v = (normal(rng, (16, 2, 4, 8), dtype).transpose(1, 2, 0, 3) for _ in range(3))
+    assert q.strides[2] == 2 * 4 * 8 * q.itemsize
+    compare(op, [q, k, v], {}, attention_reference())
+    additive = np.where(rng.random((16, 16)) < 0.8, 0.0, -np.inf).astype(dtype)
+    additive[5] = -np.inf
+    compare(op, [q, k, v, additive], {}, attention_reference(), differentiable=[True, True, True, False])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

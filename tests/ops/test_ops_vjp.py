@@ -36,6 +36,20 @@ def test_unbroadcast_returns_a_gradient_of_the_right_shape_as_it_is() -> None:
     assert unbroadcast(G, (2, 3)) is G
 
 
+def test_unbroadcast_sums_leading_axes_in_the_gradients_dtype_whatever_its_layout() -> None:
+    """Leading axes summed away: a C-contiguous float array (through BLAS), a transposed one and an
+    int64 one (numpy's sum), one with no elements; float32 stays float32."""
+    g = np.arange(24, dtype=np.float32).reshape(2, 3, 4)  # g[i, j, k] = 12i + 4j + k
+    summed = unbroadcast(g, (4,))  # sum over i and j of 12i + 4j + k = 3*12 + 2*12 + 6k = 60 + 6k
+    assert summed.dtype == np.float32 and summed.tolist() == [60.0, 66.0, 72.0, 78.0]
+    assert unbroadcast(g, (3, 4)).tolist() == [[12.0 + 8 * j + 2 * k for k in range(4)] for j in range(3)]
+    transposed = g.transpose(2, 1, 0)  # [k, j, i]: over k and j, 12 * 12i + 4 * 4 * (0+1+2) + 3 * (0+1+2+3)
+    assert not transposed.flags.c_contiguous
+    assert unbroadcast(transposed, (2,)).tolist() == [66.0, 210.0]
+    assert unbroadcast(g.astype(np.int64), (4,)).tolist() == [60, 66, 72, 78]
+    assert unbroadcast(np.zeros((0, 3), dtype=np.float32), (3,)).tolist() == [0.0, 0.0, 0.0]
+
+
 # -- elementwise_vjp ---------------------------------------------------------------------------------------
 def test_the_vjp_of_mul_over_broadcast_inputs(registry: OpRegistry) -> None:
     x = np.array([1.0, 2.0, 3.0])  # (3,)
