@@ -56,9 +56,9 @@ How it records, and why:
   Module paths come from global forward hooks on ``nn.Module`` (cheaper than
   ``torch.utils.module_tracker.ModuleTracker``, which also hooks every backward).
 - While the block runs, ``torch.autograd.backward``, ``Function.apply`` and two global ``nn.Module``
-  forward hooks are the capture's (all restored when it ends, an exception or not); the dispatch mode
-  is the calling thread's, and a backward or ``Function.apply`` another thread runs meanwhile is
-  not the step's. Capture one step at a time.
+  forward hooks are the capture's (all restored when it ends, an exception or not, and when starting
+  it fails half way); the dispatch mode is the calling thread's, and a backward or
+  ``Function.apply`` another thread runs meanwhile is not the step's. Capture one step at a time.
 - int64 and bool tensors are kept as int64 (a graph file holds float64, float32 and int64); other
   dtypes (float16, complex) are refused naming the op. CUDA tensors are copied to the host when the
   graph is built.
@@ -205,33 +205,55 @@ class Capture:
             for name, module in self._model.named_modules():
                 self._paths.setdefault(id(module), name)
         self._leaf_refs = [] if self._model is None else list(self._model.parameters()) + list(self._model.buffers())
-        self._handles = [
-            torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
-            torch.nn.modules.module.register_module_forward_hook(self._leave_module, always_call=True),
-        ]
-        self._backward = torch.autograd.backward
-        torch.autograd.backward = _backward
-        function = torch.autograd.function.Function
-        self._apply = function.__dict__["apply"]
-        _REAL.update(backward=self._backward, apply=self._apply)
-        function.apply = _APPLY  # type: ignore[method-assign,assignment]
         self._thread = threading.get_ident()
-        _ACTIVE.append(self)
-        self._mode = _mode_class()(self)
-        self._mode.__enter__()
+        self._undo: list[Callable[[], object]] = []
+        try:
+            self._patch(torch)
+        except BaseException:
+            self._unpatch()
+            self._state = "done"
+            raise
         return self
 
+    def _patch(self, torch: Any) -> None:
+        """Put the capture's hooks, wrappers and mode in place, each with its undoing in
+        ``self._undo`` as soon as it is done (so a failure half way leaves PyTorch as it was)."""
+        modules = torch.nn.modules.module
+        handle = modules.register_module_forward_pre_hook(self._enter_module)
+        self._undo.append(handle.remove)
+        handle = modules.register_module_forward_hook(self._leave_module, always_call=True)
+        self._undo.append(handle.remove)
+        self._backward = backward = torch.autograd.backward
+        function = torch.autograd.function.Function
+        self._apply = apply = function.__dict__["apply"]
+        _REAL.update(backward=backward, apply=apply)
+        self._undo.append(functools.partial(setattr, torch.autograd, "backward", backward))
+        torch.autograd.backward = _backward
+        self._undo.append(functools.partial(setattr, function, "apply", apply))
+        function.apply = _APPLY
+        self._undo.append(functools.partial(_ACTIVE.remove, self))
+        _ACTIVE.append(self)
+        self._mode = mode = _mode_class()(self)
+        mode.__enter__()
+        self._undo.append(functools.partial(mode.__exit__, None, None, None))
+
+    def _unpatch(self) -> None:
+        """Undo what :meth:`_patch` did, last first; every step runs, and the first error (if any)
+        is raised when all have."""
+        error: BaseException | None = None
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except BaseException as exc:  # each step runs
+                error = error or exc
+        if error is not None:
+            raise error
+
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        torch = self._torch
         try:
-            self._mode.__exit__(None, None, None)
+            self._unpatch()
         finally:
-            torch.autograd.function.Function.apply = self._apply
-            torch.autograd.backward = self._backward
-            _ACTIVE.remove(self)
             self._mode.capture = None
-            for handle in self._handles:
-                handle.remove()
             for handle in self._hooks:
                 handle.remove()
             self._state = "done"

@@ -584,6 +584,54 @@ def test_the_capture_leaves_pytorch_as_it_found_it() -> None:
     assert x.grad.tolist() == [2.0, 2.0]
 
 
+def pytorch_state() -> tuple[Any, ...]:
+    """What a capture changes while it runs: backward, Function.apply, the global module hooks, the
+    captures running."""
+    from graphsvc.torch import capturing
+
+    module = torch.nn.modules.module
+    hooks = (module._global_forward_pre_hooks, module._global_forward_hooks, module._global_forward_hooks_always_called)
+    return (
+        torch.autograd.backward,
+        torch.autograd.Function.__dict__["apply"],
+        *(dict(h) for h in hooks),
+        list(capturing._ACTIVE),
+    )
+
+
+class Refused(Exception):
+    pass
+
+
+def refuse(*args: Any, **kwargs: Any) -> Any:
+    raise Refused("refused")
+
+
+@pytest.mark.parametrize("where", ["forward hook", "mode class", "mode enter"])
+def test_a_capture_that_fails_to_start_leaves_pytorch_as_it_found_it(where: str, monkeypatch: Any) -> None:
+    from graphsvc.torch import capturing
+
+    before = pytorch_state()
+    with monkeypatch.context() as patched:
+        if where == "forward hook":  # the second of the module hooks: the first is in place by then
+            patched.setattr(torch.nn.modules.module, "register_module_forward_hook", refuse)
+        elif where == "mode class":  # backward, apply and the list of captures are patched by then
+            patched.setattr(capturing, "_mode_class", refuse)
+        else:
+            patched.setattr(capturing._mode_class(), "__enter__", refuse)
+        run = capture()
+        with pytest.raises(Refused), run:
+            pass
+    assert pytorch_state() == before
+    with pytest.raises(CaptureError, match=r"^a capture records one step: start a new capture\(\) for the next one$"):
+        run.__enter__()
+    x = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    with capture() as again:
+        (x * 2.0).sum().backward()
+    assert again.graph().grad("input0").tolist() == [2.0, 2.0]
+    assert pytorch_state() == before
+
+
 def test_the_graph_keeps_the_steps_numbers_after_an_optimizer_changes_the_models() -> None:
     model, graph, _ = mlp_step(torch.float64)
     weight, grad = model[0].weight.detach().clone(), model[0].weight.grad.clone()
