@@ -72,7 +72,7 @@ import itertools
 import math
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,24 +105,6 @@ def capture(model: Any = None) -> Capture:
     """Record one step (forward and backward) of ``model`` (an ``nn.Module``, or None to record any
     tensors): ``with capture(model) as run: ...; graph = run.graph()``."""
     return Capture(model)
-
-
-class _TensorMap:
-    """Tensor -> (node, version), by identity. It holds the tensors it maps (as the nodes hold their
-    values) until the capture ends, so an id is not reused for another tensor meanwhile; cheaper than
-    ``torch.utils.weak.WeakIdKeyDictionary``, which makes a weak reference on every lookup."""
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[Any, int, int]] = {}
-
-    def get(self, t: Any, default: Any = None) -> Any:
-        entry = self._entries.get(id(t))
-        if entry is None or entry[0] is not t:
-            return default
-        return entry[1:]
-
-    def __setitem__(self, t: Any, known: tuple[int, int]) -> None:
-        self._entries[id(t)] = (t, *known)
 
 
 class _GradSink:
@@ -179,8 +161,16 @@ class Capture:
         self._torch = torch
         self._tensor_type = torch.Tensor
         self._current_node = torch._C._current_autograd_node
-        self._map = _TensorMap()
+        # id(tensor) -> (tensor, node, version): tensors by identity. It holds the tensors it maps (as
+        # the nodes hold their values) until the capture ends, so an id is not reused for another
+        # tensor meanwhile; cheaper than ``torch.utils.weak.WeakIdKeyDictionary``, which makes a weak
+        # reference on every lookup. A version of -1 is set at the next call (:meth:`_settle`).
+        self._known: dict[int, tuple[Any, int, int]] = {}
+        self._floating = frozenset(
+            d for d in vars(torch).values() if isinstance(d, torch.dtype) and d.is_floating_point
+        )
         self._uncopied: dict[int, list[int]] = {}
+        self._unindexed: list[int] = []  # nodes with a value not yet in _uncopied (see _protect)
         self._fresh: list[tuple[Any, int]] = []
         self._leaves: dict[int, Any] = {}
         self._accumulating: set[int] = set()
@@ -266,7 +256,7 @@ class Capture:
         self._nodes = []
         self._grads = {}
         self._sink.grads = {}
-        self._map = _TensorMap()
+        self._known = {}
 
     def graph(self) -> Graph:
         """The recorded step as a Graph: the loss is its output (none when no backward ran)."""
@@ -298,7 +288,7 @@ class Capture:
             return func(*args, **kwargs)
         if self._fresh:
             self._settle()
-        if plan.inplace and plan.writes and args and isinstance(args[0], self._tensor_type):
+        if plan.inplace and args and isinstance(args[0], self._tensor_type):
             return self._inplace(func, plan, args, kwargs)
         parents = self._inputs_of(func, args, kwargs)
         if plan.writes:
@@ -319,8 +309,8 @@ class Capture:
         if functional is None:
             raise CaptureError(f"capture cannot record {func}: it has no functional form to record")
         before = len(self._nodes)
-        self._record(functional, _plan(functional), args, kwargs, self_, parents, inplace=True)
-        node = self._map.get(self_, (None,))[0]
+        self._record(functional, _plan(functional), args, kwargs, self_, parents)
+        node = self._known[id(self_)][1]
         if view and (len(self._nodes) == before or not self._nodes[node].const):
             raise CaptureError(
                 f"capture cannot record {func} on a view of another tensor (a slice, a transpose): "
@@ -332,63 +322,95 @@ class Capture:
         """The node of every tensor argument (new leaves made for tensors seen for the first time):
         id(tensor) -> node."""
         nodes: dict[int, int] = {}
-        for t in _tensors(args, kwargs, self._tensor_type):
-            if id(t) not in nodes:
-                nodes[id(t)] = self._node_of(t, func)
+        kind, known = self._tensor_type, self._known
+        for value in itertools.chain(args, kwargs.values()) if kwargs else args:
+            if isinstance(value, kind):
+                tensors: Sequence[Any] = (value,)
+            elif isinstance(value, (list, tuple)):
+                tensors = [t for t in value if isinstance(t, kind)]
+            else:
+                continue
+            for t in tensors:
+                key = id(t)
+                if key in nodes:
+                    continue
+                entry = known.get(key)
+                if entry is None or entry[0] is not t:
+                    nodes[key] = self._leaf(t, func)
+                elif entry[2] >= 0 and t._version != entry[2]:
+                    raise CaptureError(
+                        f"capture cannot record {func}: an argument was changed in place through another view "
+                        "of its memory after it was recorded; change a copy instead"
+                    )
+                else:
+                    nodes[key] = entry[1]
         return nodes
 
-    def _node_of(self, t: Any, func: Any) -> int:
-        known = self._map.get(t)
-        if known is not None:
-            node, version = known
-            if t._version != version and version >= 0:
-                raise CaptureError(
-                    f"capture cannot record {func}: an argument was changed in place through another view "
-                    "of its memory after it was recorded; change a copy instead"
-                )
-            return node
+    def _leaf(self, t: Any, func: Any) -> int:
+        """A new leaf for a tensor the step did not make (a parameter, a buffer, an input)."""
         name = self._leaf_names.get(id(t))
         if name is None:
             name = f"input{next(self._inputs)}"
         node = self._new(LEAF, [], t, self._unique(name), func)
-        self._map[t] = (node, t._version)
-        if t.requires_grad and t.dtype.is_floating_point:
+        self._known[id(t)] = (t, node, t._version)
+        if t.requires_grad and t.dtype in self._floating:
             self._leaves[node] = t
             self._hooks.append(t.register_hook(functools.partial(self._leaf_hook, node)))
         return node
 
-    def _new(self, tag: str, parents: list[int], value: Any, name: str, func: Any, **more: Any) -> int:
-        if value is not None:
-            _check_dtype(value, func)
+    def _new(
+        self, tag: str, parents: list[int], value: Any, name: str, func: Any, attrs: Any = None, const: bool = False
+    ) -> int:
         node = len(self._nodes)
-        self._nodes.append(_Node(tag, parents, value, name, **more))
         if value is not None:
-            self._map[value] = (node, -1)  # its version is known at the next call (a view's is set after this one)
+            if not _dtype_kept(value.dtype):
+                _check_dtype(value, func)
+            self._known[id(value)] = (
+                value,
+                node,
+                -1,
+            )  # its version is known at the next call (a view's is set after this one)
             self._fresh.append((value, node))
-            self._uncopied.setdefault(value.untyped_storage().data_ptr(), []).append(node)
+            self._unindexed.append(node)
+        self._nodes.append(_Node(tag, parents, value, name, attrs, const))
         return node
 
     def _unique(self, base: str) -> str:
+        names = self._names
+        if base not in names:
+            names.add(base)
+            return base
         name = base
-        while name in self._names:
+        while name in names:
             self._counts[base] = count = self._counts.get(base, 0) + 1
             name = f"{base}{count}"
-        self._names.add(name)
+        names.add(name)
         return name
 
-    def _op_name(self, op: str) -> str:
+    def _op_name(self, label: str) -> str:
+        """A node's name: the module path, a dot and ``label`` (an op's name without its leading
+        and trailing underscores, :attr:`_Plan.label`), made unique."""
         path = self._stack[-1]
-        op = op.strip("_") or op
-        return self._unique(f"{path}.{op}" if path else op)
+        return self._unique(f"{path}.{label}" if path else label)
 
     def _protect(self, plan: _Plan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Copy every recorded tensor on the memory an op is about to change."""
+        """Copy every recorded tensor on the memory an op is about to change. The recorded tensors
+        are indexed by their memory here, when an op first writes after they were made: a step
+        without in-place ops never looks for its tensors' memory."""
+        uncopied = self._uncopied
+        if self._unindexed:
+            nodes = self._nodes
+            for node in self._unindexed:
+                value = nodes[node].value
+                if value is not None:
+                    uncopied.setdefault(_memory(value), []).append(node)
+            self._unindexed = []
         for at in plan.writes:
             t = args[at] if isinstance(at, int) and at < len(args) else kwargs.get(str(at))
             if not isinstance(t, self._tensor_type):
                 continue
-            where = t.untyped_storage().data_ptr()
-            for node in self._uncopied.pop(where, ()):
+            where = _memory(t)
+            for node in uncopied.pop(where, ()):
                 record = self._nodes[node]
                 if record.value is not None:
                     record.value = record.value.detach().clone()
@@ -399,29 +421,31 @@ class Capture:
         """The tensors the last call made, now that autograd has set them up: their versions, and
         a hook on each that has a gradient to come."""
         fresh, self._fresh = self._fresh, []
+        known, nodes, kind, floating = self._known, self._nodes, self._tensor_type, self._floating
         for t, node in fresh:
-            known = self._map.get(t)
-            if known is None or known[0] != node:
+            key = id(t)
+            entry = known.get(key)
+            if entry is None or entry[1] != node or entry[0] is not t:
                 continue
-            self._map[t] = (node, t._version)
-            record = self._nodes[node]
-            if record.value is t and not record.const and t.grad_fn is not None and t.dtype.is_floating_point:
-                self._hook_on(t, node)
-
-    def _hook_on(self, t: Any, node: int) -> None:
-        """``t.register_hook`` without its handle (the hook goes with the step's autograd graph),
-        which was most of what registering cost: what ``Tensor.register_hook`` does for a plain
-        tensor, under a key no handle of the step's code has (theirs count up from 0)."""
-        hook = functools.partial(self._sink, node)
-        grad_fn = t.grad_fn
-        if type(t) is not self._tensor_type or grad_fn is None:  # a subclass may handle register_hook
-            t.register_hook(hook)
-            return
-        hooks = t._backward_hooks
-        if hooks is None:
-            hooks = t._backward_hooks = collections.OrderedDict()
-            grad_fn._register_hook_dict(t)
-        hooks[-1 - node] = hook
+            known[key] = (t, node, t._version)
+            record = nodes[node]
+            if record.value is not t or record.const:
+                continue
+            grad_fn = t.grad_fn
+            if grad_fn is None or t.dtype not in floating:
+                continue
+            # ``t.register_hook`` without its handle (the hook goes with the step's autograd graph),
+            # which was most of what registering cost: what ``Tensor.register_hook`` does for a
+            # plain tensor, under a key no handle of the step's code has (theirs count up from 0).
+            hook = functools.partial(self._sink, node)
+            if type(t) is not kind:  # a subclass may handle register_hook
+                t.register_hook(hook)
+                continue
+            hooks = t._backward_hooks
+            if hooks is None:
+                hooks = t._backward_hooks = collections.OrderedDict()
+                grad_fn._register_hook_dict(t)
+            hooks[-1 - node] = hook
 
     def _leaf_hook(self, node: int, grad: Any) -> None:
         """A leaf's gradient, kept only when the leaf had one before (it adds to it): else it is
@@ -432,33 +456,34 @@ class Capture:
 
     # -- recording one call ---------------------------------------------------------------------------
     def _record(
-        self,
-        func: Any,
-        plan: _Plan,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        out: Any,
-        parents: dict[int, int],
-        *,
-        inplace: bool = False,
+        self, func: Any, plan: _Plan, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, parents: dict[int, int]
     ) -> None:
-        outputs = _outputs(out, self._tensor_type)
-        if not outputs:
+        kind = self._tensor_type
+        if isinstance(out, kind):
+            outputs = [out]
+        elif isinstance(out, (list, tuple)) and out and all(isinstance(t, kind) for t in out):
+            outputs = list(out)
+        else:
             return
-        nodes = list(parents.values())
-        folded = plan.name in _FACTORIES or all(self._nodes[n].const for n in nodes)
+        nodes = self._nodes
+        folded = plan.factory or all(nodes[n].const for n in parents.values())
+        if folded and parents and plan.alias:  # a const's alias: the same const
+            same = next(iter(parents.values()))
         call = _Call(self, func, plan, args, kwargs, outputs, parents)
+        known, fresh = self._known, self._fresh
         for i, t in enumerate(outputs):
-            if folded and nodes and plan.handler in (_same, _detach):  # a const's alias: the same const
-                node = nodes[0]
-            elif folded:
-                node = self._new(CONST, [], t, self._op_name(plan.name), func, const=True)
+            if not folded:
+                node = plan.handler(call, i)
+                if node is None:
+                    node = call.generic(i)
+            elif parents and plan.alias:
+                node = same
             else:
-                mapped = plan.handler(call, i)
-                node = call.generic(i) if mapped is None else mapped
-            if self._map.get(t, (None,))[0] != node:  # a tensor that is the same node as another
-                self._map[t] = (node, -1)
-                self._fresh.append((t, node))
+                node = self._new(CONST, [], t, self._op_name(plan.label), func, const=True)
+            entry = known.get(id(t))
+            if entry is None or entry[1] != node or entry[0] is not t:  # a tensor that is the same node as another
+                known[id(t)] = (t, node, -1)
+                fresh.append((t, node))
 
     # -- backward and custom Functions -----------------------------------------------------------------
     def _wrapped_backward(self, tensors: Any, grad_tensors: Any = None, *rest: Any, **kwargs: Any) -> Any:
@@ -492,7 +517,7 @@ class Capture:
                 if node not in self._accumulating and t.grad is not None:
                     self._grads[node] = t.grad
             for node, g in self._grads.items():  # copied before anything changes them in place
-                self._uncopied_grads.setdefault(g.untyped_storage().data_ptr(), []).append(node)
+                self._uncopied_grads.setdefault(_memory(g), []).append(node)
 
     def _wrapped_apply(self, cls: Any, *args: Any, **kwargs: Any) -> Any:
         apply = self._apply.__func__
@@ -516,7 +541,7 @@ class Capture:
         outputs = _outputs(out, self._tensor_type)
         for i, t in enumerate(outputs):
             more = dict(attrs, output=i) if len(outputs) > 1 else attrs
-            name = self._op_name(cls.__name__)
+            name = self._op_name(cls.__name__.strip("_") or cls.__name__)
             self._new(tag, [parents[id(p)] for p in tensors], t, name, tag, attrs=more or None)
         return out
 
@@ -540,7 +565,7 @@ class Capture:
         keep = _ancestors(self._nodes, outputs)
         # the capture's own references, dropped: what is left in use is someone else's (the values
         # of nodes the graph does not keep go too: a detached alias of a kept value holds its memory)
-        self._fresh, self._backwards, self._leaves, self._map = [], [], {}, _TensorMap()
+        self._fresh, self._backwards, self._leaves, self._known = [], [], {}, {}
         kept = set(keep)
         for node, record in enumerate(self._nodes):
             if node not in kept:
@@ -610,7 +635,7 @@ class Capture:
                 continue
             for t in (record.value, self._grads.get(node)):
                 if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                    groups.setdefault(t.untyped_storage().data_ptr(), {})[id(t)] = t
+                    groups.setdefault(_memory(t), {})[id(t)] = t
         t = None  # no reference of ours left in a variable
         private: set[int] = set()
         for group in groups.values():
@@ -654,10 +679,10 @@ class Capture:
             tensors = tensors[0]
             if isinstance(grad_tensors, (list, tuple)):
                 grad_tensors = grad_tensors[0] if grad_tensors else None
-        known = self._map.get(tensors) if isinstance(tensors, torch.Tensor) else None
-        if known is None:
+        known = self._known.get(id(tensors)) if isinstance(tensors, torch.Tensor) else None
+        if known is None or known[0] is not tensors:
             raise CaptureError("the backward ran from a tensor the capture did not see made")
-        node = known[0]
+        node = known[1]
         seed = None if grad_tensors is None else grad_tensors.detach()
         if seed is None or (tensors.dim() == 0 and bool((seed == 1).all())):
             if node not in self._grads and tensors.dim() == 0:
@@ -679,6 +704,8 @@ class Capture:
 # -- calls and how each op is written ---------------------------------------------------------------------
 class _Call:
     """One recorded call, as the op handlers see it."""
+
+    __slots__ = ("args", "capture", "func", "kwargs", "outputs", "parents", "plan")
 
     def __init__(
         self,
@@ -706,19 +733,19 @@ class _Call:
 
     def emit(self, tag: str, parents: Sequence[int], i: int, attrs: dict[str, Any] | None = None) -> int:
         c = self.capture
-        return c._new(tag, list(parents), self.outputs[i], c._op_name(self.plan.name), self.func, attrs=attrs)
+        return c._new(tag, list(parents), self.outputs[i], c._op_name(self.plan.label), self.func, attrs)
 
     def inner(self, tag: str, parents: Sequence[int], attrs: dict[str, Any] | None = None, *, suffix: str) -> int:
         """A node of a decomposition, whose value a replay computes (PyTorch had no such tensor)."""
         c = self.capture
         node = len(c._nodes)
-        c._nodes.append(_Node(tag, list(parents), None, c._op_name(f"{self.plan.name}.{suffix}"), attrs))
+        c._nodes.append(_Node(tag, list(parents), None, c._op_name(f"{self.plan.label}.{suffix}"), attrs))
         return node
 
     def const(self, value: np.ndarray, suffix: str) -> int:
         c = self.capture
         node = len(c._nodes)
-        c._nodes.append(_Node(CONST, [], value, c._op_name(f"{self.plan.name}.{suffix}"), const=True))
+        c._nodes.append(_Node(CONST, [], value, c._op_name(f"{self.plan.label}.{suffix}"), const=True))
         return node
 
     def scalar(self, value: Any, i: int) -> int:
@@ -741,15 +768,23 @@ class _Call:
 Handler = Callable[[_Call, int], "int | None"]
 
 
-@dataclass
+@dataclass(slots=True, frozen=True)
 class _Plan:
+    """How calls of one ATen operator overload are recorded (made once per overload)."""
+
     name: str
+    #: The name its nodes are named by: ``name`` without leading and trailing underscores.
+    label: str
     handler: Handler
     writes: tuple[int | str, ...]
     inplace: bool
     functional: Any
     #: The op writes into an argument it does not return (an out= variant): refused.
     refused: bool
+    #: A factory or random op: its result is a const whatever its arguments.
+    factory: bool
+    #: An alias of its first argument (``alias``, ``detach``...): a const's alias is that const.
+    alias: bool
 
 
 @functools.cache
@@ -775,7 +810,11 @@ def _plan(func: Any) -> _Plan:
                 if functional is not None:
                     break
     handler = _MAPPED.get(f"{base}.{func._overloadname}") or _MAPPED.get(base) or _no_mapping
-    return _Plan(base, handler, tuple(writes), inplace, functional, refused)
+    label = base.strip("_") or base
+    factory = base in _FACTORIES
+    return _Plan(
+        base, label, handler, tuple(writes), inplace, functional, refused, factory, handler in (_same, _detach)
+    )
 
 
 def _no_mapping(call: _Call, i: int) -> int | None:
@@ -789,7 +828,8 @@ def _same(call: _Call, i: int) -> int | None:
 def _detach(call: _Call, i: int) -> int | None:
     x = call.args[0]
     if x.requires_grad:  # a stop-gradient: the value, as a const
-        return call.capture._new(CONST, [], call.outputs[i], call.capture._op_name("detach"), call.func, const=True)
+        c = call.capture
+        return c._new(CONST, [], call.outputs[i], c._op_name("detach"), call.func, const=True)
     return call.node(x)
 
 
@@ -1169,14 +1209,6 @@ def _available_ops() -> frozenset[str]:
     return frozenset(op.name for op in default_registry())
 
 
-def _tensors(args: Sequence[Any], kwargs: dict[str, Any], kind: type) -> Iterator[Any]:
-    for value in itertools.chain(args, kwargs.values()):
-        if isinstance(value, kind):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            yield from (v for v in value if isinstance(v, kind))
-
-
 def _outputs(out: Any, kind: type) -> list[Any]:
     if isinstance(out, kind):
         return [out]
@@ -1197,6 +1229,13 @@ def _check_dtype(t: Any, func: Any) -> None:
     if not _dtype_kept(t.dtype):
         name = str(t.dtype).removeprefix("torch.")
         raise CaptureError(f"capture cannot record {func}: its tensor is {name}, which a graph file cannot hold")
+
+
+@functools.cache
+def _floating_dtypes() -> frozenset[Any]:
+    import torch
+
+    return frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and d.is_floating_point)
 
 
 @functools.cache
@@ -1254,6 +1293,11 @@ def _copied(
         free.remove(at)
         order.append(at)
     return copy.transpose(order)
+
+
+def _memory(t: Any) -> int:
+    """Where a tensor's memory starts: the tensors on one memory share it."""
+    return int(t.untyped_storage().data_ptr())
 
 
 def _numpy(t: Any) -> np.ndarray:
