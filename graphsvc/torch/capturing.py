@@ -122,14 +122,43 @@ class _GradSink:
             self.grads[node] = grad
 
 
-@dataclass(slots=True)
-class _Node:
-    tag: str
-    parents: list[int]
-    value: Any  # a torch.Tensor (or None: a node whose value a replay computes)
-    name: str
-    attrs: dict[str, Any] | None = None
-    const: bool = False
+class _Nodes:
+    """The recorded nodes, a column each (no object per node: a step of many calls would otherwise
+    make Python's cycle collector run more often, and look through them each time)."""
+
+    __slots__ = ("attrs", "consts", "flat", "names", "starts", "tags", "values")
+
+    def __init__(self) -> None:
+        self.tags: list[str] = []
+        self.starts: list[int] = []  # where each node's parents start in ``flat``
+        self.flat: list[int] = []  # the parents of every node, one node's after another's
+        #: Each node's value: a torch.Tensor, an array the capture made, or None (a node whose
+        #: value a replay computes).
+        self.values: list[Any] = []
+        self.names: list[str] = []
+        self.attrs: dict[int, dict[str, Any]] = {}
+        self.consts: list[bool] = []  # whose value is a const (folded, whatever the node's tag)
+
+    def __len__(self) -> int:
+        return len(self.tags)
+
+    def add(
+        self, tag: str, parents: Sequence[int], value: Any, name: str, attrs: dict[str, Any] | None, const: bool
+    ) -> int:
+        node = len(self.tags)
+        self.tags.append(tag)
+        self.starts.append(len(self.flat))
+        self.flat.extend(parents)
+        self.values.append(value)
+        self.names.append(name)
+        if attrs:
+            self.attrs[node] = attrs
+        self.consts.append(const)
+        return node
+
+    def parents(self, node: int) -> list[int]:
+        end = self.starts[node + 1] if node + 1 < len(self.starts) else len(self.flat)
+        return self.flat[self.starts[node] : end]
 
 
 class Capture:
@@ -137,7 +166,7 @@ class Capture:
 
     def __init__(self, model: Any = None) -> None:
         self._model = model
-        self._nodes: list[_Node] = []
+        self._nodes = _Nodes()
         self._grads: dict[int, Any] = {}
         self._graph: Graph | None = None
         self._state = "new"
@@ -166,9 +195,7 @@ class Capture:
         # tensor meanwhile; cheaper than ``torch.utils.weak.WeakIdKeyDictionary``, which makes a weak
         # reference on every lookup. A version of -1 is set at the next call (:meth:`_settle`).
         self._known: dict[int, tuple[Any, int, int]] = {}
-        self._floating = frozenset(
-            d for d in vars(torch).values() if isinstance(d, torch.dtype) and d.is_floating_point
-        )
+        self._floating = _floating_dtypes()
         self._uncopied: dict[int, list[int]] = {}
         self._unindexed: list[int] = []  # nodes with a value not yet in _uncopied (see _protect)
         self._fresh: list[tuple[Any, int]] = []
@@ -177,7 +204,7 @@ class Capture:
         self._uncopied_grads: dict[int, list[int]] = {}
         self._hooks: list[Any] = []
         self._names: set[str] = set()
-        self._counts: dict[str, int] = {}
+        self._name_counts: dict[str, int] = {}
         self._inputs = itertools.count()
         self._quiet = 0
         self._done = False
@@ -187,14 +214,15 @@ class Capture:
         self._leaf_names: dict[int, str] = {}
         self._paths: dict[int, str] = {}
         self._stack: list[str] = [""]
+        self._leaf_refs: list[Any] = []  # what _leaf_names names, held so that no id is reused
         if self._model is not None:
-            for name, p in self._model.named_parameters(remove_duplicate=True):
-                self._leaf_names.setdefault(id(p), name)
-            for name, b in self._model.named_buffers(remove_duplicate=True):
-                self._leaf_names.setdefault(id(b), name)
+            for name, t in itertools.chain(
+                self._model.named_parameters(remove_duplicate=True), self._model.named_buffers(remove_duplicate=True)
+            ):
+                self._leaf_names.setdefault(id(t), name)
+                self._leaf_refs.append(t)
             for name, module in self._model.named_modules():
                 self._paths.setdefault(id(module), name)
-        self._leaf_refs = [] if self._model is None else list(self._model.parameters()) + list(self._model.buffers())
         self._thread = threading.get_ident()
         self._undo: list[Callable[[], object]] = []
         try:
@@ -253,7 +281,7 @@ class Capture:
             self._sink.grads = {}
             return
         self._graph = self._build()
-        self._nodes = []
+        self._nodes = _Nodes()
         self._grads = {}
         self._sink.grads = {}
         self._known = {}
@@ -311,7 +339,7 @@ class Capture:
         before = len(self._nodes)
         self._record(functional, _plan(functional), args, kwargs, self_, parents)
         node = self._known[id(self_)][1]
-        if view and (len(self._nodes) == before or not self._nodes[node].const):
+        if view and (len(self._nodes) == before or not self._nodes.consts[node]):
             raise CaptureError(
                 f"capture cannot record {func} on a view of another tensor (a slice, a transpose): "
                 "a graph of functional ops cannot hold a change through a view; change a copy instead"
@@ -359,20 +387,23 @@ class Capture:
         return node
 
     def _new(
-        self, tag: str, parents: list[int], value: Any, name: str, func: Any, attrs: Any = None, const: bool = False
+        self,
+        tag: str,
+        parents: Sequence[int],
+        value: Any,
+        name: str,
+        func: Any,
+        attrs: dict[str, Any] | None = None,
+        const: bool = False,
     ) -> int:
-        node = len(self._nodes)
+        if value is not None and not _dtype_kept(value.dtype):
+            _check_dtype(value, func)
+        node = self._nodes.add(tag, parents, value, name, attrs, const)
         if value is not None:
-            if not _dtype_kept(value.dtype):
-                _check_dtype(value, func)
-            self._known[id(value)] = (
-                value,
-                node,
-                -1,
-            )  # its version is known at the next call (a view's is set after this one)
+            # its version is known at the next call (a view's is set after this one)
+            self._known[id(value)] = (value, node, -1)
             self._fresh.append((value, node))
             self._unindexed.append(node)
-        self._nodes.append(_Node(tag, parents, value, name, attrs, const))
         return node
 
     def _unique(self, base: str) -> str:
@@ -382,7 +413,7 @@ class Capture:
             return base
         name = base
         while name in names:
-            self._counts[base] = count = self._counts.get(base, 0) + 1
+            self._name_counts[base] = count = self._name_counts.get(base, 0) + 1
             name = f"{base}{count}"
         names.add(name)
         return name
@@ -399,9 +430,9 @@ class Capture:
         without in-place ops never looks for its tensors' memory."""
         uncopied = self._uncopied
         if self._unindexed:
-            nodes = self._nodes
+            values = self._nodes.values
             for node in self._unindexed:
-                value = nodes[node].value
+                value = values[node]
                 if value is not None:
                     uncopied.setdefault(_memory(value), []).append(node)
             self._unindexed = []
@@ -410,10 +441,11 @@ class Capture:
             if not isinstance(t, self._tensor_type):
                 continue
             where = _memory(t)
+            values = self._nodes.values
             for node in uncopied.pop(where, ()):
-                record = self._nodes[node]
-                if record.value is not None:
-                    record.value = record.value.detach().clone()
+                value = values[node]
+                if value is not None:
+                    values[node] = value.detach().clone()
             for node in self._uncopied_grads.pop(where, ()):
                 self._grads[node] = self._grads[node].clone()
 
@@ -421,15 +453,15 @@ class Capture:
         """The tensors the last call made, now that autograd has set them up: their versions, and
         a hook on each that has a gradient to come."""
         fresh, self._fresh = self._fresh, []
-        known, nodes, kind, floating = self._known, self._nodes, self._tensor_type, self._floating
+        known, kind, floating = self._known, self._tensor_type, self._floating
+        values, consts = self._nodes.values, self._nodes.consts
         for t, node in fresh:
             key = id(t)
             entry = known.get(key)
             if entry is None or entry[1] != node or entry[0] is not t:
                 continue
             known[key] = (t, node, t._version)
-            record = nodes[node]
-            if record.value is not t or record.const:
+            if values[node] is not t or consts[node]:
                 continue
             grad_fn = t.grad_fn
             if grad_fn is None or t.dtype not in floating:
@@ -465,8 +497,8 @@ class Capture:
             outputs = list(out)
         else:
             return
-        nodes = self._nodes
-        folded = plan.factory or all(nodes[n].const for n in parents.values())
+        consts = self._nodes.consts
+        folded = plan.factory or all(consts[n] for n in parents.values())
         if folded and parents and plan.alias:  # a const's alias: the same const
             same = next(iter(parents.values()))
         call = _Call(self, func, plan, args, kwargs, outputs, parents)
@@ -554,23 +586,25 @@ class Capture:
             raise CaptureError(f"a capture records one step with one backward; this one ran {len(self._backwards)}")
         torch = self._torch
         output: int | None = None
-        data = {n for n, r in enumerate(self._nodes) if r.tag == LEAF and n not in self._leaves}
+        nodes = self._nodes
+        data = {n for n, tag in enumerate(nodes.tags) if tag == LEAF and n not in self._leaves}
         if self._backwards:
             output = self._output(*self._backwards[0])
         if output is not None:
             outputs = [output]
         else:  # no backward: the results are the ops' values nothing else used
-            used = {p for record in self._nodes for p in record.parents}
-            outputs = [n for n, r in enumerate(self._nodes) if n not in used and r.tag not in (CONST, LEAF)]
-        keep = _ancestors(self._nodes, outputs)
+            used = set(nodes.flat)
+            outputs = [n for n, tag in enumerate(nodes.tags) if n not in used and tag not in (CONST, LEAF)]
+        keep = _ancestors(nodes, outputs)
         # the capture's own references, dropped: what is left in use is someone else's (the values
         # of nodes the graph does not keep go too: a detached alias of a kept value holds its memory)
         self._fresh, self._backwards, self._leaves, self._known = [], [], {}, {}
         kept = set(keep)
-        for node, record in enumerate(self._nodes):
+        values, all_grads = nodes.values, self._grads
+        for node in range(len(nodes)):
             if node not in kept:
-                record.value = None
-                self._grads.pop(node, None)
+                values[node] = None
+                all_grads.pop(node, None)
         private = self._private(keep)
         tags: list[str] = []
         counts: list[int] = []
@@ -582,19 +616,22 @@ class Capture:
         ids: dict[int, int] = {}
         copies: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]] = {}
         for new, old in enumerate(keep):
-            record = self._nodes[old]
             ids[old] = new
-            tags.append(CONST if old in data else record.tag)
-            counts.append(len(record.parents))
-            parents.extend(ids[p] for p in record.parents)
-            names[new] = record.name
-            if record.attrs:
-                attrs[new] = record.attrs
-            if record.value is not None:
-                arrays[new] = _kept(record.value, private, copies)
-                grad = self._grads.get(old)
-                if grad is not None and record.tag != CONST and tuple(grad.shape) == arrays[new].shape:
+            tag = nodes.tags[old]
+            tags.append(CONST if old in data else tag)
+            before = len(parents)
+            parents.extend(ids[p] for p in nodes.parents(old))
+            counts.append(len(parents) - before)
+            names[new] = nodes.names[old]
+            if old in nodes.attrs:
+                attrs[new] = nodes.attrs[old]
+            value = values[old]
+            if value is not None:
+                arrays[new] = array = _kept(value, private, copies)
+                grad = all_grads.get(old)
+                if grad is not None and tag != CONST and tuple(grad.shape) == array.shape:
                     grads[new] = _kept(grad, private, copies)
+        value = grad = None  # no reference of ours left in a variable
         metadata: dict[str, Any] = {"torch": str(torch.__version__)}
         if self._model is not None:
             metadata["model"] = type(self._model).__name__
@@ -622,21 +659,21 @@ class Capture:
         copy."""
         torch = self._torch
         ours: dict[int, int] = {}  # id -> how many references the capture holds
-        for record in self._nodes:
-            if isinstance(record.value, torch.Tensor):
-                ours[id(record.value)] = ours.get(id(record.value), 0) + 1
+        for value in self._nodes.values:
+            if isinstance(value, torch.Tensor):
+                ours[id(value)] = ours.get(id(value), 0) + 1
         for g in self._grads.values():
             if isinstance(g, torch.Tensor):
                 ours[id(g)] = ours.get(id(g), 0) + 1
         groups: dict[int, dict[int, Any]] = {}
+        tags, values = self._nodes.tags, self._nodes.values
         for node in nodes:
-            record = self._nodes[node]
-            if record.tag == LEAF:
+            if tags[node] == LEAF:
                 continue
-            for t in (record.value, self._grads.get(node)):
-                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+            for t in (values[node], self._grads.get(node)):
+                if isinstance(t, torch.Tensor) and t.is_cpu:
                     groups.setdefault(_memory(t), {})[id(t)] = t
-        t = None  # no reference of ours left in a variable
+        t = value = None  # no reference of ours left in a variable
         private: set[int] = set()
         for group in groups.values():
             if self._unshared(group, ours):
@@ -697,8 +734,7 @@ class Capture:
         return total
 
     def _new_detached(self, tag: str, parents: list[int], value: Any, name: str, const: bool = False) -> int:
-        self._nodes.append(_Node(tag, parents, value.detach(), self._unique(name), const=const))
-        return len(self._nodes) - 1
+        return self._nodes.add(tag, parents, value.detach(), self._unique(name), None, const)
 
 
 # -- calls and how each op is written ---------------------------------------------------------------------
@@ -733,20 +769,16 @@ class _Call:
 
     def emit(self, tag: str, parents: Sequence[int], i: int, attrs: dict[str, Any] | None = None) -> int:
         c = self.capture
-        return c._new(tag, list(parents), self.outputs[i], c._op_name(self.plan.label), self.func, attrs)
+        return c._new(tag, parents, self.outputs[i], c._op_name(self.plan.label), self.func, attrs)
 
     def inner(self, tag: str, parents: Sequence[int], attrs: dict[str, Any] | None = None, *, suffix: str) -> int:
         """A node of a decomposition, whose value a replay computes (PyTorch had no such tensor)."""
         c = self.capture
-        node = len(c._nodes)
-        c._nodes.append(_Node(tag, list(parents), None, c._op_name(f"{self.plan.label}.{suffix}"), attrs))
-        return node
+        return c._nodes.add(tag, parents, None, c._op_name(f"{self.plan.label}.{suffix}"), attrs, False)
 
     def const(self, value: np.ndarray, suffix: str) -> int:
         c = self.capture
-        node = len(c._nodes)
-        c._nodes.append(_Node(CONST, [], value, c._op_name(f"{self.plan.label}.{suffix}"), const=True))
-        return node
+        return c._nodes.add(CONST, (), value, c._op_name(f"{self.plan.label}.{suffix}"), None, True)
 
     def scalar(self, value: Any, i: int) -> int:
         """A Python number operand as a 0-d const of the output's dtype."""
@@ -1203,10 +1235,18 @@ def _mode_class() -> type:
 
 
 def _available_ops() -> frozenset[str]:
-    """The op names this graphsvc's registry has (builtins and installed plugins)."""
+    """The op names this graphsvc's registry has (builtins and installed plugins), made once for
+    each registry (and again when its number of ops changes)."""
     from graphsvc.pluginhost import default_registry
 
-    return frozenset(op.name for op in default_registry())
+    registry = default_registry()
+    known = _AVAILABLE.get("ops")
+    if known is None or known[0] is not registry or known[1] != len(registry):
+        known = _AVAILABLE["ops"] = (registry, len(registry), frozenset(op.name for op in registry))
+    return known[2]
+
+
+_AVAILABLE: dict[str, tuple[Any, int, frozenset[str]]] = {}
 
 
 def _outputs(out: Any, kind: type) -> list[Any]:
@@ -1305,13 +1345,17 @@ def _numpy(t: Any) -> np.ndarray:
     return t.numpy(force=True)  # detach, cpu, resolve_conj, resolve_neg in one call
 
 
-def _ancestors(nodes: list[_Node], outputs: list[int]) -> list[int]:
+def _ancestors(nodes: _Nodes, outputs: list[int]) -> list[int]:
     """The nodes ``outputs`` depend on, in order (no recursion: one sweep down the ids)."""
     needed = [False] * len(nodes)
     for output in outputs:
         needed[output] = True
-    for node in range(max(outputs, default=-1), -1, -1):
+    starts, flat = nodes.starts, nodes.flat
+    end = len(flat)
+    for node in range(len(nodes) - 1, -1, -1):
+        start = starts[node]
         if needed[node]:
-            for p in nodes[node].parents:
+            for p in flat[start:end]:
                 needed[p] = True
+        end = start
     return [n for n in range(len(nodes)) if needed[n]]
