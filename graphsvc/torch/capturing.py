@@ -80,6 +80,7 @@ import numpy as np
 
 from graphsvc.errors import UsageError
 from graphsvc.graph import CONST, LEAF, Graph, graph_from_lists, sealed
+from graphsvc.native import compiled_checks
 from graphsvc.torch.calls import UnencodableArgument, encode_call
 
 __all__ = ["Capture", "CaptureError", "capture"]
@@ -648,7 +649,8 @@ class Capture:
             outputs=[ids[n] for n in outputs],
             metadata={"captured": metadata},
         )
-        graph.check(arrays_checked=True)
+        # the compiled check whatever the graph's size (microseconds, where numpy's cost tens of them)
+        graph.check(compiled_checks(), arrays_checked=True)
         return graph
 
     def _private(self, nodes: list[int]) -> set[int]:
