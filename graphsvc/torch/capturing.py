@@ -677,7 +677,20 @@ class Capture:
                     groups.setdefault(_memory(t), {})[id(t)] = t
         t = value = None  # no reference of ours left in a variable
         private: set[int] = set()
+        use_count, refcount = torch._C._storage_Use_Count, sys.getrefcount
         for group in groups.values():
+            if len(group) == 1:  # most memory has one tensor of ours: _unshared's test, made short
+                for key in group:
+                    one = group[key]
+                if one._base is None:
+                    storage = one.untyped_storage()
+                    # the memory's users: `one` and `storage`; one's references: the group, `one`
+                    # and getrefcount's argument, and those the capture holds
+                    if use_count(storage._cdata) == 2 and refcount(one) - 3 <= ours.get(key, 0):
+                        private.add(key)
+                    one = storage = None
+                    continue
+                one = None
             if self._unshared(group, ours):
                 private.update(group)
         return private

@@ -684,6 +684,19 @@ def test_every_captures_backward_runs_outside_the_dispatch_mode_and_a_finished_c
     assert [ref() for ref in finished] == [None, None, None]
 
 
+def test_memory_the_steps_code_reaches_through_numpy_is_copied() -> None:
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        h = (x * 2.0).exp()
+        numbers = h.detach().numpy()  # h's memory, held through a tensor the graph does not keep
+        (h * 1.0).sum().backward()
+        del h
+    graph = run.graph()
+    numbers += 100.0
+    assert graph.value("exp").tolist() == [math.exp(2.0)] * 3
+    assert not np.shares_memory(graph.value("exp"), numbers)
+
+
 def test_a_view_the_steps_code_holds_makes_the_graph_copy_all_of_its_memory() -> None:
     x = torch.ones(4, dtype=torch.float64, requires_grad=True)
     with capture() as run:
