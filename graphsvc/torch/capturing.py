@@ -157,10 +157,6 @@ class _Nodes:
         self.consts.append(const)
         return node
 
-    def parents(self, node: int) -> list[int]:
-        end = self.starts[node + 1] if node + 1 < len(self.starts) else len(self.flat)
-        return self.flat[self.starts[node] : end]
-
 
 class Capture:
     """A capture of one step; use :func:`capture`."""
@@ -616,21 +612,24 @@ class Capture:
         grads: dict[int, np.ndarray] = {}
         ids: dict[int, int] = {}
         copies: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]] = {}
+        all_tags, all_names, all_attrs, starts, flat = nodes.tags, nodes.names, nodes.attrs, nodes.starts, nodes.flat
+        ends = [*starts[1:], len(flat)]
         for new, old in enumerate(keep):
             ids[old] = new
-            tag = nodes.tags[old]
+            tag = all_tags[old]
             tags.append(CONST if old in data else tag)
-            before = len(parents)
-            parents.extend(ids[p] for p in nodes.parents(old))
-            counts.append(len(parents) - before)
-            names[new] = nodes.names[old]
-            if old in nodes.attrs:
-                attrs[new] = nodes.attrs[old]
+            start, end = starts[old], ends[old]
+            counts.append(end - start)
+            if end > start:
+                parents.extend([ids[p] for p in flat[start:end]])
+            names[new] = all_names[old]
+            if old in all_attrs:
+                attrs[new] = all_attrs[old]
             value = values[old]
             if value is not None:
                 arrays[new] = array = _kept(value, private, copies)
                 grad = all_grads.get(old)
-                if grad is not None and tag != CONST and tuple(grad.shape) == array.shape:
+                if grad is not None and tag != CONST and grad.shape == array.shape:
                     grads[new] = _kept(grad, private, copies)
         value = grad = None  # no reference of ours left in a variable
         metadata: dict[str, Any] = {"torch": str(torch.__version__)}
@@ -894,11 +893,14 @@ def _unary(tag: str) -> Handler:
 
 def _binary(tag: str, *, reverse: bool = False) -> Handler:
     def handler(call: _Call, i: int) -> int | None:
-        x, y = call.args[0], call.args[1]
-        alpha = call.arg(2, "alpha", 1)
-        if alpha != 1 or call.kwargs.get("rounding_mode") is not None:
+        args, kwargs = call.args, call.kwargs
+        x, y = args[0], args[1]
+        if kwargs and (kwargs.get("alpha", 1) != 1 or kwargs.get("rounding_mode") is not None):
             return None
-        if any(isinstance(v, call.capture._tensor_type) and v.dtype != call.outputs[i].dtype for v in (x, y)):
+        if len(args) > 2 and args[2] != 1:
+            return None
+        kind, dtype = call.capture._tensor_type, call.outputs[i].dtype
+        if (isinstance(x, kind) and x.dtype != dtype) or (isinstance(y, kind) and y.dtype != dtype):
             return None
         if reverse:
             x, y = y, x
