@@ -666,30 +666,31 @@ class Capture:
         for g in self._grads.values():
             if isinstance(g, torch.Tensor):
                 ours[id(g)] = ours.get(id(g), 0) + 1
-        groups: dict[int, dict[int, Any]] = {}
+        tensors: dict[int, Any] = {}  # id -> tensor: the step's op's values and gradients
         tags, values = self._nodes.tags, self._nodes.values
         for node in nodes:
             if tags[node] == LEAF:
                 continue
             for t in (values[node], self._grads.get(node)):
                 if isinstance(t, torch.Tensor) and t.is_cpu:
-                    groups.setdefault(_memory(t), {})[id(t)] = t
+                    tensors[id(t)] = t
         t = value = None  # no reference of ours left in a variable
         private: set[int] = set()
+        groups: dict[int, dict[int, Any]] = {}
         use_count, refcount = torch._C._storage_Use_Count, sys.getrefcount
+        for key in tensors:
+            one = tensors[key]
+            storage = one.untyped_storage()
+            if one._base is None and use_count(storage._cdata) == 2:
+                # alone on its memory (its users: `one` and `storage`): _unshared's test made short;
+                # one's references: `tensors`, `one`, getrefcount's argument and the capture's
+                if refcount(one) - 3 <= ours.get(key, 0):
+                    private.add(key)
+            else:
+                groups.setdefault(storage.data_ptr(), {})[key] = one
+        one = storage = None
+        tensors.clear()  # the groups' tensors are referred to by their group alone (_unshared counts)
         for group in groups.values():
-            if len(group) == 1:  # most memory has one tensor of ours: _unshared's test, made short
-                for key in group:
-                    one = group[key]
-                if one._base is None:
-                    storage = one.untyped_storage()
-                    # the memory's users: `one` and `storage`; one's references: the group, `one`
-                    # and getrefcount's argument, and those the capture holds
-                    if use_count(storage._cdata) == 2 and refcount(one) - 3 <= ours.get(key, 0):
-                        private.add(key)
-                    one = storage = None
-                    continue
-                one = None
             if self._unshared(group, ours):
                 private.update(group)
         return private
