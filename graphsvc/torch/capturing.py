@@ -419,7 +419,12 @@ class Capture:
         """A node's name: the module path, a dot and ``label`` (an op's name without its leading
         and trailing underscores, :attr:`_Plan.label`), made unique."""
         path = self._stack[-1]
-        return self._unique(f"{path}.{label}" if path else label)
+        name = f"{path}.{label}" if path else label
+        names = self._names
+        if name in names:
+            return self._unique(name)
+        names.add(name)
+        return name
 
     def _protect(self, plan: _Plan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Copy every recorded tensor on the memory an op is about to change. The recorded tensors
