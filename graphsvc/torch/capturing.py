@@ -15,7 +15,7 @@ How it records, and why:
   receives the gradient of the value before the change), and on each parameter and input that
   requires grad (a leaf's hook fires once with its total gradient: ``p.grad`` after a backward from
   zeroed grads).
-- **Tensors are known by identity and version**: a weak map from tensor to (node, ``_version``). An
+- **Tensors are known by identity and version**: a map from tensor (by identity) to (node, ``_version``). An
   in-place op (``relu_``, ``add_``, ``sigmoid_``) records the functional op as a new node and rebinds
   the tensor to it. A tensor read after its memory was changed in place through another view (its
   version moved without the capture rebinding it) is refused, as is an in-place op on a view of a
@@ -824,8 +824,8 @@ Handler = Callable[[_Call, int], "int | None"]
 class _Plan:
     """How calls of one ATen operator overload are recorded (made once per overload)."""
 
-    name: str
-    #: The name its nodes are named by: ``name`` without leading and trailing underscores.
+    #: The name its nodes are named by: the op's (its functional form's, for an in-place op)
+    #: without leading and trailing underscores.
     label: str
     handler: Handler
     writes: tuple[int | str, ...]
@@ -864,9 +864,8 @@ def _plan(func: Any) -> _Plan:
     handler = _MAPPED.get(f"{base}.{func._overloadname}") or _MAPPED.get(base) or _no_mapping
     label = base.strip("_") or base
     factory = base in _FACTORIES
-    return _Plan(
-        base, label, handler, tuple(writes), inplace, functional, refused, factory, handler in (_same, _detach)
-    )
+    alias = handler in (_same, _detach)
+    return _Plan(label, handler, tuple(writes), inplace, functional, refused, factory, alias)
 
 
 def _no_mapping(call: _Call, i: int) -> int | None:
