@@ -1257,8 +1257,8 @@ def _mode_class() -> type:
 
 
 def _available_ops() -> frozenset[str]:
-    """The op names this graphsvc's registry has (builtins and installed plugins), made once for
-    each registry (and again when its number of ops changes)."""
+    """The op names the default registry has (builtins and installed plugins), made once for each
+    registry and size (a registry only grows: a name registered twice is refused)."""
     from graphsvc.pluginhost import default_registry
 
     registry = default_registry()

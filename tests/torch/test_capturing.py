@@ -745,6 +745,30 @@ def test_mse_loss_and_clamp_map_to_graphsvcs_ops_where_it_has_them(tmp_path: Pat
         replayed(graph, tmp_path, torch.float64)
 
 
+def test_the_ops_a_capture_maps_to_are_the_default_registrys_when_it_starts() -> None:
+    from graphsvc.ops import OpRegistry
+
+    clamp = load_registry()[0].get("clamp")
+    x = torch.tensor([0.5, -2.0], dtype=torch.float64, requires_grad=True)
+
+    def clamp_op() -> str:
+        with capture() as run:
+            x.clamp(-1.0, 2.5).sum().backward()
+        graph = run.graph()
+        return graph.op(graph.node_id("clamp"))
+
+    registry = OpRegistry()
+    try:
+        graphsvc.use_registry(registry)
+        assert clamp_op() == "aten.clamp.default"
+        registry.register(clamp)  # the same registry, grown
+        assert clamp_op() == "clamp"
+        graphsvc.use_registry(OpRegistry())  # another registry
+        assert clamp_op() == "aten.clamp.default"
+    finally:
+        graphsvc.use_registry(None)
+
+
 def test_a_backward_on_another_thread_is_not_the_captured_steps() -> None:
     import threading
 
