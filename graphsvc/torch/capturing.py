@@ -468,9 +468,9 @@ class Capture:
             grad_fn = t.grad_fn
             if grad_fn is None or t.dtype not in floating:
                 continue
-            # ``t.register_hook`` without its handle (the hook goes with the step's autograd graph),
-            # which was most of what registering cost: what ``Tensor.register_hook`` does for a
-            # plain tensor, under a key no handle of the step's code has (theirs count up from 0).
+            # ``t.register_hook`` without its handle (the hook goes with the step's autograd graph;
+            # the handle is most of what registering costs): what ``Tensor.register_hook`` does for
+            # a plain tensor, under a key no handle of the step's code has (theirs count up from 0).
             hook = functools.partial(self._sink, node)
             if type(t) is not kind:  # a subclass may handle register_hook
                 t.register_hook(hook)
@@ -531,8 +531,8 @@ class Capture:
         self._backwards.append((tensors, grad_tensors))
         self._accumulating = {node for node, t in self._leaves.items() if t.grad is not None}
         self._quiet += 1
-        # The backward runs outside the dispatch mode (a Python call for each of its ATen calls was
-        # a third of a transformer layer's step): nothing in it is recorded, and what it writes is
+        # The backward runs outside the dispatch mode (a Python call for each of its ATen calls
+        # costs a third of a transformer layer's step): nothing in it is recorded, and what it writes is
         # memory the capture does not hold (a gradient a hook kept is never accumulated into in
         # place: autograd does that only to a tensor no one else holds). Only when the mode is the
         # innermost one: another mode entered inside the block stays as it is.
