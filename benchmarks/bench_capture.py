@@ -20,7 +20,14 @@ next, so a graph must copy it), over the plain step of the same round (median). 
 column is what any recorder at the ATen level pays before it records anything: the same step under
 a ``TorchDispatchMode`` that only keeps each forward op's output and a hook keeping its gradient
 (the backward outside the mode, as capture runs it), plus those copies; the difference between
-``captured`` and ``keeper`` is capture's own work (mapping ops, naming, building the graph).
+``captured`` and ``keeper`` is capture's own work (mapping ops, naming, building the graph) and what
+holding the step's memory in the graph costs.
+
+The ``page faults`` column is the median number of minor page faults of a plain step and of a
+captured one (``plain / captured``): each is a first touch of a page the system just gave the process
+(which the system zeroes first). A captured step's graph holds its values, gradients and copies past
+the step; when it is freed, the C library may give that memory back to the system (glibc's malloc
+does when the top of its heap is free), and the next step's memory is new pages again.
 
 Times are the process's CPU time by default (``--clock cpu``; every step runs on one thread): on
 the shared machine the benchmarks run on, wall time (``--clock wall``) mostly measures the other
@@ -35,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -161,12 +169,17 @@ def compare(name: str, model: nn.Module, loss: Callable[[], Any], inputs: list[A
         keeper_step(model, loss, inputs)
         captured_step(model, loss)
     plain, captured, ratios, floors, keepers = [], [], [], [], []
+    plain_faults, captured_faults = [], []
     nodes = 0
     for _ in range(rounds):
+        before = page_faults()
         p = plain_step(model, loss)
+        plain_faults.append(page_faults() - before)
         f = floor_step(model, loss, inputs)
         k = keeper_step(model, loss, inputs)
+        before = page_faults()
         c, nodes = captured_step(model, loss)
+        captured_faults.append(page_faults() - before)
         plain.append(p)
         captured.append(c)
         ratios.append(c / p)
@@ -182,7 +195,15 @@ def compare(name: str, model: nn.Module, loss: Callable[[], Any], inputs: list[A
         "nodes": nodes,
         "floor_median": statistics.median(floors),
         "keeper_median": statistics.median(keepers),
+        "plain_page_faults": statistics.median(plain_faults),
+        "captured_page_faults": statistics.median(captured_faults),
     }
+
+
+def page_faults() -> int:
+    """The process's minor page faults so far: each the first touch of a page of memory the system
+    just gave it."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def per_call(rounds: int, n: int = 2000) -> dict[str, Any]:
@@ -208,12 +229,13 @@ def main() -> None:
         f"torch {torch.__version__}, {platform.machine()}, one thread, float32, {args.rounds} rounds, "
         f"{'CPU' if args.clock == 'cpu' else 'wall'} time",
         "",
-        "| step | plain ms | captured ms | ratio min | median | max | floor | keeper | op nodes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| step | plain ms | captured ms | ratio min | median | max | floor | keeper | op nodes | page faults |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *(
             f"| {r['model']} | {r['plain_ms']:.2f} | {r['captured_ms']:.2f} | {r['ratio_min']:.2f} | "
             f"{r['ratio_median']:.2f} | {r['ratio_max']:.2f} | {r['floor_median']:.2f} | "
-            f"{r['keeper_median']:.2f} | {r['nodes']} |"
+            f"{r['keeper_median']:.2f} | {r['nodes']} | "
+            f"{r['plain_page_faults']:.0f} / {r['captured_page_faults']:.0f} |"
             for r in [*rows, call]
         ),
         "",
