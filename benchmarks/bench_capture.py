@@ -20,9 +20,20 @@ next, so a graph must copy it), over the plain step of the same round (median). 
 column is what any recorder at the ATen level pays before it records anything: the same step under
 a ``TorchDispatchMode`` that only keeps each forward op's output and a hook keeping its gradient
 (the backward outside the mode, as capture runs it), plus those copies; the difference between
-``captured`` and ``keeper`` is capture's own work (mapping ops, naming, building the graph).
+``captured`` and ``keeper`` is capture's own work (mapping ops, naming, building the graph) and what
+holding the step's memory in the graph costs.
 
-``python benchmarks/bench_capture.py [--rounds K]`` prints the table and writes
+The ``page faults`` column is the median number of minor page faults of a plain step and of a
+captured one (``plain / captured``): each is a first touch of a page the system just gave the process
+(which the system zeroes first). A captured step's graph holds its values, gradients and copies past
+the step; when it is freed, the C library may give that memory back to the system (glibc's malloc
+does when the top of its heap is free), and the next step's memory is new pages again.
+
+Times are the process's CPU time by default (``--clock cpu``; every step runs on one thread): on
+the shared machine the benchmarks run on, wall time (``--clock wall``) mostly measures the other
+processes.
+
+``python benchmarks/bench_capture.py [--rounds K] [--clock cpu|wall]`` prints the table and writes
 ``results/bench_capture.md`` and ``.json``.
 """
 
@@ -31,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -44,6 +56,10 @@ from torch.nn import functional as F
 from graphsvc.torch import capture
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: The clocks ``--clock`` chooses from: the process's CPU time (every thread of it), or wall time.
+CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
+#: The clock the steps are timed by (``main`` sets the one ``--clock`` names).
+clock: Callable[[], float] = CLOCKS["cpu"]
 
 
 def mlp() -> tuple[nn.Module, Callable[[], Any], list[Any]]:
@@ -75,10 +91,10 @@ def chain(n: int) -> tuple[nn.Module, Callable[[], Any], list[Any]]:
 
 
 def plain_step(model: nn.Module, loss: Callable[[], Any]) -> float:
-    start = time.perf_counter()
+    start = clock()
     model.zero_grad(set_to_none=True)
     loss().backward()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def copies(model: nn.Module, inputs: list[Any]) -> list[Any]:
@@ -92,11 +108,11 @@ def copies(model: nn.Module, inputs: list[Any]) -> list[Any]:
 
 
 def floor_step(model: nn.Module, loss: Callable[[], Any], inputs: list[Any]) -> float:
-    start = time.perf_counter()
+    start = clock()
     model.zero_grad(set_to_none=True)
     loss().backward()
     copies(model, inputs)
-    return time.perf_counter() - start
+    return clock() - start
 
 
 class _Keeper:
@@ -125,7 +141,7 @@ class _Keeper:
 
 
 def keeper_step(model: nn.Module, loss: Callable[[], Any], inputs: list[Any]) -> float:
-    start = time.perf_counter()
+    start = clock()
     model.zero_grad(set_to_none=True)
     keeper = _Keeper()
     with keeper.mode:
@@ -133,16 +149,16 @@ def keeper_step(model: nn.Module, loss: Callable[[], Any], inputs: list[Any]) ->
     keeper.hook_all()
     value.backward()
     copies(model, inputs)
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def captured_step(model: nn.Module, loss: Callable[[], Any]) -> tuple[float, int]:
-    start = time.perf_counter()
+    start = clock()
     model.zero_grad(set_to_none=True)
     with capture(model) as run:
         loss().backward()
     graph = run.graph()
-    elapsed = time.perf_counter() - start
+    elapsed = clock() - start
     return elapsed, sum(graph.op(n) not in ("leaf", "const") for n in range(graph.num_nodes))
 
 
@@ -153,12 +169,17 @@ def compare(name: str, model: nn.Module, loss: Callable[[], Any], inputs: list[A
         keeper_step(model, loss, inputs)
         captured_step(model, loss)
     plain, captured, ratios, floors, keepers = [], [], [], [], []
+    plain_faults, captured_faults = [], []
     nodes = 0
     for _ in range(rounds):
+        before = page_faults()
         p = plain_step(model, loss)
+        plain_faults.append(page_faults() - before)
         f = floor_step(model, loss, inputs)
         k = keeper_step(model, loss, inputs)
+        before = page_faults()
         c, nodes = captured_step(model, loss)
+        captured_faults.append(page_faults() - before)
         plain.append(p)
         captured.append(c)
         ratios.append(c / p)
@@ -174,7 +195,15 @@ def compare(name: str, model: nn.Module, loss: Callable[[], Any], inputs: list[A
         "nodes": nodes,
         "floor_median": statistics.median(floors),
         "keeper_median": statistics.median(keepers),
+        "plain_page_faults": statistics.median(plain_faults),
+        "captured_page_faults": statistics.median(captured_faults),
     }
+
+
+def page_faults() -> int:
+    """The process's minor page faults so far: each the first touch of a page of memory the system
+    just gave it."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def per_call(rounds: int, n: int = 2000) -> dict[str, Any]:
@@ -186,7 +215,10 @@ def per_call(rounds: int, n: int = 2000) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     args = parser.parse_args()
+    global clock
+    clock = CLOCKS[args.clock]
     torch.set_num_threads(1)
     rows = [
         compare("MLP 784-512-512-10, batch 128", *mlp(), args.rounds),
@@ -194,14 +226,16 @@ def main() -> None:
     ]
     call = per_call(args.rounds)
     lines = [
-        f"torch {torch.__version__}, {platform.machine()}, one thread, float32, {args.rounds} rounds",
+        f"torch {torch.__version__}, {platform.machine()}, one thread, float32, {args.rounds} rounds, "
+        f"{'CPU' if args.clock == 'cpu' else 'wall'} time",
         "",
-        "| step | plain ms | captured ms | ratio min | median | max | floor | keeper | op nodes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| step | plain ms | captured ms | ratio min | median | max | floor | keeper | op nodes | page faults |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *(
             f"| {r['model']} | {r['plain_ms']:.2f} | {r['captured_ms']:.2f} | {r['ratio_min']:.2f} | "
             f"{r['ratio_median']:.2f} | {r['ratio_max']:.2f} | {r['floor_median']:.2f} | "
-            f"{r['keeper_median']:.2f} | {r['nodes']} |"
+            f"{r['keeper_median']:.2f} | {r['nodes']} | "
+            f"{r['plain_page_faults']:.0f} / {r['captured_page_faults']:.0f} |"
             for r in [*rows, call]
         ),
         "",
@@ -211,7 +245,8 @@ def main() -> None:
     print(text)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "bench_capture.md").write_text(text + "\n")
-    (RESULTS / "bench_capture.json").write_text(json.dumps({"rows": rows, "per_call": call}, indent=2) + "\n")
+    result = {"clock": args.clock, "rows": rows, "per_call": call}
+    (RESULTS / "bench_capture.json").write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -46,44 +46,49 @@ def encode_call(
     """The attributes (``args``, and ``kwargs`` when there are any) that describe a call, and the
     tensors it was given in the order their markers number them (the node's parents)."""
     tensors: list[Any] = []
-
-    def encode(value: Any, where: str) -> Any:
-        if is_tensor(value):
-            tensors.append(value)
-            return {INPUT: len(tensors) - 1}
-        if value is None or isinstance(value, _DATA):
-            return value
-        if isinstance(value, (list, tuple)):
-            return [encode(item, f"{where}[{i}]") for i, item in enumerate(value)]
-        kind = type(value).__name__
-        if type(value).__module__ == "torch" and kind in TORCH_OBJECTS:
-            return {kind: str(value).removeprefix("torch.")}
-        raise UnencodableArgument(f"{where} is a {type(value).__module__}.{kind}, which a graph file cannot hold")
-
-    attrs: dict[str, Any] = {"args": [encode(a, f"argument {i}") for i, a in enumerate(args)]}
+    attrs: dict[str, Any] = {"args": [_encode(a, f"argument {i}", tensors, is_tensor) for i, a in enumerate(args)]}
     if kwargs:
-        attrs["kwargs"] = {key: encode(value, f"argument {key!r}") for key, value in kwargs.items()}
+        attrs["kwargs"] = {
+            key: _encode(value, f"argument {key!r}", tensors, is_tensor) for key, value in kwargs.items()
+        }
     return attrs, tensors
+
+
+def _encode(value: Any, where: str, tensors: list[Any], is_tensor: Callable[[Any], bool]) -> Any:
+    """One argument as :func:`encode_call` writes it, its tensors appended to ``tensors`` (a
+    function of the module, not a closure that calls itself: such a closure is a reference cycle,
+    which would hold the call's tensors until Python's cycle collector runs)."""
+    if is_tensor(value):
+        tensors.append(value)
+        return {INPUT: len(tensors) - 1}
+    if value is None or isinstance(value, _DATA):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_encode(item, f"{where}[{i}]", tensors, is_tensor) for i, item in enumerate(value)]
+    kind = type(value).__name__
+    if type(value).__module__ == "torch" and kind in TORCH_OBJECTS:
+        return {kind: str(value).removeprefix("torch.")}
+    raise UnencodableArgument(f"{where} is a {type(value).__module__}.{kind}, which a graph file cannot hold")
 
 
 def decode_call(attrs: Mapping[str, Any], inputs: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
     """The positional and keyword arguments :func:`encode_call` described, with ``inputs`` (the
     node's parents, as tensors) where its markers stand."""
-
-    def decode(value: Any) -> Any:
-        if isinstance(value, list):
-            return [decode(item) for item in value]
-        if isinstance(value, dict) and len(value) == 1:
-            ((key, item),) = value.items()
-            if key == INPUT:
-                return inputs[item]
-            if key in TORCH_OBJECTS:
-                return _torch_object(key, item)
-        return value
-
-    args = [decode(a) for a in attrs.get("args", [])]
-    kwargs = {key: decode(value) for key, value in attrs.get("kwargs", {}).items()}
+    args = [_decode(a, inputs) for a in attrs.get("args", [])]
+    kwargs = {key: _decode(value, inputs) for key, value in attrs.get("kwargs", {}).items()}
     return args, kwargs
+
+
+def _decode(value: Any, inputs: Sequence[Any]) -> Any:
+    if isinstance(value, list):
+        return [_decode(item, inputs) for item in value]
+    if isinstance(value, dict) and len(value) == 1:
+        ((key, item),) = value.items()
+        if key == INPUT:
+            return inputs[item]
+        if key in TORCH_OBJECTS:
+            return _torch_object(key, item)
+    return value
 
 
 def _torch_object(kind: str, text: str) -> Any:

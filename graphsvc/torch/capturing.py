@@ -15,7 +15,7 @@ How it records, and why:
   receives the gradient of the value before the change), and on each parameter and input that
   requires grad (a leaf's hook fires once with its total gradient: ``p.grad`` after a backward from
   zeroed grads).
-- **Tensors are known by identity and version**: a weak map from tensor to (node, ``_version``). An
+- **Tensors are known by identity and version**: a map from tensor (by identity) to (node, ``_version``). An
   in-place op (``relu_``, ``add_``, ``sigmoid_``) records the functional op as a new node and rebinds
   the tensor to it. A tensor read after its memory was changed in place through another view (its
   version moved without the capture rebinding it) is refused, as is an in-place op on a view of a
@@ -56,9 +56,9 @@ How it records, and why:
   Module paths come from global forward hooks on ``nn.Module`` (cheaper than
   ``torch.utils.module_tracker.ModuleTracker``, which also hooks every backward).
 - While the block runs, ``torch.autograd.backward``, ``Function.apply`` and two global ``nn.Module``
-  forward hooks are the capture's (all restored when it ends, an exception or not); the dispatch mode
-  is the calling thread's, and a backward or ``Function.apply`` another thread runs meanwhile is
-  not the step's. Capture one step at a time.
+  forward hooks are the capture's (all restored when it ends, an exception or not, and when starting
+  it fails half way); the dispatch mode is the calling thread's, and a backward or
+  ``Function.apply`` another thread runs meanwhile is not the step's. Capture one step at a time.
 - int64 and bool tensors are kept as int64 (a graph file holds float64, float32 and int64); other
   dtypes (float16, complex) are refused naming the op. CUDA tensors are copied to the host when the
   graph is built.
@@ -72,7 +72,7 @@ import itertools
 import math
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,7 @@ import numpy as np
 
 from graphsvc.errors import UsageError
 from graphsvc.graph import CONST, LEAF, Graph, graph_from_lists, sealed
+from graphsvc.native import compiled_checks
 from graphsvc.torch.calls import UnencodableArgument, encode_call
 
 __all__ = ["Capture", "CaptureError", "capture"]
@@ -107,24 +108,6 @@ def capture(model: Any = None) -> Capture:
     return Capture(model)
 
 
-class _TensorMap:
-    """Tensor -> (node, version), by identity. It holds the tensors it maps (as the nodes hold their
-    values) until the capture ends, so an id is not reused for another tensor meanwhile; cheaper than
-    ``torch.utils.weak.WeakIdKeyDictionary``, which makes a weak reference on every lookup."""
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[Any, int, int]] = {}
-
-    def get(self, t: Any, default: Any = None) -> Any:
-        entry = self._entries.get(id(t))
-        if entry is None or entry[0] is not t:
-            return default
-        return entry[1:]
-
-    def __setitem__(self, t: Any, known: tuple[int, int]) -> None:
-        self._entries[id(t)] = (t, *known)
-
-
 class _GradSink:
     """Where the hooks on the step's tensors put their gradients: all that a tensor the step's code
     keeps holds of the capture (a hook is not removed: it goes with the step's autograd graph)."""
@@ -140,14 +123,39 @@ class _GradSink:
             self.grads[node] = grad
 
 
-@dataclass(slots=True)
-class _Node:
-    tag: str
-    parents: list[int]
-    value: Any  # a torch.Tensor (or None: a node whose value a replay computes)
-    name: str
-    attrs: dict[str, Any] | None = None
-    const: bool = False
+class _Nodes:
+    """The recorded nodes, a column each (no object per node: a step of many calls would otherwise
+    make Python's cycle collector run more often, and look through them each time)."""
+
+    __slots__ = ("attrs", "consts", "flat", "names", "starts", "tags", "values")
+
+    def __init__(self) -> None:
+        self.tags: list[str] = []
+        self.starts: list[int] = []  # where each node's parents start in ``flat``
+        self.flat: list[int] = []  # the parents of every node, one node's after another's
+        #: Each node's value: a torch.Tensor, an array the capture made, or None (a node whose
+        #: value a replay computes).
+        self.values: list[Any] = []
+        self.names: list[str] = []
+        self.attrs: dict[int, dict[str, Any]] = {}
+        self.consts: list[bool] = []  # whose value is a const (folded, whatever the node's tag)
+
+    def __len__(self) -> int:
+        return len(self.tags)
+
+    def add(
+        self, tag: str, parents: Sequence[int], value: Any, name: str, attrs: dict[str, Any] | None, const: bool
+    ) -> int:
+        node = len(self.tags)
+        self.tags.append(tag)
+        self.starts.append(len(self.flat))
+        self.flat.extend(parents)
+        self.values.append(value)
+        self.names.append(name)
+        if attrs:
+            self.attrs[node] = attrs
+        self.consts.append(const)
+        return node
 
 
 class Capture:
@@ -155,7 +163,7 @@ class Capture:
 
     def __init__(self, model: Any = None) -> None:
         self._model = model
-        self._nodes: list[_Node] = []
+        self._nodes = _Nodes()
         self._grads: dict[int, Any] = {}
         self._graph: Graph | None = None
         self._state = "new"
@@ -179,15 +187,21 @@ class Capture:
         self._torch = torch
         self._tensor_type = torch.Tensor
         self._current_node = torch._C._current_autograd_node
-        self._map = _TensorMap()
+        # id(tensor) -> (tensor, node, version): tensors by identity. It holds the tensors it maps (as
+        # the nodes hold their values) until the capture ends, so an id is not reused for another
+        # tensor meanwhile; cheaper than ``torch.utils.weak.WeakIdKeyDictionary``, which makes a weak
+        # reference on every lookup. A version of -1 is set at the next call (:meth:`_settle`).
+        self._known: dict[int, tuple[Any, int, int]] = {}
+        self._floating = _floating_dtypes()
         self._uncopied: dict[int, list[int]] = {}
+        self._unindexed: list[int] = []  # nodes with a value not yet in _uncopied (see _protect)
         self._fresh: list[tuple[Any, int]] = []
         self._leaves: dict[int, Any] = {}
         self._accumulating: set[int] = set()
         self._uncopied_grads: dict[int, list[int]] = {}
         self._hooks: list[Any] = []
         self._names: set[str] = set()
-        self._counts: dict[str, int] = {}
+        self._name_counts: dict[str, int] = {}
         self._inputs = itertools.count()
         self._quiet = 0
         self._done = False
@@ -197,41 +211,64 @@ class Capture:
         self._leaf_names: dict[int, str] = {}
         self._paths: dict[int, str] = {}
         self._stack: list[str] = [""]
+        self._leaf_refs: list[Any] = []  # what _leaf_names names, held so that no id is reused
         if self._model is not None:
-            for name, p in self._model.named_parameters(remove_duplicate=True):
-                self._leaf_names.setdefault(id(p), name)
-            for name, b in self._model.named_buffers(remove_duplicate=True):
-                self._leaf_names.setdefault(id(b), name)
+            for name, t in itertools.chain(
+                self._model.named_parameters(remove_duplicate=True), self._model.named_buffers(remove_duplicate=True)
+            ):
+                self._leaf_names.setdefault(id(t), name)
+                self._leaf_refs.append(t)
             for name, module in self._model.named_modules():
                 self._paths.setdefault(id(module), name)
-        self._leaf_refs = [] if self._model is None else list(self._model.parameters()) + list(self._model.buffers())
-        self._handles = [
-            torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
-            torch.nn.modules.module.register_module_forward_hook(self._leave_module, always_call=True),
-        ]
-        self._backward = torch.autograd.backward
-        torch.autograd.backward = _backward
-        function = torch.autograd.function.Function
-        self._apply = function.__dict__["apply"]
-        _REAL.update(backward=self._backward, apply=self._apply)
-        function.apply = _APPLY  # type: ignore[method-assign,assignment]
         self._thread = threading.get_ident()
-        _ACTIVE.append(self)
-        self._mode = _mode_class()(self)
-        self._mode.__enter__()
+        self._undo: list[Callable[[], object]] = []
+        try:
+            self._patch(torch)
+        except BaseException:
+            self._unpatch()
+            self._state = "done"
+            raise
         return self
 
+    def _patch(self, torch: Any) -> None:
+        """Put the capture's hooks, wrappers and mode in place, each with its undoing in
+        ``self._undo`` as soon as it is done (so a failure half way leaves PyTorch as it was)."""
+        modules = torch.nn.modules.module
+        handle = modules.register_module_forward_pre_hook(self._enter_module)
+        self._undo.append(handle.remove)
+        handle = modules.register_module_forward_hook(self._leave_module, always_call=True)
+        self._undo.append(handle.remove)
+        self._backward = backward = torch.autograd.backward
+        function = torch.autograd.function.Function
+        self._apply = apply = function.__dict__["apply"]
+        _REAL.update(backward=backward, apply=apply)
+        self._undo.append(functools.partial(setattr, torch.autograd, "backward", backward))
+        torch.autograd.backward = _backward
+        self._undo.append(functools.partial(setattr, function, "apply", apply))
+        function.apply = _APPLY
+        self._undo.append(functools.partial(_ACTIVE.remove, self))
+        _ACTIVE.append(self)
+        self._mode = mode = _mode_class()(self)
+        mode.__enter__()
+        self._undo.append(functools.partial(mode.__exit__, None, None, None))
+
+    def _unpatch(self) -> None:
+        """Undo what :meth:`_patch` did, last first; every step runs, and the first error (if any)
+        is raised when all have."""
+        error: BaseException | None = None
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except BaseException as exc:  # each step runs
+                error = error or exc
+        if error is not None:
+            raise error
+
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        torch = self._torch
         try:
-            self._mode.__exit__(None, None, None)
+            self._unpatch()
         finally:
-            torch.autograd.function.Function.apply = self._apply
-            torch.autograd.backward = self._backward
-            _ACTIVE.remove(self)
             self._mode.capture = None
-            for handle in self._handles:
-                handle.remove()
             for handle in self._hooks:
                 handle.remove()
             self._state = "done"
@@ -241,10 +278,10 @@ class Capture:
             self._sink.grads = {}
             return
         self._graph = self._build()
-        self._nodes = []
+        self._nodes = _Nodes()
         self._grads = {}
         self._sink.grads = {}
-        self._map = _TensorMap()
+        self._known = {}
 
     def graph(self) -> Graph:
         """The recorded step as a Graph: the loss is its output (none when no backward ran)."""
@@ -276,7 +313,7 @@ class Capture:
             return func(*args, **kwargs)
         if self._fresh:
             self._settle()
-        if plan.inplace and plan.writes and args and isinstance(args[0], self._tensor_type):
+        if plan.inplace and args and isinstance(args[0], self._tensor_type):
             return self._inplace(func, plan, args, kwargs)
         parents = self._inputs_of(func, args, kwargs)
         if plan.writes:
@@ -297,9 +334,9 @@ class Capture:
         if functional is None:
             raise CaptureError(f"capture cannot record {func}: it has no functional form to record")
         before = len(self._nodes)
-        self._record(functional, _plan(functional), args, kwargs, self_, parents, inplace=True)
-        node = self._map.get(self_, (None,))[0]
-        if view and (len(self._nodes) == before or not self._nodes[node].const):
+        self._record(functional, _plan(functional), args, kwargs, self_, parents)
+        node = self._known[id(self_)][1]
+        if view and (len(self._nodes) == before or not self._nodes.consts[node]):
             raise CaptureError(
                 f"capture cannot record {func} on a view of another tensor (a slice, a transpose): "
                 "a graph of functional ops cannot hold a change through a view; change a copy instead"
@@ -310,66 +347,107 @@ class Capture:
         """The node of every tensor argument (new leaves made for tensors seen for the first time):
         id(tensor) -> node."""
         nodes: dict[int, int] = {}
-        for t in _tensors(args, kwargs, self._tensor_type):
-            if id(t) not in nodes:
-                nodes[id(t)] = self._node_of(t, func)
+        kind, known = self._tensor_type, self._known
+        for value in itertools.chain(args, kwargs.values()) if kwargs else args:
+            if isinstance(value, kind):
+                tensors: Sequence[Any] = (value,)
+            elif isinstance(value, (list, tuple)):
+                tensors = [t for t in value if isinstance(t, kind)]
+            else:
+                continue
+            for t in tensors:
+                key = id(t)
+                if key in nodes:
+                    continue
+                entry = known.get(key)
+                if entry is None or entry[0] is not t:
+                    nodes[key] = self._leaf(t, func)
+                elif entry[2] >= 0 and t._version != entry[2]:
+                    raise CaptureError(
+                        f"capture cannot record {func}: an argument was changed in place through another view "
+                        "of its memory after it was recorded; change a copy instead"
+                    )
+                else:
+                    nodes[key] = entry[1]
         return nodes
 
-    def _node_of(self, t: Any, func: Any) -> int:
-        known = self._map.get(t)
-        if known is not None:
-            node, version = known
-            if t._version != version and version >= 0:
-                raise CaptureError(
-                    f"capture cannot record {func}: an argument was changed in place through another view "
-                    "of its memory after it was recorded; change a copy instead"
-                )
-            return node
+    def _leaf(self, t: Any, func: Any) -> int:
+        """A new leaf for a tensor the step did not make (a parameter, a buffer, an input)."""
         name = self._leaf_names.get(id(t))
         if name is None:
             name = f"input{next(self._inputs)}"
         node = self._new(LEAF, [], t, self._unique(name), func)
-        self._map[t] = (node, t._version)
-        if t.requires_grad and t.dtype.is_floating_point:
+        self._known[id(t)] = (t, node, t._version)
+        if t.requires_grad and t.dtype in self._floating:
             self._leaves[node] = t
             self._hooks.append(t.register_hook(functools.partial(self._leaf_hook, node)))
         return node
 
-    def _new(self, tag: str, parents: list[int], value: Any, name: str, func: Any, **more: Any) -> int:
-        if value is not None:
+    def _new(
+        self,
+        tag: str,
+        parents: Sequence[int],
+        value: Any,
+        name: str,
+        func: Any,
+        attrs: dict[str, Any] | None = None,
+        const: bool = False,
+    ) -> int:
+        if value is not None and not _dtype_kept(value.dtype):
             _check_dtype(value, func)
-        node = len(self._nodes)
-        self._nodes.append(_Node(tag, parents, value, name, **more))
+        node = self._nodes.add(tag, parents, value, name, attrs, const)
         if value is not None:
-            self._map[value] = (node, -1)  # its version is known at the next call (a view's is set after this one)
+            # its version is known at the next call (a view's is set after this one)
+            self._known[id(value)] = (value, node, -1)
             self._fresh.append((value, node))
-            self._uncopied.setdefault(value.untyped_storage().data_ptr(), []).append(node)
+            self._unindexed.append(node)
         return node
 
     def _unique(self, base: str) -> str:
+        names = self._names
+        if base not in names:
+            names.add(base)
+            return base
         name = base
-        while name in self._names:
-            self._counts[base] = count = self._counts.get(base, 0) + 1
+        while name in names:
+            self._name_counts[base] = count = self._name_counts.get(base, 0) + 1
             name = f"{base}{count}"
-        self._names.add(name)
+        names.add(name)
         return name
 
-    def _op_name(self, op: str) -> str:
+    def _op_name(self, label: str) -> str:
+        """A node's name: the module path, a dot and ``label`` (an op's name without its leading
+        and trailing underscores, :attr:`_Plan.label`), made unique."""
         path = self._stack[-1]
-        op = op.strip("_") or op
-        return self._unique(f"{path}.{op}" if path else op)
+        name = f"{path}.{label}" if path else label
+        names = self._names
+        if name in names:
+            return self._unique(name)
+        names.add(name)
+        return name
 
     def _protect(self, plan: _Plan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Copy every recorded tensor on the memory an op is about to change."""
+        """Copy every recorded tensor on the memory an op is about to change. The recorded tensors
+        are indexed by their memory here, when an op first writes after they were made: a step
+        without in-place ops never looks for its tensors' memory."""
+        uncopied = self._uncopied
+        if self._unindexed:
+            values = self._nodes.values
+            for node in self._unindexed:
+                value = values[node]
+                if value is not None:
+                    uncopied.setdefault(_memory(value), []).append(node)
+            self._unindexed = []
         for at in plan.writes:
             t = args[at] if isinstance(at, int) and at < len(args) else kwargs.get(str(at))
             if not isinstance(t, self._tensor_type):
                 continue
-            where = t.untyped_storage().data_ptr()
-            for node in self._uncopied.pop(where, ()):
-                record = self._nodes[node]
-                if record.value is not None:
-                    record.value = record.value.detach().clone()
+            where = _memory(t)
+            values = self._nodes.values
+            for node in uncopied.pop(where, ()):
+                value = values[node]
+                if value is not None:
+                    values[node] = value.detach().clone()
             for node in self._uncopied_grads.pop(where, ()):
                 self._grads[node] = self._grads[node].clone()
 
@@ -377,29 +455,31 @@ class Capture:
         """The tensors the last call made, now that autograd has set them up: their versions, and
         a hook on each that has a gradient to come."""
         fresh, self._fresh = self._fresh, []
+        known, kind, floating = self._known, self._tensor_type, self._floating
+        values, consts = self._nodes.values, self._nodes.consts
         for t, node in fresh:
-            known = self._map.get(t)
-            if known is None or known[0] != node:
+            key = id(t)
+            entry = known.get(key)
+            if entry is None or entry[1] != node or entry[0] is not t:
                 continue
-            self._map[t] = (node, t._version)
-            record = self._nodes[node]
-            if record.value is t and not record.const and t.grad_fn is not None and t.dtype.is_floating_point:
-                self._hook_on(t, node)
-
-    def _hook_on(self, t: Any, node: int) -> None:
-        """``t.register_hook`` without its handle (the hook goes with the step's autograd graph),
-        which was most of what registering cost: what ``Tensor.register_hook`` does for a plain
-        tensor, under a key no handle of the step's code has (theirs count up from 0)."""
-        hook = functools.partial(self._sink, node)
-        grad_fn = t.grad_fn
-        if type(t) is not self._tensor_type or grad_fn is None:  # a subclass may handle register_hook
-            t.register_hook(hook)
-            return
-        hooks = t._backward_hooks
-        if hooks is None:
-            hooks = t._backward_hooks = collections.OrderedDict()
-            grad_fn._register_hook_dict(t)
-        hooks[-1 - node] = hook
+            known[key] = (t, node, t._version)
+            if values[node] is not t or consts[node]:
+                continue
+            grad_fn = t.grad_fn
+            if grad_fn is None or t.dtype not in floating:
+                continue
+            # ``t.register_hook`` without its handle (the hook goes with the step's autograd graph;
+            # the handle is most of what registering costs): what ``Tensor.register_hook`` does for
+            # a plain tensor, under a key no handle of the step's code has (theirs count up from 0).
+            hook = functools.partial(self._sink, node)
+            if type(t) is not kind:  # a subclass may handle register_hook
+                t.register_hook(hook)
+                continue
+            hooks = t._backward_hooks
+            if hooks is None:
+                hooks = t._backward_hooks = collections.OrderedDict()
+                grad_fn._register_hook_dict(t)
+            hooks[-1 - node] = hook
 
     def _leaf_hook(self, node: int, grad: Any) -> None:
         """A leaf's gradient, kept only when the leaf had one before (it adds to it): else it is
@@ -410,33 +490,34 @@ class Capture:
 
     # -- recording one call ---------------------------------------------------------------------------
     def _record(
-        self,
-        func: Any,
-        plan: _Plan,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        out: Any,
-        parents: dict[int, int],
-        *,
-        inplace: bool = False,
+        self, func: Any, plan: _Plan, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, parents: dict[int, int]
     ) -> None:
-        outputs = _outputs(out, self._tensor_type)
-        if not outputs:
+        kind = self._tensor_type
+        if isinstance(out, kind):
+            outputs = [out]
+        elif isinstance(out, (list, tuple)) and out and all(isinstance(t, kind) for t in out):
+            outputs = list(out)
+        else:
             return
-        nodes = list(parents.values())
-        folded = plan.name in _FACTORIES or all(self._nodes[n].const for n in nodes)
+        consts = self._nodes.consts
+        folded = plan.factory or all(consts[n] for n in parents.values())
+        if folded and parents and plan.alias:  # a const's alias: the same const
+            same = next(iter(parents.values()))
         call = _Call(self, func, plan, args, kwargs, outputs, parents)
+        known, fresh = self._known, self._fresh
         for i, t in enumerate(outputs):
-            if folded and nodes and plan.handler in (_same, _detach):  # a const's alias: the same const
-                node = nodes[0]
-            elif folded:
-                node = self._new(CONST, [], t, self._op_name(plan.name), func, const=True)
+            if not folded:
+                node = plan.handler(call, i)
+                if node is None:
+                    node = call.generic(i)
+            elif parents and plan.alias:
+                node = same
             else:
-                mapped = plan.handler(call, i)
-                node = call.generic(i) if mapped is None else mapped
-            if self._map.get(t, (None,))[0] != node:  # a tensor that is the same node as another
-                self._map[t] = (node, -1)
-                self._fresh.append((t, node))
+                node = self._new(CONST, [], t, self._op_name(plan.label), func, const=True)
+            entry = known.get(id(t))
+            if entry is None or entry[1] != node or entry[0] is not t:  # a tensor that is the same node as another
+                known[id(t)] = (t, node, -1)
+                fresh.append((t, node))
 
     # -- backward and custom Functions -----------------------------------------------------------------
     def _wrapped_backward(self, tensors: Any, grad_tensors: Any = None, *rest: Any, **kwargs: Any) -> Any:
@@ -450,8 +531,8 @@ class Capture:
         self._backwards.append((tensors, grad_tensors))
         self._accumulating = {node for node, t in self._leaves.items() if t.grad is not None}
         self._quiet += 1
-        # The backward runs outside the dispatch mode (a Python call for each of its ATen calls was
-        # a third of a transformer layer's step): nothing in it is recorded, and what it writes is
+        # The backward runs outside the dispatch mode (a Python call for each of its ATen calls
+        # costs a third of a transformer layer's step): nothing in it is recorded, and what it writes is
         # memory the capture does not hold (a gradient a hook kept is never accumulated into in
         # place: autograd does that only to a tensor no one else holds). Only when the mode is the
         # innermost one: another mode entered inside the block stays as it is.
@@ -470,7 +551,7 @@ class Capture:
                 if node not in self._accumulating and t.grad is not None:
                     self._grads[node] = t.grad
             for node, g in self._grads.items():  # copied before anything changes them in place
-                self._uncopied_grads.setdefault(g.untyped_storage().data_ptr(), []).append(node)
+                self._uncopied_grads.setdefault(_memory(g), []).append(node)
 
     def _wrapped_apply(self, cls: Any, *args: Any, **kwargs: Any) -> Any:
         apply = self._apply.__func__
@@ -494,7 +575,7 @@ class Capture:
         outputs = _outputs(out, self._tensor_type)
         for i, t in enumerate(outputs):
             more = dict(attrs, output=i) if len(outputs) > 1 else attrs
-            name = self._op_name(cls.__name__)
+            name = self._op_name(cls.__name__.strip("_") or cls.__name__)
             self._new(tag, [parents[id(p)] for p in tensors], t, name, tag, attrs=more or None)
         return out
 
@@ -507,23 +588,25 @@ class Capture:
             raise CaptureError(f"a capture records one step with one backward; this one ran {len(self._backwards)}")
         torch = self._torch
         output: int | None = None
-        data = {n for n, r in enumerate(self._nodes) if r.tag == LEAF and n not in self._leaves}
+        nodes = self._nodes
+        data = {n for n, tag in enumerate(nodes.tags) if tag == LEAF and n not in self._leaves}
         if self._backwards:
             output = self._output(*self._backwards[0])
         if output is not None:
             outputs = [output]
         else:  # no backward: the results are the ops' values nothing else used
-            used = {p for record in self._nodes for p in record.parents}
-            outputs = [n for n, r in enumerate(self._nodes) if n not in used and r.tag not in (CONST, LEAF)]
-        keep = _ancestors(self._nodes, outputs)
+            used = set(nodes.flat)
+            outputs = [n for n, tag in enumerate(nodes.tags) if n not in used and tag not in (CONST, LEAF)]
+        keep = _ancestors(nodes, outputs)
         # the capture's own references, dropped: what is left in use is someone else's (the values
         # of nodes the graph does not keep go too: a detached alias of a kept value holds its memory)
-        self._fresh, self._backwards, self._leaves, self._map = [], [], {}, _TensorMap()
+        self._fresh, self._backwards, self._leaves, self._known = [], [], {}, {}
         kept = set(keep)
-        for node, record in enumerate(self._nodes):
+        values, all_grads = nodes.values, self._grads
+        for node in range(len(nodes)):
             if node not in kept:
-                record.value = None
-                self._grads.pop(node, None)
+                values[node] = None
+                all_grads.pop(node, None)
         private = self._private(keep)
         tags: list[str] = []
         counts: list[int] = []
@@ -534,20 +617,26 @@ class Capture:
         grads: dict[int, np.ndarray] = {}
         ids: dict[int, int] = {}
         copies: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]] = {}
+        all_tags, all_names, all_attrs, starts, flat = nodes.tags, nodes.names, nodes.attrs, nodes.starts, nodes.flat
+        ends = [*starts[1:], len(flat)]
         for new, old in enumerate(keep):
-            record = self._nodes[old]
             ids[old] = new
-            tags.append(CONST if old in data else record.tag)
-            counts.append(len(record.parents))
-            parents.extend(ids[p] for p in record.parents)
-            names[new] = record.name
-            if record.attrs:
-                attrs[new] = record.attrs
-            if record.value is not None:
-                arrays[new] = _kept(record.value, private, copies)
-                grad = self._grads.get(old)
-                if grad is not None and record.tag != CONST and tuple(grad.shape) == arrays[new].shape:
+            tag = all_tags[old]
+            tags.append(CONST if old in data else tag)
+            start, end = starts[old], ends[old]
+            counts.append(end - start)
+            if end > start:
+                parents.extend([ids[p] for p in flat[start:end]])
+            names[new] = all_names[old]
+            if old in all_attrs:
+                attrs[new] = all_attrs[old]
+            value = values[old]
+            if value is not None:
+                arrays[new] = array = _kept(value, private, copies)
+                grad = all_grads.get(old)
+                if grad is not None and tag != CONST and grad.shape == array.shape:
                     grads[new] = _kept(grad, private, copies)
+        value = grad = None  # no reference of ours left in a variable
         metadata: dict[str, Any] = {"torch": str(torch.__version__)}
         if self._model is not None:
             metadata["model"] = type(self._model).__name__
@@ -564,7 +653,8 @@ class Capture:
             outputs=[ids[n] for n in outputs],
             metadata={"captured": metadata},
         )
-        graph.check(arrays_checked=True)
+        # the compiled check whatever the graph's size (microseconds, where numpy's cost tens of them)
+        graph.check(compiled_checks(), arrays_checked=True)
         return graph
 
     def _private(self, nodes: list[int]) -> set[int]:
@@ -575,22 +665,36 @@ class Capture:
         copy."""
         torch = self._torch
         ours: dict[int, int] = {}  # id -> how many references the capture holds
-        for record in self._nodes:
-            if isinstance(record.value, torch.Tensor):
-                ours[id(record.value)] = ours.get(id(record.value), 0) + 1
+        for value in self._nodes.values:
+            if isinstance(value, torch.Tensor):
+                ours[id(value)] = ours.get(id(value), 0) + 1
         for g in self._grads.values():
             if isinstance(g, torch.Tensor):
                 ours[id(g)] = ours.get(id(g), 0) + 1
-        groups: dict[int, dict[int, Any]] = {}
+        tensors: dict[int, Any] = {}  # id -> tensor: the step's op's values and gradients
+        tags, values = self._nodes.tags, self._nodes.values
         for node in nodes:
-            record = self._nodes[node]
-            if record.tag == LEAF:
+            if tags[node] == LEAF:
                 continue
-            for t in (record.value, self._grads.get(node)):
-                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                    groups.setdefault(t.untyped_storage().data_ptr(), {})[id(t)] = t
-        t = None  # no reference of ours left in a variable
+            for t in (values[node], self._grads.get(node)):
+                if isinstance(t, torch.Tensor) and t.is_cpu:
+                    tensors[id(t)] = t
+        t = value = None  # no reference of ours left in a variable
         private: set[int] = set()
+        groups: dict[int, dict[int, Any]] = {}
+        use_count, refcount = torch._C._storage_Use_Count, sys.getrefcount
+        for key in tensors:
+            one = tensors[key]
+            storage = one.untyped_storage()
+            if one._base is None and use_count(storage._cdata) == 2:
+                # alone on its memory (its users: `one` and `storage`): _unshared's test made short;
+                # one's references: `tensors`, `one`, getrefcount's argument and the capture's
+                if refcount(one) - 3 <= ours.get(key, 0):
+                    private.add(key)
+            else:
+                groups.setdefault(storage.data_ptr(), {})[key] = one
+        one = storage = None
+        tensors.clear()  # the groups' tensors are referred to by their group alone (_unshared counts)
         for group in groups.values():
             if self._unshared(group, ours):
                 private.update(group)
@@ -632,10 +736,10 @@ class Capture:
             tensors = tensors[0]
             if isinstance(grad_tensors, (list, tuple)):
                 grad_tensors = grad_tensors[0] if grad_tensors else None
-        known = self._map.get(tensors) if isinstance(tensors, torch.Tensor) else None
-        if known is None:
+        known = self._known.get(id(tensors)) if isinstance(tensors, torch.Tensor) else None
+        if known is None or known[0] is not tensors:
             raise CaptureError("the backward ran from a tensor the capture did not see made")
-        node = known[0]
+        node = known[1]
         seed = None if grad_tensors is None else grad_tensors.detach()
         if seed is None or (tensors.dim() == 0 and bool((seed == 1).all())):
             if node not in self._grads and tensors.dim() == 0:
@@ -650,13 +754,14 @@ class Capture:
         return total
 
     def _new_detached(self, tag: str, parents: list[int], value: Any, name: str, const: bool = False) -> int:
-        self._nodes.append(_Node(tag, parents, value.detach(), self._unique(name), const=const))
-        return len(self._nodes) - 1
+        return self._nodes.add(tag, parents, value.detach(), self._unique(name), None, const)
 
 
 # -- calls and how each op is written ---------------------------------------------------------------------
 class _Call:
     """One recorded call, as the op handlers see it."""
+
+    __slots__ = ("args", "capture", "func", "kwargs", "outputs", "parents", "plan")
 
     def __init__(
         self,
@@ -684,20 +789,16 @@ class _Call:
 
     def emit(self, tag: str, parents: Sequence[int], i: int, attrs: dict[str, Any] | None = None) -> int:
         c = self.capture
-        return c._new(tag, list(parents), self.outputs[i], c._op_name(self.plan.name), self.func, attrs=attrs)
+        return c._new(tag, parents, self.outputs[i], c._op_name(self.plan.label), self.func, attrs)
 
     def inner(self, tag: str, parents: Sequence[int], attrs: dict[str, Any] | None = None, *, suffix: str) -> int:
         """A node of a decomposition, whose value a replay computes (PyTorch had no such tensor)."""
         c = self.capture
-        node = len(c._nodes)
-        c._nodes.append(_Node(tag, list(parents), None, c._op_name(f"{self.plan.name}.{suffix}"), attrs))
-        return node
+        return c._nodes.add(tag, parents, None, c._op_name(f"{self.plan.label}.{suffix}"), attrs, False)
 
     def const(self, value: np.ndarray, suffix: str) -> int:
         c = self.capture
-        node = len(c._nodes)
-        c._nodes.append(_Node(CONST, [], value, c._op_name(f"{self.plan.name}.{suffix}"), const=True))
-        return node
+        return c._nodes.add(CONST, (), value, c._op_name(f"{self.plan.label}.{suffix}"), None, True)
 
     def scalar(self, value: Any, i: int) -> int:
         """A Python number operand as a 0-d const of the output's dtype."""
@@ -719,15 +820,23 @@ class _Call:
 Handler = Callable[[_Call, int], "int | None"]
 
 
-@dataclass
+@dataclass(slots=True, frozen=True)
 class _Plan:
-    name: str
+    """How calls of one ATen operator overload are recorded (made once per overload)."""
+
+    #: The name its nodes are named by: the op's (its functional form's, for an in-place op)
+    #: without leading and trailing underscores.
+    label: str
     handler: Handler
     writes: tuple[int | str, ...]
     inplace: bool
     functional: Any
     #: The op writes into an argument it does not return (an out= variant): refused.
     refused: bool
+    #: A factory or random op: its result is a const whatever its arguments.
+    factory: bool
+    #: An alias of its first argument (``alias``, ``detach``...): a const's alias is that const.
+    alias: bool
 
 
 @functools.cache
@@ -753,7 +862,10 @@ def _plan(func: Any) -> _Plan:
                 if functional is not None:
                     break
     handler = _MAPPED.get(f"{base}.{func._overloadname}") or _MAPPED.get(base) or _no_mapping
-    return _Plan(base, handler, tuple(writes), inplace, functional, refused)
+    label = base.strip("_") or base
+    factory = base in _FACTORIES
+    alias = handler in (_same, _detach)
+    return _Plan(label, handler, tuple(writes), inplace, functional, refused, factory, alias)
 
 
 def _no_mapping(call: _Call, i: int) -> int | None:
@@ -767,7 +879,8 @@ def _same(call: _Call, i: int) -> int | None:
 def _detach(call: _Call, i: int) -> int | None:
     x = call.args[0]
     if x.requires_grad:  # a stop-gradient: the value, as a const
-        return call.capture._new(CONST, [], call.outputs[i], call.capture._op_name("detach"), call.func, const=True)
+        c = call.capture
+        return c._new(CONST, [], call.outputs[i], c._op_name("detach"), call.func, const=True)
     return call.node(x)
 
 
@@ -785,11 +898,14 @@ def _unary(tag: str) -> Handler:
 
 def _binary(tag: str, *, reverse: bool = False) -> Handler:
     def handler(call: _Call, i: int) -> int | None:
-        x, y = call.args[0], call.args[1]
-        alpha = call.arg(2, "alpha", 1)
-        if alpha != 1 or call.kwargs.get("rounding_mode") is not None:
+        args, kwargs = call.args, call.kwargs
+        x, y = args[0], args[1]
+        if kwargs and (kwargs.get("alpha", 1) != 1 or kwargs.get("rounding_mode") is not None):
             return None
-        if any(isinstance(v, call.capture._tensor_type) and v.dtype != call.outputs[i].dtype for v in (x, y)):
+        if len(args) > 2 and args[2] != 1:
+            return None
+        kind, dtype = call.capture._tensor_type, call.outputs[i].dtype
+        if (isinstance(x, kind) and x.dtype != dtype) or (isinstance(y, kind) and y.dtype != dtype):
             return None
         if reverse:
             x, y = y, x
@@ -1141,18 +1257,18 @@ def _mode_class() -> type:
 
 
 def _available_ops() -> frozenset[str]:
-    """The op names this graphsvc's registry has (builtins and installed plugins)."""
+    """The op names the default registry has (builtins and installed plugins), made once for each
+    registry and size (a registry only grows: a name registered twice is refused)."""
     from graphsvc.pluginhost import default_registry
 
-    return frozenset(op.name for op in default_registry())
+    registry = default_registry()
+    known = _AVAILABLE.get("ops")
+    if known is None or known[0] is not registry or known[1] != len(registry):
+        known = _AVAILABLE["ops"] = (registry, len(registry), frozenset(op.name for op in registry))
+    return known[2]
 
 
-def _tensors(args: Sequence[Any], kwargs: dict[str, Any], kind: type) -> Iterator[Any]:
-    for value in itertools.chain(args, kwargs.values()):
-        if isinstance(value, kind):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            yield from (v for v in value if isinstance(v, kind))
+_AVAILABLE: dict[str, tuple[Any, int, frozenset[str]]] = {}
 
 
 def _outputs(out: Any, kind: type) -> list[Any]:
@@ -1175,6 +1291,13 @@ def _check_dtype(t: Any, func: Any) -> None:
     if not _dtype_kept(t.dtype):
         name = str(t.dtype).removeprefix("torch.")
         raise CaptureError(f"capture cannot record {func}: its tensor is {name}, which a graph file cannot hold")
+
+
+@functools.cache
+def _floating_dtypes() -> frozenset[Any]:
+    import torch
+
+    return frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and d.is_floating_point)
 
 
 @functools.cache
@@ -1234,18 +1357,27 @@ def _copied(
     return copy.transpose(order)
 
 
+def _memory(t: Any) -> int:
+    """Where a tensor's memory starts: the tensors on one memory share it."""
+    return int(t.untyped_storage().data_ptr())
+
+
 def _numpy(t: Any) -> np.ndarray:
     """A tensor's numbers as a numpy array (sharing its memory when it is on the CPU)."""
     return t.numpy(force=True)  # detach, cpu, resolve_conj, resolve_neg in one call
 
 
-def _ancestors(nodes: list[_Node], outputs: list[int]) -> list[int]:
+def _ancestors(nodes: _Nodes, outputs: list[int]) -> list[int]:
     """The nodes ``outputs`` depend on, in order (no recursion: one sweep down the ids)."""
     needed = [False] * len(nodes)
     for output in outputs:
         needed[output] = True
-    for node in range(max(outputs, default=-1), -1, -1):
+    starts, flat = nodes.starts, nodes.flat
+    end = len(flat)
+    for node in range(len(nodes) - 1, -1, -1):
+        start = starts[node]
         if needed[node]:
-            for p in nodes[node].parents:
+            for p in flat[start:end]:
                 needed[p] = True
+        end = start
     return [n for n in range(len(nodes)) if needed[n]]

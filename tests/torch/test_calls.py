@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
+import weakref
 
 import pytest
 
@@ -66,3 +68,17 @@ def test_torch_objects_round_trip() -> None:
     assert kwargs == {"device": torch.device("cpu"), "memory_format": torch.contiguous_format}
     with pytest.raises(UnencodableArgument, match=r"^\{'dtype': 'nope'\} names no torch.dtype$"):
         decode_call({"args": [{"dtype": "nope"}]}, [])
+
+
+def test_encoding_and_decoding_hold_no_tensor_after_they_return() -> None:
+    """No reference cycle keeps a call's tensors until Python's cycle collector runs."""
+    gc.disable()
+    try:
+        a, b = Tensor("a"), Tensor("b")
+        refs = [weakref.ref(a), weakref.ref(b)]
+        attrs, tensors = encode_call([a, [b, 1]], {"x": [a]}, is_tensor)
+        assert decode_call(attrs, tensors) == ([a, [b, 1]], {"x": [a]})
+        del a, b, tensors
+        assert [ref() for ref in refs] == [None, None]
+    finally:
+        gc.enable()

@@ -584,6 +584,54 @@ def test_the_capture_leaves_pytorch_as_it_found_it() -> None:
     assert x.grad.tolist() == [2.0, 2.0]
 
 
+def pytorch_state() -> tuple[Any, ...]:
+    """What a capture changes while it runs: backward, Function.apply, the global module hooks, the
+    captures running."""
+    from graphsvc.torch import capturing
+
+    module = torch.nn.modules.module
+    hooks = (module._global_forward_pre_hooks, module._global_forward_hooks, module._global_forward_hooks_always_called)
+    return (
+        torch.autograd.backward,
+        torch.autograd.Function.__dict__["apply"],
+        *(dict(h) for h in hooks),
+        list(capturing._ACTIVE),
+    )
+
+
+class Refused(Exception):
+    pass
+
+
+def refuse(*args: Any, **kwargs: Any) -> Any:
+    raise Refused("refused")
+
+
+@pytest.mark.parametrize("where", ["forward hook", "mode class", "mode enter"])
+def test_a_capture_that_fails_to_start_leaves_pytorch_as_it_found_it(where: str, monkeypatch: Any) -> None:
+    from graphsvc.torch import capturing
+
+    before = pytorch_state()
+    with monkeypatch.context() as patched:
+        if where == "forward hook":  # the second of the module hooks: the first is in place by then
+            patched.setattr(torch.nn.modules.module, "register_module_forward_hook", refuse)
+        elif where == "mode class":  # backward, apply and the list of captures are patched by then
+            patched.setattr(capturing, "_mode_class", refuse)
+        else:
+            patched.setattr(capturing._mode_class(), "__enter__", refuse)
+        run = capture()
+        with pytest.raises(Refused), run:
+            pass
+    assert pytorch_state() == before
+    with pytest.raises(CaptureError, match=r"^a capture records one step: start a new capture\(\) for the next one$"):
+        run.__enter__()
+    x = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    with capture() as again:
+        (x * 2.0).sum().backward()
+    assert again.graph().grad("input0").tolist() == [2.0, 2.0]
+    assert pytorch_state() == before
+
+
 def test_the_graph_keeps_the_steps_numbers_after_an_optimizer_changes_the_models() -> None:
     model, graph, _ = mlp_step(torch.float64)
     weight, grad = model[0].weight.detach().clone(), model[0].weight.grad.clone()
@@ -636,6 +684,19 @@ def test_every_captures_backward_runs_outside_the_dispatch_mode_and_a_finished_c
     assert [ref() for ref in finished] == [None, None, None]
 
 
+def test_memory_the_steps_code_reaches_through_numpy_is_copied() -> None:
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        h = (x * 2.0).exp()
+        numbers = h.detach().numpy()  # h's memory, held through a tensor the graph does not keep
+        (h * 1.0).sum().backward()
+        del h
+    graph = run.graph()
+    numbers += 100.0
+    assert graph.value("exp").tolist() == [math.exp(2.0)] * 3
+    assert not np.shares_memory(graph.value("exp"), numbers)
+
+
 def test_a_view_the_steps_code_holds_makes_the_graph_copy_all_of_its_memory() -> None:
     x = torch.ones(4, dtype=torch.float64, requires_grad=True)
     with capture() as run:
@@ -682,6 +743,30 @@ def test_mse_loss_and_clamp_map_to_graphsvcs_ops_where_it_has_them(tmp_path: Pat
     assert graph.grad("input0").tolist() == [[-1.0, 0.0], [0.0, -1.0]]  # 2 (x - t), 0 where clamped
     if fused:
         replayed(graph, tmp_path, torch.float64)
+
+
+def test_the_ops_a_capture_maps_to_are_the_default_registrys_when_it_starts() -> None:
+    from graphsvc.ops import OpRegistry
+
+    clamp = load_registry()[0].get("clamp")
+    x = torch.tensor([0.5, -2.0], dtype=torch.float64, requires_grad=True)
+
+    def clamp_op() -> str:
+        with capture() as run:
+            x.clamp(-1.0, 2.5).sum().backward()
+        graph = run.graph()
+        return graph.op(graph.node_id("clamp"))
+
+    registry = OpRegistry()
+    try:
+        graphsvc.use_registry(registry)
+        assert clamp_op() == "aten.clamp.default"
+        registry.register(clamp)  # the same registry, grown
+        assert clamp_op() == "clamp"
+        graphsvc.use_registry(OpRegistry())  # another registry
+        assert clamp_op() == "aten.clamp.default"
+    finally:
+        graphsvc.use_registry(None)
 
 
 def test_a_backward_on_another_thread_is_not_the_captured_steps() -> None:
