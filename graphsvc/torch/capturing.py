@@ -29,7 +29,10 @@ How it records, and why:
   or its memory: ``torch._C._storage_Use_Count``), whose memory the graph keeps as it is (a step's
   values and gradients are as large as its activations: copying them all costs about as much as
   the step). Parameters, inputs, ``p.grad`` and whatever the step's code still holds are copied,
-  so an optimizer's step or ``zero_grad`` after the block changes nothing in the graph.
+  so an optimizer's step or ``zero_grad`` after the block changes nothing in the graph. The copies
+  are made in memory an earlier graph gave back (:func:`graphsvc.replay.memory.reuse`, as a
+  replay's arrays), not in fresh pages, a page fault each: a capture a step, in a loop, touches the
+  same pages.
 - **Constants are folded**: a factory or random op (``empty_like``, ``ones_like``, ``bernoulli_``,
   ``zeros``, ...) and any op whose inputs are all constants become a ``const`` node holding the
   recorded value, so a replay reproduces the step exactly (dropout's mask).
@@ -81,6 +84,7 @@ import numpy as np
 from graphsvc.errors import UsageError
 from graphsvc.graph import CONST, LEAF, Graph, graph_from_lists, sealed
 from graphsvc.native import compiled_checks
+from graphsvc.replay import memory
 from graphsvc.torch.calls import UnencodableArgument, encode_call
 
 __all__ = ["Capture", "CaptureError", "capture"]
@@ -619,23 +623,26 @@ class Capture:
         copies: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]] = {}
         all_tags, all_names, all_attrs, starts, flat = nodes.tags, nodes.names, nodes.attrs, nodes.starts, nodes.flat
         ends = [*starts[1:], len(flat)]
-        for new, old in enumerate(keep):
-            ids[old] = new
-            tag = all_tags[old]
-            tags.append(CONST if old in data else tag)
-            start, end = starts[old], ends[old]
-            counts.append(end - start)
-            if end > start:
-                parents.extend([ids[p] for p in flat[start:end]])
-            names[new] = all_names[old]
-            if old in all_attrs:
-                attrs[new] = all_attrs[old]
-            value = values[old]
-            if value is not None:
-                arrays[new] = array = _kept(value, private, copies)
-                grad = all_grads.get(old)
-                if grad is not None and tag != CONST and grad.shape == array.shape:
-                    grads[new] = _kept(grad, private, copies)
+        # the copies in memory an earlier graph gave back, as a replay's arrays: the pages a freed
+        # graph's copies touched, not fresh ones (a page fault each)
+        with memory.reuse():
+            for new, old in enumerate(keep):
+                ids[old] = new
+                tag = all_tags[old]
+                tags.append(CONST if old in data else tag)
+                start, end = starts[old], ends[old]
+                counts.append(end - start)
+                if end > start:
+                    parents.extend([ids[p] for p in flat[start:end]])
+                names[new] = all_names[old]
+                if old in all_attrs:
+                    attrs[new] = all_attrs[old]
+                value = values[old]
+                if value is not None:
+                    arrays[new] = array = _kept(value, private, copies)
+                    grad = all_grads.get(old)
+                    if grad is not None and tag != CONST and grad.shape == array.shape:
+                        grads[new] = _kept(grad, private, copies)
         value = grad = None  # no reference of ours left in a variable
         metadata: dict[str, Any] = {"torch": str(torch.__version__)}
         if self._model is not None:

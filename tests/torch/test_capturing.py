@@ -802,3 +802,32 @@ def test_a_backward_after_a_capture_without_one_keeps_nothing_in_it() -> None:
     y.sum().backward()
     assert run._grads == {} and run._sink.grads == {} and not run._sink.open
     assert run.graph().value("exp").tolist() == [math.exp(2.0)] * 3
+
+
+def test_a_graphs_copies_reuse_the_memory_an_earlier_graph_gave_back() -> None:
+    from graphsvc.replay import memory
+    from tests.conftest import require_native
+    from tests.replay.test_memory import get_handler_name
+
+    require_native("memory")
+    memory.release()
+    torch.manual_seed(0)
+    model = nn.Linear(200, 100)  # a weight of 80,000 bytes: a block the cache keeps (64 KiB and more)
+    x = torch.randn(4, 200)
+
+    def step() -> Graph:
+        model.zero_grad()
+        with capture(model) as run:
+            model(x).sum().backward()
+        return run.graph()
+
+    graph = step()
+    weight = graph.value("weight")
+    assert get_handler_name(weight.base if weight.base is not None else weight) == "graphsvc_reuse"
+    assert np.array_equal(weight, model.weight.detach().numpy())  # a copy: the model's own is not kept
+    del graph, weight
+    before = memory.stats()
+    again = step()
+    assert memory.stats()["hits"] - before["hits"] >= 2  # the weight's copy and its gradient's
+    assert np.array_equal(again.grad("weight"), model.weight.grad.numpy())
+    memory.release()
