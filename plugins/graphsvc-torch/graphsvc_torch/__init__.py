@@ -109,9 +109,9 @@ def _refused(schema: Any) -> str | None:
 
 
 def _is_tensor_type(kind: Any) -> bool:
-    """Whether a schema type is a tensor, an optional one or a list of them."""
-    text = str(kind)
-    return text.startswith("Tensor") or text.startswith("Optional[Tensor") or text.startswith("List[Tensor")
+    """Whether a schema type is a tensor, an optional one or a list of either (``Tensor``,
+    ``Optional[Tensor]``, ``List[Tensor]``, ``List[Optional[Tensor]]``)."""
+    return "Tensor" in str(kind)
 
 
 @hookimpl
