@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import resource
 import subprocess
 import sys
 import textwrap
@@ -180,6 +181,10 @@ def test_operators_a_node_cannot_be_are_refused_so_a_file_cannot_read_files_or_p
         "aten.relu.out": "it writes into an out= argument (a node's op returns its result)",
         "aten._assert_async.default": "it returns no tensor",
         "aten._local_scalar_dense.default": "it returns no tensor",
+        "aten.empty_like.default": "it returns uninitialized memory (a capture records an empty tensor's value as a "
+        "const)",
+        "aten.new_empty.default": "it returns uninitialized memory (a capture records an empty tensor's value as a "
+        "const)",
     }
     for tag, why in refused.items():
         with pytest.raises(UnknownOpError) as caught:
@@ -234,6 +239,62 @@ def test_an_operator_whose_output_would_be_above_the_array_limit_is_refused_befo
         "forward_with_residuals raised ValueError: aten.repeat.default asks for a 32x9 float32 array (1.1 KiB), "
         "more than the limit of 1.0 KiB on one array (GRAPHSVC_MAX_ARRAY_BYTES)"
     )
+
+
+def test_the_size_check_sees_calls_without_arguments_devices_and_sizes_that_depend_on_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    needs_torch()
+    found = registry()
+    monkeypatch.setenv("GRAPHSVC_MAX_ARRAY_BYTES", "1MiB")
+
+    def refused(tag: str, inputs: list[np.ndarray], attrs: dict[str, Any] | None) -> str:
+        b = GraphBuilder()
+        leaves = [b.leaf(x, name=f"x{i}") for i, x in enumerate(inputs)]
+        b.add(tag, leaves, name="big", attrs=attrs)
+        with pytest.raises(ReplayError) as caught:
+            graphsvc.forward(b.build(), registry=found)
+        return str(caught.value).partition("raised ValueError: ")[2]
+
+    ones = np.ones(20000, dtype=np.float32)
+    # a node without args: the dry run is the call the node makes, f(*inputs)
+    assert refused("aten.outer.default", [ones, ones], None) == (
+        "aten.outer.default asks for a 20000x20000 float32 array (1.5 GiB), more than the limit of 1.0 MiB on one "
+        "array (GRAPHSVC_MAX_ARRAY_BYTES)"
+    )
+    # a device argument: the dry run stays on the meta device (new_ones would fill 1.1 GiB on the CPU)
+    call = {"args": [{"input": 0}, [300_000_000]], "kwargs": {"device": {"device": "cpu"}}}
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    assert refused("aten.new_ones.default", [ones], call).startswith(
+        "aten.new_ones.default asks for a 300000000 float32 array (1.1 GiB)"
+    )
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 256 * 1024  # not the 1.1 GiB
+    # a size that depends on values: bounded by the integer inputs' magnitudes
+    assert refused("aten.bincount.default", [np.array([300_000_000])], None) == (
+        "aten.bincount.default may ask for 300,000,000 elements (2.2 GiB, its integer inputs' values), more than "
+        "the limit of 1.0 MiB on one array (GRAPHSVC_MAX_ARRAY_BYTES)"
+    )
+    b = GraphBuilder()
+    b.add("aten.bincount.default", [b.leaf(np.array([1, 3, 3]), name="x")], name="counts")
+    assert graphsvc.forward(b.build(), registry=found).value("counts").tolist() == [0, 1, 0, 2]
+
+
+def test_two_calls_of_a_random_multi_output_operator_are_two_draws_in_a_backward_replay_too() -> None:
+    torch = needs_torch()
+    found = registry()
+    b = GraphBuilder()
+    x = b.leaf(np.linspace(1.0, 2.0, 64).reshape(8, 8), name="x")
+    call = {"args": [{"input": 0}, 0.5, True], "output": 0}
+    one = b.add("aten.native_dropout.default", [x], name="one", attrs=call)
+    two = b.add("aten.native_dropout.default", [x], name="two", attrs=call)
+    b.add("sum", [b.add("mul", [one, two], name="both")], name="loss")
+    graph = b.build()
+    for replay in (graphsvc.forward, graphsvc.backward):
+        torch.manual_seed(0)
+        result = replay(graph, registry=found)
+        kept = [result.value(name) != 0 for name in ("one", "two")]
+        assert not np.array_equal(*kept), replay.__name__  # two masks, not one shared
+        assert 16 < kept[0].sum() < 48 and 16 < kept[1].sum() < 48
 
 
 def test_an_lstm_layer_s_mkldnn_rnn_layer_is_pytorch_s() -> None:
@@ -320,10 +381,12 @@ def test_the_nodes_of_an_lstm_layer_s_three_outputs_share_one_call_for_a_backwar
     for k in range(2):
         op.forward_with_residuals(*writable, **attrs, output=k)  # type: ignore[misc]
     assert len(calls) == 6
+    op.forward_with_residuals(*inputs, **attrs, output=0)  # type: ignore[misc]
+    assert len(calls) == 7  # an output a node picked already: another node's own call
     del made, shared  # the nodes let the call go: the next one is made anew
     gc.collect()
     op.forward_with_residuals(*inputs, **attrs, output=1)  # type: ignore[misc]
-    assert len(calls) == 7
+    assert len(calls) == 8
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

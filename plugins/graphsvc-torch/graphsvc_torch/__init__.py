@@ -15,8 +15,8 @@ resolver checks a tag when a graph first uses it (``validate``, a replay): a nam
 with ``pip install torch==2.13.0`` (exit code 4, as for any op that is not here); otherwise PyTorch
 is imported there, once, and a tag that names no operator of this PyTorch is refused by name, as
 is one a node cannot be (:func:`_refused`: an operator that takes no tensor, such as ``from_file``
-or ``_print``, writes into an ``out=`` argument or returns no tensor), so a graph file can only make
-a replay compute tensors from its own arrays.
+or ``_print``, writes into an ``out=`` argument, returns no tensor or returns uninitialized memory),
+so a graph file can only make a replay compute tensors from its own arrays.
 
 How a node runs (forward): each input array becomes a C-contiguous tensor sharing its memory where
 the array is C-contiguous (``torch.from_numpy``, dtype kept; a strided view is copied, see
@@ -80,7 +80,15 @@ def aten_op(tag: str) -> Op:
     refused = _refused(schema)
     if refused:
         raise OpError(f"{tag} is not replayed: {refused}")
-    call = _Call(tag, function, mutable=bool(schema.is_mutable), sized=True)
+    tags = set(function.tags)
+    call = _Call(
+        tag,
+        function,
+        mutable=bool(schema.is_mutable),
+        sized=True,
+        dynamic=torch.Tag.dynamic_output_shape in tags,
+        random=torch.Tag.nondeterministic_seeded in tags,
+    )
     return Op(
         tag,
         1,
@@ -95,10 +103,14 @@ def aten_op(tag: str) -> Op:
 def _refused(schema: Any) -> str | None:
     """Why an operator is not replayed, or None: a node computes tensors from tensors, and a graph
     file is data, so an operator that takes no tensor (a factory, ``from_file`` reading a file,
-    ``_print`` writing to the terminal), writes into an ``out=`` argument or returns no tensor is
-    not called for a node (a capture records none of them: a factory's value is a const, ``out=``
-    calls are refused)."""
+    ``_print`` writing to the terminal), writes into an ``out=`` argument, returns no tensor or
+    returns uninitialized memory (``empty_like``, ``new_empty``: the process's old bytes) is not
+    called for a node (a capture records none of them: a factory's value is a const, ``out=`` calls
+    are refused)."""
     arguments = list(schema.arguments)
+    name = schema.name.removeprefix("aten::")
+    if name.startswith(("empty", "new_empty", "_empty")):
+        return "it returns uninitialized memory (a capture records an empty tensor's value as a const)"
     if any(a.is_out for a in arguments):
         return "it writes into an out= argument (a node's op returns its result)"
     if not any(_is_tensor_type(a.type) for a in arguments):
@@ -158,11 +170,22 @@ def function_op(function: type, name: str | None = None, *, doc: str | None = No
 class _Call:
     """Calls ``function`` (an ATen ``OpOverload`` or a Function's ``apply``) on a node's inputs."""
 
-    def __init__(self, tag: str, function: Callable[..., Any], *, mutable: bool, sized: bool = False) -> None:
+    def __init__(
+        self,
+        tag: str,
+        function: Callable[..., Any],
+        *,
+        mutable: bool,
+        sized: bool = False,
+        dynamic: bool = False,
+        random: bool = False,
+    ) -> None:
         self.tag = tag
         self.function = function
         self.mutable = mutable  # it writes into arguments: give it copies
         self.sized = sized  # an ATen operator: its outputs' sizes are known before it runs (_refuse_large)
+        self.dynamic = dynamic  # its outputs' sizes depend on its inputs' values (nonzero, bincount)
+        self.random = random  # it draws random numbers: two calls differ, none is shared
         # the last call made for a backward pass, for the nodes of its other outputs (_shared)
         self._last: tuple[tuple[Any, ...], list[weakref.ref[Any]], weakref.ref[_Made]] | None = None
 
@@ -191,13 +214,21 @@ class _Call:
         from graphsvc.replay.arrays import ARRAY_LIMIT_ENV, array_limit, byte_size
 
         torch = _torch(self.tag)
+        limit = array_limit()
         meta = [torch.empty_like(t, device="meta") for t in tensors]
         try:
-            positional, keywords = _decode_call()({"args": args or [], "kwargs": kwargs or {}}, meta)
-            result = self.function(*positional, **keywords)
+            if args is None and not kwargs:  # as _call makes it
+                result = self.function(*meta)
+            else:
+                positional, keywords = _decode_call()({"args": args or [], "kwargs": kwargs or {}}, meta)
+                on_meta = torch.device("meta")  # a device argument too: nothing runs on the CPU here
+                positional = [on_meta if isinstance(a, torch.device) else a for a in positional]
+                keywords = {k: on_meta if isinstance(v, torch.device) else v for k, v in keywords.items()}
+                result = self.function(*positional, **keywords)
         except Exception:  # no meta kernel, a size known only from values, or a bad call (it fails next)
+            if self.dynamic:
+                self._refuse_by_values(torch, tensors, limit)
             return
-        limit = array_limit()
         for t in result if isinstance(result, (tuple, list)) else [result]:
             if isinstance(t, torch.Tensor) and t.numel() * t.element_size() > limit:
                 dims = "x".join(map(str, t.shape)) or "0-d"
@@ -206,6 +237,23 @@ class _Call:
                     f"({byte_size(t.numel() * t.element_size())}), more than the limit of {byte_size(limit)} on one "
                     f"array ({ARRAY_LIMIT_ENV})"
                 )
+
+    def _refuse_by_values(self, torch: Any, tensors: Sequence[Any], limit: int) -> None:
+        """Refuse a call whose outputs' sizes depend on its inputs' values (``dynamic_output_shape``)
+        when its integer inputs could ask for more than ``limit`` bytes: their magnitudes summed
+        bound what such an operator makes from them (``bincount``'s largest value, ``repeat_interleave``'s
+        repeats); a mask or a float input gives at most its own size."""
+        from graphsvc.replay.arrays import ARRAY_LIMIT_ENV, byte_size
+
+        total = 0
+        for t in tensors:
+            if not t.dtype.is_floating_point and t.dtype != torch.bool and t.numel():
+                total += int(t.detach().abs().sum(dtype=torch.float64).item())
+        if total * 8 > limit:
+            raise ValueError(
+                f"{self.tag} may ask for {total:,} elements ({byte_size(total * 8)}, its integer inputs' values), "
+                f"more than the limit of {byte_size(limit)} on one array ({ARRAY_LIMIT_ENV})"
+            )
 
     def forward(self, *inputs: np.ndarray, args: Any = None, kwargs: Any = None, output: Any = None) -> np.ndarray:
         torch = _torch(self.tag)
@@ -233,15 +281,19 @@ class _Call:
         autograd on (every floating-point input requiring a gradient), its graph kept for the VJP.
         The nodes of an operator's several outputs (an LSTM layer's sequence and last states) share
         one call: a node whose call, inputs (the same read-only arrays, as a replay gives them) and
-        arguments are those of a call whose outputs other nodes still hold picks its output from it."""
+        arguments are those of a call whose outputs other nodes still hold, and whose output no node
+        has picked yet, picks it from that call (never a random operator's: two calls differ)."""
         torch = _torch(self.tag)
-        key = self._key(inputs, args, kwargs)
+        key = None if self.random else self._key(inputs, args, kwargs)
         made = None if key is None else self._shared(key, inputs)
+        if made is not None and (not isinstance(output, int) or output in made.taken):  # another call
+            made = None
         if made is None:
             made = _Made(*self._recorded(torch, inputs, [_floating(x) for x in inputs], args, kwargs))
             if key is not None and isinstance(made.result, (tuple, list)):
                 self._last = (key, [weakref.ref(x) for x in inputs], weakref.ref(made))
         result = _pick(self.tag, made.result, output)
+        made.taken.add(output)
         return _array(torch, result), (made.leaves, result, made)
 
     @staticmethod
@@ -309,11 +361,12 @@ class _Made:
     outputs hold it in their residuals; :class:`_Call` keeps a weak reference, so it goes when they
     do."""
 
-    __slots__ = ("__weakref__", "leaves", "result")
+    __slots__ = ("__weakref__", "leaves", "result", "taken")
 
     def __init__(self, leaves: list[Any], result: Any) -> None:
         self.leaves = leaves
         self.result = result
+        self.taken: set[Any] = set()  # the outputs nodes have picked: a second pick is another call
 
 
 def _floating(x: Any) -> bool:
