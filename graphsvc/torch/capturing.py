@@ -442,18 +442,23 @@ class Capture:
                 if value is not None:
                     uncopied.setdefault(_memory(value), []).append(node)
             self._unindexed = []
+        kind, values = self._tensor_type, self._nodes.values
         for at in plan.writes:
-            t = args[at] if isinstance(at, int) and at < len(args) else kwargs.get(str(at))
-            if not isinstance(t, self._tensor_type):
+            written = args[at] if isinstance(at, int) and at < len(args) else kwargs.get(str(at))
+            if isinstance(written, kind):
+                written = (written,)
+            elif not isinstance(written, (list, tuple)):  # a list of tensors: a _foreach_ op's
                 continue
-            where = _memory(t)
-            values = self._nodes.values
-            for node in uncopied.pop(where, ()):
-                value = values[node]
-                if value is not None:
-                    values[node] = value.detach().clone()
-            for node in self._uncopied_grads.pop(where, ()):
-                self._grads[node] = self._grads[node].clone()
+            for t in written:
+                if not isinstance(t, kind):
+                    continue
+                where = _memory(t)
+                for node in uncopied.pop(where, ()):
+                    value = values[node]
+                    if value is not None:
+                        values[node] = value.detach().clone()
+                for node in self._uncopied_grads.pop(where, ()):
+                    self._grads[node] = self._grads[node].clone()
 
     def _settle(self) -> None:
         """The tensors the last call made, now that autograd has set them up: their versions, and

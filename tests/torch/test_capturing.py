@@ -831,3 +831,22 @@ def test_a_graphs_copies_reuse_the_memory_an_earlier_graph_gave_back() -> None:
     assert memory.stats()["hits"] - before["hits"] >= 2  # the weight's copy and its gradient's
     assert np.array_equal(again.grad("weight"), model.weight.grad.numpy())
     memory.release()
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_gradient_clipping_and_an_optimizer_step_inside_the_block_change_nothing_in_the_graph(foreach: bool) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1))
+    x = torch.randn(5, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, foreach=foreach)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    with capture(model) as run:
+        model(x).pow(2).sum().backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+        nn.utils.clip_grad_norm_(model.parameters(), 1e-3, foreach=foreach)  # _foreach_mul_ when foreach
+        optimizer.step()  # _foreach_add_ when foreach
+    graph = run.graph()
+    for name in before:
+        assert np.array_equal(graph.value(name), before[name].numpy()), name
+        assert np.array_equal(graph.grad(name), grads[name].numpy()), name
+        assert not np.array_equal(graph.value(name), model.get_parameter(name).detach().numpy()), name
