@@ -171,7 +171,7 @@ class Capture:
         self._grads: dict[int, Any] = {}
         self._graph: Graph | None = None
         self._state = "new"
-        self._failure: BaseException | None = None
+        self._failure: str | None = None  # the name of what the step raised
 
     # -- the with block ------------------------------------------------------------------------------
     def __enter__(self) -> Capture:
@@ -277,22 +277,23 @@ class Capture:
                 handle.remove()
             self._state = "done"
         self._sink.open = False  # a later backward over the step's tensors keeps nothing
-        if exc is not None:
-            self._failure = exc
-            self._sink.grads = {}
-            return
-        self._graph = self._build()
-        self._nodes = _Nodes()
-        self._grads = {}
-        self._sink.grads = {}
-        self._known = {}
+        try:
+            if exc is not None:
+                self._failure = type(exc).__name__  # not the exception: its traceback holds the step's frames
+                return
+            self._graph = self._build()
+        finally:  # the step's tensors go, whether the graph was made or not
+            self._nodes = _Nodes()
+            self._grads = self._sink.grads = {}
+            self._known, self._fresh, self._backwards, self._leaves = {}, [], [], {}
+            self._leaf_refs, self._hooks, self._uncopied, self._uncopied_grads = [], [], {}, {}
 
     def graph(self) -> Graph:
         """The recorded step as a Graph: the loss is its output (none when no backward ran)."""
         if self._state == "running":
             raise CaptureError("run.graph() is ready when the `with capture(...)` block has ended")
         if self._graph is None:
-            why = f": the step raised {type(self._failure).__name__}" if self._failure is not None else ""
+            why = f": the step raised {self._failure}" if self._failure is not None else ""
             raise CaptureError(f"nothing was captured{why}")
         return self._graph
 

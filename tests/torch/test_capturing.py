@@ -850,3 +850,23 @@ def test_gradient_clipping_and_an_optimizer_step_inside_the_block_change_nothing
         assert np.array_equal(graph.value(name), before[name].numpy()), name
         assert np.array_equal(graph.grad(name), grads[name].numpy()), name
         assert not np.array_equal(graph.value(name), model.get_parameter(name).detach().numpy()), name
+
+
+def test_a_failed_capture_keeps_none_of_the_steps_tensors() -> None:
+    model = nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    for failure in ("raise", "two backwards"):
+        run = capture(model)
+        with pytest.raises((RuntimeError, CaptureError)):
+            with run:
+                h = model(x)
+                alive = weakref.ref(h)
+                if failure == "raise":
+                    raise RuntimeError("the step failed")
+                h.sum().backward(retain_graph=True)
+                h.sum().backward()
+        del h
+        gc.collect()
+        assert alive() is None, failure  # the capture, still held, keeps no activation
+        with pytest.raises(CaptureError, match="nothing was captured"):
+            run.graph()
