@@ -215,6 +215,7 @@ class Capture:
         self._leaf_names: dict[int, str] = {}
         self._paths: dict[int, str] = {}
         self._stack: list[str] = [""]
+        self._ran: dict[str, None] = {}  # the module paths the step ran, in the order it first did
         self._leaf_refs: list[Any] = []  # what _leaf_names names, held so that no id is reused
         if self._model is not None:
             for name, t in itertools.chain(
@@ -304,6 +305,7 @@ class Capture:
             top = self._stack[-1]
             path = f"{top}.{type(module).__name__}" if top else type(module).__name__
         self._stack.append(path)
+        self._ran[path] = None
 
     def _leave_module(self, module: Any, args: Any, output: Any) -> None:
         if len(self._stack) > 1:
@@ -654,6 +656,7 @@ class Capture:
         if self._model is not None:
             metadata["model"] = type(self._model).__name__
             metadata["parameters"] = sum(int(p.numel()) for p in self._model.parameters())
+        metadata["modules"] = [path for path in self._ran if path]  # the model itself is ""
         graph = graph_from_lists(
             tags,
             counts,

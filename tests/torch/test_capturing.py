@@ -122,7 +122,9 @@ def test_an_mlp_with_inplace_relu_replays_to_pytorchs_values_and_gradients(dtype
     assert graph.outputs == [graph.num_nodes - 1]
     assert graph.value("nll_loss_forward") == loss.item()
     assert graph.value("input1").dtype == np.int64
-    assert graph.metadata == {"captured": {"torch": torch.__version__, "model": "Sequential", "parameters": 67}}
+    assert graph.metadata == {
+        "captured": {"torch": torch.__version__, "model": "Sequential", "parameters": 67, "modules": ["0", "1", "2"]}
+    }
     assert_parameter_grads(graph, model)
     # the in-place ReLU: the linear layer's output keeps its value before the ReLU
     assert graph.value("0.addmm").min() < 0 <= graph.value("1.relu").min()
@@ -870,3 +872,36 @@ def test_a_failed_capture_keeps_none_of_the_steps_tensors() -> None:
         assert alive() is None, failure  # the capture, still held, keeps no activation
         with pytest.raises(CaptureError, match="nothing was captured"):
             run.graph()
+
+
+def test_the_module_tree_is_the_modules_the_step_ran_whatever_the_ops_are_named() -> None:
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(3, 3)
+
+        def forward(self, x: Any) -> Any:
+            return self.linear(x)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.relu = Block()  # a module named as the op that runs at the top: relu
+            self.out = nn.Linear(3, 1)
+
+        def forward(self, x: Any) -> Any:
+            return self.out(torch.relu(self.relu(x)))
+
+    from graphsvc.console.views import module_tree
+
+    model = Net()
+    with capture(model) as run:
+        model(torch.randn(2, 3)).sum().backward()
+    graph = run.graph()
+    assert "relu" in graph.names.values()  # the top-level op's node
+    assert graph.metadata["captured"]["modules"] == ["relu", "relu.linear", "out"]
+    assert [(m["module"], m["parameters"]) for m in module_tree(graph)] == [
+        ("relu", 12),
+        ("relu.linear", 12),
+        ("out", 4),
+    ]
