@@ -103,7 +103,7 @@ def module_tree(graph: Graph) -> list[dict[str, Any]]:
     ``layers.0.linear1``): each module's path, depth (0 for a top-level one), the nodes that ran in
     it or its submodules, and its parameters (elements of the leaves under it with a stored
     gradient), depth first in the order the step first used each. The modules are those the
-    capture lists as run (``captured.modules``): the parts of an op it wrote as several
+    capture lists (``captured.modules``: the model's and any other the step ran): the parts of an op it wrote as several
     (``head.addmm.mm`` and ``head.addmm``) ran in ``head``, whatever a module is named. A file without
     that list (written by other tools) has its modules read from the names alone: a prefix that
     names a node is an op there, not a module."""

@@ -215,7 +215,7 @@ class Capture:
         self._leaf_names: dict[int, str] = {}
         self._paths: dict[int, str] = {}
         self._stack: list[str] = [""]
-        self._ran: dict[str, None] = {}  # the module paths the step ran, in the order it first did
+        self._ran: dict[str, None] = {}  # the module paths the step ran
         self._leaf_refs: list[Any] = []  # what _leaf_names names, held so that no id is reused
         if self._model is not None:
             for name, t in itertools.chain(
@@ -656,7 +656,10 @@ class Capture:
         if self._model is not None:
             metadata["model"] = type(self._model).__name__
             metadata["parameters"] = sum(int(p.numel()) for p in self._model.parameters())
-        metadata["modules"] = [path for path in self._ran if path]  # the model itself is ""
+        # the model's modules (a parameter's place, whether its module's forward ran or, as an
+        # attention's out_proj, only its weights were used) and those outside it the step ran
+        modules = dict.fromkeys(path for path in self._paths.values() if path)  # the model itself is ""
+        metadata["modules"] = [*modules, *(path for path in self._ran if path and path not in modules)]
         graph = graph_from_lists(
             tags,
             counts,

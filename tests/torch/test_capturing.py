@@ -900,6 +900,12 @@ def test_the_module_tree_is_the_modules_the_step_ran_whatever_the_ops_are_named(
     graph = run.graph()
     assert "relu" in graph.names.values()  # the top-level op's node
     assert graph.metadata["captured"]["modules"] == ["relu", "relu.linear", "out"]
+    # a module whose weights the step used without running it (attention's out_proj) is one too
+    layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+    with capture(layer) as run:
+        layer(torch.randn(1, 3, 8)).sum().backward()
+    tree = {m["module"]: m["parameters"] for m in module_tree(run.graph())}
+    assert tree["self_attn.out_proj"] == 8 * 8 + 8 and tree["self_attn"] == 4 * 8 * 8 + 4 * 8
     assert [(m["module"], m["parameters"]) for m in module_tree(graph)] == [
         ("relu", 12),
         ("relu.linear", 12),
