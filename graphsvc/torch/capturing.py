@@ -56,6 +56,9 @@ How it records, and why:
   A parameter or input that requires grad is a ``leaf``; one that does not (the batch, labels,
   buffers, a frozen parameter) is a ``const`` in the graph, so a replay, like PyTorch, computes no
   gradient for it (ops on such tensors alone stay ops, so a step of plain tensors keeps its ops).
+  What an op makes under ``torch.no_grad()`` is a ``const`` holding its value in a step with a
+  backward (a constant to PyTorch's backward: the ops before it that nothing else needs go); an
+  in-place op under ``torch.no_grad()`` is recorded as any other.
   Module paths come from global forward hooks on ``nn.Module`` (cheaper than
   ``torch.utils.module_tracker.ModuleTracker``, which also hooks every backward).
 - While the block runs, ``torch.autograd.backward``, ``Function.apply`` and two global ``nn.Module``
@@ -191,6 +194,8 @@ class Capture:
         self._torch = torch
         self._tensor_type = torch.Tensor
         self._current_node = torch._C._current_autograd_node
+        self._grad_enabled = torch.is_grad_enabled
+        self._no_grad: list[int] = []  # nodes an op made with gradients off (torch.no_grad())
         # id(tensor) -> (tensor, node, version): tensors by identity. It holds the tensors it maps (as
         # the nodes hold their values) until the capture ends, so an id is not reused for another
         # tensor meanwhile; cheaper than ``torch.utils.weak.WeakIdKeyDictionary``, which makes a weak
@@ -328,7 +333,12 @@ class Capture:
         out = func(*args, **kwargs)
         if plan.refused:  # out= variants and the like: the changed argument is not rebound
             raise CaptureError(f"capture cannot record {func}: it writes into an argument")
-        self._record(func, plan, args, kwargs, out, parents)
+        if self._grad_enabled():
+            self._record(func, plan, args, kwargs, out, parents)
+        else:  # under torch.no_grad(): what it makes is a constant to autograd (see _build)
+            before = len(self._nodes)
+            self._record(func, plan, args, kwargs, out, parents)
+            self._no_grad.extend(range(before, len(self._nodes)))
         return out
 
     def _inplace(self, func: Any, plan: _Plan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -602,14 +612,19 @@ class Capture:
         output: int | None = None
         nodes = self._nodes
         data = {n for n, tag in enumerate(nodes.tags) if tag == LEAF and n not in self._leaves}
+        cut: set[int] = set()  # nodes that are consts to the backward: their parents are not theirs
         if self._backwards:
             output = self._output(*self._backwards[0])
         if output is not None:
             outputs = [output]
+            # what an op made under torch.no_grad() is a constant to PyTorch's backward: to a
+            # replay's too (a step without backward keeps its ops: there is no gradient to hold)
+            cut = set(self._no_grad)
+            data |= cut
         else:  # no backward: the results are the ops' values nothing else used
             used = set(nodes.flat)
             outputs = [n for n, tag in enumerate(nodes.tags) if n not in used and tag not in (CONST, LEAF)]
-        keep = _ancestors(nodes, outputs)
+        keep = _ancestors(nodes, outputs, cut)
         # the capture's own references, dropped: what is left in use is someone else's (the values
         # of nodes the graph does not keep go too: a detached alias of a kept value holds its memory)
         self._fresh, self._backwards, self._leaves, self._known = [], [], {}, {}
@@ -638,18 +653,18 @@ class Capture:
                 ids[old] = new
                 tag = all_tags[old]
                 tags.append(CONST if old in data else tag)
-                start, end = starts[old], ends[old]
+                start, end = (starts[old], starts[old]) if old in cut else (starts[old], ends[old])
                 counts.append(end - start)
                 if end > start:
                     parents.extend([ids[p] for p in flat[start:end]])
                 names[new] = all_names[old]
-                if old in all_attrs:
+                if old in all_attrs and old not in cut:
                     attrs[new] = all_attrs[old]
                 value = values[old]
                 if value is not None:
                     arrays[new] = array = _kept(value, private, copies)
                     grad = all_grads.get(old)
-                    if grad is not None and tag != CONST and grad.shape == array.shape:
+                    if grad is not None and tags[-1] != CONST and grad.shape == array.shape:
                         grads[new] = _kept(grad, private, copies)
         value = grad = None  # no reference of ours left in a variable
         metadata: dict[str, Any] = {"torch": str(torch.__version__)}
@@ -1386,8 +1401,9 @@ def _numpy(t: Any) -> np.ndarray:
     return t.numpy(force=True)  # detach, cpu, resolve_conj, resolve_neg in one call
 
 
-def _ancestors(nodes: _Nodes, outputs: list[int]) -> list[int]:
-    """The nodes ``outputs`` depend on, in order (no recursion: one sweep down the ids)."""
+def _ancestors(nodes: _Nodes, outputs: list[int], cut: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """The nodes ``outputs`` depend on, in order (no recursion: one sweep down the ids), not through
+    the parents of the nodes in ``cut``."""
     needed = [False] * len(nodes)
     for output in outputs:
         needed[output] = True
@@ -1395,7 +1411,7 @@ def _ancestors(nodes: _Nodes, outputs: list[int]) -> list[int]:
     end = len(flat)
     for node in range(len(nodes) - 1, -1, -1):
         start = starts[node]
-        if needed[node]:
+        if needed[node] and node not in cut:
             for p in flat[start:end]:
                 needed[p] = True
         end = start

@@ -911,3 +911,27 @@ def test_the_module_tree_is_the_modules_the_step_ran_whatever_the_ops_are_named(
         ("relu.linear", 12),
         ("out", 4),
     ]
+
+
+def test_what_an_op_makes_under_no_grad_is_a_const_and_a_replay_differentiates_as_pytorch() -> None:
+    torch.manual_seed(0)
+    w = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(4, 3, dtype=torch.float64)
+    with capture() as run:
+        with torch.no_grad():
+            scale = w.abs().sum()  # a constant to PyTorch's backward
+        loss = (x @ (w / scale)).pow(2).sum()
+        loss.backward()
+    graph = run.graph()
+    ops = {graph.label(n): graph.op(n) for n in range(graph.num_nodes)}
+    assert ops["sum"] == "const" and graph.parents(graph.node_id("sum")) == []
+    assert "abs" not in ops  # only the no_grad result is kept, as a value
+    assert graph.value("sum") == scale.item()
+    replayed = graphsvc.backward(graph)
+    np.testing.assert_allclose(replayed.grad("input0"), w.grad.numpy(), rtol=1e-12)
+    assert np.array_equal(graph.grad("input0"), w.grad.numpy())
+    # without a backward there is no gradient to hold: the ops stay
+    with capture() as run:
+        with torch.no_grad():
+            w.abs().sum()
+    assert [run.graph().op(n) for n in range(run.graph().num_nodes)] == ["leaf", "abs", "sum"]
