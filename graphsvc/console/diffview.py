@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from graphsvc.console.printing import print_json, print_rows
+from graphsvc.console.printing import jsonable, print_json, print_rows
 from graphsvc.text import escape
 
 COLUMNS = (("kind", "left"), ("node", "right"), ("name", "left"), ("op", "left"), ("A", "left"), ("B", "left"))
@@ -40,9 +40,11 @@ def _divergence(what: str, node: dict[str, Any] | None) -> str:
 
 
 def print_diff(document: dict[str, Any], as_json: bool, limit: int | None) -> None:
-    """Print what diff found (``document``: GraphDiff.to_json(limit))."""
+    """Print what diff found (``document``: GraphDiff.to_json(limit)); as JSON, the numbers and
+    attributes compared as :func:`graphsvc.console.printing.jsonable` writes them (nan and inf as
+    strings, bin data as ``{"$bin": hex}``)."""
     if as_json:
-        print_json(document)
+        print_json(jsonable(document))
         return
     nodes, counts = document["nodes"], document["counts"]
     verdict = "equal within tolerance" if document["equal"] else "differ"

@@ -74,8 +74,10 @@ def jsonable(value: Any) -> Any:
         return {"$bin": value.hex()}
     if isinstance(value, dict):
         return {key: jsonable(item) for key, item in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [jsonable(item) for item in value]
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:  # a numpy scalar (numpy unimported)
+        return jsonable(value.item())
     return value
 
 

@@ -139,6 +139,32 @@ def test_attributes_that_differ_name_their_keys_and_a_pair_of_different_ops_has_
     assert found.structural[0].to_json()["a"] == {"exponent": 2.0, "note": None}
 
 
+def test_json_writes_nan_inf_and_attributes_as_strict_json(tmp_path: Path) -> None:
+    def built(attrs: dict[str, Any], value: float) -> Graph:  # not replayed: the op's value is not stored
+        b = GraphBuilder()
+        x = b.leaf(value, name="x")
+        b.add("pow", [x], name="p", attrs=attrs)
+        return b.build()
+
+    save(built({"exponent": 2.0}, float("inf")), tmp_path / "a.msgpack")
+    save(built({"exponent": float("nan")}, 1.0), tmp_path / "b.msgpack")
+    code, out, err = run_cli("diff", "--json", str(tmp_path / "a.msgpack"), str(tmp_path / "b.msgpack"))
+    assert (code, err) == (1, "")
+    document = json.loads(out)  # strict JSON: nan and inf as strings
+    assert document["structural"] == [
+        {
+            "kind": "attrs",
+            "name": "p",
+            "node": 1,
+            "node_b": 1,
+            "op": "pow",
+            "a": {"exponent": 2.0},
+            "b": {"exponent": "nan"},
+        }
+    ]
+    assert [(d["name"], d["a"], d["b"]) for d in document["numeric"]] == [("x", "inf", 1.0), ("p", "nan", "nan")]
+
+
 def tensor_graph(dtype: Any) -> Graph:
     builder = GraphBuilder()
     x = builder.leaf(np.linspace(-1.0, 1.0, 6).reshape(2, 3).astype(dtype), name="x")
