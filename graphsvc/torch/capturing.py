@@ -232,12 +232,16 @@ class Capture:
                 self._paths.setdefault(id(module), name)
         self._thread = threading.get_ident()
         self._undo: list[Callable[[], object]] = []
-        try:
-            self._patch(torch)
-        except BaseException:
-            self._unpatch()
-            self._state = "done"
-            raise
+        with _STARTING:  # two threads starting captures at once: the second one sees the first
+            if _ACTIVE:
+                self._state = "new"
+                raise CaptureError("another capture is running (on this thread or another): capture one step at a time")
+            try:
+                self._patch(torch)
+            except BaseException:
+                self._unpatch()
+                self._state = "done"
+                raise
         return self
 
     def _patch(self, torch: Any) -> None:
@@ -1242,6 +1246,7 @@ _MAPPED: dict[str, Handler] = {
 #: that keeps a reference to what it found there (a class made by a lazy import during the step,
 #: Dynamo's table of torch functions) then holds no capture and its graph for the life of the process.
 _ACTIVE: list[Capture] = []
+_STARTING = threading.Lock()  # held while a capture checks _ACTIVE and patches PyTorch
 _REAL: dict[str, Any] = {}  # PyTorch's own backward and apply
 
 

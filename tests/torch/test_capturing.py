@@ -935,3 +935,50 @@ def test_what_an_op_makes_under_no_grad_is_a_const_and_a_replay_differentiates_a
         with torch.no_grad():
             w.abs().sum()
     assert [run.graph().op(n) for n in range(run.graph().num_nodes)] == ["leaf", "abs", "sum"]
+
+
+def test_two_threads_starting_captures_at_once_one_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    modules = torch.nn.modules.module
+    register = modules.register_module_forward_pre_hook
+    first_inside, go_on = threading.Event(), threading.Event()
+
+    def slow_register(hook: Any) -> Any:  # the first capture stops half way through starting
+        if threading.current_thread().name == "first":
+            first_inside.set()
+            assert go_on.wait(10)
+        return register(hook)
+
+    monkeypatch.setattr(modules, "register_module_forward_pre_hook", slow_register)
+    first = capture()
+    results: dict[str, Any] = {}
+
+    second_done = threading.Event()
+
+    def start_first() -> None:
+        results["first"] = first.__enter__()
+        assert second_done.wait(10)
+        first.__exit__(None, None, None)  # the dispatch mode is this thread's: it ends here
+
+    def start_second() -> None:
+        try:
+            capture().__enter__()
+            results["second"] = "entered"
+        except CaptureError as exc:
+            results["second"] = str(exc)
+        second_done.set()
+
+    a = threading.Thread(target=start_first, name="first")
+    a.start()
+    assert first_inside.wait(10)
+    b = threading.Thread(target=start_second, name="second")
+    b.start()
+    b.join(0.2)  # it waits for the first to finish starting
+    go_on.set()
+    b.join(10)
+    a.join(10)
+    assert results == {
+        "first": first,
+        "second": "another capture is running (on this thread or another): capture one step at a time",
+    }

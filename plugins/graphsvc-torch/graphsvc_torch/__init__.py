@@ -229,7 +229,8 @@ class _Call:
             if self.dynamic:
                 self._refuse_by_values(torch, tensors, limit)
             return
-        for t in result if isinstance(result, (tuple, list)) else [result]:
+        outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+        for t in [u for o in outputs for u in (o if isinstance(o, (tuple, list)) else [o])]:  # a list among them
             if isinstance(t, torch.Tensor) and t.numel() * t.element_size() > limit:
                 dims = "x".join(map(str, t.shape)) or "0-d"
                 raise ValueError(
