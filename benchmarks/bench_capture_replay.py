@@ -88,7 +88,7 @@ if str(HERE.parent) not in sys.path:
 
 import graphsvc  # noqa: E402
 from benchmarks import bench_storage  # noqa: E402
-from benchmarks.bench_per_node import CLOCK_WORDS, CLOCKS, op_nodes, timed  # noqa: E402
+from benchmarks.bench_per_node import CLOCKS, header_lines, op_nodes, timed  # noqa: E402
 from benchmarks.bench_tensors import one_round, run_header  # noqa: E402
 from benchmarks.run import startup_env, stats  # noqa: E402
 from graphsvc import topo  # noqa: E402
@@ -493,18 +493,10 @@ def floor(row: dict[str, Any]) -> float:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    m = result["machine"]
     lines = [
         "# Replaying a captured PyTorch step, next to PyTorch's own step",
         "",
-        f"Run {result['date']} with `python benchmarks/bench_capture_replay.py {' '.join(result['argv'])}` "
-        f"({result['seconds']:.0f} s).",
-        "",
-        f"Machine: {m['cpu']}, {m['cores']} cores; {m['os']}; Python {m['python']}, numpy {m['numpy']} "
-        f"(OpenBLAS threads: {result['blas_threads']}), torch {m['torch']} (threads: {result['torch_threads']}); "
-        f"graphsvc {m['graphsvc']} at {m['commit']}. {result['rounds']} rounds of {result['passes']} interleaved "
-        f"passes (a round's time: an alternative's fastest pass), timed by {CLOCK_WORDS[result['clock']]}. "
-        f"Load average at the start: {result['load_average']}; at the end: {result['load_average_end']}.",
+        *header_lines(result, "bench_capture_replay.py"),
         "",
         "## One step: forward and backward (ms, median; ratios to PyTorch within a round, min-max)",
         "",
@@ -547,36 +539,30 @@ def markdown(result: dict[str, Any]) -> str:
     for row in result["models"]:
         b = row["breakdown"]
         replay = b.get("replay", row["seconds"]["graphsvc replay"]["median"])
-        lines += [
-            "",
-            f"## Where graphsvc's time goes: {row['model']} (each op's calls, median of each node's; ms)",
-            "",
+        lines += _time_table(
+            f"Where graphsvc's time goes: {row['model']} (each op's calls, median of each node's; ms)",
             f"A pass's op calls take {b['total'] * 1e3:.2f} ms (median), the replay's own passes, each right "
             f"after one of those, {replay * 1e3:.2f} ms: the rest, {(replay - b['total']) * 1e3:.2f} ms, is the "
             "engine's own (checks, read-only flags, the gradients summed).",
-            "",
-            "| op, pass | nodes | ms | share of the op calls |",
-            "|---|---:|---:|---:|",
-        ]
-        for key, seconds in b["seconds"].items():
-            lines.append(f"| {key} | {b['nodes'][key]} | {seconds * 1e3:.3f} | {seconds / b['total']:.1%} |")
+            ("op, pass", "nodes", "share of the op calls"),
+            b["seconds"],
+            b["nodes"],
+            b["total"],
+        )
         t = row.get("pytorch_breakdown")
         if t is None:
             continue
         shown = {op: sec for op, sec in t["seconds"].items() if sec >= 0.01 * t["total"]}
-        lines += [
-            "",
-            f"## Where PyTorch's time goes: {row['model']} (ATen ops' self time per step under torch.profiler; ms)",
-            "",
+        lines += _time_table(
+            f"Where PyTorch's time goes: {row['model']} (ATen ops' self time per step under torch.profiler; ms)",
             f"A profiled step takes {t['total'] * 1e3:.2f} ms; its ATen ops' self times sum to "
             f"{sum(t['seconds'].values()) * 1e3:.2f} ms (the rest: the autograd engine, Python, the profiler). "
             f"Ops under 1% of the step: {sum(t['seconds'].values()) * 1e3 - sum(shown.values()) * 1e3:.2f} ms.",
-            "",
-            "| ATen op | calls | ms | share of the step |",
-            "|---|---:|---:|---:|",
-        ]
-        for key, seconds in shown.items():
-            lines.append(f"| {key} | {t['calls'][key]} | {seconds * 1e3:.3f} | {seconds / t['total']:.1%} |")
+            ("ATen op", "calls", "share of the step"),
+            shown,
+            t["calls"],
+            t["total"],
+        )
     if all("storage" in row for row in result["models"]):
         lines += [
             "",
@@ -618,6 +604,23 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{_r(row['process_ratio']['graphsvc backward FILE'])} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _time_table(
+    heading: str,
+    sentence: str,
+    columns: tuple[str, str, str],
+    seconds: dict[str, float],
+    counts: dict[str, int],
+    total: float,
+) -> list[str]:
+    """A "where the time goes" section: its heading, a sentence, then a row per key of ``seconds``
+    (its count, milliseconds and share of ``total``)."""
+    what, count, share = columns
+    lines = ["", f"## {heading}", "", sentence, "", f"| {what} | {count} | ms | {share} |", "|---|---:|---:|---:|"]
+    for key, sec in seconds.items():
+        lines.append(f"| {key} | {counts[key]} | {sec * 1e3:.3f} | {sec / total:.1%} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -219,19 +219,29 @@ def bench_model(
     return row
 
 
-def markdown(result: dict[str, Any]) -> str:
+def header_lines(result: dict[str, Any], script: str) -> list[str]:
+    """A result's first lines, for the benchmarks timed in interleaved rounds of passes by
+    :data:`CLOCK_WORDS`: the command and its duration, the machine, threads, commit, rounds, clock and
+    load (at the end too, where the result has it)."""
     m = result["machine"]
-    lines = [
-        "# The tensor engine's cost per node: graphs of many small ops, graphsvc and PyTorch",
-        "",
-        f"Run {result['date']} with `python benchmarks/bench_per_node.py {' '.join(result['argv'])}` "
+    end = f"; at the end: {result['load_average_end']}" if "load_average_end" in result else ""
+    return [
+        f"Run {result['date']} with `python benchmarks/{script} {' '.join(result['argv'])}` "
         f"({result['seconds']:.0f} s).",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores; {m['os']}; Python {m['python']}, numpy {m['numpy']} "
         f"(OpenBLAS threads: {result['blas_threads']}), torch {m['torch']} (threads: {result['torch_threads']}); "
         f"graphsvc {m['graphsvc']} at {m['commit']}. {result['rounds']} rounds of {result['passes']} interleaved "
         f"passes (a round's time: an alternative's fastest pass), timed by {CLOCK_WORDS[result['clock']]}. "
-        f"Load average at the start: {result['load_average']}.",
+        f"Load average at the start: {result['load_average']}{end}.",
+    ]
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "# The tensor engine's cost per node: graphs of many small ops, graphsvc and PyTorch",
+        "",
+        *header_lines(result, "bench_per_node.py"),
         "",
         "## Microseconds per op node, one forward + backward pass (median; min-max over rounds)",
         "",
