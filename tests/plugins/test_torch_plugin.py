@@ -297,14 +297,20 @@ def test_two_calls_of_a_random_multi_output_operator_are_two_draws_in_a_backward
         assert 16 < kept[0].sum() < 48 and 16 < kept[1].sum() < 48
 
 
-def test_an_lstm_layer_s_mkldnn_rnn_layer_is_pytorch_s() -> None:
-    torch = needs_torch()
+def lstm_layer(torch: Any) -> tuple[Any, Any, Any, Any, tuple[Op, dict[str, Any], list[np.ndarray]]]:
+    """A seeded batch-first nn.LSTM(4, 5), its input, and its one mkldnn_rnn_layer call: the
+    operator, what it returned, and the node recording it (:func:`as_node`)."""
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(4, 5, batch_first=True)
     x = torch.randn(2, 3, 4)
     (call,) = [c for c in record(torch, lambda: lstm(x)) if str(c[0]) == "aten.mkldnn_rnn_layer.default"]
     func, args, kwargs, outputs = call
-    op, attrs, inputs = as_node(torch, func, args, kwargs)
+    return lstm, x, func, outputs, as_node(torch, func, args, kwargs)
+
+
+def test_an_lstm_layer_s_mkldnn_rnn_layer_is_pytorch_s() -> None:
+    torch = needs_torch()
+    lstm, x, _, outputs, (op, attrs, inputs) = lstm_layer(torch)
     assert op.source == SOURCE and len(inputs) == 7  # x, four weights, h0, c0
     for output in range(3):  # the sequence, the last hidden and cell states: the same float32 bits
         value = op.forward(*inputs, **attrs, output=output)  # type: ignore[misc]
@@ -340,12 +346,7 @@ def test_the_nodes_of_an_lstm_layer_s_three_outputs_share_one_call_for_a_backwar
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     torch = needs_torch()
-    torch.manual_seed(0)
-    lstm = torch.nn.LSTM(4, 5, batch_first=True)
-    x = torch.randn(2, 3, 4)
-    (call,) = [c for c in record(torch, lambda: lstm(x)) if str(c[0]) == "aten.mkldnn_rnn_layer.default"]
-    func, args, kwargs, outputs = call
-    op, attrs, inputs = as_node(torch, func, args, kwargs)
+    lstm, x, func, outputs, (op, attrs, inputs) = lstm_layer(torch)
     runner = op.forward_with_residuals.__self__  # type: ignore[union-attr]
     calls = []
 
