@@ -68,6 +68,7 @@ __all__ = [
     "requires_grad",
     "store",
     "tensor_result",
+    "too_large",
     "vjp_of",
 ]
 
@@ -131,15 +132,23 @@ def byte_size(count: int) -> str:
     return f"{count} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
 
 
+def too_large(verb: str, shape: Sequence[int], dtype: str, itemsize: int, limit: int) -> str:
+    """``asks for a 1048576x1048576 float64 array (8.0 TiB), more than the limit of 4.0 GiB on one
+    array (GRAPHSVC_MAX_ARRAY_BYTES)``: why an array of ``shape`` is refused (``verb``: asks for,
+    returned), for the engine's errors and a plugin's own check."""
+    dims = "x".join(str(n) for n in shape) if shape else "0-d"
+    return (
+        f"{verb} a {dims} {dtype} array ({byte_size(math.prod(shape) * itemsize)}), more than the limit of "
+        f"{byte_size(limit)} on one array ({ARRAY_LIMIT_ENV})"
+    )
+
+
 def _too_large(
     graph: Graph, node: int, op: Op, verb: str, shape: Sequence[int], dtype: np.dtype, limit: int
 ) -> ReplayError:
     """The error for a node whose op asks for (``verb``) or made an array above ``limit`` bytes."""
-    dims = "x".join(str(n) for n in shape) if shape else "0-d"
     return ReplayError(
-        f"node {graph.label(node)} ({op.name}): {verb} a {dims} {dtype} array "
-        f"({byte_size(math.prod(shape) * dtype.itemsize)}), more than the limit of {byte_size(limit)} "
-        f"on one array ({ARRAY_LIMIT_ENV})"
+        f"node {graph.label(node)} ({op.name}): {too_large(verb, shape, str(dtype), dtype.itemsize, limit)}"
     )
 
 

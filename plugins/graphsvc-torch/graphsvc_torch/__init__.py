@@ -211,7 +211,7 @@ class _Call:
         input by ``[100000, 100000]`` would otherwise allocate 160 GB before graphsvc sees the
         result). An operator without a meta kernel, or whose output's size depends on its values
         (``nonzero``), runs unchecked: graphsvc checks what it returns."""
-        from graphsvc.replay.arrays import ARRAY_LIMIT_ENV, array_limit, byte_size
+        from graphsvc.replay.arrays import array_limit, too_large
 
         torch = _torch(self.tag)
         limit = array_limit()
@@ -232,12 +232,8 @@ class _Call:
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         for t in [u for o in outputs for u in (o if isinstance(o, (tuple, list)) else [o])]:  # a list among them
             if isinstance(t, torch.Tensor) and t.numel() * t.element_size() > limit:
-                dims = "x".join(map(str, t.shape)) or "0-d"
-                raise ValueError(
-                    f"{self.tag} asks for a {dims} {str(t.dtype).removeprefix('torch.')} array "
-                    f"({byte_size(t.numel() * t.element_size())}), more than the limit of {byte_size(limit)} on one "
-                    f"array ({ARRAY_LIMIT_ENV})"
-                )
+                dtype = str(t.dtype).removeprefix("torch.")
+                raise ValueError(f"{self.tag} {too_large('asks for', t.shape, dtype, t.element_size(), limit)}")
 
     def _refuse_by_values(self, torch: Any, tensors: Sequence[Any], limit: int) -> None:
         """Refuse a call whose outputs' sizes depend on its inputs' values (``dynamic_output_shape``)
