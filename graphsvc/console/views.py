@@ -114,7 +114,7 @@ def module_tree(graph: Graph) -> list[dict[str, Any]]:
     captured = graph.metadata.get("captured")
     listed = captured.get("modules") if isinstance(captured, dict) else None
     modules = {m for m in listed if isinstance(m, str)} if isinstance(listed, list) else None
-    named = set(graph.names.values())
+    named = set(graph.names.values()) if modules is None else set()
     grads = graph.grads
     for node, name in sorted(graph.names.items()):
         op = graph.op(node)
