@@ -6,6 +6,7 @@ ignores SIGXFSZ) and on /dev/full (ENOSPC); a closed pipe keeps its quiet exit 1
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -28,7 +29,8 @@ def shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     graphsvc = f"{shlex.quote(sys.executable)} -m graphsvc --disable-plugins"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("GRAPHSVC_FORCE_TERMINAL", None)
-    script = command.replace("graphsvc", graphsvc)
+    # the command word only: a checkout's path (a clone into ./graphsvc) has the word in it too
+    script = re.sub(r"(^|; )graphsvc ", lambda m: f"{m.group(1)}{graphsvc} ", command)
     return subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, env=env, check=False)
 
 
