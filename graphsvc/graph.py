@@ -864,6 +864,6 @@ def sealed(array: np.ndarray) -> np.ndarray:
     read-only one), as a loaded graph holds views of its file's bytes."""
     base: object = array
     while isinstance(base, np.ndarray):
-        base.flags.writeable = False
+        base.setflags(write=False)
         base = base.base
     return array.view()

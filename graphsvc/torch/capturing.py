@@ -202,6 +202,8 @@ class Capture:
         # reference on every lookup. A version of -1 is set at the next call (:meth:`_settle`).
         self._known: dict[int, tuple[Any, int, int]] = {}
         self._floating = _floating_dtypes()
+        self._kept_dtypes = _kept_dtypes()
+        self._scalars: dict[tuple[Any, ...], np.ndarray] = {}  # see _Call.scalar
         self._uncopied: dict[int, list[int]] = {}
         self._unindexed: list[int] = []  # nodes with a value not yet in _uncopied (see _protect)
         self._fresh: list[tuple[Any, int]] = []
@@ -222,10 +224,13 @@ class Capture:
         self._stack: list[str] = [""]
         self._ran: dict[str, None] = {}  # the module paths the step ran
         self._leaf_refs: list[Any] = []  # what _leaf_names names, held so that no id is reused
+        self._parameters = 0  # the model's parameters' elements
         if self._model is not None:
-            for name, t in itertools.chain(
-                self._model.named_parameters(remove_duplicate=True), self._model.named_buffers(remove_duplicate=True)
-            ):
+            for name, t in self._model.named_parameters(remove_duplicate=True):
+                self._leaf_names.setdefault(id(t), name)
+                self._leaf_refs.append(t)
+                self._parameters += int(t.numel())
+            for name, t in self._model.named_buffers(remove_duplicate=True):
                 self._leaf_names.setdefault(id(t), name)
                 self._leaf_refs.append(t)
             for name, module in self._model.named_modules():
@@ -322,7 +327,8 @@ class Capture:
 
     # -- the dispatch ---------------------------------------------------------------------------------
     def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        plan = _plan(func)
+        known = _PLANS.get(id(func))
+        plan = known[1] if known is not None and known[0] is func else _plan(func)
         if self._quiet or self._done or self._current_node() is not None:
             if plan.writes:
                 self._protect(plan, args, kwargs)
@@ -414,7 +420,7 @@ class Capture:
         attrs: dict[str, Any] | None = None,
         const: bool = False,
     ) -> int:
-        if value is not None and not _dtype_kept(value.dtype):
+        if value is not None and value.dtype not in self._kept_dtypes:
             _check_dtype(value, func)
         node = self._nodes.add(tag, parents, value, name, attrs, const)
         if value is not None:
@@ -525,8 +531,13 @@ class Capture:
             outputs = list(out)
         else:
             return
-        consts = self._nodes.consts
-        folded = plan.factory or all(consts[n] for n in parents.values())
+        folded = True  # a factory's, or every input a const
+        if not plan.factory:
+            consts = self._nodes.consts
+            for n in parents.values():
+                if not consts[n]:
+                    folded = False
+                    break
         if folded and parents and plan.alias:  # a const's alias: the same const
             same = next(iter(parents.values()))
         call = _Call(self, func, plan, args, kwargs, outputs, parents)
@@ -674,7 +685,7 @@ class Capture:
         metadata: dict[str, Any] = {"torch": str(torch.__version__)}
         if self._model is not None:
             metadata["model"] = type(self._model).__name__
-            metadata["parameters"] = sum(int(p.numel()) for p in self._model.parameters())
+            metadata["parameters"] = self._parameters
         # the model's modules (a parameter's place, whether its module's forward ran or, as an
         # attention's out_proj, only its weights were used) and those outside it the step ran
         modules = dict.fromkeys(path for path in self._paths.values() if path)  # the model itself is ""
@@ -702,13 +713,10 @@ class Capture:
         tensor autograd still saves). No one can change those, so the graph may keep them without a
         copy."""
         torch = self._torch
-        ours: dict[int, int] = {}  # id -> how many references the capture holds
-        for value in self._nodes.values:
-            if isinstance(value, torch.Tensor):
-                ours[id(value)] = ours.get(id(value), 0) + 1
-        for g in self._grads.values():
-            if isinstance(g, torch.Tensor):
-                ours[id(g)] = ours.get(id(g), 0) + 1
+        # id -> how many references the capture holds (ids of what is not a tensor count too, and
+        # are never looked up: the tensors below are alive, so no id of theirs is another object's)
+        ours = collections.Counter(map(id, self._nodes.values))
+        ours.update(map(id, self._grads.values()))
         tensors: dict[int, Any] = {}  # id -> tensor: the step's op's values and gradients
         tags, values = self._nodes.tags, self._nodes.values
         for node in nodes:
@@ -717,7 +725,7 @@ class Capture:
             for t in (values[node], self._grads.get(node)):
                 if isinstance(t, torch.Tensor) and t.is_cpu:
                     tensors[id(t)] = t
-        t = value = None  # no reference of ours left in a variable
+        t = None  # no reference of ours left in a variable
         private: set[int] = set()
         groups: dict[int, dict[int, Any]] = {}
         use_count, refcount = torch._C._storage_Use_Count, sys.getrefcount
@@ -839,8 +847,18 @@ class _Call:
         return c._nodes.add(CONST, (), value, c._op_name(f"{self.plan.label}.{suffix}"), None, True)
 
     def scalar(self, value: Any, i: int) -> int:
-        """A Python number operand as a 0-d const of the output's dtype."""
-        return self.const(np.array(value, dtype=_numpy_dtype(self.outputs[i].dtype)), "scalar")
+        """A Python number operand as a 0-d const of the output's dtype (the consts of one number
+        and dtype share their array: a step's ``x * 0.5`` in a loop makes one; not zeros, whose sign
+        a key does not tell, nor nan, which equals nothing)."""
+        dtype = self.outputs[i].dtype
+        if not value:
+            return self.const(np.array(value, dtype=_numpy_dtype(dtype)), "scalar")
+        scalars = self.capture._scalars
+        key = (type(value), value, dtype)
+        array = scalars.get(key)
+        if array is None:
+            array = scalars[key] = np.array(value, dtype=_numpy_dtype(dtype))
+        return self.const(array, "scalar")
 
     def operand(self, value: Any, i: int) -> int:
         return self.node(value) if isinstance(value, self.capture._tensor_type) else self.scalar(value, i)
@@ -877,8 +895,20 @@ class _Plan:
     alias: bool
 
 
-@functools.cache
+#: id(operator) -> (operator, its plan): looked up by id (an OpOverload's hash is Python code),
+#: the operator kept so that its id is not another object's.
+_PLANS: dict[int, tuple[Any, _Plan]] = {}
+
+
 def _plan(func: Any) -> _Plan:
+    """The plan of an ATen operator overload, made at its first call."""
+    known = _PLANS.get(id(func))
+    if known is None or known[0] is not func:
+        known = _PLANS[id(func)] = (func, _make_plan(func))
+    return known[1]
+
+
+def _make_plan(func: Any) -> _Plan:
     import torch
 
     name = func.overloadpacket.__name__
@@ -1333,6 +1363,14 @@ def _check_dtype(t: Any, func: Any) -> None:
 
 
 @functools.cache
+def _kept_dtypes() -> frozenset[Any]:
+    """The torch dtypes a graph keeps (as themselves, or int64)."""
+    import torch
+
+    return frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and _dtype_kept(d))
+
+
+@functools.cache
 def _floating_dtypes() -> frozenset[Any]:
     import torch
 
@@ -1344,6 +1382,10 @@ def _numpy_dtype(dtype: Any) -> np.dtype:
     import torch
 
     return torch.empty((), dtype=dtype).numpy().dtype
+
+
+#: The dtypes a graph holds, native byte order: an array of one of them is kept as it is.
+_GRAPH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64))
 
 
 def _kept(
@@ -1361,9 +1403,14 @@ def _kept(
     if isinstance(value, np.ndarray):
         array = value
     else:
-        array = _numpy(value)
+        array = value.numpy(force=True)  # as _numpy
         if id(value) not in private:
             array = _copied(value, array, copies)
+        elif array.dtype in _GRAPH_DTYPES:
+            # the tensor's own memory, which no one else uses: read-only from now on (numpy refuses
+            # to make an array over a tensor's memory writable again, so no view is needed)
+            array.setflags(write=False)
+            return array
     if array.dtype.kind in "biu" and array.dtype != np.int64:
         array = array.astype(np.int64)
     if not array.dtype.isnative:
