@@ -1314,15 +1314,41 @@ def _innermost_mode() -> Any:
 def _mode_class() -> type:
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    def handler(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return self.capture.dispatch(func, args, kwargs or {})
+
+    skipped = _skipped_by_dynamo(handler.__code__)
+
     class _Mode(TorchDispatchMode):
         def __init__(self, capture: Capture) -> None:
             super().__init__()
             self.capture = capture
 
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            return self.capture.dispatch(func, args, kwargs or {})
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # PyTorch wraps a mode's handler in torch._dynamo.disable (three Python calls an ATen
+            # call, and importing torch._dynamo, a second or more, at the first): not needed where
+            # its code is marked to be skipped by Dynamo with all it calls
+            return not skipped
+
+        __torch_dispatch__ = handler
 
     return _Mode
+
+
+def _skipped_by_dynamo(code: Any) -> bool:
+    """Mark ``code`` so that Dynamo (``torch.compile``) never compiles it nor anything it calls, as
+    ``torch._dynamo.disable(recursive=True)`` does, in PyTorch's C part (no torch._dynamo import);
+    False where this PyTorch has no such mark."""
+    import torch
+
+    try:
+        frames = torch._C._dynamo.eval_frame
+        skip = frames._FrameAction.SKIP
+        frames.set_code_exec_strategy(code, frames._FrameExecStrategy(skip, skip))
+    except (AttributeError, TypeError, RuntimeError):
+        return False
+    return True
 
 
 def _available_ops() -> frozenset[str]:

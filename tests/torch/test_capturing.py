@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import math
+import subprocess
 import sys
 import weakref
 from pathlib import Path
@@ -982,3 +983,51 @@ def test_two_threads_starting_captures_at_once_one_is_refused(monkeypatch: pytes
         "first": first,
         "second": "another capture is running (on this thread or another): capture one step at a time",
     }
+
+
+def test_a_compiled_module_in_the_block_records_the_same_step_and_dynamo_never_runs_the_captures_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch.compile of a model inside the block (or before it) runs eagerly under the capture's
+    dispatch mode, and the capture's handler and all it calls run with Dynamo's frame callback off
+    (Dynamo would otherwise try to compile them: the mode is off its stack while its handler runs)."""
+    from graphsvc.torch import capturing
+
+    def step(model: Any, x: Any) -> Graph:
+        model.zero_grad(set_to_none=True)
+        with capture(linear) as run:
+            model(x).pow(2).mean().backward()
+        return run.graph()
+
+    torch.manual_seed(0)
+    linear, x = nn.Linear(4, 3), torch.randn(5, 4)
+    expected = step(linear, x)
+    callbacks: list[Any] = []
+    dispatch = capturing.Capture.dispatch
+
+    def watched(self: Any, func: Any, args: Any, kwargs: Any) -> Any:
+        callbacks.append(torch._C._dynamo.eval_frame.get_eval_frame_callback())
+        return dispatch(self, func, args, kwargs)
+
+    monkeypatch.setattr(capturing.Capture, "dispatch", watched)
+    with pytest.warns(UserWarning, match="global hooks on modules"):  # PyTorch's, of the capture's module hooks
+        got = step(torch.compile(linear), x)
+    assert callbacks and all(c is None for c in callbacks)
+    assert listing(got) == listing(expected)
+    for node, grad in expected.grad_arrays.items():
+        assert same_bits(got.grad_arrays[node], grad)
+
+
+def test_a_capture_does_not_import_dynamo() -> None:
+    """A first capture in a process costs no import of torch._dynamo (a second or more)."""
+    code = (
+        "import sys, torch\n"
+        "from graphsvc.torch import capture\n"
+        "m = torch.nn.Linear(3, 2)\n"
+        "with capture(m) as run:\n"
+        "    m(torch.randn(4, 3)).sum().backward()\n"
+        "print(run.graph().num_nodes, 'torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["6", "False"]  # weight, bias, input, t, addmm, sum
