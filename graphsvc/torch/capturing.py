@@ -332,7 +332,7 @@ class Capture:
         if self._quiet or self._done or self._current_node() is not None:
             if plan.writes:
                 self._protect(plan, args, kwargs)
-            return func(*args, **kwargs)
+            return plan.call(*args, **kwargs)
         if self._fresh:
             self._settle()
         if plan.inplace and args and isinstance(args[0], self._tensor_type):
@@ -340,7 +340,7 @@ class Capture:
         parents = self._inputs_of(func, args, kwargs)
         if plan.writes:
             self._protect(plan, args, kwargs)
-        out = func(*args, **kwargs)
+        out = plan.call(*args, **kwargs)
         if plan.refused:  # out= variants and the like: the changed argument is not rebound
             raise CaptureError(f"capture cannot record {func}: it writes into an argument")
         if self._grad_enabled():
@@ -377,26 +377,29 @@ class Capture:
         kind, known = self._tensor_type, self._known
         for value in itertools.chain(args, kwargs.values()) if kwargs else args:
             if isinstance(value, kind):
-                tensors: Sequence[Any] = (value,)
-            elif isinstance(value, (list, tuple)):
-                tensors = [t for t in value if isinstance(t, kind)]
-            else:
-                continue
-            for t in tensors:
-                key = id(t)
-                if key in nodes:
-                    continue
+                key = id(value)
                 entry = known.get(key)
-                if entry is None or entry[0] is not t:
-                    nodes[key] = self._leaf(t, func)
-                elif entry[2] >= 0 and t._version != entry[2]:
-                    raise CaptureError(
-                        f"capture cannot record {func}: an argument was changed in place through another view "
-                        "of its memory after it was recorded; change a copy instead"
-                    )
-                else:
-                    nodes[key] = entry[1]
+                if entry is not None and entry[0] is value and (entry[2] < 0 or value._version == entry[2]):
+                    nodes[key] = entry[1]  # the common case, written out
+                elif key not in nodes:
+                    nodes[key] = self._input(value, func)
+            elif isinstance(value, (list, tuple)):
+                for t in value:
+                    if isinstance(t, kind) and id(t) not in nodes:
+                        nodes[id(t)] = self._input(t, func)
         return nodes
+
+    def _input(self, t: Any, func: Any) -> int:
+        """The node of a tensor argument: the one it was recorded as, or a new leaf."""
+        entry = self._known.get(id(t))
+        if entry is None or entry[0] is not t:
+            return self._leaf(t, func)
+        if entry[2] >= 0 and t._version != entry[2]:
+            raise CaptureError(
+                f"capture cannot record {func}: an argument was changed in place through another view "
+                "of its memory after it was recorded; change a copy instead"
+            )
+        return entry[1]
 
     def _leaf(self, t: Any, func: Any) -> int:
         """A new leaf for a tensor the step did not make (a parameter, a buffer, an input)."""
@@ -487,7 +490,7 @@ class Capture:
         """The tensors the last call made, now that autograd has set them up: their versions, and
         a hook on each that has a gradient to come."""
         fresh, self._fresh = self._fresh, []
-        known, kind, floating = self._known, self._tensor_type, self._floating
+        known, kind, sink = self._known, self._tensor_type, self._sink
         values, consts = self._nodes.values, self._nodes.consts
         for t, node in fresh:
             key = id(t)
@@ -498,12 +501,12 @@ class Capture:
             if values[node] is not t or consts[node]:
                 continue
             grad_fn = t.grad_fn
-            if grad_fn is None or t.dtype not in floating:
+            if grad_fn is None:  # (a tensor with one is floating-point, or complex: refused when recorded)
                 continue
             # ``t.register_hook`` without its handle (the hook goes with the step's autograd graph;
             # the handle is most of what registering costs): what ``Tensor.register_hook`` does for
             # a plain tensor, under a key no handle of the step's code has (theirs count up from 0).
-            hook = functools.partial(self._sink, node)
+            hook = functools.partial(sink, node)
             if type(t) is not kind:  # a subclass may handle register_hook
                 t.register_hook(hook)
                 continue
@@ -893,6 +896,8 @@ class _Plan:
     factory: bool
     #: An alias of its first argument (``alias``, ``detach``...): a const's alias is that const.
     alias: bool
+    #: The operator itself: what calling the OpOverload calls (one Python call less).
+    call: Callable[..., Any]
 
 
 #: id(operator) -> (operator, its plan): looked up by id (an OpOverload's hash is Python code),
@@ -933,7 +938,8 @@ def _make_plan(func: Any) -> _Plan:
     label = base.strip("_") or base
     factory = base in _FACTORIES
     alias = handler in (_same, _detach)
-    return _Plan(label, handler, tuple(writes), inplace, functional, refused, factory, alias)
+    call = getattr(func, "_op", func)
+    return _Plan(label, handler, tuple(writes), inplace, functional, refused, factory, alias, call)
 
 
 def _no_mapping(call: _Call, i: int) -> int | None:
