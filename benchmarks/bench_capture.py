@@ -7,9 +7,13 @@ its output. A step is ``zero_grad``, forward, loss and backward; under capture i
 ``with capture(model) as run:`` block, building the graph at its end included (``run.graph()``
 returns it), saving it not.
 
-Rounds alternate plain and captured steps after a warm-up of each, and each round's ratio is its
-captured time over the plain time of the same round; the table gives the ratios' min, median and
-max. The fixed cost per ATen call is measured on a chain of ``n`` tiny elementwise ops (4 floats, so
+Each round times every kind of step (plain, floor, keeper, captured) in turn, each right after an
+untimed step of the same kind, and a round's ratio is its captured time over the plain time of the
+same round; the table gives the ratios' min, median and max. The untimed step puts the C library's
+memory where that kind of step leaves it, as in a loop of such steps: a step that frees more
+memory than the next one uses (the keeper's outputs and gradients) lets glibc give pages back to
+the system, which the next kind of step would otherwise fault back in (2,000 page faults and 4 ms
+for a captured transformer step timed right after a keeper step). The fixed cost per ATen call is measured on a chain of ``n`` tiny elementwise ops (4 floats, so
 the op itself costs next to nothing): (captured time - plain time) / (calls the capture recorded),
 with the calls counted from the graph (its nodes other than leaves and consts; the table's
 ``nodes`` column counts the same).
@@ -172,11 +176,15 @@ def compare(name: str, model: nn.Module, loss: Callable[[], Any], inputs: list[A
     plain_faults, captured_faults = [], []
     nodes = 0
     for _ in range(rounds):
+        plain_step(model, loss)  # each kind of step timed after an untimed one of its kind (see above)
         before = page_faults()
         p = plain_step(model, loss)
         plain_faults.append(page_faults() - before)
+        floor_step(model, loss, inputs)
         f = floor_step(model, loss, inputs)
+        keeper_step(model, loss, inputs)
         k = keeper_step(model, loss, inputs)
+        captured_step(model, loss)
         before = page_faults()
         c, nodes = captured_step(model, loss)
         captured_faults.append(page_faults() - before)

@@ -63,8 +63,9 @@ How it records, and why:
   ``torch.utils.module_tracker.ModuleTracker``, which also hooks every backward).
 - While the block runs, ``torch.autograd.backward``, ``Function.apply`` and two global ``nn.Module``
   forward hooks are the capture's (all restored when it ends, an exception or not, and when starting
-  it fails half way); the dispatch mode is the calling thread's, and a backward or
-  ``Function.apply`` another thread runs meanwhile is not the step's. Capture one step at a time.
+  it fails half way); the dispatch mode is the calling thread's, and a backward, a
+  ``Function.apply`` or a module call another thread runs meanwhile is not the step's. Capture one
+  step at a time.
 - int64 and bool tensors are kept as int64 (a graph file holds float64, float32 and int64); other
   dtypes (float16, complex) are refused naming the op. CUDA tensors are copied to the host when the
   graph is built.
@@ -265,8 +266,8 @@ class Capture:
         torch.autograd.backward = _backward
         self._undo.append(functools.partial(setattr, function, "apply", apply))
         function.apply = _APPLY
-        self._undo.append(functools.partial(_ACTIVE.remove, self))
         _ACTIVE.append(self)
+        self._undo.append(functools.partial(_ACTIVE.remove, self))
         self._mode = mode = _mode_class()(self)
         mode.__enter__()
         self._undo.append(functools.partial(mode.__exit__, None, None, None))
@@ -312,8 +313,10 @@ class Capture:
             raise CaptureError(f"nothing was captured{why}")
         return self._graph
 
-    # -- module paths --------------------------------------------------------------------------------
+    # -- module paths (global module hooks: they see every thread's module calls) ---------------------
     def _enter_module(self, module: Any, args: Any) -> None:
+        if threading.get_ident() != self._thread:
+            return
         path = self._paths.get(id(module))
         if path is None:  # a module outside the model: named by its class under the current path
             top = self._stack[-1]
@@ -322,7 +325,7 @@ class Capture:
         self._ran[path] = None
 
     def _leave_module(self, module: Any, args: Any, output: Any) -> None:
-        if len(self._stack) > 1:
+        if len(self._stack) > 1 and threading.get_ident() == self._thread:
             self._stack.pop()
 
     # -- the dispatch ---------------------------------------------------------------------------------

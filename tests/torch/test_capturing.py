@@ -589,7 +589,7 @@ def test_the_capture_leaves_pytorch_as_it_found_it() -> None:
 
 def pytorch_state() -> tuple[Any, ...]:
     """What a capture changes while it runs: backward, Function.apply, the global module hooks, the
-    captures running."""
+    captures running (and nn.Module.__call__, which it leaves alone)."""
     from graphsvc.torch import capturing
 
     module = torch.nn.modules.module
@@ -597,6 +597,7 @@ def pytorch_state() -> tuple[Any, ...]:
     return (
         torch.autograd.backward,
         torch.autograd.Function.__dict__["apply"],
+        torch.nn.Module.__dict__["__call__"],
         *(dict(h) for h in hooks),
         list(capturing._ACTIVE),
     )
@@ -610,14 +611,19 @@ def refuse(*args: Any, **kwargs: Any) -> Any:
     raise Refused("refused")
 
 
-@pytest.mark.parametrize("where", ["forward hook", "mode class", "mode enter"])
+class RefusingList(list[Any]):
+    def append(self, item: Any) -> None:
+        raise Refused("refused")
+
+
+@pytest.mark.parametrize("where", ["captures list", "mode class", "mode enter"])
 def test_a_capture_that_fails_to_start_leaves_pytorch_as_it_found_it(where: str, monkeypatch: Any) -> None:
     from graphsvc.torch import capturing
 
     before = pytorch_state()
     with monkeypatch.context() as patched:
-        if where == "forward hook":  # the second of the module hooks: the first is in place by then
-            patched.setattr(torch.nn.modules.module, "register_module_forward_hook", refuse)
+        if where == "captures list":  # the module hooks, backward and apply are in place by then
+            patched.setattr(capturing, "_ACTIVE", RefusingList())
         elif where == "mode class":  # backward, apply and the list of captures are patched by then
             patched.setattr(capturing, "_mode_class", refuse)
         else:
@@ -788,6 +794,24 @@ def test_a_backward_on_another_thread_is_not_the_captured_steps() -> None:
     assert graph.grad("input0").tolist() == [2.0, 2.0, 2.0]
 
 
+def test_a_module_called_on_another_thread_is_not_in_the_steps_module_paths() -> None:
+    import threading
+
+    torch.manual_seed(0)
+    model, elsewhere = nn.Sequential(nn.Linear(3, 2)), nn.Tanh()
+    x = torch.ones(4, 3, dtype=torch.float32)
+    with capture(model) as run:
+        hidden = model[0](x)
+        thread = threading.Thread(target=lambda: elsewhere(torch.ones(2)))
+        thread.start()
+        thread.join()
+        hidden.relu().sum().backward()
+    graph = run.graph()
+    assert graph.metadata["captured"]["modules"] == ["0"]
+    labels = [graph.label(n) for n in range(graph.num_nodes)]
+    assert labels == ["0.weight", "0.t", "0.bias", "input0", "0.addmm", "relu", "sum"]
+
+
 def test_a_capture_inside_another_is_refused_and_the_outer_one_still_records() -> None:
     x = torch.ones(3, dtype=torch.float64, requires_grad=True)
     with capture() as run:
@@ -941,17 +965,18 @@ def test_what_an_op_makes_under_no_grad_is_a_const_and_a_replay_differentiates_a
 def test_two_threads_starting_captures_at_once_one_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    modules = torch.nn.modules.module
-    register = modules.register_module_forward_pre_hook
+    from graphsvc.torch import capturing
+
+    mode_class = capturing._mode_class
     first_inside, go_on = threading.Event(), threading.Event()
 
-    def slow_register(hook: Any) -> Any:  # the first capture stops half way through starting
+    def slow_mode_class() -> Any:  # the first capture stops half way through starting
         if threading.current_thread().name == "first":
             first_inside.set()
             assert go_on.wait(10)
-        return register(hook)
+        return mode_class()
 
-    monkeypatch.setattr(modules, "register_module_forward_pre_hook", slow_register)
+    monkeypatch.setattr(capturing, "_mode_class", slow_mode_class)
     first = capture()
     results: dict[str, Any] = {}
 
