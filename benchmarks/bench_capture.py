@@ -13,7 +13,10 @@ same round; the table gives the ratios' min, median and max. The untimed step pu
 memory where that kind of step leaves it, as in a loop of such steps: a step that frees more
 memory than the next one uses (the keeper's outputs and gradients) lets glibc give pages back to
 the system, which the next kind of step would otherwise fault back in (2,000 page faults and 4 ms
-for a captured transformer step timed right after a keeper step). The fixed cost per ATen call is measured on a chain of ``n`` tiny elementwise ops (4 floats, so
+for a captured transformer step timed right after a keeper step), and a plain step timed after a
+captured one runs in memory the captured step left cold, which flatters the ratio.
+
+The fixed cost per ATen call is measured on a chain of ``n`` tiny elementwise ops (4 floats, so
 the op itself costs next to nothing): (captured time - plain time) / (calls the capture recorded),
 with the calls counted from the graph (its nodes other than leaves and consts; the table's
 ``nodes`` column counts the same).
@@ -56,6 +59,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphsvc.torch import capture
 
@@ -119,24 +123,32 @@ def floor_step(model: nn.Module, loss: Callable[[], Any], inputs: list[Any]) -> 
     return clock() - start
 
 
+class _KeepingMode(TorchDispatchMode):
+    """Keeps every forward output in ``outputs`` (a class made once: a mode class made each step
+    would cost its making each step)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # no torch._dynamo.disable around the handler (Dynamo never runs here), as capture
+
+    def __init__(self, outputs: list[Any]) -> None:
+        super().__init__()
+        self.outputs = outputs
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor):
+            self.outputs.append(out)
+        return out
+
+
 class _Keeper:
     """A dispatch mode that keeps every forward output and its gradient, and records nothing."""
 
     def __init__(self) -> None:
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        outputs: list[Any] = []
-        grads: list[Any] = []
-        self.outputs, self.grads = outputs, grads
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                out = func(*args, **(kwargs or {}))
-                if isinstance(out, torch.Tensor):
-                    outputs.append(out)
-                return out
-
-        self.mode = Mode()
+        self.outputs: list[Any] = []
+        self.grads: list[Any] = []
+        self.mode = _KeepingMode(self.outputs)
 
     def hook_all(self) -> None:
         for t in self.outputs:
