@@ -193,6 +193,8 @@ class Capture:
 
         self._state = "running"
         self._torch = torch
+        _MODULE[:] = [torch.nn.Module]
+        _TENSOR_REGISTER_HOOK[:] = [torch.Tensor.register_hook]
         self._tensor_type = torch.Tensor
         self._current_node = torch._C._current_autograd_node
         self._grad_enabled = torch.is_grad_enabled
@@ -211,7 +213,7 @@ class Capture:
         self._leaves: dict[int, Any] = {}
         self._accumulating: set[int] = set()
         self._uncopied_grads: dict[int, list[int]] = {}
-        self._hooks: list[Any] = []
+        self._hooks: list[Callable[[], Any]] = []  # what takes each leaf's hook out
         self._names: set[str] = set()
         self._name_counts: dict[str, int] = {}
         self._inputs = itertools.count()
@@ -227,15 +229,7 @@ class Capture:
         self._leaf_refs: list[Any] = []  # what _leaf_names names, held so that no id is reused
         self._parameters = 0  # the model's parameters' elements
         if self._model is not None:
-            for name, t in self._model.named_parameters(remove_duplicate=True):
-                self._leaf_names.setdefault(id(t), name)
-                self._leaf_refs.append(t)
-                self._parameters += int(t.numel())
-            for name, t in self._model.named_buffers(remove_duplicate=True):
-                self._leaf_names.setdefault(id(t), name)
-                self._leaf_refs.append(t)
-            for name, module in self._model.named_modules():
-                self._paths.setdefault(id(module), name)
+            self._name_model(self._model)
         self._thread = threading.get_ident()
         self._undo: list[Callable[[], object]] = []
         with _STARTING:  # two threads starting captures at once: the second one sees the first
@@ -249,6 +243,45 @@ class Capture:
                 self._state = "done"
                 raise
         return self
+
+    def _name_model(self, model: Any) -> None:
+        """The names of the model's parameters, buffers and modules, as ``named_parameters()``,
+        ``named_buffers()`` and ``named_modules()`` give them (in one walk of the modules where the
+        model's class does not change how those name)."""
+        names, refs, paths = self._leaf_names, self._leaf_refs, self._paths
+        module_class = type(model)
+        plain = all(getattr(module_class, f) is getattr(_MODULE[0], f) for f in _NAMING)
+        if not plain:
+            for name, t in model.named_parameters(remove_duplicate=True):
+                names.setdefault(id(t), name)
+                refs.append(t)
+                self._parameters += int(t.numel())
+            for name, t in model.named_buffers(remove_duplicate=True):
+                names.setdefault(id(t), name)
+                refs.append(t)
+            for name, module in model.named_modules():
+                paths.setdefault(id(module), name)
+            return
+        # as Module._named_members: the modules in named_modules' order, a tensor seen twice named once
+        seen_parameters: set[int] = set()
+        seen_buffers: set[int] = set()
+        buffers: list[tuple[str, Any]] = []
+        for path, module in model.named_modules():
+            paths.setdefault(id(module), path)
+            prefix = f"{path}." if path else ""
+            for key, t in module._parameters.items():
+                if t is not None and id(t) not in seen_parameters:
+                    seen_parameters.add(id(t))
+                    names.setdefault(id(t), prefix + key)
+                    refs.append(t)
+                    self._parameters += int(t.numel())
+            for key, t in module._buffers.items():
+                if t is not None and id(t) not in seen_buffers:
+                    seen_buffers.add(id(t))
+                    buffers.append((prefix + key, t))
+        for name, t in buffers:  # after every parameter, as named_buffers() after named_parameters()
+            names.setdefault(id(t), name)
+            refs.append(t)
 
     def _patch(self, torch: Any) -> None:
         """Put the capture's hooks, wrappers and mode in place, each with its undoing in
@@ -289,8 +322,8 @@ class Capture:
             self._unpatch()
         finally:
             self._mode.capture = None
-            for handle in self._hooks:
-                handle.remove()
+            for remove in self._hooks:  # the leaves' hooks (they hold the capture)
+                remove()
             self._state = "done"
         self._sink.open = False  # a later backward over the step's tensors keeps nothing
         try:
@@ -413,7 +446,7 @@ class Capture:
         self._known[id(t)] = (t, node, t._version)
         if t.requires_grad and t.dtype in self._floating:
             self._leaves[node] = t
-            self._hooks.append(t.register_hook(functools.partial(self._leaf_hook, node)))
+            self._hooks.append(_hook(t, -1 - node, functools.partial(self._leaf_hook, node)))
         return node
 
     def _new(
@@ -506,18 +539,15 @@ class Capture:
             grad_fn = t.grad_fn
             if grad_fn is None:  # (a tensor with one is floating-point, or complex: refused when recorded)
                 continue
-            # ``t.register_hook`` without its handle (the hook goes with the step's autograd graph;
-            # the handle is most of what registering costs): what ``Tensor.register_hook`` does for
-            # a plain tensor, under a key no handle of the step's code has (theirs count up from 0).
-            hook = functools.partial(sink, node)
-            if type(t) is not kind:  # a subclass may handle register_hook
-                t.register_hook(hook)
-                continue
-            hooks = t._backward_hooks
-            if hooks is None:
-                hooks = t._backward_hooks = collections.OrderedDict()
-                grad_fn._register_hook_dict(t)
-            hooks[-1 - node] = hook
+            # the hook goes with the step's autograd graph: not removed (see _hook)
+            if type(t) is kind:
+                hooks = t._backward_hooks
+                if hooks is None:
+                    hooks = t._backward_hooks = collections.OrderedDict()
+                    grad_fn._register_hook_dict(t)
+                hooks[-1 - node] = functools.partial(sink, node)
+            else:  # as _hook does
+                _hook(t, -1 - node, functools.partial(sink, node))
 
     def _leaf_hook(self, node: int, grad: Any) -> None:
         """A leaf's gradient, kept only when the leaf had one before (it adds to it): else it is
@@ -1280,6 +1310,13 @@ _MAPPED: dict[str, Handler] = {
 
 
 # -- helpers --------------------------------------------------------------------------------------------------
+#: ``torch.nn.Module`` (set when a capture starts: this module imports no torch), and the methods that
+#: name a model's parameters, buffers and modules (a class that overrides one is asked by them).
+_MODULE: list[Any] = []
+_NAMING = ("named_parameters", "named_buffers", "named_modules", "_named_members")
+#: ``torch.Tensor.register_hook`` (set when a capture starts): a class with another is asked by it.
+_TENSOR_REGISTER_HOOK: list[Any] = []
+
 #: The captures running, innermost last. ``torch.autograd.backward`` and ``Function.apply`` are
 #: replaced by the functions below while one runs, not by a capture's bound methods: PyTorch code
 #: that keeps a reference to what it found there (a class made by a lazy import during the step,
@@ -1294,6 +1331,22 @@ def _running() -> Capture | None:
     if _ACTIVE and _ACTIVE[-1]._thread == threading.get_ident():
         return _ACTIVE[-1]
     return None
+
+
+def _hook(t: Any, key: int, hook: Callable[[Any], Any]) -> Callable[[], Any]:
+    """``t.register_hook(hook)`` without its handle (most of what registering costs): what
+    ``Tensor.register_hook`` does, under ``key`` (negative: no handle of the step's code has it,
+    theirs count up from 0); a class that overrides ``register_hook`` is asked. What takes the
+    hook out again."""
+    if getattr(type(t), "register_hook", None) is not _TENSOR_REGISTER_HOOK[0]:
+        return t.register_hook(hook).remove
+    hooks = t._backward_hooks
+    if hooks is None:
+        hooks = t._backward_hooks = collections.OrderedDict()
+        if t.grad_fn is not None:
+            t.grad_fn._register_hook_dict(t)
+    hooks[key] = hook
+    return functools.partial(hooks.pop, key, None)
 
 
 def _backward(*args: Any, **kwargs: Any) -> Any:

@@ -1056,3 +1056,37 @@ def test_a_capture_does_not_import_dynamo() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["6", "False"]  # weight, bias, input, t, addmm, sum
+
+
+def test_a_models_names_are_named_parameters_buffers_and_modules_own() -> None:
+    """The one walk of the modules that names a model's tensors gives what named_parameters(),
+    named_buffers() and named_modules() give: tied weights, a shared module, a bias of None and
+    buffers included; a class that names its own way is asked."""
+
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(5, 4)
+            self.shared = nn.Linear(4, 4, bias=False)
+            self.blocks = nn.Sequential(self.shared, nn.BatchNorm1d(4), self.shared)
+            self.head = nn.Linear(4, 5)
+            self.head.weight = self.embed.weight  # tied
+            self.register_buffer("scale", torch.ones(()))
+
+    class Renamed(Tied):
+        def named_parameters(self, *args: Any, **kwargs: Any) -> Any:
+            for name, p in super().named_parameters(*args, **kwargs):
+                yield f"renamed.{name}", p
+
+    for model in (Tied(), Renamed(), nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)):
+        run = capture(model)
+        with run:
+            pass
+        expected: dict[int, str] = {}
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            expected.setdefault(id(t), name)
+        assert run._leaf_names == expected
+        assert list(run._leaf_names.values()) == list(expected.values())
+        assert run._paths == {id(m): name for name, m in reversed(list(model.named_modules()))}
+        assert run._parameters == sum(p.numel() for p in model.parameters())
+        assert ("renamed.embed.weight" in run._leaf_names.values()) == isinstance(model, Renamed)
