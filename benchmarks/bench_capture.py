@@ -61,6 +61,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from graphsvc.replay import memory
 from graphsvc.torch import capture
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -106,12 +107,15 @@ def plain_step(model: nn.Module, loss: Callable[[], Any]) -> float:
 
 
 def copies(model: nn.Module, inputs: list[Any]) -> list[Any]:
-    """One copy of the step's inputs, each parameter and its gradient: what a graph must copy."""
-    kept = [t.detach().numpy().copy() for t in inputs]
-    for p in model.parameters():
-        kept.append(p.detach().numpy().copy())
-        if p.grad is not None:
-            kept.append(p.grad.numpy().copy())
+    """One copy of the step's inputs, each parameter and its gradient: what a graph must copy (in
+    memory an earlier step's copies gave back, as capture's copies are: numpy's own allocator gives
+    a block this large fresh pages each time, a page fault each)."""
+    with memory.reuse():
+        kept = [t.detach().numpy().copy() for t in inputs]
+        for p in model.parameters():
+            kept.append(p.detach().numpy().copy())
+            if p.grad is not None:
+                kept.append(p.grad.numpy().copy())
     return kept
 
 
