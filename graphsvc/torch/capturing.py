@@ -9,6 +9,13 @@ How it records, and why:
   mode off (it records nothing, and a Python call for each of its ATen calls cost a third of a
   transformer layer's step); calls made by a backward inside another mode
   (``torch._C._current_autograd_node()`` is set) and by the capture's own hooks are not recorded.
+- **The mode's handler is marked for Dynamo to skip** (with everything it calls: what
+  ``torch._dynamo.disable(recursive=True)`` does) in PyTorch's C part, not wrapped in
+  ``torch._dynamo.disable`` as a ``TorchDispatchMode``'s handler is by default: that wrapper is two
+  more Python calls for every ATen call and imports ``torch._dynamo`` (a second or more) at the
+  first. A function made by ``torch.compile`` in the block runs eagerly under the mode (Dynamo does not
+  compile while a dispatch mode is active), and Dynamo never sees the recording itself. A PyTorch
+  without that mark gets the default wrapper.
 - **Gradients come from PyTorch**, not from a replay: a hook (``Tensor.register_hook``) on each
   floating-point tensor a recorded op produced, registered when the next operator is dispatched (the
   output has its ``grad_fn`` by then; an in-place op's input gets its hook before the op runs, so it

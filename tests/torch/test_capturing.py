@@ -1090,3 +1090,23 @@ def test_a_models_names_are_named_parameters_buffers_and_modules_own() -> None:
         assert run._paths == {id(m): name for name, m in reversed(list(model.named_modules()))}
         assert run._parameters == sum(p.numel() for p in model.parameters())
         assert ("renamed.embed.weight" in run._leaf_names.values()) == isinstance(model, Renamed)
+
+
+def test_a_pytorch_without_dynamos_code_mark_gets_its_default_wrapper(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where torch._C has no set_code_exec_strategy, the mode's handler is wrapped as PyTorch wraps
+    every TorchDispatchMode's (torch._dynamo.disable), and a capture records as before."""
+    from graphsvc.torch import capturing
+
+    monkeypatch.delattr(torch._C._dynamo.eval_frame, "set_code_exec_strategy")
+    capturing._mode_class.cache_clear()
+    try:
+        mode = capturing._mode_class()
+        assert mode._should_skip_dynamo() is True
+        assert mode.__dict__["__torch_dispatch__"].__name__ == "handler"  # functools.wraps'd by PyTorch
+        assert mode.__dict__["__torch_dispatch__"].__code__.co_name != "handler"
+        x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+        with capture() as run:
+            (x * 2.0).sum().backward()
+        assert run.graph().grad("input0").tolist() == [2.0, 2.0, 2.0]
+    finally:
+        capturing._mode_class.cache_clear()
