@@ -141,7 +141,7 @@ class _KeepingMode(TorchDispatchMode):
         self.outputs = outputs
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
+        out = func._op(*args, **(kwargs or {}))  # the operator itself, as capture calls it
         if isinstance(out, torch.Tensor):
             self.outputs.append(out)
         return out

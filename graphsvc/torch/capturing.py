@@ -14,8 +14,9 @@ How it records, and why:
   ``torch._dynamo.disable`` as a ``TorchDispatchMode``'s handler is by default: that wrapper is two
   more Python calls for every ATen call and imports ``torch._dynamo`` (a second or more) at the
   first. A function made by ``torch.compile`` in the block runs eagerly under the mode (Dynamo does not
-  compile while a dispatch mode is active), and Dynamo never sees the recording itself. A PyTorch
-  without that mark gets the default wrapper.
+  compile while a dispatch mode is active; with ``fullgraph=True`` PyTorch raises that it compiled
+  nothing), and Dynamo never sees the recording itself. A PyTorch without that mark gets the
+  default wrapper.
 - **Gradients come from PyTorch**, not from a replay: a hook (``Tensor.register_hook``) on each
   floating-point tensor a recorded op produced, registered when the next operator is dispatched (the
   output has its ``grad_fn`` by then; an in-place op's input gets its hook before the op runs, so it
@@ -198,10 +199,7 @@ class Capture:
                 "graphsvc's checkout (or pip install torch)"
             ) from None
 
-        self._state = "running"
         self._torch = torch
-        _MODULE[:] = [torch.nn.Module]
-        _TENSOR_REGISTER_HOOK[:] = [torch.Tensor.register_hook]
         self._tensor_type = torch.Tensor
         self._current_node = torch._C._current_autograd_node
         self._grad_enabled = torch.is_grad_enabled
@@ -234,9 +232,9 @@ class Capture:
         self._stack: list[str] = [""]
         self._ran: dict[str, None] = {}  # the module paths the step ran
         self._leaf_refs: list[Any] = []  # what _leaf_names names, held so that no id is reused
-        self._parameters = 0  # the model's parameters' elements
         if self._model is not None:
             self._name_model(self._model)
+        self._state = "running"
         self._thread = threading.get_ident()
         self._undo: list[Callable[[], object]] = []
         with _STARTING:  # two threads starting captures at once: the second one sees the first
@@ -253,16 +251,15 @@ class Capture:
 
     def _name_model(self, model: Any) -> None:
         """The names of the model's parameters, buffers and modules, as ``named_parameters()``,
-        ``named_buffers()`` and ``named_modules()`` give them (in one walk of the modules where the
-        model's class does not change how those name)."""
+        ``named_buffers()`` and ``named_modules()`` give them (in one walk of the modules where
+        neither the model's class nor the model itself has its own of those, :data:`_NAMING`)."""
         names, refs, paths = self._leaf_names, self._leaf_refs, self._paths
-        module_class = type(model)
-        plain = all(getattr(module_class, f) is getattr(_MODULE[0], f) for f in _NAMING)
-        if not plain:
+        module_class, plain_class = type(model), self._torch.nn.Module
+        plain = all(getattr(module_class, f) is getattr(plain_class, f) for f in _NAMING)
+        if not plain or any(f in vars(model) for f in _NAMING):  # the class's, or the model's own
             for name, t in model.named_parameters(remove_duplicate=True):
                 names.setdefault(id(t), name)
                 refs.append(t)
-                self._parameters += int(t.numel())
             for name, t in model.named_buffers(remove_duplicate=True):
                 names.setdefault(id(t), name)
                 refs.append(t)
@@ -281,7 +278,6 @@ class Capture:
                     seen_parameters.add(id(t))
                     names.setdefault(id(t), prefix + key)
                     refs.append(t)
-                    self._parameters += int(t.numel())
             for key, t in module._buffers.items():
                 if t is not None and id(t) not in seen_buffers:
                     seen_buffers.add(id(t))
@@ -343,6 +339,7 @@ class Capture:
             self._grads = self._sink.grads = {}
             self._known, self._fresh, self._backwards, self._leaves = {}, [], [], {}
             self._leaf_refs, self._hooks, self._uncopied, self._uncopied_grads = [], [], {}, {}
+            self._scalars = {}
 
     def graph(self) -> Graph:
         """The recorded step as a Graph: the loss is its output (none when no backward ran)."""
@@ -399,7 +396,7 @@ class Capture:
         parents = self._inputs_of(func, args, kwargs)
         view = self_._is_view()
         self._protect(plan, args, kwargs)
-        out = func(*args, **kwargs)
+        out = plan.call(*args, **kwargs)
         functional = plan.functional
         if functional is None:
             raise CaptureError(f"capture cannot record {func}: it has no functional form to record")
@@ -728,7 +725,8 @@ class Capture:
         metadata: dict[str, Any] = {"torch": str(torch.__version__)}
         if self._model is not None:
             metadata["model"] = type(self._model).__name__
-            metadata["parameters"] = self._parameters
+            # counted now: a lazy module's parameters have their shapes only after its first call
+            metadata["parameters"] = sum(int(p.numel()) for p in self._model.parameters())
         # the model's modules (a parameter's place, whether its module's forward ran or, as an
         # attention's out_proj, only its weights were used) and those outside it the step ran
         modules = dict.fromkeys(path for path in self._paths.values() if path)  # the model itself is ""
@@ -892,15 +890,20 @@ class _Call:
     def scalar(self, value: Any, i: int) -> int:
         """A Python number operand as a 0-d const of the output's dtype (the consts of one number
         and dtype share their array: a step's ``x * 0.5`` in a loop makes one; not zeros, whose sign
-        a key does not tell, nor nan, which equals nothing)."""
+        a key does not tell; a nan object finds only itself, each new one gets its own)."""
         dtype = self.outputs[i].dtype
-        if not value:
-            return self.const(np.array(value, dtype=_numpy_dtype(dtype)), "scalar")
         scalars = self.capture._scalars
         key = (type(value), value, dtype)
-        array = scalars.get(key)
+        array = scalars.get(key) if value else None
         if array is None:
-            array = scalars[key] = np.array(value, dtype=_numpy_dtype(dtype))
+            try:
+                array = np.array(value, dtype=_numpy_dtype(dtype))
+            except OverflowError:
+                name = str(dtype).removeprefix("torch.")
+                why = f"its number {value} does not fit {name}"
+                raise CaptureError(f"capture cannot record {self.func}: {why}") from None
+            if value:
+                scalars[key] = array
         return self.const(array, "scalar")
 
     def operand(self, value: Any, i: int) -> int:
@@ -978,7 +981,8 @@ def _make_plan(func: Any) -> _Plan:
     label = base.strip("_") or base
     factory = base in _FACTORIES
     alias = handler in (_same, _detach)
-    call = getattr(func, "_op", func)
+    # OpOverload.__call__ calls _op: called directly (a subclass's __call__, a TorchBind op's, is kept)
+    call = func._op if type(func).__call__ is torch._ops.OpOverload.__call__ else func
     return _Plan(label, handler, tuple(writes), inplace, functional, refused, factory, alias, call)
 
 
@@ -1317,12 +1321,9 @@ _MAPPED: dict[str, Handler] = {
 
 
 # -- helpers --------------------------------------------------------------------------------------------------
-#: ``torch.nn.Module`` (set when a capture starts: this module imports no torch), and the methods that
-#: name a model's parameters, buffers and modules (a class that overrides one is asked by them).
-_MODULE: list[Any] = []
-_NAMING = ("named_parameters", "named_buffers", "named_modules", "_named_members")
-#: ``torch.Tensor.register_hook`` (set when a capture starts): a class with another is asked by it.
-_TENSOR_REGISTER_HOOK: list[Any] = []
+#: The methods that name a model's parameters, buffers and modules: a model whose class (or itself)
+#: has its own is asked by them.
+_NAMING = ("named_parameters", "named_buffers", "named_modules", "_named_members", "parameters", "buffers")
 
 #: The captures running, innermost last. ``torch.autograd.backward`` and ``Function.apply`` are
 #: replaced by the functions below while one runs, not by a capture's bound methods: PyTorch code
@@ -1345,7 +1346,7 @@ def _hook(t: Any, key: int, hook: Callable[[Any], Any]) -> Callable[[], Any]:
     ``Tensor.register_hook`` does, under ``key`` (negative: no handle of the step's code has it,
     theirs count up from 0); a class that overrides ``register_hook`` is asked. What takes the
     hook out again."""
-    if getattr(type(t), "register_hook", None) is not _TENSOR_REGISTER_HOOK[0]:
+    if getattr(type(t), "register_hook", None) is not _tensor_register_hook():
         return t.register_hook(hook).remove
     hooks = t._backward_hooks
     if hooks is None:
@@ -1354,6 +1355,14 @@ def _hook(t: Any, key: int, hook: Callable[[Any], Any]) -> Callable[[], Any]:
             t.grad_fn._register_hook_dict(t)
     hooks[key] = hook
     return functools.partial(hooks.pop, key, None)
+
+
+@functools.cache
+def _tensor_register_hook() -> Any:
+    """``torch.Tensor.register_hook`` (a class with another is asked by it)."""
+    import torch
+
+    return torch.Tensor.register_hook
 
 
 def _backward(*args: Any, **kwargs: Any) -> Any:
@@ -1395,7 +1404,7 @@ def _mode_class() -> type:
 
         @classmethod
         def _should_skip_dynamo(cls) -> bool:
-            # PyTorch wraps a mode's handler in torch._dynamo.disable (three Python calls an ATen
+            # PyTorch wraps a mode's handler in torch._dynamo.disable (two more Python calls an ATen
             # call, and importing torch._dynamo, a second or more, at the first): not needed where
             # its code is marked to be skipped by Dynamo with all it calls
             return not skipped

@@ -616,13 +616,15 @@ class RefusingList(list[Any]):
         raise Refused("refused")
 
 
-@pytest.mark.parametrize("where", ["captures list", "mode class", "mode enter"])
+@pytest.mark.parametrize("where", ["forward hook", "captures list", "mode class", "mode enter"])
 def test_a_capture_that_fails_to_start_leaves_pytorch_as_it_found_it(where: str, monkeypatch: Any) -> None:
     from graphsvc.torch import capturing
 
     before = pytorch_state()
     with monkeypatch.context() as patched:
-        if where == "captures list":  # the module hooks, backward and apply are in place by then
+        if where == "forward hook":  # the second of the module hooks: the first is in place by then
+            patched.setattr(torch.nn.modules.module, "register_module_forward_hook", refuse)
+        elif where == "captures list":  # the module hooks, backward and apply are in place by then
             patched.setattr(capturing, "_ACTIVE", RefusingList())
         elif where == "mode class":  # backward, apply and the list of captures are patched by then
             patched.setattr(capturing, "_mode_class", refuse)
@@ -1088,7 +1090,6 @@ def test_a_models_names_are_named_parameters_buffers_and_modules_own() -> None:
         assert run._leaf_names == expected
         assert list(run._leaf_names.values()) == list(expected.values())
         assert run._paths == {id(m): name for name, m in reversed(list(model.named_modules()))}
-        assert run._parameters == sum(p.numel() for p in model.parameters())
         assert ("renamed.embed.weight" in run._leaf_names.values()) == isinstance(model, Renamed)
 
 
@@ -1110,3 +1111,68 @@ def test_a_pytorch_without_dynamos_code_mark_gets_its_default_wrapper(monkeypatc
         assert run.graph().grad("input0").tolist() == [2.0, 2.0, 2.0]
     finally:
         capturing._mode_class.cache_clear()
+
+
+def test_a_lazy_module_is_captured_and_its_parameters_counted_once_they_have_shapes() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LazyLinear(3), nn.ReLU(), nn.Linear(3, 1))
+    x = torch.randn(5, 4)
+    with capture(model) as run:
+        model(x).sum().backward()
+    graph = run.graph()
+    assert graph.metadata["captured"]["parameters"] == 4 * 3 + 3 + 3 + 1
+    assert np.array_equal(graph.grad("0.weight"), model[0].weight.grad.numpy())
+
+
+def test_a_model_that_names_or_counts_its_parameters_its_own_way_is_asked() -> None:
+    class Trainable(nn.Module):  # parameters() gives the trainable ones only
+        def __init__(self) -> None:
+            super().__init__()
+            self.frozen, self.head = nn.Linear(4, 4), nn.Linear(4, 2)
+            self.frozen.requires_grad_(False)
+
+        def forward(self, x: Any) -> Any:
+            return self.head(self.frozen(x))
+
+        def parameters(self, recurse: bool = True) -> Any:
+            return (p for p in super().parameters(recurse) if p.requires_grad)
+
+    model = Trainable()
+    with capture(model) as run:
+        model(torch.ones(2, 4)).sum().backward()
+    assert run.graph().metadata["captured"]["parameters"] == 4 * 2 + 2
+
+    patched = nn.Sequential(nn.Linear(3, 2))
+    named = patched.named_parameters
+    patched.named_parameters = lambda *a, **k: ((f"patched.{n}", p) for n, p in named(*a, **k))  # type: ignore[method-assign]
+    x = torch.ones(1, 3)
+    with capture(patched) as run:
+        patched(x).sum().backward()
+    graph = run.graph()
+    assert [graph.label(n) for n in range(graph.num_nodes)][:3] == ["patched.0.weight", "0.t", "patched.0.bias"]
+
+
+def test_the_leaves_hooks_go_when_the_capture_ends_and_a_class_with_its_own_register_hook_is_asked() -> None:
+    asked: list[str] = []
+
+    class Hooked(nn.Parameter):
+        def register_hook(self, hook: Any) -> Any:
+            asked.append("register_hook")
+            return super().register_hook(hook)
+
+    model = nn.Linear(3, 2)
+    model.weight = Hooked(model.weight.detach().clone())
+    user_hook = model.bias.register_hook(lambda g: None)
+    with capture(model) as run:
+        model(torch.ones(1, 3)).sum().backward()
+    assert asked == ["register_hook"]
+    assert list(model.bias._backward_hooks) == [user_hook.id]  # the user's own stays
+    assert not model.weight._backward_hooks  # the subclass's handle, removed
+    assert run.graph().grad("weight").tolist() == [[1.0, 1.0, 1.0]] * 2
+
+
+def test_a_number_that_does_not_fit_the_tensors_dtype_is_refused_naming_the_op() -> None:
+    x = torch.ones(2, dtype=torch.int8)
+    with pytest.raises(CaptureError) as caught, capture():
+        x + 300
+    assert str(caught.value) == "capture cannot record aten.add.Tensor: its number 300 does not fit int8"
