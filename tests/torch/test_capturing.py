@@ -1176,3 +1176,17 @@ def test_a_number_that_does_not_fit_the_tensors_dtype_is_refused_naming_the_op()
     with pytest.raises(CaptureError) as caught, capture():
         x + 300
     assert str(caught.value) == "capture cannot record aten.add.Tensor: its number 300 does not fit int8"
+
+
+def test_a_model_whose_naming_fails_leaves_no_capture_running() -> None:
+    class Broken(nn.Linear):
+        def named_parameters(self, *args: Any, **kwargs: Any) -> Any:
+            raise Refused("refused")
+
+    before = pytorch_state()
+    run = capture(Broken(2, 2))
+    with pytest.raises(Refused), run:
+        pass
+    assert pytorch_state() == before
+    with pytest.raises(CaptureError, match=r"^nothing was captured$"):
+        run.graph()
