@@ -530,7 +530,7 @@ class Capture:
         """The tensors the last call made, now that autograd has set them up: their versions, and
         a hook on each that has a gradient to come."""
         fresh, self._fresh = self._fresh, []
-        known, kind, sink = self._known, self._tensor_type, self._sink
+        known, sink = self._known, self._sink
         values, consts = self._nodes.values, self._nodes.consts
         for t, node in fresh:
             key = id(t)
@@ -540,18 +540,9 @@ class Capture:
             known[key] = (t, node, t._version)
             if values[node] is not t or consts[node]:
                 continue
-            grad_fn = t.grad_fn
-            if grad_fn is None:  # (a tensor with one is floating-point, or complex: refused when recorded)
+            if t.grad_fn is None:  # (a tensor with one is floating-point, or complex: refused when recorded)
                 continue
-            # the hook goes with the step's autograd graph: not removed (see _hook)
-            if type(t) is kind:
-                hooks = t._backward_hooks
-                if hooks is None:
-                    hooks = t._backward_hooks = collections.OrderedDict()
-                    grad_fn._register_hook_dict(t)
-                hooks[-1 - node] = functools.partial(sink, node)
-            else:  # as _hook does
-                _hook(t, -1 - node, functools.partial(sink, node))
+            _hook(t, -1 - node, functools.partial(sink, node))  # it goes with the step's autograd graph
 
     def _leaf_hook(self, node: int, grad: Any) -> None:
         """A leaf's gradient, kept only when the leaf had one before (it adds to it): else it is
