@@ -65,8 +65,10 @@ How it records, and why:
   buffers, a frozen parameter) is a ``const`` in the graph, so a replay, like PyTorch, computes no
   gradient for it (ops on such tensors alone stay ops, so a step of plain tensors keeps its ops).
   What an op makes under ``torch.no_grad()`` is a ``const`` holding its value in a step with a
-  backward (a constant to PyTorch's backward: the ops before it that nothing else needs go); an
-  in-place op under ``torch.no_grad()`` is recorded as any other.
+  backward (a constant to PyTorch's backward: the ops before it that nothing else needs go), a
+  clone, alias or view to its own shape of a tensor that requires grad included (it gets a node of
+  its own, an identity ``reshape``, where it would otherwise be the tensor's node); an in-place op
+  under ``torch.no_grad()`` is recorded as any other.
   Module paths come from global forward hooks on ``nn.Module`` (cheaper than
   ``torch.utils.module_tracker.ModuleTracker``, which also hooks every backward).
 - While the block runs, ``torch.autograd.backward``, ``Function.apply`` and two global ``nn.Module``
@@ -388,8 +390,24 @@ class Capture:
         else:  # under torch.no_grad(): what it makes is a constant to autograd (see _build)
             before = len(self._nodes)
             self._record(func, plan, args, kwargs, out, parents)
+            self._own_nodes(func, plan, args, out, parents, before)
             self._no_grad.extend(range(before, len(self._nodes)))
         return out
+
+    def _own_nodes(
+        self, func: Any, plan: _Plan, args: tuple[Any, ...], out: Any, parents: dict[int, int], before: int
+    ) -> None:
+        """Under torch.no_grad(), an output recorded as the node of an argument that requires grad
+        (a clone, an alias, a view to its own shape: the same node) gets a node of its own, an
+        identity ``reshape``, which the graph then cuts from that argument as PyTorch's backward
+        does (see _build): else the gradient would flow through it in a replay."""
+        kind, known, consts = self._tensor_type, self._known, self._nodes.consts
+        grad_nodes = {parents[id(a)] for a in args if isinstance(a, kind) and a.requires_grad}
+        for t in _outputs(out, kind):
+            entry = known.get(id(t))
+            if entry is not None and entry[0] is t and entry[1] < before and entry[1] in grad_nodes:
+                if not consts[entry[1]]:
+                    self._new("reshape", [entry[1]], t, self._op_name(plan.label), func, {"shape": list(t.shape)})
 
     def _inplace(self, func: Any, plan: _Plan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self_ = args[0]

@@ -1190,3 +1190,34 @@ def test_a_model_whose_naming_fails_leaves_no_capture_running() -> None:
     assert pytorch_state() == before
     with pytest.raises(CaptureError, match=r"^nothing was captured$"):
         run.graph()
+
+
+@pytest.mark.parametrize("alias", ["clone", "view_as", "detach", "contiguous"])
+def test_an_alias_made_under_no_grad_carries_no_gradient_in_a_replay(alias: str) -> None:
+    """PyTorch's backward does not reach w through a clone (or view, or contiguous copy) made under
+    torch.no_grad(); a replay of the captured step does not either."""
+    w = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        with torch.no_grad():
+            if alias == "clone":
+                c = w.clone()
+            elif alias == "view_as":
+                c = w.view_as(w)
+            elif alias == "contiguous":
+                c = w.contiguous()
+            else:
+                c = w.detach()
+        (w * c).sum().backward()
+    # c, not 2w (a contiguous tensor's contiguous() is the tensor itself: 2w)
+    expected = [2.0, -4.0, 6.0] if alias == "contiguous" else [1.0, -2.0, 3.0]
+    assert w.grad is not None and w.grad.tolist() == expected
+    graph = run.graph()
+    replayed = graphsvc.backward(graph)
+    assert replayed.grad("input0").tolist() == expected
+    assert np.array_equal(graph.grad("input0"), w.grad.numpy())
+    # without a backward, the same step keeps its structure: the alias stays an op on w
+    with capture() as run:
+        with torch.no_grad():
+            c = w.clone()
+        w * c
+    assert [run.graph().op(n) for n in range(run.graph().num_nodes)] == ["leaf", "reshape", "mul"]
