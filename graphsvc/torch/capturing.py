@@ -67,8 +67,12 @@ How it records, and why:
   What an op makes under ``torch.no_grad()`` is a ``const`` holding its value in a step with a
   backward (a constant to PyTorch's backward: the ops before it that nothing else needs go), a
   clone, alias or view to its own shape of a tensor that requires grad included (it gets a node of
-  its own, an identity ``reshape``, where it would otherwise be the tensor's node); an in-place op
-  under ``torch.no_grad()`` is recorded as any other.
+  its own, an identity ``reshape``, where it would otherwise be the tensor's node). An in-place op
+  under ``torch.no_grad()`` on a leaf that requires grad (a weight normalized by hand, a lazy
+  module's initialization) makes a new leaf with the new value, the leaf's name and its gradient
+  (the value before is the const ``<name>.before``, kept if the step used it: PyTorch's gradient
+  then sums both uses, and ``--check`` reports the leaf's); on any other tensor it is recorded as
+  any other op.
   Module paths come from global forward hooks on ``nn.Module`` (cheaper than
   ``torch.utils.module_tracker.ModuleTracker``, which also hooks every backward).
 - While the block runs, ``torch.autograd.backward``, ``Function.apply`` and two global ``nn.Module``
@@ -415,6 +419,18 @@ class Capture:
         view = self_._is_view()
         self._protect(plan, args, kwargs)
         out = plan.call(*args, **kwargs)
+        leaf = parents[id(self_)]
+        if not view and self._leaves.get(leaf) is self_ and not self._grad_enabled():
+            # a leaf changed under torch.no_grad() (a weight normalized by hand, a lazy module's
+            # initialization): to PyTorch's backward the same leaf with a new value, which takes the
+            # leaf's name and gradient; the value before is ``<name>.before``
+            name = self._nodes.names[leaf]
+            self._nodes.names[leaf] = self._unique(f"{name}.before")
+            node = self._new(LEAF, [], self_, name, func)
+            del self._leaves[leaf]
+            self._leaves[node] = self_
+            self._hooks.append(_hook(self_, -1 - node, functools.partial(self._leaf_hook, node)))
+            return out
         functional = plan.functional
         if functional is None:
             raise CaptureError(f"capture cannot record {func}: it has no functional form to record")

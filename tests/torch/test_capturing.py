@@ -1221,3 +1221,35 @@ def test_an_alias_made_under_no_grad_carries_no_gradient_in_a_replay(alias: str)
             c = w.clone()
         w * c
     assert [run.graph().op(n) for n in range(run.graph().num_nodes)] == ["leaf", "reshape", "mul"]
+
+
+def test_a_leaf_changed_in_place_under_no_grad_is_a_new_leaf_with_pytorchs_gradient() -> None:
+    """A weight normalized by hand before it is used: PyTorch's gradient is that of the changed
+    tensor (x), not through the change (2x); the graph's new leaf holds the new value and it."""
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1, bias=False, dtype=torch.float64)
+    x = torch.tensor([[4.0, 5.0, 6.0]], dtype=torch.float64)
+    before = model.weight.detach().clone()
+    with capture(model) as run:
+        with torch.no_grad():
+            model.weight.div_(model.weight.norm())
+        model(x).sum().backward()
+    graph = run.graph()
+    assert [graph.label(n) for n in range(graph.num_nodes)] == ["weight", "t", "input0", "mm", "sum"]
+    assert graph.op(graph.node_id("weight")) == "leaf"
+    assert np.array_equal(graph.value("weight"), model.weight.detach().numpy())
+    assert not np.array_equal(graph.value("weight"), before.numpy())
+    assert np.array_equal(graph.grad("weight"), model.weight.grad.numpy())
+    assert model.weight.grad.tolist() == [[4.0, 5.0, 6.0]]
+    replayed = graphsvc.backward(graph)
+    assert replayed.grad("weight").tolist() == [[4.0, 5.0, 6.0]]
+    # used before the change too: the value before is a leaf of its own, named so
+    w = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        first = w * 3.0
+        with torch.no_grad():
+            w.mul_(2.0)
+        (first + w).sum().backward()
+    graph = run.graph()
+    assert graph.label(0) == "input0.before" and graph.value("input0.before").tolist() == [1.0, 2.0]
+    assert graph.value("input0").tolist() == [2.0, 4.0]
