@@ -72,7 +72,7 @@ How it records, and why:
   module's initialization) makes a new leaf with the new value, the leaf's name and its gradient
   (the value before is the const ``<name>.before``, kept if the step used it: PyTorch's gradient
   then sums both uses, and ``--check`` reports the leaf's); on any other tensor it is recorded as
-  any other op.
+  any other op. A custom Function applied under ``torch.no_grad()`` is a ``const`` as an op is.
   Module paths come from global forward hooks on ``nn.Module`` (cheaper than
   ``torch.utils.module_tracker.ModuleTracker``, which also hooks every backward).
 - While the block runs, ``torch.autograd.backward``, ``Function.apply`` and two global ``nn.Module``
@@ -675,10 +675,13 @@ class Capture:
         if not kwargs and all(isinstance(a, self._tensor_type) for a in args):
             attrs = {}  # tensors only: the op takes its inputs and no attributes
         outputs = _outputs(out, self._tensor_type)
+        before = len(self._nodes)
         for i, t in enumerate(outputs):
             more = dict(attrs, output=i) if len(outputs) > 1 else attrs
             name = self._op_name(cls.__name__.strip("_") or cls.__name__)
             self._new(tag, [parents[id(p)] for p in tensors], t, name, tag, attrs=more or None)
+        if not self._grad_enabled():  # applied under torch.no_grad(): a constant to the backward
+            self._no_grad.extend(range(before, len(self._nodes)))
         return out
 
     def _is_tensor(self, value: object) -> bool:

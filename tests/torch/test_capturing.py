@@ -1253,3 +1253,16 @@ def test_a_leaf_changed_in_place_under_no_grad_is_a_new_leaf_with_pytorchs_gradi
     graph = run.graph()
     assert graph.label(0) == "input0.before" and graph.value("input0.before").tolist() == [1.0, 2.0]
     assert graph.value("input0").tolist() == [2.0, 4.0]
+
+
+def test_a_custom_function_applied_under_no_grad_is_a_const_and_a_replay_needs_no_plugin() -> None:
+    w = torch.tensor([0.5, -1.0, 1.5], dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        with torch.no_grad():
+            c = Seed002.apply(w)
+        (w * c).sum().backward()
+    assert w.grad is not None and torch.equal(w.grad, c)  # c, not c + w f'(w)
+    graph = run.graph()
+    assert graph.op(graph.node_id("Seed002")) == "const" and graph.parents(graph.node_id("Seed002")) == []
+    replayed = graphsvc.backward(graph)  # builtin ops only: the Function's node is its value
+    assert np.array_equal(replayed.grad("input0"), w.grad.numpy())
