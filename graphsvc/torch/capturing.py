@@ -112,12 +112,14 @@ class CaptureError(UsageError):
     """A step that a graph cannot hold (named by the op), or a capture used out of order."""
 
 
-#: ATen ops whose result does not depend on their tensor arguments' values (factories, random
-#: fills): their result is a const.
+#: ATen ops whose result does not depend on their tensor arguments' values, and through which
+#: PyTorch's backward sends no gradient (factories, random draws): their result is a const. Named as
+#: a plan names an op: an in-place op (``uniform_``) is recorded as its functional form (``uniform``).
+#: Not ``fill`` (``fill.Tensor`` passes its value's gradient) nor ``normal`` (its tensor overloads).
 _FACTORIES = frozenset(
-    "empty_like zeros_like ones_like full_like rand_like randn_like randint_like bernoulli bernoulli_ uniform_ "
-    "normal_ exponential_ random_ fill_ zero_ empty zeros ones full arange rand randn randint randperm "
-    "scalar_tensor empty_strided new_empty new_zeros new_ones new_full new_empty_strided linspace eye".split()
+    "empty_like zeros_like ones_like full_like rand_like randn_like randint_like bernoulli uniform exponential "
+    "random zero empty zeros ones full arange rand randn randint randperm scalar_tensor empty_strided "
+    "new_empty new_zeros new_ones new_full new_empty_strided linspace eye".split()
 )
 #: Ops that change an argument in place without saying so in their schema: (op name, positions).
 _HIDDEN_WRITES = {"native_batch_norm": (3, 4), "_native_batch_norm_legit": (3, 4)}

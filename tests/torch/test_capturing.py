@@ -1266,3 +1266,19 @@ def test_a_custom_function_applied_under_no_grad_is_a_const_and_a_replay_needs_n
     assert graph.op(graph.node_id("Seed002")) == "const" and graph.parents(graph.node_id("Seed002")) == []
     replayed = graphsvc.backward(graph)  # builtin ops only: the Function's node is its value
     assert np.array_equal(replayed.grad("input0"), w.grad.numpy())
+
+
+def test_a_tensor_filled_in_place_with_random_numbers_is_a_const_holding_the_draw() -> None:
+    """uniform_ on a tensor that requires grad: PyTorch's backward sends nothing through the draw
+    (w.grad is the numbers drawn); the graph holds them, so a replay reproduces the step exactly."""
+    torch.manual_seed(0)
+    w = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    with capture() as run:
+        h = w * 1.0
+        h.uniform_()
+        (h * w).sum().backward()
+    graph = run.graph()
+    assert graph.op(graph.node_id("uniform")) == "const"
+    assert np.array_equal(graph.value("uniform"), h.detach().numpy())
+    assert w.grad is not None and torch.equal(w.grad, h.detach())
+    assert np.array_equal(graphsvc.backward(graph).grad("input0"), w.grad.numpy())
