@@ -448,9 +448,12 @@ def _axis(axis: Any, ndim: int, name: str = "axis") -> int:
     return at % ndim
 
 
-def _scaled(a: np.ndarray, factor: float) -> np.ndarray:
-    """``factor * a`` in ``a``'s dtype (``a`` itself for 1)."""
-    return a if factor == 1.0 else np.multiply(a, a.dtype.type(factor))
+def _scaled(a: np.ndarray, factor: float, *, in_place: bool = False) -> np.ndarray:
+    """``factor * a`` in ``a``'s dtype (``a`` itself for 1); written into ``a`` when ``in_place``
+    (an array the caller made: no second array of its size)."""
+    if factor == 1.0:
+        return a
+    return np.multiply(a, a.dtype.type(factor), out=a if in_place else None)
 
 
 # -- addmm: beta * bias + alpha * (m1 @ m2), nn.Linear's forward
@@ -476,9 +479,7 @@ def _addmm(bias: np.ndarray, m1: np.ndarray, m2: np.ndarray, beta: float = 1.0, 
     beta, alpha = _number("beta", beta), _number("alpha", alpha)
     for name, x in (("bias", bias), ("m1", m1), ("m2", m2)):
         _floats(name, x)
-    product = np.matmul(m1, m2)  # fresh: scaled and biased in place (no second array of the output's size)
-    if alpha != 1.0:
-        np.multiply(product, product.dtype.type(alpha), out=product)
+    product = _scaled(np.matmul(m1, m2), alpha, in_place=True)  # fresh: scaled and biased in place
     if beta == 0.0:  # PyTorch: the bias is not read (a nan in it does not come through)
         return product
     return np.add(product, _scaled(bias, beta), out=product, dtype=product.dtype)
@@ -517,8 +518,8 @@ def _addmm_vjp(
 
     need_bias, need_m1, need_m2 = needs_input_grad
     g_bias = unbroadcast(_scaled(g, float(beta)), bias.shape) if need_bias else None
-    g_m1 = _scaled(np.matmul(g, m2.T), float(alpha)) if need_m1 else None
-    g_m2 = _scaled(np.matmul(m1.T, g), float(alpha)) if need_m2 else None
+    g_m1 = _scaled(np.matmul(g, m2.T), float(alpha), in_place=True) if need_m1 else None
+    g_m2 = _scaled(np.matmul(m1.T, g), float(alpha), in_place=True) if need_m2 else None
     return g_bias, g_m1, g_m2
 
 
@@ -790,9 +791,8 @@ def _attention_scores(
     scores = np.matmul(q, np.swapaxes(k, -1, -2))
     if not scores.flags.writeable:
         scores = scores.copy()
+    scores = _scaled(scores, factor, in_place=True)
     dtype = scores.dtype
-    if factor != 1.0:
-        np.multiply(scores, dtype.type(factor), out=scores)
     if is_causal:  # an added -inf above the diagonal: a third of the time of writing it through a boolean index
         scores += np.where(np.tri(q.shape[-2], k.shape[-2], dtype=bool), dtype.type(0), dtype.type(-np.inf))
     elif mask:
@@ -873,13 +873,10 @@ def _attention_vjp(
         g_out *= out
         g_scores -= _row_sums(g_out)
         g_scores *= numerators
-        dtype = g_scores.dtype.type
         if needs[0]:
-            g_q = np.matmul(g_scores, k)
-            g_q = unbroadcast(np.multiply(g_q, dtype(factor), out=g_q), q.shape)
+            g_q = unbroadcast(_scaled(np.matmul(g_scores, k), factor, in_place=True), q.shape)
         if needs[1]:
-            g_k = np.matmul(np.swapaxes(g_scores, -1, -2), q)
-            g_k = unbroadcast(np.multiply(g_k, dtype(factor), out=g_k), k.shape)
+            g_k = unbroadcast(_scaled(np.matmul(np.swapaxes(g_scores, -1, -2), q), factor, in_place=True), k.shape)
         if float_mask and needs[3]:
             g_mask = unbroadcast(g_scores, attn_mask[0].shape)
     return [g_q, g_k, g_v, *([g_mask] if attn_mask else [])]
