@@ -199,9 +199,7 @@ class _Call:
         """The call's whole result (every output of one that returns several)."""
         if self.sized:
             self._refuse_large(tensors, args, kwargs)
-        if args is None and not kwargs:
-            return self.function(*tensors)
-        positional, keywords = _decode_call()({"args": args or [], "kwargs": kwargs or {}}, tensors)
+        positional, keywords = _arguments(tensors, args, kwargs)
         return self.function(*positional, **keywords)
 
     def _refuse_large(self, tensors: Sequence[Any], args: Any, kwargs: Any) -> None:
@@ -217,14 +215,11 @@ class _Call:
         limit = array_limit()
         meta = [torch.empty_like(t, device="meta") for t in tensors]
         try:
-            if args is None and not kwargs:  # as _call makes it
-                result = self.function(*meta)
-            else:
-                positional, keywords = _decode_call()({"args": args or [], "kwargs": kwargs or {}}, meta)
-                on_meta = torch.device("meta")  # a device argument too: nothing runs on the CPU here
-                positional = [on_meta if isinstance(a, torch.device) else a for a in positional]
-                keywords = {k: on_meta if isinstance(v, torch.device) else v for k, v in keywords.items()}
-                result = self.function(*positional, **keywords)
+            positional, keywords = _arguments(meta, args, kwargs)  # the call _call makes, on meta tensors
+            on_meta = torch.device("meta")  # a device argument too: nothing runs on the CPU here
+            positional = [on_meta if isinstance(a, torch.device) else a for a in positional]
+            keywords = {k: on_meta if isinstance(v, torch.device) else v for k, v in keywords.items()}
+            result = self.function(*positional, **keywords)
         except Exception:  # no meta kernel, a size known only from values, or a bad call (it fails next)
             if self.dynamic:
                 self._refuse_by_values(torch, tensors, limit)
@@ -351,6 +346,14 @@ class _Call:
             grad = next(found)
             cotangents.append(np.zeros_like(np.asarray(x)) if grad is None else _array(torch, grad))
         return cotangents
+
+
+def _arguments(tensors: Sequence[Any], args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+    """A node's call: the positional and keyword arguments its attributes describe (the tensors
+    alone where it has none)."""
+    if args is None and not kwargs:
+        return list(tensors), {}
+    return _decode_call()({"args": args or [], "kwargs": kwargs or {}}, tensors)
 
 
 class _Made:
