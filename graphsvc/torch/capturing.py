@@ -375,8 +375,7 @@ class Capture:
 
     # -- the dispatch ---------------------------------------------------------------------------------
     def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        known = _PLANS.get(id(func))
-        plan = known[1] if known is not None and known[0] is func else _plan(func)
+        plan = _plan(func)
         if self._quiet or self._done or self._current_node() is not None:
             if plan.writes:
                 self._protect(plan, args, kwargs)
@@ -1537,7 +1536,7 @@ def _kept(
     if isinstance(value, np.ndarray):
         array = value
     else:
-        array = value.numpy(force=True)  # as _numpy
+        array = _numpy(value)
         if id(value) not in private:
             array = _copied(value, array, copies)
         elif array.dtype in _GRAPH_DTYPES:
