@@ -103,18 +103,23 @@ def module_tree(graph: Graph) -> list[dict[str, Any]]:
     ``layers.0.linear1``): each module's path, depth (0 for a top-level one), the nodes that ran in
     it or its submodules, and its parameters (elements of the leaves under it with a stored
     gradient), depth first in the order the step first used each. The modules are those the
-    capture lists (``captured.modules``: the model's and any other the step ran): the parts of an op it wrote as several
-    (``head.addmm.mm`` and ``head.addmm``) ran in ``head``, whatever a module is named. A file without
-    that list (written by other tools) has its modules read from the names alone: a prefix that
-    names a node is an op there, not a module."""
+    capture lists (``captured.modules``: the model's and any other the step ran): the parts of an
+    op it wrote as several (``head.addmm.mm`` and ``head.addmm``) ran in ``head``, whatever a module
+    is named. A file without that list (written by other tools) has its modules read from the
+    names alone: a prefix that names a node is an op there, not a module."""
     import math
 
     nodes: dict[str, int] = {}
     parameters: dict[str, int] = {}
     captured = graph.metadata.get("captured")
     listed = captured.get("modules") if isinstance(captured, dict) else None
+    # what a prefix of a node's name is: a module the capture listed, or (no list) not a node's name
     modules = {m for m in listed if isinstance(m, str)} if isinstance(listed, list) else None
     named = set(graph.names.values()) if modules is None else set()
+
+    def is_module(path: str) -> bool:
+        return path in modules if modules is not None else path not in named
+
     grads = graph.grads
     for node, name in sorted(graph.names.items()):
         op = graph.op(node)
@@ -129,7 +134,7 @@ def module_tree(graph: Graph) -> list[dict[str, Any]]:
                 size = 1  # a 0-d parameter: its gradient is a number in the column
         for k in range(1, len(parts) + 1):
             path = ".".join(parts[:k])
-            if path not in modules if modules is not None else path in named:
+            if not is_module(path):
                 break
             nodes[path] = nodes.get(path, 0) + 1
             parameters[path] = parameters.get(path, 0) + size
