@@ -174,17 +174,17 @@ def test_a_tag_that_names_no_operator_is_refused_when_it_is_resolved() -> None:
 def test_operators_a_node_cannot_be_are_refused_so_a_file_cannot_read_files_or_print(tmp_path: Path) -> None:
     needs_torch()
     found = registry()
+    no_tensor = "it takes no tensor (a factory's value is a const in a captured graph)"
+    uninitialized = "it returns uninitialized memory (a capture records an empty tensor's value as a const)"
     refused = {
-        "aten.from_file.default": "it takes no tensor (a factory's value is a const in a captured graph)",
-        "aten._print.default": "it takes no tensor (a factory's value is a const in a captured graph)",
-        "aten.zeros.default": "it takes no tensor (a factory's value is a const in a captured graph)",
+        "aten.from_file.default": no_tensor,
+        "aten._print.default": no_tensor,
+        "aten.zeros.default": no_tensor,
         "aten.relu.out": "it writes into an out= argument (a node's op returns its result)",
         "aten._assert_async.default": "it returns no tensor",
         "aten._local_scalar_dense.default": "it returns no tensor",
-        "aten.empty_like.default": "it returns uninitialized memory (a capture records an empty tensor's value as a "
-        "const)",
-        "aten.new_empty.default": "it returns uninitialized memory (a capture records an empty tensor's value as a "
-        "const)",
+        "aten.empty_like.default": uninitialized,
+        "aten.new_empty.default": uninitialized,
     }
     for tag, why in refused.items():
         with pytest.raises(UnknownOpError) as caught:
