@@ -104,13 +104,16 @@ def _refused(schema: Any) -> str | None:
     """Why an operator is not replayed, or None: a node computes tensors from tensors, and a graph
     file is data, so an operator that takes no tensor (a factory, ``from_file`` reading a file,
     ``_print`` writing to the terminal), writes into an ``out=`` argument, returns no tensor or
-    returns uninitialized memory (``empty_like``, ``new_empty``: the process's old bytes) is not
+    returns uninitialized memory (``empty_like``, ``new_empty``, ``resize`` growing a tensor: the
+    process's old bytes) is not
     called for a node (a capture records none of them: a factory's value is a const, ``out=`` calls
     are refused)."""
     arguments = list(schema.arguments)
     name = schema.name.removeprefix("aten::")
     if name.startswith(("empty", "new_empty", "_empty")):
         return "it returns uninitialized memory (a capture records an empty tensor's value as a const)"
+    if name.startswith(("resize", "_resize")):
+        return "it returns uninitialized memory where it grows a tensor"
     if any(a.is_out for a in arguments):
         return "it writes into an out= argument (a node's op returns its result)"
     if not any(_is_tensor_type(a.type) for a in arguments):
